@@ -1,0 +1,258 @@
+"""The ``panelpack`` command: thin shells over library functions.
+
+Each command parses its options, calls one library function, and prints what it returns.
+Our exceptions become one line on stderr and an exit code (0 ok, 1 verification failed,
+2 bad input or usage); nothing else is caught, so a real bug still shows its traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import sys
+
+import click
+
+from panelpack import __version__
+from panelpack.formats.errors import EXIT_BAD_INPUT, PanelpackError
+
+log = logging.getLogger("panelpack")
+
+
+def _fail(message: str, code: int) -> None:
+    click.echo(f"panelpack: error: {message}", err=True)
+    sys.exit(code)
+
+
+def command(fn):
+    """Map panelpack's exceptions (and Ctrl-C) to a message and an exit code."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except PanelpackError as e:
+            _fail(str(e), e.exit_code)
+        except KeyboardInterrupt:
+            _fail("interrupted", 130)
+        except BrokenPipeError:  # `panelpack inspect x | head`
+            sys.stderr.close()
+            sys.exit(0)
+
+    return wrapper
+
+
+def echo_json(doc) -> None:
+    click.echo(json.dumps(doc, indent=2, sort_keys=False))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="panelpack")
+@click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
+def main(verbose: int) -> None:
+    """Convert, repack and verify quantized LLM checkpoints for SME2, NEON and int8 kernels."""
+    level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+
+
+@main.command()
+@click.argument("path", type=click.Path(exists=False, dir_okay=True))
+@click.option("--json", "as_json", is_flag=True, help="Print a machine-readable JSON document.")
+@command
+def inspect(path: str, as_json: bool) -> None:
+    """Show the architecture, type histogram and tensor table of a GGUF, safetensors file or HF folder."""
+    from panelpack.formats import inspect as inspect_mod
+
+    doc = inspect_mod.describe(path)
+    if as_json:
+        echo_json(doc)
+    else:
+        click.echo(inspect_mod.render(doc))
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print a machine-readable JSON document.")
+@command
+def layouts(as_json: bool) -> None:
+    """List every layout with its source types and constraints."""
+    from panelpack import repack
+
+    doc = repack.describe()
+    if as_json:
+        echo_json(doc)
+        return
+    from panelpack.convert.report import table
+
+    rows = []
+    for d in doc:
+        types = ", ".join(d["source_types"]) if d["source_types"] else "any"
+        inv = d.get("invertible")
+        if isinstance(inv, dict):
+            inv = "yes" if all(inv.values()) else "no: " + ", ".join(k for k, v in inv.items() if not v)
+        else:
+            inv = "yes" if inv else "no"
+        rows.append((d["name"], d.get("row_multiple", 1), types, inv, d.get("description", "")))
+    click.echo(table(rows, ("layout", "N multiple", "source types", "invertible", "description")))
+
+
+class _TqdmProgress:
+    """Progress bar over bytes, with the tensor count as a postfix (stderr, TTY only)."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.bar = None
+        self.done = 0
+
+    def start(self, tensors: int, nbytes: int) -> None:
+        if not self.enabled:
+            return
+        from tqdm import tqdm
+
+        self.total = tensors
+        self.bar = tqdm(total=nbytes, unit="B", unit_scale=True, unit_divisor=1024, desc="convert",
+                        file=sys.stderr, dynamic_ncols=True, leave=False)
+
+    def tensor_done(self, name: str, nbytes: int) -> None:
+        self.done += 1
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"{self.done}/{self.total} tensors", refresh=False)
+            self.bar.update(nbytes)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def _install_sigterm() -> None:
+    """Turn SIGTERM into KeyboardInterrupt so partial output is cleaned up."""
+    import signal
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        signal.signal(signal.SIGTERM, handler)
+    except (ValueError, OSError):  # not the main thread
+        pass
+
+
+@main.command()
+@click.argument("source", type=click.Path(exists=False))
+@click.option("-o", "--out", "out", type=click.Path(), help="Bundle directory to write (OUT.ppk).")
+@click.option("--layout", default="panel64", show_default=True,
+              help="panel64 | ggml-x8 | il8-nibble | il8-int8 | rowmajor (see `panelpack layouts`).")
+@click.option("--quant", default=None, help="HF sources: quantize 2-D matmul weights to q4_0 | q4_k | q8_0.")
+@click.option("--requant", default=None, help="GGUF sources: re-quantize what the layout cannot take (q4_0 | q4_k | q8_0).")
+@click.option("--include", multiple=True, metavar="GLOB", help="Only tensors whose name matches (repeatable).")
+@click.option("--exclude", multiple=True, metavar="GLOB", help="Skip tensors whose name matches (repeatable).")
+@click.option("-j", "--jobs", default=1, show_default=True, type=click.IntRange(1, 64), help="Tensors converted in parallel.")
+@click.option("--dry-run", is_flag=True, help="Print the plan and ledger without reading tensor data.")
+@click.option("--force", is_flag=True, help="Replace OUT if it exists.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (for pipelines).")
+@click.option("--no-progress", is_flag=True, help="No progress bar.")
+@command
+def convert(source, out, layout, quant, requant, include, exclude, jobs, dry_run, force, as_json, no_progress):
+    """Convert a GGUF file or an HF checkpoint into a bundle."""
+    from panelpack.convert import convert as convert_fn
+    from panelpack.convert import report
+
+    if out is None and not dry_run:
+        raise click.UsageError("missing -o/--out (or use --dry-run)")
+    _install_sigterm()
+    progress = _TqdmProgress(enabled=not (as_json or no_progress or dry_run) and sys.stderr.isatty())
+    result = convert_fn(source, out, layout=layout, quant=quant, requant=requant, include=include,
+                        exclude=exclude, jobs=jobs, dry_run=dry_run, force=force, progress=progress)
+    if as_json:
+        echo_json(result.to_json())
+    else:
+        click.echo(report.render_result(result))
+
+
+@main.command()
+@click.argument("bundle", type=click.Path(exists=False))
+@click.option("-o", "--out", "out", required=True, type=click.Path(), help="GGUF file to write.")
+@click.option("--force", is_flag=True, help="Replace OUT if it exists.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@command
+def export(bundle, out, force, as_json):
+    """Rebuild the source GGUF, byte for byte, from a GGUF-sourced bundle."""
+    from panelpack.convert.export import export_gguf
+
+    res = export_gguf(bundle, out, force=force)
+    if as_json:
+        echo_json(res.to_json())
+    else:
+        click.echo(res.render())
+
+
+@main.command()
+@click.argument("bundle", type=click.Path(exists=False))
+@click.option("-o", "--out", "out", required=True, type=click.Path(), help="Archive to write (FILE.ppk.tar.zst).")
+@click.option("--force", is_flag=True, help="Replace OUT if it exists.")
+@click.option("--level", default=9, show_default=True, type=click.IntRange(1, 22), help="zstd level.")
+@click.option("--threads", default=-1, show_default=True, type=int, help="zstd worker threads (-1: all cores).")
+@command
+def pack(bundle, out, force, level, threads):
+    """Write a bundle as a deterministic .ppk.tar.zst archive."""
+    from panelpack.formats import archive
+
+    _install_sigterm()
+    r = archive.pack(bundle, out, force=force, level=level, threads=threads)
+    click.echo(f"packed {r.files} files, {r.bytes_in:,} bytes -> {r.path} ({r.bytes_out:,} bytes)")
+
+
+@main.command()
+@click.argument("archive_path", metavar="ARCHIVE", type=click.Path(exists=False))
+@click.option("-o", "--out", "out", required=True, type=click.Path(), help="Bundle directory to restore.")
+@click.option("--force", is_flag=True, help="Replace OUT if it exists.")
+@command
+def unpack(archive_path, out, force):
+    """Restore a bundle directory from a .ppk.tar.zst archive."""
+    from panelpack.formats import archive
+
+    _install_sigterm()
+    r = archive.unpack(archive_path, out, force=force)
+    click.echo(f"unpacked {r.files} files, {r.bytes_in:,} bytes -> {r.path}")
+
+
+@main.command()
+@click.option("-o", "--out", "out", default="tiny-llama.ppk", show_default=True, type=click.Path(),
+              help="Bundle directory to write (replaced if it exists).")
+@click.option("--source", "source", default=None, type=click.Path(),
+              help="Where to write the generated HF checkpoint (default: a temporary folder).")
+@click.option("--layout", default="panel64", show_default=True)
+@click.option("--quant", default="q4_k", show_default=True)
+@click.option("--no-verify", is_flag=True, help="Skip the verification step.")
+@command
+def demo(out, source, layout, quant, no_verify):
+    """The embedded default: generate a tiny Llama, convert it, print the ledger, verify."""
+    import tempfile
+
+    from panelpack.convert import convert as convert_fn
+    from panelpack.convert import report
+    from panelpack.convert.example import write_tiny_llama
+
+    with tempfile.TemporaryDirectory(prefix="panelpack-demo-") as tmp:
+        src = write_tiny_llama(source or tmp + "/tiny-llama-hf")
+        click.echo(f"generated {src} (tiny Llama-shaped checkpoint, bf16)")
+        result = convert_fn(src, out, layout=layout, quant=quant, force=True)
+    click.echo(report.render_result(result))
+    if not no_verify:
+        from panelpack.verify import bundle_check
+
+        rep = bundle_check.verify(out, level="all")
+        click.echo(rep.render())
+        if not rep.ok:
+            sys.exit(1)
+
+
+def run() -> None:  # pragma: no cover - console entry for tooling that wants a plain function
+    main(prog_name="panelpack")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
+
+__all__ = ["main", "command", "EXIT_BAD_INPUT"]

@@ -1,0 +1,185 @@
+"""The streaming pipeline: read, convert and write one tensor at a time (a few with ``jobs``).
+
+Peak memory is bounded by ``jobs`` times the working set of the largest tensor (its f32
+copy when it is quantized, plus its blocks and regions), independent of the model size:
+tensor data is read through memory maps, each result is written and dropped before the
+window moves on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+
+from .. import __version__, repack
+from ..formats import blocks as codecs
+from ..formats import types as T
+from ..formats.bundle import BundleWriter, sha256_file
+from ..formats.common import Checkpoint
+from .plan import Plan, TensorPlan
+
+log = logging.getLogger(__name__)
+
+
+class Progress:
+    """Progress events; the CLI passes a tqdm-backed subclass, the API defaults to silence."""
+
+    def start(self, tensors: int, nbytes: int) -> None:
+        pass
+
+    def tensor_done(self, name: str, nbytes: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class TensorResult:
+    entry: dict[str, Any]  # the manifest entry
+    error: Optional[dict[str, float]] = None  # quantization error added, when quantized
+
+
+def _sha256(a: np.ndarray) -> str:
+    return hashlib.sha256(memoryview(np.ascontiguousarray(a).reshape(-1).view(np.uint8))).hexdigest()
+
+
+def _as_f32(raw: np.ndarray, t: T.GGMLType, n: int, k: int) -> np.ndarray:
+    return codecs.dequantize(raw, t, n, k).reshape(n, k)
+
+
+def _error(x_new: np.ndarray, x_ref: np.ndarray) -> dict[str, float]:
+    d = x_new.astype(np.float64) - x_ref.astype(np.float64)
+    ref = float(np.sqrt(np.mean(np.square(x_ref, dtype=np.float64)))) or 1.0
+    return {"rel_rms": float(np.sqrt(np.mean(np.square(d))) / ref), "max_abs": float(np.max(np.abs(d))) if d.size else 0.0}
+
+
+def convert_tensor(ckpt: Checkpoint, tp: TensorPlan) -> tuple[dict[str, np.ndarray], dict[str, Any], Optional[dict]]:
+    """Produce one tensor's regions. Returns (regions, extra manifest fields, error)."""
+    info, d = tp.info, tp.decision
+    n, k = info.n, info.k
+    raw = ckpt.raw(info.name)
+    extra: dict[str, Any] = {"source_sha256": _sha256(raw)}
+    err = None
+    if d.action in ("repack", "copy"):
+        blocks = raw.reshape(n, -1) if info.type.quantized else raw
+        extra["blocks_sha256"] = extra["source_sha256"]
+    elif d.action in ("quantize", "requantize"):
+        x = _as_f32(raw, info.type, n, k)
+        blocks = codecs.quantize(x, d.target_type)
+        err = _error(_as_f32(blocks, d.target_type, n, k), x)
+        del x
+        extra["blocks_sha256"] = _sha256(blocks)
+    else:  # pragma: no cover - the policy produces only the actions above
+        raise AssertionError(d.action)
+    lay = repack.get(d.layout)
+    regions = lay.pack(blocks, n, k, d.target_type)
+    return regions, extra, err
+
+
+def _gguf_side_files(ckpt, writer: BundleWriter) -> None:
+    """GGUF metadata, kept so that ``export`` can rebuild the file byte for byte."""
+    kv_raw = ckpt.kv_bytes()
+    writer.add_source_file("gguf-kv.bin", data=bytes(kv_raw))
+    header = ckpt.header_json()
+    writer.add_source_file("gguf-header.json", data=(json.dumps(header, indent=1) + "\n").encode())
+    writer.add_source_file("metadata.json", data=(json.dumps(ckpt.metadata_json(), indent=1, ensure_ascii=False) + "\n").encode())
+
+
+def _hf_side_files(ckpt, writer: BundleWriter) -> None:
+    for p in getattr(ckpt, "side_files", []):
+        p = Path(p)
+        rel = p.relative_to(Path(ckpt.path)) if Path(ckpt.path).is_dir() else Path(p.name)
+        writer.add_source_file(rel.as_posix(), src=p)
+    meta = getattr(ckpt, "st_metadata", None)
+    if meta:
+        writer.add_source_file("safetensors-metadata.json", data=(json.dumps(meta, indent=1) + "\n").encode())
+
+
+def _source_block(ckpt: Checkpoint) -> dict[str, Any]:
+    files = sorted({t.file for t in ckpt.tensors})
+    return {
+        "kind": ckpt.kind,
+        "path": os.path.basename(os.path.normpath(ckpt.path)),
+        "architecture": ckpt.architecture,
+        "files": [{"name": os.path.basename(f), "bytes": os.path.getsize(f), "sha256": sha256_file(f)} for f in files],
+    }
+
+
+def _target(plan: Plan) -> dict[str, Any]:
+    return dict(repack.get(plan.layout).TARGET)
+
+
+def run(ckpt: Checkpoint, plan: Plan, out: str | os.PathLike, force: bool = False, jobs: int = 1,
+        progress: Optional[Progress] = None) -> tuple[Path, list[TensorResult], float]:
+    """Write the bundle for ``plan``. Returns (path, per-tensor results, seconds)."""
+    progress = progress or Progress()
+    t0 = time.perf_counter()
+    results: list[TensorResult] = []
+    with BundleWriter(out, force=force) as writer:
+        progress.start(len(plan.tensors), plan.bytes_in)
+        jobs = max(1, int(jobs))
+
+        def finish(tp: TensorPlan, produced) -> None:
+            regions, extra, err = produced
+            fileinfo = writer.write_tensor(tp.index, tp.name, regions)
+            d = tp.decision
+            entry = {
+                "name": tp.name,
+                "shape": list(tp.info.shape),
+                "source_type": tp.info.type.name,
+                "type": d.target_type.name,
+                "role": d.role,
+                "action": d.action,
+                "layout": d.layout,
+                **fileinfo,
+                "params": tp.params,
+                **extra,
+                "ledger": dict(tp.ledger, **({"error": err} if err else {})),
+            }
+            results.append(TensorResult(entry, err))
+            progress.tensor_done(tp.name, tp.info.nbytes)
+
+        if jobs == 1:
+            for tp in plan.tensors:
+                finish(tp, convert_tensor(ckpt, tp))
+        else:
+            with ThreadPoolExecutor(max_workers=jobs) as pool:
+                window: deque = deque()
+                for tp in plan.tensors:
+                    window.append((tp, pool.submit(convert_tensor, ckpt, tp)))
+                    if len(window) >= jobs:
+                        tp0, fut = window.popleft()
+                        finish(tp0, fut.result())
+                while window:
+                    tp0, fut = window.popleft()
+                    finish(tp0, fut.result())
+
+        if ckpt.kind == "gguf":
+            _gguf_side_files(ckpt, writer)
+        else:
+            _hf_side_files(ckpt, writer)
+        manifest = {
+            "format": "panelpack.bundle",
+            "version": 1,
+            "created_by": f"panelpack {__version__}",
+            "target": _target(plan),
+            "source": _source_block(ckpt),
+            "model": ckpt.hyperparameters(),
+            "options": {"layout": plan.layout, "quant": plan.quant.name if plan.quant else None,
+                        "requant": plan.requant.name if plan.requant else None},
+            "tensors": [r.entry for r in results],
+        }
+        path = writer.commit(manifest)
+        progress.close()
+    return path, results, time.perf_counter() - t0

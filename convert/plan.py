@@ -1,0 +1,120 @@
+"""Planning: every tensor's action, type, layout, regions and ledger, from metadata only.
+
+``make_plan`` reads the checkpoint's tensor table (never its data), applies the policy and
+asks each layout for its region plan, so ``--dry-run`` costs milliseconds and shows exactly
+what a real run will write.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+from .. import repack
+from ..formats import types as T
+from ..formats.bundle import check_tensor_name, dtype_name, layout_regions, tensor_file_name
+from ..formats.common import Checkpoint, TensorInfo
+from ..formats.errors import BadInputError
+from . import policy
+
+
+@dataclass
+class TensorPlan:
+    index: int
+    info: TensorInfo
+    decision: policy.Decision
+    requested: str
+    regions: list  # [(name, dtype name, shape)]
+    bytes_out: int
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    @property
+    def ledger(self) -> dict[str, Any]:
+        return {"requested": self.requested, "written": self.decision.layout, "reason": self.decision.reason}
+
+    def to_json(self) -> dict[str, Any]:
+        d = self.decision
+        return {
+            "name": self.name,
+            "shape": list(self.info.shape),
+            "source_type": self.info.type.name,
+            "type": d.target_type.name,
+            "role": d.role,
+            "action": d.action,
+            "layout": d.layout,
+            "bytes_in": self.info.nbytes,
+            "bytes_out": self.bytes_out,
+            "file": tensor_file_name(self.index, self.name),
+            "ledger": self.ledger,
+        }
+
+
+@dataclass
+class Plan:
+    source_kind: str
+    source_path: str
+    layout: str
+    quant: Optional[T.GGMLType]
+    requant: Optional[T.GGMLType]
+    tensors: list[TensorPlan]
+
+    @property
+    def bytes_in(self) -> int:
+        return sum(t.info.nbytes for t in self.tensors)
+
+    @property
+    def bytes_out(self) -> int:
+        return sum(t.bytes_out for t in self.tensors)
+
+    def layout_counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for t in self.tensors:
+            out[t.decision.layout] = out.get(t.decision.layout, 0) + 1
+        return out
+
+    def fallbacks(self) -> list[TensorPlan]:
+        return [t for t in self.tensors if t.decision.reason]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": {"kind": self.source_kind, "path": self.source_path},
+            "layout": self.layout,
+            "quant": self.quant.name if self.quant else None,
+            "requant": self.requant.name if self.requant else None,
+            "bytes_in": self.bytes_in,
+            "bytes_out": self.bytes_out,
+            "layouts": self.layout_counts(),
+            "fallbacks": len(self.fallbacks()),
+            "tensors": [t.to_json() for t in self.tensors],
+        }
+
+
+def region_plan(layout_name: str, qtype: T.GGMLType, info: TensorInfo) -> tuple[list, dict]:
+    """``[(region, dtype name, shape)]`` and params of ``info`` written as ``qtype`` in a layout."""
+    lay = repack.get(layout_name)
+    specs = [(r.name, dtype_name(r.dtype), tuple(r.shape)) for r in lay.plan(qtype, info.n, info.k)]
+    return specs, lay.params(qtype, info.n, info.k)
+
+
+def make_plan(ckpt: Checkpoint, layout: str = "panel64", quant: Optional[str] = None,
+              requant: Optional[str] = None, include: Sequence[str] = (), exclude: Sequence[str] = ()) -> Plan:
+    repack.get(layout)  # unknown layout -> UnsupportedError listing the known ones
+    qt = policy.parse_quant(quant, "--quant")
+    rq = policy.parse_quant(requant, "--requant")
+    if ckpt.kind == "gguf" and qt is not None:
+        raise BadInputError("--quant applies to float (HF/safetensors) sources; for GGUF use --requant")
+    if ckpt.kind != "gguf" and rq is not None:
+        raise BadInputError("--requant applies to GGUF sources; for HF/safetensors use --quant")
+    infos = policy.select(ckpt.tensors, include, exclude)
+    tensors = []
+    for i, info in enumerate(infos):
+        check_tensor_name(info.name, where=f"{ckpt.path}: tensor")
+        d = policy.decide(info, ckpt.kind, layout, qt, rq)
+        specs, params = region_plan(d.layout, d.target_type, info)
+        _, size = layout_regions(specs)
+        tensors.append(TensorPlan(i, info, d, layout, specs, size, params))
+    return Plan(ckpt.kind, ckpt.path, layout, qt, rq, tensors)

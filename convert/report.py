@@ -1,0 +1,53 @@
+"""Text rendering of conversion results: the ledger table and the summary."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"  # pragma: no cover
+
+
+def table(rows: Sequence[Sequence[Any]], header: Sequence[str], right: Sequence[int] = ()) -> str:
+    cells = [[str(c) for c in header]] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    lines = []
+    for j, r in enumerate(cells):
+        parts = [c.rjust(widths[i]) if i in right else c.ljust(widths[i]) for i, c in enumerate(r)]
+        lines.append("  ".join(parts).rstrip())
+        if j == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def render_ledger(ledger: list[dict[str, Any]]) -> str:
+    rows = []
+    for row in ledger:
+        err = row.get("error")
+        note = row["reason"] or ""
+        if err:
+            note = (note + "; " if note else "") + f"quantization error rel_rms={err['rel_rms']:.3g}"
+        shape = "x".join(str(d) for d in row["shape"])
+        typ = row["source_type"] if row["source_type"] == row["type"] else f"{row['source_type']}->{row['type']}"
+        rows.append((row["name"], shape, typ, row["written"], human_bytes(row["bytes"]), note))
+    return table(rows, ("tensor", "shape", "type", "layout", "bytes", "ledger"), right=(4,))
+
+
+def render_result(result) -> str:
+    plan = result.plan
+    out = [render_ledger(result.ledger), ""]
+    counts = ", ".join(f"{k}: {v}" for k, v in sorted(plan.layout_counts().items()))
+    fb = len(plan.fallbacks())
+    if result.dry_run:
+        out.append(f"dry run: {len(plan.tensors)} tensors planned, nothing read or written")
+    else:
+        rate = plan.bytes_in / result.seconds / 1e6 if result.seconds else 0.0
+        out.append(f"wrote {result.bundle} in {result.seconds:.2f} s ({rate:.0f} MB/s of source)")
+    out.append(f"bytes in {human_bytes(plan.bytes_in)}, out {human_bytes(plan.bytes_out)}; "
+               f"layouts: {counts}; {fb} tensor(s) not in the requested layout '{plan.layout}' (see ledger)")
+    return "\n".join(out)

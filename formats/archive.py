@@ -1,0 +1,179 @@
+"""The shipping form of a bundle: a deterministic tar compressed with zstd (``.ppk.tar.zst``).
+
+Deterministic means: the same bundle directory always gives the same archive bytes. Entries
+are sorted by path; every header has mtime 0, uid/gid 0, empty user/group names, mode 0644
+for files and 0755 for folders; PAX format (long names get a PAX record, nothing else does).
+zstd's multi-threaded mode (``threads >= 1``) produces the same frames whatever the number of
+worker threads, so compression uses every core without giving up reproducibility.
+
+Unpacking restores the directory byte for byte. It accepts only regular files and folders
+with plain relative paths (no absolute paths, no ``..``, no links or devices), extracts into
+a hidden temporary folder next to the output and renames it into place when complete.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import shutil
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import zstandard
+
+from .errors import BadInputError, FormatError, OutputError
+
+log = logging.getLogger(__name__)
+
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+SUFFIX = ".ppk.tar.zst"
+_CHUNK = 4 << 20
+
+
+@dataclass(frozen=True)
+class ArchiveResult:
+    path: Path
+    files: int
+    bytes_in: int
+    bytes_out: int
+
+
+def is_archive(path: str | os.PathLike) -> bool:
+    p = Path(path)
+    if not p.is_file():
+        return False
+    with open(p, "rb") as f:
+        return f.read(4) == ZSTD_MAGIC
+
+
+def _entries(root: Path) -> list[Path]:
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        d = Path(dirpath)
+        for name in dirnames + filenames:
+            p = d / name
+            if p.is_symlink() or not (p.is_file() or p.is_dir()):
+                raise BadInputError(f"{p.relative_to(root)} is not a regular file or folder", path=root)
+            out.append(p)
+    return sorted(out, key=lambda p: p.relative_to(root).as_posix())
+
+
+def _tarinfo(root: Path, p: Path) -> tarfile.TarInfo:
+    ti = tarfile.TarInfo(p.relative_to(root).as_posix())
+    ti.mtime = 0
+    ti.uid = ti.gid = 0
+    ti.uname = ti.gname = ""
+    if p.is_dir():
+        ti.type = tarfile.DIRTYPE
+        ti.mode = 0o755
+    else:
+        ti.type = tarfile.REGTYPE
+        ti.mode = 0o644
+        ti.size = p.stat().st_size
+    return ti
+
+
+def pack(bundle_dir: str | os.PathLike, out: str | os.PathLike, force: bool = False,
+         level: int = 9, threads: int = -1) -> ArchiveResult:
+    """Write ``bundle_dir`` as a deterministic ``.tar.zst`` to ``out`` (atomically)."""
+    root = Path(bundle_dir)
+    if not (root / "manifest.json").is_file():
+        raise BadInputError("not a bundle directory (no manifest.json)", path=root)
+    out = Path(out)
+    if out.exists() and not force:
+        raise OutputError(f"{out}: already exists (pass --force to replace it)")
+    entries = _entries(root)
+    tmp = out.parent / f".{out.name}.partial-{os.getpid()}-{secrets.token_hex(4)}"
+    threads = threads if threads != 0 else 1
+    cctx = zstandard.ZstdCompressor(level=level, threads=threads)
+    bytes_in = 0
+    try:
+        with open(tmp, "wb") as raw, cctx.stream_writer(raw, closefd=False) as zw:
+            with tarfile.open(fileobj=zw, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+                for p in entries:
+                    ti = _tarinfo(root, p)
+                    if ti.isdir():
+                        tar.addfile(ti)
+                    else:
+                        with open(p, "rb") as f:
+                            tar.addfile(ti, f)
+                        bytes_in += ti.size
+            zw.flush(zstandard.FLUSH_FRAME)
+            raw.flush()
+            os.fsync(raw.fileno())
+        os.replace(tmp, out)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise OutputError(f"writing {out}: {e.strerror or e}") from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    res = ArchiveResult(out, sum(1 for p in entries if p.is_file()), bytes_in, out.stat().st_size)
+    log.info("packed %s: %d files, %d -> %d bytes", out, res.files, res.bytes_in, res.bytes_out)
+    return res
+
+
+def _safe_member_path(name: str, archive: Path) -> Path:
+    p = Path(name)
+    if not name or p.is_absolute() or any(part in ("..", "") for part in name.split("/")) or "\\" in name:
+        raise FormatError(f"member {name!r} would escape the output folder", path=archive)
+    return p
+
+
+def unpack(archive: str | os.PathLike, out: str | os.PathLike, force: bool = False) -> ArchiveResult:
+    """Restore a ``.ppk.tar.zst`` into the folder ``out`` (atomically)."""
+    archive = Path(archive)
+    if not archive.is_file():
+        raise BadInputError("no such archive", path=archive)
+    if not is_archive(archive):
+        raise FormatError("not a zstd-compressed bundle archive (bad magic)", path=archive)
+    out = Path(out)
+    if out.exists() and not force:
+        raise OutputError(f"{out}: already exists (pass --force to replace it)")
+    tmp = out.parent / f".{out.name}.partial-{os.getpid()}-{secrets.token_hex(4)}"
+    files = bytes_total = 0
+    try:
+        tmp.mkdir(parents=True)
+        dctx = zstandard.ZstdDecompressor()
+        with open(archive, "rb") as raw, dctx.stream_reader(raw) as zr:
+            with tarfile.open(fileobj=zr, mode="r|") as tar:
+                for m in tar:
+                    rel = _safe_member_path(m.name, archive)
+                    dst = tmp / rel
+                    if m.isdir():
+                        dst.mkdir(parents=True, exist_ok=True)
+                    elif m.isreg():
+                        dst.parent.mkdir(parents=True, exist_ok=True)
+                        src = tar.extractfile(m)
+                        with open(dst, "wb") as f:
+                            while True:
+                                chunk = src.read(_CHUNK)
+                                if not chunk:
+                                    break
+                                f.write(chunk)
+                        files += 1
+                        bytes_total += m.size
+                    else:
+                        raise FormatError(f"member {m.name!r} is not a regular file or folder", path=archive)
+        if not (tmp / "manifest.json").is_file():
+            raise FormatError("archive holds no manifest.json: not a bundle", path=archive)
+        old = None
+        if out.exists():
+            old = out.parent / f".{out.name}.old-{os.getpid()}-{secrets.token_hex(4)}"
+            os.rename(out, old)
+        os.rename(tmp, out)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except (tarfile.TarError, zstandard.ZstdError, EOFError) as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise FormatError(f"corrupt archive: {e}", path=archive) from None
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise OutputError(f"unpacking into {out}: {e.strerror or e}") from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return ArchiveResult(out, files, bytes_total, bytes_total)

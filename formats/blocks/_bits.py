@@ -1,0 +1,170 @@
+"""Table-driven bit fields: split GGUF blocks into named integer fields and back.
+
+Every quantized block is a fixed arrangement of bit fields (codes, scales, f16 words). A type
+module declares that arrangement once as a :class:`BlockPlan` (a list of :class:`Field`, each
+element of which is made of one or more bit *parts* ``(byte, shift, nbits, dst)`` meaning
+"bits ``shift .. shift+nbits`` of block byte ``byte`` are bits ``dst .. dst+nbits`` of the
+value"). From that single table this module derives:
+
+* ``to_fields(blocks)``: gather every field as an integer array (codes ``[n, k]``, group
+  scales ``[n, k/G]``, super-block words ``[n, k/256]``);
+* ``from_fields(fields)``: scatter them back, byte for byte;
+* a proof that the plan is a bijection: every bit of every block byte is claimed by exactly
+  one part (checked when the plan is built), so ``from_fields(to_fields(b)) == b`` for *any*
+  bytes, including NaN f16 payloads and unused bit patterns.
+
+These are the numpy references. Hot paths (dequantize, panel packing) have their own kernels
+that are tested against them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import BadInputError
+from ..types import GGMLType
+
+
+@dataclass(frozen=True)
+class Field:
+    """One named field: ``count`` elements per block, each built from ``parts[i]``."""
+
+    name: str
+    dtype: str  # numpy dtype of the decoded value: "u1", "i1", "u2"
+    parts: tuple[tuple[tuple[int, int, int, int], ...], ...]  # [element][part] = (byte, shift, nbits, dst)
+
+    @property
+    def count(self) -> int:
+        return len(self.parts)
+
+
+def f16_word(byte: int) -> tuple[tuple[int, int, int, int], ...]:
+    """The parts of a little-endian 16-bit word starting at ``byte``."""
+    return ((byte, 0, 8, 0), (byte + 1, 0, 8, 8))
+
+
+def whole_byte(byte: int) -> tuple[tuple[int, int, int, int], ...]:
+    return ((byte, 0, 8, 0),)
+
+
+class BlockPlan:
+    """The compiled bit plan of one block type."""
+
+    def __init__(self, qtype: GGMLType, fields: list[Field]):
+        self.qtype = qtype
+        self.fields = {f.name: f for f in fields}
+        ts = qtype.type_size
+        # -- gather tables per field: [count, P] arrays, padded with nbits = 0 ------------
+        self._gather = {}
+        for f in fields:
+            p = max(len(el) for el in f.parts)
+            byte = np.zeros((f.count, p), np.intp)
+            shift = np.zeros((f.count, p), np.uint32)
+            mask = np.zeros((f.count, p), np.uint32)
+            dst = np.zeros((f.count, p), np.uint32)
+            for i, el in enumerate(f.parts):
+                for j, (b, s, nb, d) in enumerate(el):
+                    byte[i, j], shift[i, j], mask[i, j], dst[i, j] = b, s, (1 << nb) - 1, d
+            self._gather[f.name] = (byte, shift, mask, dst)
+        # -- bijection check and scatter table: for each block byte, its contributors ----
+        owner = np.full((ts, 8), -1, np.int64)
+        contributors: list[list[tuple[str, int, int, int, int]]] = [[] for _ in range(ts)]
+        for f in fields:
+            for i, el in enumerate(f.parts):
+                for b, s, nb, d in el:
+                    if not (0 <= b < ts and 0 <= s and s + nb <= 8 and nb > 0):
+                        raise AssertionError(f"{qtype.name}.{f.name}[{i}]: bad part {(b, s, nb, d)}")
+                    for bit in range(s, s + nb):
+                        if owner[b, bit] != -1:
+                            raise AssertionError(f"{qtype.name}: bit {bit} of byte {b} claimed twice")
+                        owner[b, bit] = 1
+                    contributors[b].append((f.name, i, s, nb, d))
+        if (owner == -1).any():
+            b, bit = np.argwhere(owner == -1)[0]
+            raise AssertionError(f"{qtype.name}: bit {bit} of byte {b} is not claimed by any field")
+        self._contributors = contributors
+
+    # -------------------------------------------------------------------------------------
+    def _blocks2d(self, blocks: np.ndarray, n: int, k: int) -> np.ndarray:
+        t = self.qtype
+        if k % t.block_size:
+            raise BadInputError(f"K={k} is not a multiple of the {t.name} block size {t.block_size}")
+        want = n * (k // t.block_size) * t.type_size
+        b = np.ascontiguousarray(blocks).reshape(-1).view(np.uint8)
+        if b.size != want:
+            raise BadInputError(f"{t.name} [{n}, {k}] needs {want} bytes, got {b.size}")
+        return b.reshape(n * (k // t.block_size), t.type_size)
+
+    def to_fields(self, blocks: np.ndarray, n: int, k: int) -> dict[str, np.ndarray]:
+        b2 = self._blocks2d(blocks, n, k)
+        out = {}
+        for name, f in self.fields.items():
+            byte, shift, mask, dst = self._gather[name]
+            val = np.zeros((b2.shape[0], f.count), np.uint32)
+            for j in range(byte.shape[1]):
+                part = b2[:, byte[:, j]].astype(np.uint32)
+                val |= ((part >> shift[:, j]) & mask[:, j]) << dst[:, j]
+            unsigned = np.dtype(f.dtype).newbyteorder("=").str.replace("i", "u")
+            arr = val.astype(unsigned).view(f.dtype)
+            out[name] = arr.reshape(n, -1)
+        return out
+
+    def from_fields(self, fields: dict[str, np.ndarray], n: int, k: int) -> np.ndarray:
+        t = self.qtype
+        nblk = n * (k // t.block_size)
+        vals = {}
+        for name, f in self.fields.items():
+            if name not in fields:
+                raise BadInputError(f"{t.name}: field {name!r} missing (have {sorted(fields)})")
+            v = np.ascontiguousarray(fields[name])
+            if v.size != nblk * f.count:
+                raise BadInputError(f"{t.name}: field {name!r} has {v.size} values, expected {nblk * f.count}")
+            unsigned = np.dtype(f.dtype).str.replace("i", "u")
+            vals[name] = v.reshape(nblk, f.count).view(unsigned).astype(np.uint32)
+        out = np.zeros((nblk, t.type_size), np.uint8)
+        for b, contribs in enumerate(self._contributors):
+            acc = np.zeros(nblk, np.uint32)
+            for name, i, s, nb, d in contribs:
+                acc |= ((vals[name][:, i] >> d) & ((1 << nb) - 1)) << s
+            out[:, b] = acc
+        return out.reshape(n, -1)
+
+
+# ---- helpers the type modules use to declare their parts --------------------------------
+def nibble_codes(qs_offset: int, count: int = 32) -> tuple:
+    """Q4_0-style codes: element e < 16 is the low nibble of qs[e], e >= 16 the high nibble of qs[e-16]."""
+    half = count // 2
+    return tuple(((qs_offset + e % half, 4 * (e // half), 4, 0),) for e in range(count))
+
+
+def qh_bit(qh_offset: int, e: int, dst: int = 4) -> tuple[int, int, int, int]:
+    """Bit e of a little-endian u32 at ``qh_offset`` (Q5_0/Q5_1 high bits)."""
+    return (qh_offset + e // 8, e % 8, 1, dst)
+
+
+def k_scale_parts(offset: int) -> tuple[tuple, tuple]:
+    """The 12-byte 6-bit scale packing shared by Q4_K and Q5_K: parts of ``sc[8]`` and ``m[8]``.
+
+    Bytes ``scales[0..11]`` at ``offset``; sub-block ``s``, ``j = s - 4``::
+
+        s < 4:  sc = scales[s]   & 63                        m = scales[s+4] & 63
+        s >= 4: sc = (scales[j+8] & 15) | (scales[j] >> 6) << 4
+                m  = (scales[j+8] >> 4) | (scales[j+4] >> 6) << 4
+
+                 bit 7 6 | 5 4 3 2 1 0
+        scales[0..3]:  sc[4..7]>>4 | sc[0..3]
+        scales[4..7]:  m[4..7]>>4  | m[0..3]
+        scales[8..11]: m[4..7]&15 (high nibble) | sc[4..7]&15 (low nibble)
+    """
+    sc, m = [], []
+    for s in range(8):
+        if s < 4:
+            sc.append(((offset + s, 0, 6, 0),))
+            m.append(((offset + s + 4, 0, 6, 0),))
+        else:
+            j = s - 4
+            sc.append(((offset + j + 8, 0, 4, 0), (offset + j, 6, 2, 4)))
+            m.append(((offset + j + 8, 4, 4, 0), (offset + j + 4, 6, 2, 4)))
+    return tuple(sc), tuple(m)

@@ -1,0 +1,161 @@
+"""Q4_0: 32 weights in 18 bytes, value = (u - 8) * d.
+
+    byte  0      2                                   18
+          +------+-----------------------------------+
+          | d f16| qs[16]                            |
+          +------+-----------------------------------+
+    qs[i] = u[i] | u[i + 16] << 4        (element e < 16: low nibble of qs[e],
+                                          e >= 16: high nibble of qs[e - 16])
+
+Dequantize (gguf-py ``Q4_0.dequantize_blocks``, ggml ``dequantize_row_q4_0``):
+``y = f32(d) * f32(u - 8)``, one rounding.
+
+Quantize (ggml ``quantize_row_q4_0_ref``, which gguf-py ``Q4_0.quantize_blocks`` mirrors):
+    max = the first element with the largest |x| (a NaN never wins: the scan is ``amax < |v|``;
+          all-zero/NaN block: max = +0.0)
+    d   = max / -8                 (f32; stored as f16(d), round to nearest even)
+    id  = d != 0 ? 1/d : 0         (from the f32 d, not from f16(d))
+    u   = min(15, (int8)(x*id + 8.5f))   ((int8) truncates toward zero; x86 turns NaN/out of
+                                          range into INT_MIN, whose low byte is 0)
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numba import prange
+
+from ..types import Q4_0 as QTYPE
+from ._bits import BlockPlan, Field, f16_word, nibble_codes
+from ._codec import (
+    CHUNK_BLOCKS,
+    READONLY_F32,
+    READONLY_U8,
+    as_blocks,
+    as_rows_f32,
+    bytes_shape,
+    out_shape,
+    run_dequantize,
+    run_quantize,
+)
+from .f16 import f16_bits_ref, f16_to_f32, f32_to_f16_bits
+from .f32 import cvtt_i32, cvtt_i32_ref, low_i8
+
+PLAN = BlockPlan(QTYPE, [
+    Field("d", "u2", (f16_word(0),)),
+    Field("codes", "u1", nibble_codes(2)),
+])
+
+
+def to_fields(blocks, n: int, k: int):
+    return PLAN.to_fields(blocks, n, k)
+
+
+def from_fields(fields, n: int, k: int):
+    return PLAN.from_fields(fields, n, k)
+
+
+# ---- dequantize ----------------------------------------------------------------------------
+@numba.njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64, numba.int64), cache=True)
+def _dequantize_range(b, y, b0, b1):
+    for i in range(b0, b1):
+        o = i * 18
+        d = f16_to_f32(np.int64(b[o]) | (np.int64(b[o + 1]) << 8))
+        yo = i * 32
+        for j in range(16):
+            q = np.int32(b[o + 2 + j])
+            y[yo + j] = d * np.float32((q & 15) - 8)
+            y[yo + 16 + j] = d * np.float32((q >> 4) - 8)
+
+
+@numba.njit(numba.void(READONLY_U8, numba.float32[::1]), cache=True, parallel=True)
+def _dequantize_parallel(b, y):
+    nb = y.size // 32
+    for c in prange((nb + CHUNK_BLOCKS - 1) // CHUNK_BLOCKS):
+        _dequantize_range(b, y, c * CHUNK_BLOCKS, min(nb, (c + 1) * CHUNK_BLOCKS))
+
+
+def dequantize(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """uint8 ``[rows, row_bytes]`` (or flat) to f32 ``[rows, K]``; bit-identical with gguf-py."""
+    return run_dequantize(QTYPE, blocks, out, _dequantize_range, _dequantize_parallel)
+
+
+def dequantize_ref(blocks: np.ndarray) -> np.ndarray:
+    """numpy reference from the bit fields."""
+    b = as_blocks(blocks, QTYPE)
+    n = b.shape[0] if b.ndim == 2 else 1
+    k = out_shape(b, QTYPE)[-1]
+    f = to_fields(b, n, k)
+    d = f["d"].view("<f2").astype(np.float32).repeat(32, axis=1)
+    q = f["codes"].astype(np.float32) - np.float32(8)
+    return (d * q).reshape(out_shape(b, QTYPE))
+
+
+# ---- quantize ------------------------------------------------------------------------------
+@numba.njit(numba.void(READONLY_F32, numba.uint8[::1], numba.int64, numba.int64), cache=True)
+def _quantize_range(x, out, b0, b1):
+    lanes = np.empty(16, np.float32)
+    for i in range(b0, b1):
+        xo = i * 32
+        # largest |x|, NaN never wins (ggml's `amax < |v|` scan), 16 lanes then a tree
+        for l in range(16):
+            a0 = abs(x[xo + l])
+            a1 = abs(x[xo + 16 + l])
+            m = a0 if a0 > np.float32(0) else np.float32(0)
+            lanes[l] = a1 if a1 > m else m
+        for s in (8, 4, 2, 1):
+            for l in range(s):
+                lanes[l] = lanes[l + s] if lanes[l + s] > lanes[l] else lanes[l]
+        amax = lanes[0]
+        # the first element reaching it gives the sign
+        first = 32
+        for e in range(32):
+            first = min(first, e if abs(x[xo + e]) == amax else 32)
+        mx = x[xo + first] if amax > np.float32(0) else np.float32(0)
+        d = mx / np.float32(-8)
+        idv = np.float32(1) / d if d != np.float32(0) else np.float32(0)
+        h = f32_to_f16_bits(d)
+        o = i * 18
+        out[o] = np.uint8(h & 0xFF)
+        out[o + 1] = np.uint8(h >> 8)
+        for j in range(16):
+            t0 = cvtt_i32(x[xo + j] * idv + np.float32(8.5))
+            t1 = cvtt_i32(x[xo + 16 + j] * idv + np.float32(8.5))
+            u0 = min(15, ((t0 & 0xFF) ^ 0x80) - 0x80) & 0xFF
+            u1 = min(15, ((t1 & 0xFF) ^ 0x80) - 0x80) & 0xFF
+            out[o + 2 + j] = np.uint8((u0 | (u1 << 4)) & 0xFF)
+
+
+@numba.njit(numba.void(READONLY_F32, numba.uint8[::1]), cache=True, parallel=True)
+def _quantize_parallel(x, out):
+    nb = x.size // 32
+    for c in prange((nb + CHUNK_BLOCKS - 1) // CHUNK_BLOCKS):
+        _quantize_range(x, out, c * CHUNK_BLOCKS, min(nb, (c + 1) * CHUNK_BLOCKS))
+
+
+def quantize(x: np.ndarray, parallel: bool | None = None) -> np.ndarray:
+    """f32 ``[rows, K]`` (or 1-D) to Q4_0 blocks, byte-identical with ggml's reference."""
+    return run_quantize(QTYPE, x, _quantize_range, _quantize_parallel, parallel)
+
+
+def quantize_ref(x: np.ndarray) -> np.ndarray:
+    """numpy reference: ggml's scalar loop, vectorised over blocks, packed by ``from_fields``."""
+    xr = as_rows_f32(x, QTYPE)
+    xb = xr.reshape(-1, 32)
+    amax = np.zeros(len(xb), np.float32)
+    mx = np.zeros(len(xb), np.float32)
+    for e in range(32):  # for (j...) if (amax < fabsf(v)) { amax = fabsf(v); max = v; }
+        v = xb[:, e]
+        upd = amax < np.abs(v)
+        amax = np.where(upd, np.abs(v), amax)
+        mx = np.where(upd, v, mx)
+    d = mx / np.float32(-8)
+    with np.errstate(divide="ignore"):
+        idv = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        t = cvtt_i32_ref(xb * idv[:, None] + np.float32(8.5))
+    u = np.minimum(15, low_i8(t)) & 0xFF
+    n = xr.shape[0] if xr.ndim == 2 else 1
+    k = xr.shape[-1]
+    fields = {"d": f16_bits_ref(d).reshape(n, -1), "codes": u.astype(np.uint8).reshape(n, k)}
+    return from_fields(fields, n, k).reshape(bytes_shape(xr, QTYPE))

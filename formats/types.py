@@ -1,0 +1,179 @@
+"""The one registry of tensor element types (ggml type ids, block sizes, bytes, codecs).
+
+Every reader, writer, codec, layout, kernel and command reads these tables; nothing else in
+panelpack spells a type id or a block size. Sizes follow ggml (``ggml.h``/``ggml-common.h``)
+and gguf-py's ``GGML_QUANT_SIZES``; entries are written as the sum of their fields.
+
+A type whose ``codec`` is set has a module ``panelpack.formats.blocks.<codec>`` with the
+codec surface (see ``formats/blocks/__init__.py``). Types without a codec are still known
+(so a GGUF holding them can be listed and sized) but cannot be decoded.
+
+``group`` / ``code_offset`` / ``scheme`` describe the integer form used by the standard
+dispatch (SPEC §3): a weight is ``c = code - code_offset`` times a per-``group`` scale.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from .errors import UnsupportedError
+
+QK = 32  # elements in a "small" block
+QK_K = 256  # elements in a K-quant super-block
+
+
+@dataclass(frozen=True)
+class GGMLType:
+    id: int
+    name: str  # ggml's spelling, upper case: "Q4_K", "BF16"
+    block_size: int  # elements per block
+    type_size: int  # bytes per block
+    codec: Optional[str] = None  # module name under panelpack.formats.blocks, None: size only
+    numpy_dtype: Optional[str] = None  # for plain element types: the numpy dtype of one element
+    quantize: bool = False  # the codec can quantize f32 into this type
+    group: Optional[int] = None  # K elements per scale group in the standard dispatch (SPEC §3)
+    code_bits: Optional[int] = None  # bits of the integer code
+    code_offset: int = 0  # c = code - code_offset  (Q4_0: 8, Q5_0: 16, Q6_K: 32)
+    scheme: Optional[str] = None  # rescale family: "scale", "scale_min", "k_scale_min", "k_scale"
+
+    @property
+    def quantized(self) -> bool:
+        return self.block_size > 1
+
+    @property
+    def lower(self) -> str:
+        return self.name.lower()
+
+    def nbytes(self, n_elements: int) -> int:
+        """Bytes taken by ``n_elements`` values (must be a whole number of blocks)."""
+        if n_elements % self.block_size:
+            raise UnsupportedError(
+                f"{n_elements} elements is not a whole number of {self.name} blocks of {self.block_size}"
+            )
+        return n_elements // self.block_size * self.type_size
+
+    def row_bytes(self, k: int) -> int:
+        return self.nbytes(k)
+
+    @property
+    def codec_module(self):
+        """The codec module (imported on first use), or raise UnsupportedError."""
+        if self.codec is None:
+            raise UnsupportedError(f"type {self.name} (id {self.id}) has no codec in panelpack")
+        import importlib
+
+        return importlib.import_module(f"panelpack.formats.blocks.{self.codec}")
+
+    def __str__(self) -> str:  # pragma: no cover - trivial
+        return self.name
+
+
+def _t(id, name, block_size, type_size, **kw) -> GGMLType:
+    return GGMLType(id, name, block_size, type_size, **kw)
+
+
+# fmt: off
+#                 id  name      block   bytes                          codec / integer form
+TYPES: tuple[GGMLType, ...] = (
+    _t(0,  "F32",     1,     4,                              codec="f32",  numpy_dtype="<f4"),
+    _t(1,  "F16",     1,     2,                              codec="f16",  numpy_dtype="<f2"),
+    _t(2,  "Q4_0",    QK,    2 + QK // 2,                    codec="q4_0", quantize=True,
+       group=32, code_bits=4, code_offset=8, scheme="scale"),
+    _t(3,  "Q4_1",    QK,    2 + 2 + QK // 2,                codec="q4_1",
+       group=32, code_bits=4, code_offset=0, scheme="scale_min"),
+    _t(6,  "Q5_0",    QK,    2 + 4 + QK // 2,                codec="q5_0",
+       group=32, code_bits=5, code_offset=16, scheme="scale"),
+    _t(7,  "Q5_1",    QK,    2 + 2 + 4 + QK // 2,            codec="q5_1",
+       group=32, code_bits=5, code_offset=0, scheme="scale_min"),
+    _t(8,  "Q8_0",    QK,    2 + QK,                         codec="q8_0", quantize=True,
+       group=32, code_bits=8, code_offset=0, scheme="scale"),
+    _t(9,  "Q8_1",    QK,    4 + 4 + QK),
+    _t(10, "Q2_K",    QK_K,  QK_K // 16 + QK_K // 4 + 2 + 2),
+    _t(11, "Q3_K",    QK_K,  QK_K // 8 + QK_K // 4 + 12 + 2),
+    _t(12, "Q4_K",    QK_K,  2 + 2 + 12 + QK_K // 2,         codec="q4_k", quantize=True,
+       group=32, code_bits=4, code_offset=0, scheme="k_scale_min"),
+    _t(13, "Q5_K",    QK_K,  2 + 2 + 12 + QK_K // 8 + QK_K // 2, codec="q5_k",
+       group=32, code_bits=5, code_offset=0, scheme="k_scale_min"),
+    _t(14, "Q6_K",    QK_K,  QK_K // 2 + QK_K // 4 + QK_K // 16 + 2, codec="q6_k",
+       group=16, code_bits=6, code_offset=32, scheme="k_scale"),
+    _t(15, "Q8_K",    QK_K,  4 + QK_K + QK_K // 16 * 2),
+    _t(16, "IQ2_XXS", QK_K,  2 + QK_K // 8 * 2),
+    _t(17, "IQ2_XS",  QK_K,  2 + QK_K // 8 * 2 + QK_K // 32),
+    _t(18, "IQ3_XXS", QK_K,  2 + QK_K // 4 + QK_K // 8),
+    _t(19, "IQ1_S",   QK_K,  2 + QK_K // 8 + QK_K // 16),
+    _t(20, "IQ4_NL",  QK,    2 + QK // 2),
+    _t(21, "IQ3_S",   QK_K,  2 + QK_K // 4 + QK_K // 8 + QK_K // 32 + 4),
+    _t(22, "IQ2_S",   QK_K,  2 + QK_K // 4 + QK_K // 16),
+    _t(23, "IQ4_XS",  QK_K,  2 + 2 + QK_K // 2 + QK_K // 64),
+    _t(24, "I8",      1,     1,                              numpy_dtype="<i1"),
+    _t(25, "I16",     1,     2,                              numpy_dtype="<i2"),
+    _t(26, "I32",     1,     4,                              numpy_dtype="<i4"),
+    _t(27, "I64",     1,     8,                              numpy_dtype="<i8"),
+    _t(28, "F64",     1,     8,                              numpy_dtype="<f8"),
+    _t(29, "IQ1_M",   QK_K,  QK_K // 8 + QK_K // 16 + QK_K // 32),
+    _t(30, "BF16",    1,     2,                              codec="bf16", numpy_dtype="<u2"),
+    _t(34, "TQ1_0",   QK_K,  2 + 4 * 13),
+    _t(35, "TQ2_0",   QK_K,  2 + 64),
+    _t(39, "MXFP4",   QK,    1 + QK // 2),
+    _t(40, "NVFP4",   64,    4 + 64 // 2),
+    _t(41, "Q1_0",    128,   2 + 128 // 8),
+)
+# fmt: on
+
+BY_ID: dict[int, GGMLType] = {t.id: t for t in TYPES}
+BY_NAME: dict[str, GGMLType] = {t.name: t for t in TYPES}
+assert len(BY_ID) == len(TYPES) and len(BY_NAME) == len(TYPES), "duplicate type in TYPES"
+
+# Ids 31-33 were the pre-interleaved Q4_0_4_4/Q4_0_4_8/Q4_0_8_8 file types, removed from GGUF
+# in favour of load-time repacking. Readers report them by name; panelpack never writes them.
+REMOVED_IDS: dict[int, str] = {31: "Q4_0_4_4", 32: "Q4_0_4_8", 33: "Q4_0_8_8"}
+
+F32 = BY_NAME["F32"]
+F16 = BY_NAME["F16"]
+BF16 = BY_NAME["BF16"]
+Q4_0 = BY_NAME["Q4_0"]
+Q4_1 = BY_NAME["Q4_1"]
+Q5_0 = BY_NAME["Q5_0"]
+Q5_1 = BY_NAME["Q5_1"]
+Q8_0 = BY_NAME["Q8_0"]
+Q4_K = BY_NAME["Q4_K"]
+Q5_K = BY_NAME["Q5_K"]
+Q6_K = BY_NAME["Q6_K"]
+
+#: Types panelpack can decode (every codec), and those it can quantize into.
+DECODABLE = tuple(t for t in TYPES if t.codec)
+QUANTIZABLE = tuple(t for t in TYPES if t.quantize)
+#: Quantized types with an integer form (the standard dispatch of SPEC §3 applies).
+INTEGER_FORM = tuple(t for t in TYPES if t.scheme)
+
+
+def get(t: "GGMLType | int | str") -> GGMLType:
+    """Look a type up by GGMLType, id or name (any case: ``q4_k``, ``Q4_K``, ``12``)."""
+    if isinstance(t, GGMLType):
+        return t
+    if isinstance(t, (int, np.integer)) and not isinstance(t, bool):
+        found = BY_ID.get(int(t))
+        if found is None:
+            if int(t) in REMOVED_IDS:
+                raise UnsupportedError(
+                    f"type id {int(t)} ({REMOVED_IDS[int(t)]}) is a removed pre-interleaved GGUF type"
+                )
+            raise UnsupportedError(f"unknown ggml type id {int(t)}")
+        return found
+    if isinstance(t, str):
+        s = t.strip()
+        if s.isdigit():
+            return get(int(s))
+        found = BY_NAME.get(s.upper())
+        if found is None:
+            known = ", ".join(x.lower for x in DECODABLE)
+            raise UnsupportedError(f"unknown type {t!r} (known: {known})")
+        return found
+    # enum-like objects (gguf.GGMLQuantizationType) carry .value / .name
+    value = getattr(t, "value", None)
+    if isinstance(value, int):
+        return get(value)
+    raise UnsupportedError(f"cannot interpret {t!r} as a tensor type")

@@ -1,0 +1,188 @@
+"""The bundle writer/reader: atomic writes, 64-byte aligned regions, manifest validation."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from panelpack.formats import bundle as B
+from panelpack.formats.errors import BadInputError, FormatError, OutputError
+
+
+def _entry(info, name="w", shape=(4, 32)):
+    return {"name": name, "shape": list(shape), "source_type": "Q4_0", "type": "Q4_0", "layout": "rowmajor",
+            **info, "params": {}, "ledger": {"requested": "rowmajor", "written": "rowmajor", "reason": None}}
+
+
+def _write(tmp_path, regions=None, name="w"):
+    out = tmp_path / "m.ppk"
+    regions = regions or {"a": np.arange(5, dtype=np.uint8), "b": np.arange(6, dtype=np.float32).reshape(2, 3)}
+    with B.BundleWriter(out) as w:
+        info = w.write_tensor(0, name, regions)
+        w.add_source_file("config.json", data=b'{"x": 1}\n')
+        w.commit({"tensors": [_entry(info, name)]})
+    return out
+
+
+def test_regions_are_64_aligned_and_read_back(tmp_path):
+    out = _write(tmp_path)
+    b = B.Bundle(out)
+    t = b.tensor("w")
+    assert t["regions"]["a"] == {"offset": 0, "bytes": 5, "dtype": "u8", "shape": [5]}
+    assert t["regions"]["b"]["offset"] == 64 and t["bytes"] == 64 + 24
+    r = b.regions("w")
+    np.testing.assert_array_equal(r["a"], np.arange(5))
+    np.testing.assert_array_equal(r["b"], np.arange(6, dtype=np.float32).reshape(2, 3))
+    raw = (out / t["file"]).read_bytes()
+    assert raw[5:64] == bytes(59)  # zero padding between regions
+    assert b.check_structure() == []
+    assert not [p for p in tmp_path.iterdir() if ".partial-" in p.name]
+
+
+def test_file_names_are_sanitized_and_indexed():
+    assert B.tensor_file_name(3, "blk.0.attn q:weight") == "tensors/00003-blk.0.attn_q_weight.bin"
+    assert B.tensor_file_name(0, ".hidden") == "tensors/00000-hidden.bin"
+
+
+@pytest.mark.parametrize("name", ["../evil", "a/b", "..", "x\\y", "", "a\x00b"])
+def test_names_that_escape_are_refused(tmp_path, name):
+    with pytest.raises(BadInputError):
+        _write(tmp_path, name=name)
+    assert not (tmp_path / "m.ppk").exists()
+    assert not list(tmp_path.iterdir())  # the partial folder is gone
+
+
+def test_existing_output_needs_force(tmp_path):
+    out = _write(tmp_path)
+    with pytest.raises(OutputError, match="already exists"):
+        B.BundleWriter(out)
+    with B.BundleWriter(out, force=True) as w:
+        info = w.write_tensor(0, "v", {"a": np.ones(3, np.uint8)})
+        w.commit({"tensors": [_entry(info, "v")]})
+    assert [t["name"] for t in B.Bundle(out).tensors] == ["v"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.ppk"]
+
+
+def test_exception_leaves_nothing(tmp_path):
+    out = tmp_path / "m.ppk"
+    with pytest.raises(RuntimeError):
+        with B.BundleWriter(out) as w:
+            w.write_tensor(0, "w", {"a": np.ones(3, np.uint8)})
+            raise RuntimeError("boom")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_killed_writer_leaves_no_output_and_is_cleaned_next_time(tmp_path):
+    out = tmp_path / "m.ppk"
+    code = textwrap.dedent(f"""
+        import os, numpy as np
+        from panelpack.formats.bundle import BundleWriter
+        w = BundleWriter({str(out)!r})
+        w.write_tensor(0, "w", {{"a": np.ones(1000, np.uint8)}})
+        os.kill(os.getpid(), 9)
+    """)
+    subprocess.run([sys.executable, "-c", code], check=False)
+    assert not out.exists()
+    leftovers = [p for p in tmp_path.iterdir() if ".partial-" in p.name]
+    assert leftovers and not (leftovers[0] / "manifest.json").exists()
+    _write(tmp_path)  # the next writer removes the dead writer's partial folder
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.ppk"]
+
+
+def test_read_only_folder_is_a_clear_error(tmp_path):
+    if os.geteuid() == 0:  # root ignores folder modes; sysfs refuses even root
+        target = "/sys/panelpack-test.ppk"
+    else:
+        ro = tmp_path / "ro"
+        ro.mkdir()
+        ro.chmod(0o555)
+        target = ro / "m.ppk"
+    with pytest.raises(OutputError, match="permission denied"):
+        B.BundleWriter(target)
+
+
+def test_full_disk_is_a_clear_error_and_leaves_nothing(tmp_path, monkeypatch):
+    import builtins
+    import errno
+
+    real_open = builtins.open
+
+    def full_open(path, mode="r", *a, **kw):
+        f = real_open(path, mode, *a, **kw)
+        if "w" in mode and str(path).endswith(".bin"):
+            def write(_data):
+                raise OSError(errno.ENOSPC, "No space left on device")
+            f.write = write
+        return f
+
+    monkeypatch.setattr(builtins, "open", full_open)
+    with pytest.raises(OutputError, match="no space left on device"):
+        with B.BundleWriter(tmp_path / "m.ppk") as w:
+            w.write_tensor(0, "w", {"a": np.ones(3, np.uint8)})
+    monkeypatch.undo()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_missing_output_folder(tmp_path):
+    with pytest.raises(OutputError, match="does not exist"):
+        B.BundleWriter(tmp_path / "nope" / "m.ppk")
+
+
+def test_structure_check_finds_corruption(tmp_path):
+    out = _write(tmp_path)
+    b = B.Bundle(out)
+    f = out / b.tensor("w")["file"]
+    data = bytearray(f.read_bytes())
+    data[70] ^= 1
+    f.write_bytes(bytes(data))
+    problems = B.Bundle(out).check_structure()
+    assert problems and problems[0][0] == "w" and "sha256" in problems[0][1]
+    f.unlink()
+    assert "missing" in B.Bundle(out).check_structure()[0][1]
+
+
+def _manifest(out):
+    return json.loads((out / "manifest.json").read_text())
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda m: m.update(format="other"), "field 'format'"),
+    (lambda m: m.update(version=7), "unsupported bundle version 7"),
+    (lambda m: m["tensors"][0].pop("sha256"), "missing field 'sha256'"),
+    (lambda m: m["tensors"][0].update(file="../../etc/passwd"), "is not a plain name"),
+    (lambda m: m["tensors"][0].update(type="Q9_9"), "unknown type"),
+    (lambda m: m["tensors"][0]["regions"]["a"].update(bytes=7), "region says 7"),
+    (lambda m: m["tensors"][0]["regions"]["a"].update(dtype="q7"), "unknown dtype"),
+    (lambda m: m["tensors"].append(dict(m["tensors"][0])), "listed twice"),
+    (lambda m: m["source_files"][0].update(file="source/../../x"), "not a plain path"),
+])
+def test_manifest_validation(tmp_path, mutate, message):
+    out = _write(tmp_path)
+    m = _manifest(out)
+    mutate(m)
+    (out / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(FormatError, match=message.replace("(", r"\(")):
+        B.Bundle(out)
+
+
+def test_manifest_not_json_or_duplicate_keys(tmp_path):
+    out = _write(tmp_path)
+    (out / "manifest.json").write_text("{nope")
+    with pytest.raises(FormatError, match="invalid JSON"):
+        B.Bundle(out)
+    (out / "manifest.json").write_text('{"format": "panelpack.bundle", "format": "x"}')
+    with pytest.raises(FormatError, match="duplicate key 'format'"):
+        B.Bundle(out)
+
+
+def test_not_a_bundle(tmp_path):
+    with pytest.raises(BadInputError, match="not a bundle"):
+        B.Bundle(tmp_path / "missing")
+    with pytest.raises(FormatError, match="no manifest.json"):
+        B.Bundle(tmp_path)
