@@ -47,6 +47,8 @@ _EMBEDDING_PATTERNS = [
     )
 ]
 
+_FLOATS = (T.F32, T.F16, T.BF16)
+
 #: Options accepted for ``--quant`` (HF sources) and ``--requant`` (GGUF sources).
 QUANT_CHOICES = tuple(t.lower for t in T.QUANTIZABLE)
 
@@ -118,9 +120,10 @@ def decide(info: TensorInfo, source_kind: str, layout: str, quant: Optional[T.GG
 
     # A float matrix: quantize if asked (HF --quant, or GGUF --requant for float matrices).
     target = quant if source_kind != "gguf" else requant
+    if st not in _FLOATS:
+        why = None if layout == "rowmajor" else f"type {st.name} is not a float type panelpack quantizes: kept as stored"
+        return Decision(role, "copy", st, "rowmajor", why)
     if target is None:
-        if st.codec is None or not st.name.startswith(("F", "BF")):
-            return Decision(role, "copy", st, "rowmajor", f"type {st.name} is not a float type panelpack quantizes")
         reason = None if layout == "rowmajor" else f"{st.name} matrix and no quantization requested (--quant/--requant)"
         return Decision(role, "copy", st, "rowmajor", reason)
     notes = []

@@ -231,6 +231,7 @@ class BundleWriter:
             arrays.append(a)
         layout, size = layout_regions(specs)
         h = hashlib.sha256()
+        region_hashes = []
         path = self.tmp / rel
         try:
             with open(path, "wb") as f:
@@ -243,6 +244,7 @@ class BundleWriter:
                     data = memoryview(a.reshape(-1).view(np.uint8))
                     f.write(data)
                     h.update(data)
+                    region_hashes.append(hashlib.sha256(data).hexdigest())
                     pos = reg.offset + reg.nbytes
                 f.flush()
                 os.fsync(f.fileno())
@@ -252,7 +254,7 @@ class BundleWriter:
             "file": rel,
             "bytes": size,
             "sha256": h.hexdigest(),
-            "regions": {r.name: r.to_json() for r in layout},
+            "regions": {r.name: dict(r.to_json(), sha256=hx) for r, hx in zip(layout, region_hashes)},
         }
 
     # -- side files -----------------------------------------------------------------------
@@ -485,7 +487,8 @@ class Bundle:
             if hashes:
                 got = sha256_file(path)
                 if got != t["sha256"]:
-                    problems.append((where, f"sha256 of {t['file']} is {got[:16]}..., manifest says {t['sha256'][:16]}..."))
+                    problems.append((where, f"sha256 of {t['file']} is {got[:16]}..., manifest says {t['sha256'][:16]}..."
+                                            + _bad_regions(path, t)))
         for s in self.manifest.get("source_files", []):
             path = self.path / s["file"]
             if not path.is_file():
@@ -493,6 +496,19 @@ class Bundle:
             elif hashes and sha256_file(path) != s["sha256"]:
                 problems.append((s["file"], "sha256 does not match the manifest"))
         return problems
+
+
+def _bad_regions(path: Path, t: dict[str, Any]) -> str:
+    """Name the regions whose own sha256 no longer matches (where the damage is)."""
+    bad = []
+    with open(path, "rb") as f:
+        for rname, r in t["regions"].items():
+            if "sha256" not in r:
+                continue
+            f.seek(r["offset"])
+            if hashlib.sha256(f.read(r["bytes"])).hexdigest() != r["sha256"]:
+                bad.append(rname)
+    return f" (damaged region: {', '.join(bad)})" if bad else " (damage outside the regions: padding)"
 
 
 def _no_duplicates(path):

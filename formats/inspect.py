@@ -1,0 +1,255 @@
+"""``panelpack inspect``: what a checkpoint holds, from its headers alone.
+
+:func:`describe` opens a GGUF file, a safetensors file or a Hugging Face folder and returns a
+JSON-serialisable document; :func:`render` turns it into a text report. Neither reads tensor
+data, and GGUF metadata arrays (the vocabulary) are reported by length only, so a 262k-token
+vocabulary costs nothing.
+
+The document (``format: "panelpack.inspect"``, ``version: 1``)::
+
+    source           {kind: gguf|safetensors|hf, path, files: [{path, bytes}], bytes}
+    architecture     "llama", "gemma3", "LlamaForCausalLM", ... or null
+    hyperparameters  llama.cpp names: n_layer, n_embd, n_head, n_head_kv, n_ff, n_ctx, n_vocab
+    metadata         {count, ...}: GGUF: general.name, file_type (+ its name),
+                     quantization_version, alignment and the array lengths;
+                     safetensors: the __metadata__ strings; HF: model_type and the config
+    shape_order      "outermost-first": a matrix is [N, K], K contiguous (numpy order)
+    types            [{type, count, elements, bytes, share}], largest bytes first
+    totals           {tensors, elements, bytes, bits_per_weight}
+    tensors          [{name, shape, type, bytes(, file)}] in file order
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from .common import Checkpoint
+
+log = logging.getLogger(__name__)
+
+SHAPE_ORDER = "outermost-first"
+DOC_FORMAT = "panelpack.inspect"
+DOC_VERSION = 1
+
+# GGUF scalar keys worth showing (the rest are counted); values come through _jsonable.
+_GGUF_KEYS = (
+    ("name", "general.name"),
+    ("file_type", "general.file_type"),
+    ("quantization_version", "general.quantization_version"),
+    ("alignment", "general.alignment"),
+)
+
+
+def describe(path: str | os.PathLike) -> dict[str, Any]:
+    """Open ``path`` (see :func:`formats.checkpoint.open_checkpoint`) and describe it."""
+    from .checkpoint import open_checkpoint
+
+    with open_checkpoint(path) as ckpt:
+        return describe_checkpoint(ckpt)
+
+
+def describe_checkpoint(ckpt: Checkpoint) -> dict[str, Any]:
+    """The inspect document of an open checkpoint (headers only; no tensor data is read)."""
+    files = [{"path": f, "bytes": os.path.getsize(f)} for f in _files(ckpt)]
+    multi = len({t.file for t in ckpt.tensors}) > 1
+    tensors = []
+    hist: dict[str, dict[str, Any]] = {}
+    total_bytes = total_elements = 0
+    for t in ckpt.tensors:
+        row = t.describe()
+        if multi:
+            row["file"] = os.path.basename(t.file)
+        tensors.append(row)
+        h = hist.setdefault(t.type.name, {"type": t.type.name, "count": 0, "elements": 0, "bytes": 0})
+        h["count"] += 1
+        h["elements"] += t.n_elements
+        h["bytes"] += t.nbytes
+        total_bytes += t.nbytes
+        total_elements += t.n_elements
+    for h in hist.values():
+        h["share"] = h["bytes"] / total_bytes if total_bytes else 0.0
+    types_ = sorted(hist.values(), key=lambda h: (-h["bytes"], -h["count"], h["type"]))
+
+    return {
+        "format": DOC_FORMAT,
+        "version": DOC_VERSION,
+        "source": {"kind": ckpt.kind, "path": ckpt.path, "files": files, "bytes": sum(f["bytes"] for f in files)},
+        "architecture": ckpt.architecture,
+        "hyperparameters": _jsonable({k: v for k, v in ckpt.hyperparameters().items() if v is not None}),
+        "metadata": _METADATA.get(ckpt.kind, _generic_metadata)(ckpt),
+        "shape_order": SHAPE_ORDER,
+        "types": types_,
+        "totals": {
+            "tensors": len(tensors),
+            "elements": total_elements,
+            "bytes": total_bytes,
+            "bits_per_weight": round(8 * total_bytes / total_elements, 4) if total_elements else 0.0,
+        },
+        "tensors": tensors,
+    }
+
+
+def _files(ckpt: Checkpoint) -> list[str]:
+    files = getattr(ckpt, "files", None)  # SafetensorsFile / HFCheckpoint list their files
+    if files:
+        return list(files)
+    return [ckpt.path] if os.path.isfile(ckpt.path) else sorted({t.file for t in ckpt.tensors})
+
+
+# -- metadata per kind -------------------------------------------------------------------------
+
+
+def _gguf_metadata(ckpt: Checkpoint) -> dict[str, Any]:
+    md = ckpt.metadata
+    out: dict[str, Any] = {"count": len(md)}
+    for ours, key in _GGUF_KEYS:
+        if key in md:
+            out[ours] = _jsonable(md[key])
+    ft = out.get("file_type")
+    if isinstance(ft, int):
+        import gguf  # gguf-py's LlamaFileType names the llama.cpp file types
+
+        try:
+            out["file_type_name"] = gguf.LlamaFileType(ft).name
+        except ValueError:
+            out["file_type_name"] = None
+    from .gguf import GGUFArray  # arrays are located, not decoded: len() is free
+
+    out["arrays"] = {k: len(v) for k, v in md.items() if isinstance(v, GGUFArray)}
+    return out
+
+
+def _hf_metadata(ckpt: Checkpoint) -> dict[str, Any]:
+    config = dict(ckpt.metadata)
+    return {"count": len(config), "model_type": getattr(ckpt, "model_type", None), "config": _jsonable(config)}
+
+
+def _generic_metadata(ckpt: Checkpoint) -> dict[str, Any]:
+    md = dict(ckpt.metadata)
+    return {"count": len(md), "values": _jsonable(md)}
+
+
+_METADATA: dict[str, Callable[[Checkpoint], dict[str, Any]]] = {
+    "gguf": _gguf_metadata,
+    "hf": _hf_metadata,
+    "safetensors": _generic_metadata,
+}
+
+
+def _jsonable(v: Any) -> Any:
+    """numpy scalars/arrays and bytes to plain JSON values (small values only)."""
+    if isinstance(v, Mapping):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return bytes(v).decode("utf-8", errors="replace")
+    if isinstance(v, enum.Enum):
+        return _jsonable(v.value)
+    return v
+
+
+# -- text report -------------------------------------------------------------------------------
+
+
+def human_bytes(n: int) -> str:
+    """``512 B``, ``1.5 KiB``, ``86.7 MiB``, ``1.2 GiB`` (binary units)."""
+    if n < 1024:
+        return f"{n} B"
+    x = float(n)
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        x /= 1024
+        if x < 1024 or unit == "TiB":
+            return f"{x:.1f} {unit}"
+    raise AssertionError("unreachable")
+
+
+def _shape(shape: list[int]) -> str:
+    return " x ".join(str(d) for d in shape) if shape else "scalar"
+
+
+def _table(headers: list[str], rows: list[list[str]], right: set[int], indent: str = "  ") -> list[str]:
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+
+    def line(cells: list[str]) -> str:
+        parts = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))]
+        return (indent + "  ".join(parts)).rstrip()
+
+    return [line(headers)] + [line(r) for r in rows]
+
+
+def render(doc: Mapping[str, Any]) -> str:
+    """A readable report of a :func:`describe` document: summary, type histogram (largest
+    first), then the tensor table, with sizes humanised and columns aligned."""
+    src = doc["source"]
+    out: list[str] = []
+    kv: list[tuple[str, str]] = [("source", f"{src['kind']}  {src['path']}")]
+    for f in src["files"]:
+        kv.append(("file", f"{os.path.basename(f['path'])}  {human_bytes(f['bytes'])} ({f['bytes']} bytes)"))
+    md = doc.get("metadata") or {}
+    arch = doc.get("architecture") or "unknown"
+    if md.get("model_type") and md["model_type"] != arch:
+        arch += f" (model_type {md['model_type']})"
+    kv.append(("architecture", arch))
+    hp = doc.get("hyperparameters") or {}
+    kv.append(("hyperparameters", "  ".join(f"{k}={v}" for k, v in hp.items()) or "none found"))
+    kv.append(("metadata", _metadata_line(md)))
+    arrays = md.get("arrays") or {}
+    if arrays:
+        kv.append(("arrays", ", ".join(f"{k}[{n}]" for k, n in arrays.items())))
+    tot = doc["totals"]
+    kv.append(
+        (
+            "totals",
+            f"{tot['tensors']} tensors, {tot['elements']:,} weights, {human_bytes(tot['bytes'])}, "
+            f"{tot['bits_per_weight']:.2f} bits/weight",
+        )
+    )
+    width = max(len(k) for k, _ in kv)
+    out += [f"{k.ljust(width)}  {v}" for k, v in kv]
+
+    out += ["", "types (largest first)"]
+    rows = [
+        [h["type"], str(h["count"]), f"{h['elements']:,}", human_bytes(h["bytes"]), f"{100 * h['share']:.1f}%"]
+        for h in doc["types"]
+    ]
+    rows.append(["total", str(tot["tensors"]), f"{tot['elements']:,}", human_bytes(tot["bytes"]), "100.0%"])
+    out += _table(["type", "tensors", "weights", "bytes", "share"], rows, right={1, 2, 3, 4})
+
+    order = "shapes outermost-first: a matrix is N x K" if doc.get("shape_order") == SHAPE_ORDER else ""
+    out += ["", f"tensors ({order})" if order else "tensors"]
+    has_file = any("file" in t for t in doc["tensors"])
+    headers = ["name", "shape", "type", "bytes"] + (["file"] if has_file else [])
+    rows = [
+        [t["name"], _shape(t["shape"]), t["type"], human_bytes(t["bytes"])] + ([t.get("file", "")] if has_file else [])
+        for t in doc["tensors"]
+    ]
+    out += _table(headers, rows, right={3})
+    return "\n".join(out)
+
+
+def _metadata_line(md: Mapping[str, Any]) -> str:
+    parts = [f"{md.get('count', 0)} keys"]
+    if "name" in md:
+        parts.append(f"name {md['name']!r}")
+    if "file_type" in md:
+        ft = md["file_type"]
+        parts.append(f"file_type {md['file_type_name']} ({ft})" if md.get("file_type_name") else f"file_type {ft}")
+    if "quantization_version" in md:
+        parts.append(f"quantization_version {md['quantization_version']}")
+    values = md.get("values")
+    if values:
+        parts.append(", ".join(f"{k}={v!r}" for k, v in list(values.items())[:6]))
+    return ", ".join(parts)
+
+
+__all__ = ["describe", "describe_checkpoint", "render", "human_bytes", "SHAPE_ORDER"]

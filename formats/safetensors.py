@@ -1,0 +1,824 @@
+"""Safetensors files and Hugging Face checkpoint folders: our own reader.
+
+The ``safetensors`` package is used only as a cross-check in the tests; this module parses the
+format itself so every check below is ours and every error names the file and the tensor.
+
+File layout (little-endian)::
+
+    0        8                  8+n                                           end of file
+    +--------+------------------+---------------------------------------------+
+    | n: u64 | header: n bytes  | data section: the tensors' bytes, back to   |
+    |        | UTF-8 JSON object| back; tensor t = data[begin_t : end_t]      |
+    +--------+------------------+---------------------------------------------+
+
+    header = {"__metadata__": {str: str},                       (optional)
+              "<tensor name>": {"dtype": "BF16", "shape": [N, K], "data_offsets": [begin, end]},
+              ...}
+
+``data_offsets`` are relative to the start of the data section; :class:`TensorInfo.offset` is
+absolute in the file (``8 + n + begin``). Shapes are kept as stored, numpy order: an HF
+``nn.Linear`` weight is ``(N, K)``. Data is never read at open time: :meth:`SafetensorsFile.raw`
+hands out read-only ``np.memmap`` views.
+
+Validation (each failure is one :class:`FormatError` naming the file, the tensor or field, and
+the problem). It matches what the safetensors 0.8 Rust reader accepts, except where noted:
+
+- the file holds at least the 8-byte length; ``n <= 100_000_000`` (safetensors' own limit) and
+  ``8 + n <= file size``; only then are the ``n`` header bytes read (never a claimed size);
+- the header is strict UTF-8, begins with ``{`` (the format's rule; safetensors 0.8 itself
+  also tolerates leading whitespace, we do not), and is JSON as serde_json reads it: no
+  ``NaN``/``Infinity``, no ``-0``, no lone surrogate escapes; trailing whitespace is allowed
+  (writers pad with spaces);
+- a key repeated in any JSON object is an error. **Stricter than safetensors** for two tensors
+  of the same name (safetensors silently keeps the last one); the same as safetensors for a
+  field repeated inside one tensor entry;
+- ``__metadata__``, when present (and not ``null``), maps strings to strings;
+- each tensor entry is an object with ``dtype`` (a known dtype), ``shape`` (integers >= 0) and
+  ``data_offsets`` (two integers, ``begin <= end``); other fields are ignored, as safetensors
+  does; ``prod(shape) * itemsize`` must not overflow 64 bits and must equal ``end - begin``;
+- the tensors, sorted by offsets, cover the data section exactly: each begins where the previous
+  one ends (so no overlap and no gap), and the last one ends at the end of the file (no trailing
+  bytes). This is safetensors' ``Metadata::validate`` rule; zero-size tensors are allowed.
+
+Dtypes (:data:`DTYPES`): the ones the type registry knows (F64, F32, F16, BF16, I64, I32, I16,
+I8) map to their registry :class:`GGMLType`; the others safetensors defines with a whole number
+of bytes per element are *plain* types (:data:`PLAIN_TYPES`: U8, U16, U32, U64, BOOL, C64 and
+the 8-bit floats, read as their raw ``uint8`` bits). A plain type is a :class:`GGMLType` with
+``id = -1`` that is **not** in the registry and has no codec: it can be listed and read as numpy
+(``.array()``), and anything that tries to convert it gets an :class:`UnsupportedError` from the
+registry. The sub-byte dtypes (F4, F6_*) are refused with :class:`UnsupportedError`. BF16 is
+read as raw ``uint16`` bits; :func:`bf16_to_f32` widens them exactly.
+
+Also here: :class:`HFCheckpoint` (a model folder: single file, index + shards, or loose shards;
+``config.json``, hyperparameters, side files) and :func:`save_file`, a small writer whose output
+is byte-identical to the safetensors library's.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import struct
+from types import MappingProxyType
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+from . import types
+from .common import Checkpoint, TensorInfo
+from .errors import BadInputError, FormatError, OutputError, UnsupportedError
+from .types import GGMLType
+
+log = logging.getLogger(__name__)
+
+#: safetensors refuses headers larger than this (``MAX_HEADER_SIZE`` in its ``tensor.rs``).
+MAX_HEADER_SIZE = 100_000_000
+_LEN = struct.Struct("<Q")
+_U64_LIMIT = 1 << 64  # offsets, element counts and byte sizes are usize (u64) in safetensors
+
+# safetensors dtype -> the registry type of the same name.
+_REGISTRY_DTYPES = ("F64", "F32", "F16", "BF16", "I64", "I32", "I16", "I8")
+# safetensors dtype -> numpy dtype of one element, for the plain (non-registry) types.
+# 8-bit floats have no numpy dtype: they are read as their raw bits, like BF16.
+_PLAIN_DTYPES = {
+    "U64": "<u8",
+    "U32": "<u4",
+    "U16": "<u2",
+    "U8": "u1",
+    "BOOL": "?",
+    "C64": "<c8",
+    "F8_E4M3": "u1",
+    "F8_E5M2": "u1",
+    "F8_E8M0": "u1",
+    "F8_E4M3FNUZ": "u1",
+    "F8_E5M2FNUZ": "u1",
+}
+# Dtypes safetensors defines but that pack several elements per byte: not readable here.
+_SUB_BYTE_DTYPES = ("F4", "F6_E2M3", "F6_E3M2")
+
+#: Plain types: not in the registry (``id == -1``, no codec), readable as numpy only.
+PLAIN_TYPES: dict[str, GGMLType] = {
+    name: GGMLType(-1, name, 1, np.dtype(dt).itemsize, numpy_dtype=dt) for name, dt in _PLAIN_DTYPES.items()
+}
+#: Every safetensors dtype this reader accepts -> the GGMLType its TensorInfo carries.
+DTYPES: dict[str, GGMLType] = {**{n: types.get(n) for n in _REGISTRY_DTYPES}, **PLAIN_TYPES}
+
+
+def is_plain(t: GGMLType) -> bool:
+    """True for a plain safetensors type that is not in the registry (U8, BOOL, ...)."""
+    return t.id < 0
+
+
+def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
+    """Widen raw bf16 bits (``uint16``) to ``float32``, exactly: the bits become the top half.
+
+    ``f32_bits = u16 << 16`` keeps every value, NaN payloads and signed zeros included.
+    """
+    u16 = np.asarray(bits)
+    if u16.dtype != np.uint16:
+        raise BadInputError(f"bf16_to_f32 takes raw uint16 bits, got {u16.dtype}")
+    return (u16.astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+# -- header parsing ----------------------------------------------------------------------------
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise _DuplicateKey(k)
+        out[k] = v
+    return out
+
+
+def _strict_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """No repeated key, and no lone UTF-16 surrogate (``"\\ud800"``) in a key or string value:
+    Python's json lets them through, safetensors' serde_json does not."""
+    for k, v in pairs:
+        for text in (k, v) if isinstance(v, str) else (k,):
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError(f"string {text[:40]!r} holds a lone surrogate escape") from None
+    return _no_duplicates(pairs)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not allowed in JSON")
+
+
+def _parse_int(text: str) -> int:
+    if text == "-0":  # a usize to safetensors: only digits
+        raise ValueError("-0 is not an unsigned integer")
+    return int(text)  # ValueError past 4300 digits (sys.int_info), caught by the caller
+
+
+def _json_type(v: Any) -> str:
+    return {dict: "object", list: "array", str: "string", bool: "boolean", int: "integer", float: "number"}.get(
+        type(v), "null" if v is None else type(v).__name__
+    )
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _read_header(path: str) -> tuple[int, int, bytes]:
+    """(file size, header length n, the n header bytes); bounded by the real file size."""
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                raise FormatError(
+                    f"file is {size} bytes, too short for the 8-byte header length of a safetensors file",
+                    path=path,
+                    where="header",
+                )
+            (n,) = _LEN.unpack(head)
+            if n > MAX_HEADER_SIZE:
+                raise FormatError(
+                    f"header length {n} is larger than safetensors' limit of {MAX_HEADER_SIZE} bytes "
+                    "(not a safetensors file, or a corrupt one)",
+                    path=path,
+                    where="header",
+                )
+            if 8 + n > size:
+                raise FormatError(
+                    f"header length {n} runs past the end of the file ({size} bytes): truncated or not safetensors",
+                    path=path,
+                    where="header",
+                )
+            raw = f.read(n)
+    except FileNotFoundError:
+        raise BadInputError("no such file", path=path) from None
+    except IsADirectoryError:
+        raise BadInputError("is a folder, not a safetensors file", path=path) from None
+    except OSError as e:
+        raise BadInputError(f"cannot read: {e.strerror or e}", path=path) from None
+    if len(raw) != n:  # the file shrank between stat and read
+        raise FormatError(f"file ended after {len(raw)} of the {n} header bytes", path=path, where="header")
+    return size, n, raw
+
+
+def _parse_json(path: str, raw: bytes) -> dict[str, Any]:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise FormatError(
+            f"header is not valid UTF-8 (byte {e.start} of the header)", path=path, where="header"
+        ) from None
+    if not text.startswith("{"):
+        raise FormatError(
+            f"header must be a JSON object starting with '{{', it starts with {text[:16]!r}", path=path, where="header"
+        )
+    try:
+        doc = json.loads(
+            text, object_pairs_hook=_strict_object, parse_constant=_reject_constant, parse_int=_parse_int
+        )
+    except _DuplicateKey as e:
+        raise FormatError(f"key {e.args[0]!r} appears twice in the header", path=path, where="header") from None
+    except RecursionError:
+        raise FormatError("header JSON is nested too deeply", path=path, where="header") from None
+    except ValueError as e:  # JSONDecodeError, NaN/Infinity, -0, lone surrogates, 5000-digit integers
+        raise FormatError(f"header is not valid JSON: {e}", path=path, where="header") from None
+    if not isinstance(doc, dict):  # unreachable after the '{' check; kept for clarity
+        raise FormatError(f"header is a JSON {_json_type(doc)}, expected an object", path=path, where="header")
+    return doc
+
+
+def _parse_metadata(path: str, value: Any) -> dict[str, str]:
+    where = "field '__metadata__'"
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise FormatError(f"is a JSON {_json_type(value)}, expected an object of strings", path=path, where=where)
+    for k, v in value.items():
+        if not isinstance(v, str):
+            raise FormatError(f"value of {k!r} is a JSON {_json_type(v)}, expected a string", path=path, where=where)
+    return dict(value)
+
+
+def _parse_entry(path: str, name: str, entry: Any) -> tuple[GGMLType, tuple[int, ...], int, int]:
+    """Check one tensor entry on its own: (type, shape, begin, end)."""
+    where = f"tensor {name!r}"
+
+    def bad(msg: str) -> FormatError:
+        return FormatError(msg, path=path, where=where)
+
+    if not isinstance(entry, dict):
+        raise bad(f"entry is a JSON {_json_type(entry)}, expected an object with dtype, shape and data_offsets")
+    missing = [k for k in ("dtype", "shape", "data_offsets") if k not in entry]
+    if missing:
+        raise bad(f"missing field(s) {', '.join(missing)}")
+
+    dtype = entry["dtype"]
+    if not isinstance(dtype, str):
+        raise bad(f"field 'dtype' is a JSON {_json_type(dtype)}, expected a string such as \"F32\"")
+    t = DTYPES.get(dtype)
+    if t is None:
+        if dtype in _SUB_BYTE_DTYPES:
+            raise UnsupportedError(
+                f"dtype {dtype} packs several elements per byte; panelpack does not read it", path=path, where=where
+            )
+        raise bad(f"unknown dtype {dtype!r} (known: {', '.join(DTYPES)})")
+
+    shape = entry["shape"]
+    if not isinstance(shape, list):
+        raise bad(f"field 'shape' is a JSON {_json_type(shape)}, expected an array of integers")
+    count = 1
+    for i, d in enumerate(shape):
+        if not _is_int(d):
+            raise bad(f"field 'shape' dimension {i} is a JSON {_json_type(d)} ({d!r}), expected an integer")
+        if d < 0:
+            raise bad(f"field 'shape' dimension {i} is {d}: dimensions must be >= 0")
+        count *= d
+        if count >= _U64_LIMIT:  # stops a million-dimension shape early, too
+            raise bad(f"field 'shape' {_short(shape)}: the element count overflows 64 bits")
+    nbytes = count * t.type_size
+    if nbytes >= _U64_LIMIT:
+        raise bad(f"field 'shape' {_short(shape)} of {dtype}: the byte size overflows 64 bits")
+
+    offs = entry["data_offsets"]
+    if not (isinstance(offs, list) and len(offs) == 2 and all(_is_int(o) for o in offs)):
+        raise bad(f"field 'data_offsets' is {_short(offs)}, expected two integers [begin, end]")
+    begin, end = offs
+    if begin < 0 or end < 0:
+        raise bad(f"field 'data_offsets' {offs} is negative")
+    if end < begin:
+        raise bad(f"field 'data_offsets' {offs}: end {end} is before begin {begin}")
+    if end - begin != nbytes:
+        raise bad(
+            f"header lies about sizes: shape {list(shape)} of {dtype} is {nbytes} bytes "
+            f"but data_offsets {offs} span {end - begin} bytes"
+        )
+    return t, tuple(shape), begin, end
+
+
+def _short(v: Any, limit: int = 60) -> str:
+    s = json.dumps(v) if isinstance(v, (list, dict, str, int, float, bool)) or v is None else repr(v)
+    return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+def parse_file(path: str | os.PathLike) -> tuple[int, int, dict[str, str], list[TensorInfo]]:
+    """Parse and validate a safetensors file's header.
+
+    Returns ``(file_size, header_length, metadata, tensors)`` with the tensors in data order.
+    Reads only the header; raises :class:`FormatError` (see the module docstring for the rules).
+    """
+    path = os.fspath(path)
+    size, n, raw = _read_header(path)
+    doc = _parse_json(path, raw)
+    data_start = 8 + n
+    data_size = size - data_start
+
+    metadata: dict[str, str] = {}
+    entries: list[tuple[int, int, str, GGMLType, tuple[int, ...]]] = []
+    for name, entry in doc.items():
+        if name == "__metadata__":
+            metadata = _parse_metadata(path, entry)
+            continue
+        t, shape, begin, end = _parse_entry(path, name, entry)
+        if end > data_size:
+            raise FormatError(
+                f"data_offsets [{begin}, {end}] run past the end of the file: the data section holds "
+                f"{data_size} bytes (file {size} bytes, header {n} bytes)",
+                path=path,
+                where=f"tensor {name!r}",
+            )
+        entries.append((begin, end, name, t, shape))
+
+    # Coverage: sorted by (begin, end), each tensor starts where the previous one ended.
+    entries.sort(key=lambda e: (e[0], e[1]))
+    expected, prev = 0, None
+    for begin, end, name, _, _ in entries:
+        if begin < expected:
+            raise FormatError(
+                f"data [{begin}, {end}) overlaps tensor {prev[2]!r} at [{prev[0]}, {prev[1]})",
+                path=path,
+                where=f"tensor {name!r}",
+            )
+        if begin > expected:
+            after = f"after tensor {prev[2]!r}" if prev else "at the start of the data section"
+            raise FormatError(
+                f"gap: data bytes [{expected}, {begin}) {after} belong to no tensor "
+                "(safetensors requires the tensors to cover the data section back to back)",
+                path=path,
+                where=f"tensor {name!r}",
+            )
+        expected, prev = end, (begin, end, name)
+    if expected != data_size:
+        last = f"tensor {prev[2]!r}" if prev else "the header"
+        raise FormatError(
+            f"{data_size - expected} trailing bytes after {last} belong to no tensor "
+            f"(the data section holds {data_size} bytes, the tensors cover {expected})",
+            path=path,
+            where="data",
+        )
+
+    tensors = [
+        TensorInfo(name=name, shape=shape, type=t, offset=data_start + begin, nbytes=end - begin, file=path)
+        for begin, end, name, t, shape in entries
+    ]
+    return size, n, metadata, tensors
+
+
+# -- one file ----------------------------------------------------------------------------------
+
+
+class SafetensorsFile(Checkpoint):
+    """One ``.safetensors`` file: header parsed at open, data memory-mapped on first use."""
+
+    kind = "safetensors"
+
+    def __init__(self, path: str | os.PathLike):
+        super().__init__(path)
+        self.file_size, self.header_size, self._metadata, tensors = parse_file(self.path)
+        self._set_tensors(tensors)
+        self._mm: np.memmap | None = None
+        log.debug("%s: %d tensors, header %d bytes", self.path, len(tensors), self.header_size)
+
+    @property
+    def data_offset(self) -> int:
+        """Absolute offset of the data section (``8 + header length``)."""
+        return 8 + self.header_size
+
+    @property
+    def files(self) -> list[str]:
+        return [self.path]
+
+    @property
+    def side_files(self) -> list[str]:
+        """A lone file has no side files (see :attr:`HFCheckpoint.side_files`)."""
+        return []
+
+    @property
+    def metadata(self) -> Mapping[str, Any]:
+        """The ``__metadata__`` strings, read-only (empty when the file has none)."""
+        return MappingProxyType(self._metadata)
+
+    @property
+    def st_metadata(self) -> dict[str, str]:
+        """The ``__metadata__`` strings (the same as :attr:`metadata` for a lone file)."""
+        return dict(self._metadata)
+
+    def _map(self) -> np.memmap:
+        if self._mm is None:
+            try:
+                mm = np.memmap(self.path, dtype=np.uint8, mode="r")
+            except OSError as e:
+                raise BadInputError(f"cannot map: {e.strerror or e}", path=self.path) from None
+            if mm.size != self.file_size:
+                raise FormatError(
+                    f"file changed since it was opened ({self.file_size} -> {mm.size} bytes)", path=self.path
+                )
+            self._mm = mm
+        return self._mm
+
+    def raw(self, name: str) -> np.ndarray:
+        info = self.tensor(name)
+        return self._map()[info.offset : info.offset + info.nbytes]
+
+    def close(self) -> None:
+        self._mm = None  # views handed out keep the mapping alive until they go
+
+
+# -- writing -----------------------------------------------------------------------------------
+
+# safetensors' Dtype enum in declaration order ("increasing alignment"): its writer puts the
+# data in decreasing order of this, then by name, and so does ours, so the bytes match.
+_WRITE_ORDER = (
+    "BOOL", "F4", "F6_E2M3", "F6_E3M2", "U8", "I8", "F8_E5M2", "F8_E4M3", "F8_E8M0", "F8_E4M3FNUZ",
+    "F8_E5M2FNUZ", "I16", "U16", "F16", "BF16", "I32", "U32", "F32", "C64", "F64", "I64", "U64",
+)  # fmt: skip
+# numpy dtype -> safetensors dtype for bare arrays; raw-bit dtypes (BF16, F8_*) need a tuple.
+_FROM_NUMPY = {
+    np.dtype(DTYPES[n].numpy_dtype): n
+    for n in ("F64", "F32", "F16", "I64", "I32", "I16", "I8", "U64", "U32", "U16", "U8", "BOOL", "C64")
+}
+
+
+def save_file(
+    tensors: Mapping[str, np.ndarray | tuple[str, np.ndarray]],
+    path: str | os.PathLike,
+    metadata: Mapping[str, str] | None = None,
+) -> None:
+    """Write a safetensors file, byte-identical to what the safetensors library writes.
+
+    ``tensors`` maps a name to an array (dtype inferred: float32 -> F32, uint16 -> U16, ...) or
+    to ``(dtype, array)`` for the raw-bit dtypes, e.g. ``("BF16", uint16_bits)``. Layout as the
+    reference writer: data sorted by dtype (widest first) then name; compact JSON header with
+    ``__metadata__`` first, padded with spaces to a multiple of 8 bytes. The file is written to
+    ``<path>.partial`` and renamed into place.
+    """
+    path = os.fspath(path)
+    items = []
+    for name, value in tensors.items():
+        where = f"tensor {name!r}"
+        if not isinstance(name, str) or name == "__metadata__":
+            raise BadInputError("tensor names are strings other than '__metadata__'", path=path, where=where)
+        if isinstance(value, tuple):
+            dtype, arr = value
+            arr = np.asarray(arr)
+        else:
+            arr = np.asarray(value)
+            dtype = _FROM_NUMPY.get(arr.dtype.newbyteorder("<") if arr.dtype.byteorder == ">" else arr.dtype)
+            if dtype is None:
+                raise UnsupportedError(f"numpy dtype {arr.dtype} has no safetensors dtype", path=path, where=where)
+        t = DTYPES.get(dtype)
+        if t is None:
+            raise UnsupportedError(f"dtype {dtype!r} cannot be written (known: {', '.join(DTYPES)})", path=path,
+                                   where=where)
+        want = np.dtype(t.numpy_dtype)
+        if (arr.dtype.kind, arr.dtype.itemsize) != (want.kind, want.itemsize):
+            raise BadInputError(f"{dtype} takes {want} data, got {arr.dtype}", path=path, where=where)
+        items.append((name, dtype, np.asarray(arr, dtype=want, order="C")))  # little-endian, C order
+    items.sort(key=lambda it: (-_WRITE_ORDER.index(it[1]), it[0]))
+
+    header: dict[str, Any] = {}
+    if metadata is not None:
+        for k, v in metadata.items():
+            if not (isinstance(k, str) and isinstance(v, str)):
+                raise BadInputError(f"metadata must map strings to strings, got {k!r}: {v!r}", path=path,
+                                    where="field '__metadata__'")
+        header["__metadata__"] = dict(metadata)
+    offset = 0
+    for name, dtype, arr in items:
+        header[name] = {"dtype": dtype, "shape": list(arr.shape), "data_offsets": [offset, offset + arr.nbytes]}
+        offset += arr.nbytes
+    blob = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    blob += b" " * (-len(blob) % 8)
+
+    tmp = path + ".partial"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(_LEN.pack(len(blob)))
+            f.write(blob)
+            for _, _, arr in items:
+                f.write(arr.reshape(-1).view(np.uint8).data)
+        os.replace(tmp, path)
+    except OSError as e:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise OutputError(f"{path}: cannot write: {e.strerror or e}") from None
+
+
+# -- a Hugging Face folder ---------------------------------------------------------------------
+
+SINGLE_NAME = "model.safetensors"
+INDEX_NAME = "model.safetensors.index.json"
+INDEX_SUFFIX = ".safetensors.index.json"
+CONFIG_NAME = "config.json"
+_MAX_INDEX_BYTES = 64 << 20  # an index or config.json this big is not one
+#: File names that hold weights, never copied as side files.
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".onnx", ".gguf", ".index.json")
+_PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
+_MAX_LISTED = 8  # names listed per problem in an error message
+
+#: HF config keys -> llama.cpp's hyperparameter names (first key present wins).
+HF_HPARAMS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("n_layer", ("num_hidden_layers", "n_layer", "num_layers")),
+    ("n_embd", ("hidden_size", "n_embd", "d_model")),
+    ("n_head", ("num_attention_heads", "n_head")),
+    ("n_head_kv", ("num_key_value_heads",)),
+    ("n_ff", ("intermediate_size", "n_inner", "ffn_dim")),
+    ("n_ctx", ("max_position_embeddings", "n_positions")),
+    ("n_vocab", ("vocab_size",)),
+)
+
+
+def _listing(names: Iterable[str], limit: int = _MAX_LISTED) -> str:
+    names = list(names)
+    shown = ", ".join(names[:limit])
+    return shown + (f", ... and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def _load_json_object(path: str, what: str, strict: bool) -> dict[str, Any]:
+    """A small JSON file that must hold an object; ``strict``: a repeated key is an error
+    (in an index it would map a tensor twice), else the last one wins as in ``json``."""
+    try:
+        size = os.path.getsize(path)
+        if size > _MAX_INDEX_BYTES:
+            raise FormatError(f"{size} bytes is too large for {what}", path=path)
+        with open(path, "rb") as f:
+            data = f.read(_MAX_INDEX_BYTES + 1)
+    except OSError as e:
+        raise BadInputError(f"cannot read: {e.strerror or e}", path=path) from None
+    try:
+        doc = json.loads(data.decode("utf-8"), object_pairs_hook=_no_duplicates if strict else None)
+    except _DuplicateKey as e:
+        raise FormatError(f"key {e.args[0]!r} appears twice", path=path) from None
+    except RecursionError:
+        raise FormatError("JSON nested too deeply", path=path) from None
+    except (UnicodeDecodeError, ValueError) as e:
+        raise FormatError(f"{what} is not valid JSON: {e}", path=path) from None
+    if not isinstance(doc, dict):
+        raise FormatError(f"{what} is a JSON {_json_type(doc)}, expected an object", path=path)
+    return doc
+
+
+def _weight_map(index_path: str, folder: str) -> dict[str, str]:
+    doc = _load_json_object(index_path, "a safetensors index", strict=True)
+    wm = doc.get("weight_map")
+    if not isinstance(wm, dict):
+        raise FormatError(
+            f"field 'weight_map' is {'missing' if wm is None else 'a JSON ' + _json_type(wm)}, "
+            "expected an object mapping tensor names to shard files",
+            path=index_path,
+        )
+    root = os.path.realpath(folder)
+    for name, shard in wm.items():
+        if not isinstance(shard, str) or not shard:
+            raise FormatError(f"shard of tensor {name!r} is {_short(shard)}, expected a file name", path=index_path)
+        target = os.path.realpath(os.path.join(folder, shard))
+        if os.path.isabs(shard) or os.path.commonpath([root, target]) != root:
+            raise FormatError(f"shard {shard!r} of tensor {name!r} is outside the folder", path=index_path)
+    return wm
+
+
+def _config_get(config: Mapping[str, Any], keys: tuple[str, ...]) -> Any:
+    """First of ``keys`` in the config, or in its ``text_config`` (multimodal configs nest it)."""
+    for scope in (config, config.get("text_config")):
+        if isinstance(scope, dict):
+            for k in keys:
+                v = scope.get(k)
+                if _is_int(v):
+                    return v
+    return None
+
+
+class HFCheckpoint(Checkpoint):
+    """A Hugging Face model folder with safetensors weights.
+
+    Weights, in the order ``transformers`` looks for them: ``model.safetensors``; else a
+    ``*.safetensors.index.json`` (``model.`` preferred) whose ``weight_map`` names the shards;
+    else every ``*.safetensors`` file in the folder, as shards. Sharded checkpoints are checked
+    against the headers of the shards present, and every mismatch is reported in one error.
+    """
+
+    kind = "hf"
+
+    def __init__(self, path: str | os.PathLike, index: str | None = None):
+        """``index``: the name of the index file to use (default: found as described above)."""
+        super().__init__(path)
+        folder = self.path
+        if not os.path.isdir(folder):
+            raise BadInputError("not a folder", path=folder)
+        try:
+            listing = sorted(os.listdir(folder))
+        except OSError as e:
+            raise BadInputError(f"cannot list: {e.strerror or e}", path=folder) from None
+        files = [f for f in listing if not f.startswith(".") and os.path.isfile(os.path.join(folder, f))]
+
+        self.index_file: str | None = None
+        self.shards: list[SafetensorsFile] = []
+        single = SINGLE_NAME in files
+        indexes = [f for f in files if f.endswith(INDEX_SUFFIX)]
+        loose = [f for f in files if f.endswith(".safetensors")]
+        if index is not None:
+            if index not in indexes:
+                raise BadInputError(f"no index file {index!r} in the folder", path=folder)
+            self._open_indexed(folder, os.path.join(folder, index), loose)
+        elif single:
+            if indexes:
+                log.warning("%s: has both %s and %s; using %s", folder, SINGLE_NAME, indexes[0], SINGLE_NAME)
+            self._open_unindexed(folder, [SINGLE_NAME])
+        elif indexes:
+            if INDEX_NAME in indexes:
+                index = INDEX_NAME
+            elif len(indexes) == 1:
+                index = indexes[0]
+            else:
+                raise BadInputError(f"several safetensors indexes ({_listing(indexes)}); expected one", path=folder)
+            self._open_indexed(folder, os.path.join(folder, index), loose)
+        elif loose:
+            self._open_unindexed(folder, loose)
+        else:
+            pickles = [f for f in files if f.endswith(_PICKLE_SUFFIXES)]
+            ggufs = [f for f in files if f.endswith(".gguf")]
+            if pickles:
+                raise UnsupportedError(
+                    f"holds only PyTorch pickle weights ({_listing(pickles)}); panelpack reads safetensors: "
+                    "convert them first (e.g. with safetensors.torch.save_file), or use a GGUF",
+                    path=folder,
+                )
+            if ggufs:
+                raise BadInputError(
+                    f"holds no safetensors but GGUF file(s) {_listing(ggufs)}: pass the .gguf file itself", path=folder
+                )
+            raise BadInputError(
+                f"no weights found: expected {SINGLE_NAME}, {INDEX_NAME} or *.safetensors "
+                f"(found: {_listing(listing) if listing else 'nothing'})",
+                path=folder,
+            )
+
+        config_path = os.path.join(folder, CONFIG_NAME)
+        if os.path.isfile(config_path):
+            self.config: dict[str, Any] = _load_json_object(config_path, "config.json", strict=False)
+        else:
+            log.info("%s: no %s; architecture and hyperparameters are unknown", folder, CONFIG_NAME)
+            self.config = {}
+        #: Non-weight files to carry into a bundle (config, tokenizer, ...): full paths under
+        #: the folder, sorted; hidden files, ``*.safetensors``, indexes and pickles excluded.
+        self.side_files: list[str] = _side_files(folder)
+
+    # -- opening ----------------------------------------------------------------------------
+    def _adopt(self, shards: list[SafetensorsFile], owner: dict[str, SafetensorsFile]) -> None:
+        self.shards = shards
+        self._owner = owner
+        self._set_tensors([t for s in shards for t in s.tensors if owner.get(t.name) is s])
+
+    def _open_unindexed(self, folder: str, names: list[str]) -> None:
+        shards = [SafetensorsFile(os.path.join(folder, n)) for n in names]
+        owners = _owners(shards)
+        dups = {t: s for t, s in owners.items() if len(s) > 1}
+        if dups:
+            raise FormatError(
+                f"{len(dups)} tensor(s) appear in more than one file: "
+                + _listing(f"{t} ({' and '.join(s)})" for t, s in dups.items()),
+                path=folder,
+            )
+        self._adopt(shards, {t.name: s for s in shards for t in s.tensors})
+
+    def _open_indexed(self, folder: str, index_path: str, loose: list[str]) -> None:
+        self.index_file = index_path
+        wm = _weight_map(index_path, folder)
+        referenced = sorted(set(wm.values()))
+        unused = sorted(set(loose) - set(referenced))
+        if unused:
+            log.warning("%s: ignoring %s, not named by the index", folder, _listing(unused))
+        missing_files = [s for s in referenced if not os.path.isfile(os.path.join(folder, s))]
+        by_shard = {s: SafetensorsFile(os.path.join(folder, s)) for s in referenced if s not in missing_files}
+        owners: dict[str, list[str]] = {}
+        for label, sf in by_shard.items():
+            for t in sf.tensors:
+                owners.setdefault(t.name, []).append(label)
+
+        problems = []
+        if missing_files:
+            counts = {s: 0 for s in missing_files}
+            for shard in wm.values():
+                if shard in counts:
+                    counts[shard] += 1
+            problems.append(
+                f"{len(missing_files)} shard file(s) missing: "
+                + _listing(f"{s} ({counts[s]} tensors)" for s in missing_files)
+            )
+        absent = []
+        for name, shard in wm.items():
+            if shard in by_shard and name not in by_shard[shard]:
+                found = owners.get(name)
+                absent.append(f"{name} (listed in {shard}" + (f", found in {' and '.join(found)})" if found else ")"))
+        if absent:
+            problems.append(f"{len(absent)} tensor(s) missing from their shard: {_listing(absent)}")
+        extra = [f"{t} (in {' and '.join(s)})" for t, s in owners.items() if t not in wm]
+        if extra:
+            problems.append(f"{len(extra)} tensor(s) in the shards but not in the index: {_listing(extra)}")
+        dups = [f"{t} ({' and '.join(s)})" for t, s in owners.items() if len(s) > 1]
+        if dups:
+            problems.append(f"{len(dups)} tensor(s) in more than one shard: {_listing(dups)}")
+        if problems:
+            raise FormatError("index does not match the shard files: " + "; ".join(problems), path=index_path)
+        self._adopt(list(by_shard.values()), {name: by_shard[shard] for name, shard in wm.items()})
+
+    # -- the Checkpoint surface -------------------------------------------------------------
+    @property
+    def files(self) -> list[str]:
+        """The weight files (shards), then the index if there is one."""
+        return [s.path for s in self.shards] + ([self.index_file] if self.index_file else [])
+
+    def raw(self, name: str) -> np.ndarray:
+        self.tensor(name)  # the usual error for an unknown name
+        return self._owner[name].raw(name)
+
+    @property
+    def metadata(self) -> Mapping[str, Any]:
+        """The model's ``config.json`` (empty when there is none)."""
+        return self.config
+
+    @property
+    def st_metadata(self) -> dict[str, str]:
+        """The shards' ``__metadata__`` strings merged in shard order (the first value of a key
+        wins; HF writes the same ``{"format": "pt"}`` into every shard)."""
+        out: dict[str, str] = {}
+        for shard in self.shards:
+            for k, v in shard.metadata.items():
+                if out.setdefault(k, v) != v:
+                    log.debug("%s: __metadata__ %r differs between shards; keeping %r", self.path, k, out[k])
+        return out
+
+    @property
+    def model_type(self) -> str | None:
+        mt = self.config.get("model_type")
+        return mt if isinstance(mt, str) else None
+
+    @property
+    def architecture(self) -> str | None:
+        """``config["architectures"][0]`` (e.g. ``LlamaForCausalLM``), else ``model_type``."""
+        archs = self.config.get("architectures")
+        if isinstance(archs, list) and archs and isinstance(archs[0], str):
+            return archs[0]
+        return self.model_type
+
+    def hyperparameters(self) -> dict[str, Any]:
+        """llama.cpp-style names from the HF config (absent keys are left out); ``n_head_kv``
+        defaults to ``n_head`` as in llama.cpp when ``num_key_value_heads`` is not given."""
+        out: dict[str, Any] = {}
+        for ours, keys in HF_HPARAMS:
+            v = _config_get(self.config, keys)
+            if v is None and ours == "n_head_kv":
+                v = out.get("n_head")
+            if v is not None:
+                out[ours] = v
+        return out
+
+    def close(self) -> None:
+        for s in self.shards:
+            s.close()
+
+
+def _owners(shards: list[SafetensorsFile]) -> dict[str, list[str]]:
+    """tensor name -> the base names of the files that hold it."""
+    owners: dict[str, list[str]] = {}
+    for s in shards:
+        for t in s.tensors:
+            owners.setdefault(t.name, []).append(os.path.basename(s.path))
+    return owners
+
+
+def _side_files(folder: str) -> list[str]:
+    """Non-weight files of the folder and its sub-folders (config, tokenizer, ...): paths under
+    ``folder`` (``os.path.join(folder, relative)``), sorted by their relative POSIX path;
+    hidden files and folders are skipped."""
+    rel = []
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for f in files:
+            if f.startswith(".") or f.endswith(WEIGHT_SUFFIXES):
+                continue
+            full = os.path.join(root, f)
+            if os.path.isfile(full):
+                rel.append(os.path.relpath(full, folder).replace(os.sep, "/"))
+    return [os.path.join(folder, *r.split("/")) for r in sorted(rel)]
+
+
+__all__ = [
+    "DTYPES",
+    "PLAIN_TYPES",
+    "MAX_HEADER_SIZE",
+    "HF_HPARAMS",
+    "SafetensorsFile",
+    "HFCheckpoint",
+    "parse_file",
+    "is_plain",
+    "bf16_to_f32",
+    "save_file",
+]
