@@ -86,14 +86,15 @@ def layouts(as_json: bool) -> None:
 
     rows = []
     for d in doc:
-        types = ", ".join(d["source_types"]) if d["source_types"] else "any"
+        types = "any" if d.get("any_type") else ", ".join(d["source_types"])
         inv = d.get("invertible")
         if isinstance(inv, dict):
             inv = "yes" if all(inv.values()) else "no: " + ", ".join(k for k, v in inv.items() if not v)
         else:
             inv = "yes" if inv else "no"
-        rows.append((d["name"], d.get("row_multiple", 1), types, inv, d.get("description", "")))
-    click.echo(table(rows, ("layout", "N multiple", "source types", "invertible", "description")))
+        target = ", ".join(f"{k}={v}" for k, v in d.get("target", {}).items())
+        rows.append((d["name"], d.get("row_multiple", 1), types, inv, target, d.get("description", "")))
+    click.echo(table(rows, ("layout", "N multiple", "source types", "invertible", "target", "description")))
 
 
 class _TqdmProgress:

@@ -1,0 +1,63 @@
+"""Layouts: pure, exact transforms between standard GGUF blocks and kernel layouts.
+
+One module per layout, all with the same surface (see docs/DEVELOPING.md and the module
+docstrings, which draw each byte layout)::
+
+    NAME, SOURCE_TYPES, ROW_MULTIPLE, TARGET, DESCRIPTION
+    refuse(qtype, n, k) -> str | None        why a tensor does not qualify (ledger words)
+    invertible(qtype) -> bool
+    plan(qtype, n, k) -> list[RegionSpec]    names, dtypes, shapes, sizes (no data)
+    params(qtype, n, k) -> dict              what the manifest records (JSON-serialisable)
+    pack(blocks, n, k, qtype, out=None) -> dict[name, ndarray]     regions in plan order
+    unpack(regions, n, k, qtype, out=None) -> uint8 [n, row_bytes] invertible layouts only
+    dequantize(regions, n, k, qtype) -> f32 [n, k]                 bit-identical to the codec
+
+``LAYOUTS`` is the one registry every command reads; a new layout is a new module plus its
+line here.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from ..formats import types as _types
+from ..formats.errors import UnsupportedError
+from . import ggml_x8, il8_int8, il8_nibble, panel64, rowmajor
+from ._common import RegionSpec
+
+LAYOUTS: dict[str, ModuleType] = {m.NAME: m for m in (rowmajor, panel64, ggml_x8, il8_nibble, il8_int8)}
+assert len(LAYOUTS) == 5, "duplicate layout name"
+
+__all__ = ["LAYOUTS", "RegionSpec", "get", "names", "describe"]
+
+
+def names() -> list[str]:
+    return list(LAYOUTS)
+
+
+def get(name: str) -> ModuleType:
+    """The layout module called ``name`` (case-insensitive; ``_`` and ``-`` are the same)."""
+    if isinstance(name, str):
+        key = name.strip().lower().replace("_", "-")
+        if key in LAYOUTS:
+            return LAYOUTS[key]
+    raise UnsupportedError(f"unknown layout {name!r} (known: {', '.join(LAYOUTS)})")
+
+
+def describe() -> list[dict]:
+    """One JSON-serialisable entry per layout, for ``panelpack layouts``."""
+    out = []
+    for mod in LAYOUTS.values():
+        types = sorted(mod.SOURCE_TYPES, key=lambda t: t.id)
+        any_type = mod.SOURCE_TYPES == frozenset(_types.TYPES)
+        out.append({
+            "name": mod.NAME,
+            "any_type": any_type,
+            "source_types": [t.name for t in types],
+            "row_multiple": mod.ROW_MULTIPLE,
+            "k_multiple": {t.name: t.block_size for t in types},
+            "invertible": {t.name: mod.invertible(t) for t in types},
+            "target": dict(mod.TARGET),
+            "description": mod.DESCRIPTION,
+        })
+    return out

@@ -1,0 +1,340 @@
+"""Pieces every layout module shares: region descriptions, input checks, f16 tables, the
+standard dequantization formulas and the 12-byte K-quant scale packing.
+
+Nothing here knows a particular layout; the layout modules (``rowmajor.py``, ``panel64.py``,
+...) describe their bytes next to their own code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+
+from ..formats import types as _types
+from ..formats.errors import BadInputError, UnsupportedError
+
+# ---- regions ------------------------------------------------------------------------------
+#: numpy dtype names a region may have (every multi-byte value is little-endian).
+DTYPES = {"uint8": "<u1", "int8": "<i1", "uint16": "<u2", "int16": "<i2", "float32": "<f4"}
+
+
+@dataclass(frozen=True)
+class RegionSpec:
+    """One named array of a packed tensor: what a dry run needs to size and place it."""
+
+    name: str
+    dtype: str  # a key of DTYPES
+    shape: tuple[int, ...]
+    nbytes: int
+
+    @property
+    def np_dtype(self) -> np.dtype:
+        return np.dtype(DTYPES[self.dtype])
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape), "nbytes": self.nbytes}
+
+
+def region(name: str, dtype: str, shape: tuple[int, ...]) -> RegionSpec:
+    shape = tuple(int(s) for s in shape)
+    return RegionSpec(name, dtype, shape, int(np.prod(shape, dtype=np.int64)) * np.dtype(DTYPES[dtype]).itemsize)
+
+
+# ---- refusals (the words a ledger records) ------------------------------------------------
+def shape_reason(n, k) -> str | None:
+    for label, v in (("N", n), ("K", k)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            return f"{label}={v!r} is not an integer"
+        if v < 1:
+            return f"{label}={v} is not a positive size"
+    return None
+
+
+def type_reason(t: _types.GGMLType, layout: str, accepted) -> str | None:
+    if t in accepted:
+        return None
+    names = ", ".join(x.name for x in sorted(accepted, key=lambda x: x.id))
+    return f"type {t.name} is not accepted by {layout} (accepts {names})"
+
+
+def k_reason(t: _types.GGMLType, k: int) -> str | None:
+    if k % t.block_size:
+        return f"K={k} is not a multiple of the {t.name} block size {t.block_size}"
+    return None
+
+
+def n_reason(n: int, multiple: int) -> str | None:
+    if multiple > 1 and n % multiple:
+        return f"N={n} is not a multiple of {multiple}"
+    return None
+
+
+def first_reason(*reasons: str | None) -> str | None:
+    for r in reasons:
+        if r:
+            return r
+    return None
+
+
+def accepted(name: str, refuse, qtype, n, k) -> _types.GGMLType:
+    """Resolve ``qtype`` and raise UnsupportedError with the layout's refusal, if any."""
+    t = _types.get(qtype)
+    reason = refuse(t, n, k)
+    if reason:
+        raise UnsupportedError(f"layout {name}: {reason}")
+    return t
+
+
+# ---- input checks -------------------------------------------------------------------------
+def as_blocks(layout_name: str, blocks, t: _types.GGMLType, n: int, k: int) -> np.ndarray:
+    """The source as a C-contiguous uint8 ``[n, row_bytes]`` array (a view when possible)."""
+    if not isinstance(blocks, np.ndarray):
+        try:
+            blocks = np.frombuffer(blocks, np.uint8)
+        except TypeError:
+            raise BadInputError(
+                f"layout {layout_name}: blocks must be a numpy array or a buffer, got {type(blocks).__name__}"
+            ) from None
+    arr = np.asarray(blocks)
+    want = n * t.row_bytes(k)
+    if arr.nbytes != want:
+        raise BadInputError(
+            f"layout {layout_name}: {t.name} [{n}, {k}] needs {want} bytes of blocks, got {arr.nbytes}"
+            f" (array {arr.dtype} {list(arr.shape)})"
+        )
+    if not arr.flags.c_contiguous:
+        arr = np.ascontiguousarray(arr)
+    return arr.reshape(-1).view(np.uint8).reshape(n, t.row_bytes(k))
+
+
+def as_regions(layout_name: str, regions: Mapping[str, np.ndarray], plan: list[RegionSpec]) -> dict[str, np.ndarray]:
+    """Check ``regions`` against ``plan``; return C-contiguous arrays of the plan's dtype/shape.
+
+    A region may come typed (the plan's dtype) or as raw bytes (uint8 of the right size, e.g.
+    read back from a bundle file); anything else is refused with the region's name.
+    """
+    if not isinstance(regions, Mapping):
+        raise BadInputError(f"layout {layout_name}: regions must be a mapping of name to array")
+    want = {r.name for r in plan}
+    extra = sorted(set(regions) - want)
+    if extra:
+        raise BadInputError(f"layout {layout_name}: unexpected region(s) {extra} (expected {[r.name for r in plan]})")
+    out = {}
+    for spec in plan:
+        if spec.name not in regions:
+            raise BadInputError(f"layout {layout_name}: region {spec.name!r} missing (expected {[r.name for r in plan]})")
+        a = np.asarray(regions[spec.name])
+        dt = spec.np_dtype
+        if a.dtype != dt and a.dtype != np.uint8:
+            raise BadInputError(f"layout {layout_name}: region {spec.name!r} has dtype {a.dtype}, expected {spec.dtype}")
+        if a.nbytes != spec.nbytes:
+            raise BadInputError(
+                f"layout {layout_name}: region {spec.name!r} has {a.nbytes} bytes, expected {spec.nbytes}"
+                f" ({spec.dtype} {list(spec.shape)})"
+            )
+        if a.dtype == dt and a.shape != spec.shape and a.ndim != 1:
+            raise BadInputError(
+                f"layout {layout_name}: region {spec.name!r} has shape {list(a.shape)}, expected {list(spec.shape)}"
+            )
+        a = np.ascontiguousarray(a)
+        out[spec.name] = a.reshape(-1).view(dt).reshape(spec.shape)
+    return out
+
+
+def out_regions(layout_name: str, out: Mapping[str, np.ndarray] | None, plan: list[RegionSpec]) -> dict[str, np.ndarray]:
+    """Fresh region arrays for ``plan``, or ``out`` checked to be writable arrays matching it
+    exactly (e.g. memory maps of the bundle's tensor file, so packing writes in place)."""
+    if out is None:
+        return {spec.name: np.empty(spec.shape, spec.np_dtype) for spec in plan}
+    if not isinstance(out, Mapping) or set(out) != {r.name for r in plan}:
+        got = sorted(out) if isinstance(out, Mapping) else type(out).__name__
+        raise BadInputError(f"layout {layout_name}: out must hold exactly the regions {[r.name for r in plan]}, got {got}")
+    res = {}
+    for spec in plan:
+        a = out[spec.name]
+        if not isinstance(a, np.ndarray) or a.dtype != spec.np_dtype or a.shape != spec.shape:
+            raise BadInputError(
+                f"layout {layout_name}: out region {spec.name!r} must be a {spec.dtype} array of shape {list(spec.shape)}"
+            )
+        if not (a.flags.c_contiguous and a.flags.writeable):
+            raise BadInputError(f"layout {layout_name}: out region {spec.name!r} must be C-contiguous and writable")
+        res[spec.name] = a
+    return res
+
+
+def out_blocks(layout_name: str, out: np.ndarray | None, t: _types.GGMLType, n: int, k: int) -> np.ndarray:
+    """A fresh uint8 [n, row_bytes] array, or ``out`` checked to be exactly that (writable)."""
+    shape = (n, t.row_bytes(k))
+    if out is None:
+        return np.empty(shape, np.uint8)
+    if not isinstance(out, np.ndarray) or out.dtype != np.uint8 or out.shape != shape:
+        raise BadInputError(f"layout {layout_name}: out must be a uint8 array of shape {list(shape)}")
+    if not (out.flags.c_contiguous and out.flags.writeable):
+        raise BadInputError(f"layout {layout_name}: out must be C-contiguous and writable")
+    return out
+
+
+def aligned_words(flat: np.ndarray) -> np.ndarray:
+    """A byte array as little-endian uint64 words (copied only if misaligned); size % 8 == 0."""
+    flat = flat.reshape(-1)
+    if flat.ctypes.data % 8:
+        tmp = np.empty(flat.size, np.uint8)
+        tmp[...] = flat
+        flat = tmp
+    return flat.view(np.uint64)
+
+
+# ---- f16 <-> f32 --------------------------------------------------------------------------
+#: f32 value of every f16 bit pattern, exactly as numpy (and so gguf-py) widens it: NaN
+#: payloads and signalling NaNs are kept, so the map is injective.
+F16_TO_F32: np.ndarray = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
+
+
+def f16_bits_to_f32(h: np.ndarray) -> np.ndarray:
+    return F16_TO_F32[np.asarray(h).view(np.uint16)]
+
+
+def f32_to_f16_bits_exact(x: np.ndarray, what: str) -> np.ndarray:
+    """Inverse of :data:`F16_TO_F32` for values that are exact widened f16s; raise otherwise."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    h = x.astype(np.float16).view(np.uint16)
+    bad = F16_TO_F32[h].view(np.uint32) != x.view(np.uint32)
+    if bad.any():
+        i = int(np.flatnonzero(bad.reshape(-1))[0])
+        raise BadInputError(
+            f"{what}: value {float(x.reshape(-1)[i])!r} (bits 0x{int(x.view(np.uint32).reshape(-1)[i]):08x}) at flat"
+            f" index {i} is not an exact f16, so the source scale cannot be restored"
+        )
+    return h
+
+
+# ---- the standard dequantization (gguf-py's order, all in f32) ----------------------------
+def dequant_integer_form(c: np.ndarray, s: np.ndarray, o: np.ndarray | None = None, sign: int = 1) -> np.ndarray:
+    """``value = s*f32(c)`` (``+ o`` when sign=+1 and o given, ``- o`` when sign=-1), per group.
+
+    ``c`` is the integer code ``[n, k]``; ``s`` and ``o`` are f32 ``[n, k/G]`` (one value per
+    group of G consecutive K). Each product and sum is one f32 rounding, the order gguf-py uses:
+    Q4_0/Q5_0/Q8_0 ``d*c``; Q4_1/Q5_1 ``d*q + m``; Q4_K/Q5_K ``(d*sc)*q - (dmin*m)`` (callers
+    pass ``s = d*sc`` and ``o = dmin*m``); Q6_K ``(d*scale)*c``.
+    """
+    n, k = c.shape
+    ng = s.shape[1]
+    g = k // ng
+    v = c.reshape(n, ng, g).astype(np.float32) * s.reshape(n, ng, 1).astype(np.float32, copy=False)
+    if o is not None:
+        o3 = o.reshape(n, ng, 1).astype(np.float32, copy=False)
+        v = v + o3 if sign > 0 else v - o3
+    return v.reshape(n, k)
+
+
+def dequant_from_fields(t: _types.GGMLType, c: np.ndarray, fields: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Dequantize from the integer code ``c`` and the raw scale fields (codec field names).
+
+    ``fields`` holds per-group arrays ``[n, k/G]`` and, for K-quants, per-super-block arrays
+    ``[n, k/256]``, with f16 values as raw uint16 bits.
+    """
+    scheme = t.scheme
+    if scheme == "scale":
+        return dequant_integer_form(c, f16_bits_to_f32(fields["d"]))
+    if scheme == "scale_min":
+        return dequant_integer_form(c, f16_bits_to_f32(fields["d"]), f16_bits_to_f32(fields["m"]), +1)
+    per = _types.QK_K // t.group  # groups per super-block
+    d = np.repeat(f16_bits_to_f32(fields["d"]), per, axis=1)
+    if scheme == "k_scale_min":
+        dmin = np.repeat(f16_bits_to_f32(fields["dmin"]), per, axis=1)
+        s = d * np.asarray(fields["sc"]).astype(np.float32)
+        o = dmin * np.asarray(fields["m"]).astype(np.float32)
+        return dequant_integer_form(c, s, o, -1)
+    if scheme == "k_scale":
+        s = d * np.asarray(fields["scale"]).view(np.int8).astype(np.float32)
+        return dequant_integer_form(c, s)
+    raise UnsupportedError(f"type {t.name} has no integer form")  # pragma: no cover - registry guards
+
+
+def plain_dequantize(t: _types.GGMLType, raw: np.ndarray, n: int, k: int) -> np.ndarray:
+    """F32 / F16 / BF16 bytes to f32 ``[n, k]`` (numpy's widening, as gguf-py)."""
+    if t.name == "F32":
+        return raw.reshape(-1).view("<f4").reshape(n, k).astype(np.float32, copy=True)
+    if t.name == "F16":
+        return raw.reshape(-1).view("<f2").astype(np.float32).reshape(n, k)
+    if t.name == "BF16":
+        return (raw.reshape(-1).view("<u2").astype(np.uint32) << 16).view(np.float32).reshape(n, k)
+    raise UnsupportedError(f"type {t.name} (id {t.id}) cannot be dequantized by panelpack")
+
+
+# ---- the 12-byte 6-bit scale packing of Q4_K / Q5_K (and of ggml's block_q4_Kx8) ----------
+#
+#   slot j = 0..7 holds a 6-bit pair (sc[j], m[j]); bytes b[0..11]:
+#
+#        bit  7 6 | 5 4 3 2 1 0
+#   b[0..3]:  sc[4..7]>>4 | sc[0..3]
+#   b[4..7]:   m[4..7]>>4 |  m[0..3]
+#   b[8..11]:  m[4..7]&15 (high nibble) | sc[4..7]&15 (low nibble)
+#
+# In a Q4_K block the slots are the 8 sub-blocks; in ggml's block_q4_Kx8 the slots are the
+# 8 interleaved rows (one 12-byte group per sub-block).
+def unpack_scales12(b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """uint8 ``[..., 12]`` -> (sc, m) uint8 ``[..., 8]``."""
+    b = np.asarray(b, dtype=np.uint8)
+    lo, mid, hi = b[..., 0:4], b[..., 4:8], b[..., 8:12]
+    sc = np.concatenate([lo & 63, (hi & 15) | ((lo >> 6) << 4)], axis=-1)
+    m = np.concatenate([mid & 63, (hi >> 4) | ((mid >> 6) << 4)], axis=-1)
+    return sc, m
+
+
+def pack_scales12(sc: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """(sc, m) uint8 ``[..., 8]`` (values < 64) -> uint8 ``[..., 12]``."""
+    sc = np.asarray(sc, dtype=np.uint8)
+    m = np.asarray(m, dtype=np.uint8)
+    b0 = (sc[..., 0:4] & 63) | ((sc[..., 4:8] >> 4) << 6)
+    b1 = (m[..., 0:4] & 63) | ((m[..., 4:8] >> 4) << 6)
+    b2 = (sc[..., 4:8] & 15) | ((m[..., 4:8] & 15) << 4)
+    return np.concatenate([b0, b1, b2], axis=-1).astype(np.uint8)
+
+
+def codec_fields(t: _types.GGMLType, raw: np.ndarray, n: int, k: int) -> dict[str, np.ndarray]:
+    from ..formats import blocks as _blocks
+
+    return _blocks.to_fields(raw, t, n, k)
+
+
+def codec_from_fields(t: _types.GGMLType, fields: dict[str, np.ndarray], n: int, k: int) -> np.ndarray:
+    from ..formats import blocks as _blocks
+
+    return _blocks.from_fields(fields, t, n, k)
+
+
+# ---- byte-level views of Q4_0 / Q4_K blocks (numpy; the codec fields, without the tables) --
+#   Q4_0 block (18 B): d:f16 | qs[16];   element e: e<16 low nibble of qs[e], else high of qs[e-16]
+#   Q4_K block (144 B): d | dmin | scales[12] | qs[128];  sub-block s, element l: nibble s%2
+#                       of qs[32*(s//2) + l]
+def q4_0_split(raw: np.ndarray, n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """-> (codes uint8 [n, k/32, 32] raw u, d uint16 [n, k/32])."""
+    b = raw.reshape(n, k // 32, 18)
+    qs = b[..., 2:]
+    codes = np.concatenate([qs & 15, qs >> 4], axis=-1)
+    return codes, np.ascontiguousarray(b[..., 0:2]).view(np.uint16)[..., 0]
+
+
+def q4_0_join(codes: np.ndarray, d: np.ndarray, n: int, k: int) -> np.ndarray:
+    """Inverse of q4_0_split -> uint8 [n, row_bytes]."""
+    nb = k // 32
+    out = np.empty((n, nb, 18), np.uint8)
+    out[..., 0:2] = np.ascontiguousarray(d, dtype=np.uint16).reshape(n, nb, 1).view(np.uint8)
+    c = codes.reshape(n, nb, 32)
+    out[..., 2:] = (c[..., :16] & 15) | ((c[..., 16:] & 15) << 4)
+    return out.reshape(n, nb * 18)
+
+
+def q4_k_split(raw: np.ndarray, n: int, k: int) -> dict[str, np.ndarray]:
+    """-> codes uint8 [n, k/32, 32], sc/m uint8 [n, k/32], d/dmin uint16 [n, k/256]."""
+    nsb = k // 256
+    b = raw.reshape(n, nsb, 144)
+    words = np.ascontiguousarray(b[..., 0:4]).view(np.uint16)
+    sc, m = unpack_scales12(b[..., 4:16])
+    qs = b[..., 16:].reshape(n, nsb, 4, 1, 32)
+    codes = np.concatenate([qs & 15, qs >> 4], axis=-2).reshape(n, nsb * 8, 32)
+    return {"codes": codes, "sc": sc.reshape(n, nsb * 8), "m": m.reshape(n, nsb * 8),
+            "d": words[..., 0], "dmin": words[..., 1]}

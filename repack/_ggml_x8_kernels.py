@@ -1,0 +1,262 @@
+"""Numba kernels of the ggml-x8 layout (byte layout drawn in ``ggml_x8.py``).
+
+Imported lazily by ``ggml_x8`` on the first pack/unpack. Kernels take arrays and sizes only
+and never raise; ``ggml_x8.pack``/``unpack`` validate first, and ``ggml_x8.pack_ref``/
+``unpack_ref`` are the references the tests compare them with.
+
+In 64-bit words: a block_q4_0x8 is 18 words (0..1 = d[8]; 2 + 8h + r = row r's qs[8h..8h+7]
+^ 0x88..88), a block_q4_Kx8 is 144 words (0..1 d[8], 2..3 dmin[8], 4..15 scales[96],
+16 + 8h + r = row r's qs word h, i.e. word 2 + h of its source block).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+from numba import types as nt
+
+_U = np.uint64
+_X88 = np.uint64(0x8888888888888888)
+_RO_U64 = nt.Array(nt.uint64, 1, "C", readonly=True)
+_RO_U8 = nt.Array(nt.uint8, 1, "C", readonly=True)
+_KERNEL = dict(cache=True, boundscheck=False)
+
+
+@njit(inline="always")
+def _ld64(a8, o):
+    """Little-endian 64-bit load at any byte offset."""
+    x = _U(0)
+    for j in range(8):
+        x |= _U(a8[o + _U(j)]) << _U(8 * j)
+    return x
+
+
+@njit(inline="always")
+def _st64(a8, o, x):
+    for j in range(8):
+        a8[o + _U(j)] = np.uint8((x >> _U(8 * j)) & _U(0xFF))
+
+
+@njit(inline="always")
+def _put_d(o64, w, r, d):
+    """Store f16 bits d as d[r] of the 8-entry array starting at word w (read-modify-write)."""
+    i = w + (r >> _U(2))
+    sh = _U(16) * (r & _U(3))
+    o64[i] = (o64[i] & ~(_U(0xFFFF) << sh)) | (d << sh)
+
+
+@njit(inline="always")
+def _get_d(x64, w, r):
+    return (x64[w + (r >> _U(2))] >> (_U(16) * (r & _U(3)))) & _U(0xFFFF)
+
+
+# Q4_0 source rows as words, 4 blocks = 9 words (layout drawn in _panel64_kernels):
+#   block 0: d = w0 & 0xFFFF      qs = (w0>>16 | w1<<48, w1>>16 | w2<<48)
+#   block 1: d = w2>>16 & 0xFFFF  qs = (w2>>32 | w3<<32, w3>>32 | w4<<32)
+#   block 2: d = w4>>32 & 0xFFFF  qs = (w4>>48 | w5<<16, w5>>48 | w6<<16)
+#   block 3: d = w6>>48           qs = (w7, w8)
+@njit(nt.void(_RO_U64, nt.int64, nt.int64, nt.uint64[::1]), **_KERNEL)
+def _q4_0_x8_pack_w(w64, n, nb, o64):
+    wr = _U(nb // 4 * 9)
+    unb = _U(nb)
+    for row in range(n):
+        sr = _U(row >> 3)
+        r = _U(row & 7)
+        for g4 in range(nb // 4):
+            o = _U(row) * wr + _U(9 * g4)
+            a0 = w64[o]
+            a1 = w64[o + _U(1)]
+            a2 = w64[o + _U(2)]
+            a3 = w64[o + _U(3)]
+            a4 = w64[o + _U(4)]
+            a5 = w64[o + _U(5)]
+            a6 = w64[o + _U(6)]
+            a7 = w64[o + _U(7)]
+            a8 = w64[o + _U(8)]
+            x = (sr * unb + _U(4 * g4)) * _U(18)
+            _put_d(o64, x, r, a0 & _U(0xFFFF))
+            o64[x + _U(2) + r] = ((a0 >> _U(16)) | (a1 << _U(48))) ^ _X88
+            o64[x + _U(10) + r] = ((a1 >> _U(16)) | (a2 << _U(48))) ^ _X88
+            x += _U(18)
+            _put_d(o64, x, r, (a2 >> _U(16)) & _U(0xFFFF))
+            o64[x + _U(2) + r] = ((a2 >> _U(32)) | (a3 << _U(32))) ^ _X88
+            o64[x + _U(10) + r] = ((a3 >> _U(32)) | (a4 << _U(32))) ^ _X88
+            x += _U(18)
+            _put_d(o64, x, r, (a4 >> _U(32)) & _U(0xFFFF))
+            o64[x + _U(2) + r] = ((a4 >> _U(48)) | (a5 << _U(16))) ^ _X88
+            o64[x + _U(10) + r] = ((a5 >> _U(48)) | (a6 << _U(16))) ^ _X88
+            x += _U(18)
+            _put_d(o64, x, r, a6 >> _U(48))
+            o64[x + _U(2) + r] = a7 ^ _X88
+            o64[x + _U(10) + r] = a8 ^ _X88
+
+
+@njit(nt.void(_RO_U64, nt.int64, nt.int64, nt.uint64[::1]), **_KERNEL)
+def _q4_0_x8_unpack_w(x64, n, nb, w64):
+    wr = _U(nb // 4 * 9)
+    unb = _U(nb)
+    for row in range(n):
+        sr = _U(row >> 3)
+        r = _U(row & 7)
+        for g4 in range(nb // 4):
+            o = _U(row) * wr + _U(9 * g4)
+            x = (sr * unb + _U(4 * g4)) * _U(18)
+            d0 = _get_d(x64, x, r)
+            q00 = x64[x + _U(2) + r] ^ _X88
+            q01 = x64[x + _U(10) + r] ^ _X88
+            x += _U(18)
+            d1 = _get_d(x64, x, r)
+            q10 = x64[x + _U(2) + r] ^ _X88
+            q11 = x64[x + _U(10) + r] ^ _X88
+            x += _U(18)
+            d2 = _get_d(x64, x, r)
+            q20 = x64[x + _U(2) + r] ^ _X88
+            q21 = x64[x + _U(10) + r] ^ _X88
+            x += _U(18)
+            d3 = _get_d(x64, x, r)
+            w64[o] = d0 | (q00 << _U(16))
+            w64[o + _U(1)] = (q00 >> _U(48)) | (q01 << _U(16))
+            w64[o + _U(2)] = (q01 >> _U(48)) | (d1 << _U(16)) | (q10 << _U(32))
+            w64[o + _U(3)] = (q10 >> _U(32)) | (q11 << _U(32))
+            w64[o + _U(4)] = (q11 >> _U(32)) | (d2 << _U(32)) | (q20 << _U(48))
+            w64[o + _U(5)] = (q20 >> _U(16)) | (q21 << _U(48))
+            w64[o + _U(6)] = (q21 >> _U(16)) | (d3 << _U(48))
+            w64[o + _U(7)] = x64[x + _U(2) + r] ^ _X88
+            w64[o + _U(8)] = x64[x + _U(10) + r] ^ _X88
+
+
+# Q4_0, any K: one 18-byte block at a time, byte addressed on both sides.
+@njit(nt.void(_RO_U8, nt.int64, nt.int64, nt.uint8[::1]), **_KERNEL)
+def _q4_0_x8_pack_b(a8, n, nb, o8):
+    rb = _U(nb * 18)
+    unb = _U(nb)
+    for row in range(n):
+        sr = _U(row >> 3)
+        r = _U(row & 7)
+        for b in range(nb):
+            o = _U(row) * rb + _U(b * 18)
+            x = (sr * unb + _U(b)) * _U(144)
+            o8[x + _U(2) * r] = a8[o]
+            o8[x + _U(2) * r + _U(1)] = a8[o + _U(1)]
+            _st64(o8, x + _U(16) + _U(8) * r, _ld64(a8, o + _U(2)) ^ _X88)
+            _st64(o8, x + _U(80) + _U(8) * r, _ld64(a8, o + _U(10)) ^ _X88)
+
+
+@njit(nt.void(_RO_U8, nt.int64, nt.int64, nt.uint8[::1]), **_KERNEL)
+def _q4_0_x8_unpack_b(x8, n, nb, a8):
+    rb = _U(nb * 18)
+    unb = _U(nb)
+    for row in range(n):
+        sr = _U(row >> 3)
+        r = _U(row & 7)
+        for b in range(nb):
+            o = _U(row) * rb + _U(b * 18)
+            x = (sr * unb + _U(b)) * _U(144)
+            a8[o] = x8[x + _U(2) * r]
+            a8[o + _U(1)] = x8[x + _U(2) * r + _U(1)]
+            _st64(a8, o + _U(2), _ld64(x8, x + _U(16) + _U(8) * r) ^ _X88)
+            _st64(a8, o + _U(10), _ld64(x8, x + _U(80) + _U(8) * r) ^ _X88)
+
+
+# Q4_K: 18 words per source block (word 0 = d | dmin<<16 | scales[0..3]<<32, word 1 =
+# scales[4..11], words 2..17 = qs), 144 words per block_q4_Kx8.
+@njit(inline="always")
+def _unpack12(lo, mid, hi):
+    """The 12 scale bytes as three 32-bit lanes -> (sc, m) with byte s = value of slot s."""
+    sc = (lo & _U(0x3F3F3F3F)) | (((hi & _U(0x0F0F0F0F)) | ((lo >> _U(2)) & _U(0x30303030))) << _U(32))
+    m = (mid & _U(0x3F3F3F3F)) | ((((hi >> _U(4)) & _U(0x0F0F0F0F)) | ((mid >> _U(2)) & _U(0x30303030))) << _U(32))
+    return sc, m
+
+
+@njit(inline="always")
+def _pack12(sc, m):
+    """Inverse of _unpack12: (lo, mid, hi) 32-bit lanes."""
+    schi = sc >> _U(32)
+    mhi = m >> _U(32)
+    lo = (sc & _U(0x3F3F3F3F)) | (((schi >> _U(4)) & _U(0x03030303)) << _U(6))
+    mid = (m & _U(0x3F3F3F3F)) | (((mhi >> _U(4)) & _U(0x03030303)) << _U(6))
+    hi = (schi & _U(0x0F0F0F0F)) | ((mhi & _U(0x0F0F0F0F)) << _U(4))
+    return lo, mid, hi
+
+
+@njit(inline="always")
+def _transpose8(v):
+    """8x8 byte transpose in place: byte s of v[r] <-> byte r of v[s]."""
+    for r in range(8):
+        for s in range(r + 1, 8):
+            a = (v[r] >> _U(8 * s)) & _U(0xFF)
+            b = (v[s] >> _U(8 * r)) & _U(0xFF)
+            v[r] = (v[r] & ~(_U(0xFF) << _U(8 * s))) | (b << _U(8 * s))
+            v[s] = (v[s] & ~(_U(0xFF) << _U(8 * r))) | (a << _U(8 * r))
+
+
+@njit(nt.void(_RO_U64, nt.int64, nt.int64, nt.uint64[::1]), **_KERNEL)
+def _q4_k_x8_pack(w64, n, nsb, o64):
+    wr = _U(nsb * 18)
+    unsb = _U(nsb)
+    sc = np.zeros(8, np.uint64)
+    mm = np.zeros(8, np.uint64)
+    for sr in range(n // 8):
+        for j in range(nsb):
+            x = (_U(sr) * unsb + _U(j)) * _U(144)
+            d = _U(0)
+            dm = _U(0)
+            d2 = _U(0)
+            dm2 = _U(0)
+            for r in range(8):
+                o = _U(8 * sr + r) * wr + _U(18 * j)
+                a0 = w64[o]
+                a1 = w64[o + _U(1)]
+                if r < 4:
+                    d |= (a0 & _U(0xFFFF)) << _U(16 * r)
+                    dm |= ((a0 >> _U(16)) & _U(0xFFFF)) << _U(16 * r)
+                else:
+                    d2 |= (a0 & _U(0xFFFF)) << _U(16 * (r - 4))
+                    dm2 |= ((a0 >> _U(16)) & _U(0xFFFF)) << _U(16 * (r - 4))
+                sc[r], mm[r] = _unpack12((a0 >> _U(32)) & _U(0xFFFFFFFF), a1 & _U(0xFFFFFFFF), a1 >> _U(32))
+                for h in range(16):
+                    o64[x + _U(16 + 8 * h + r)] = w64[o + _U(2 + h)]
+            o64[x] = d
+            o64[x + _U(1)] = d2
+            o64[x + _U(2)] = dm
+            o64[x + _U(3)] = dm2
+            _transpose8(sc)  # sc[s] byte r = scale of sub-block s, row r
+            _transpose8(mm)
+            # group s = 12 bytes at byte 32 + 12 s: lanes (lo, mid, hi); pairs of groups fill 3 words
+            for s2 in range(4):
+                l0, m0, h0 = _pack12(sc[2 * s2], mm[2 * s2])
+                l1, m1, h1 = _pack12(sc[2 * s2 + 1], mm[2 * s2 + 1])
+                w = x + _U(4 + 3 * s2)
+                o64[w] = l0 | (m0 << _U(32))
+                o64[w + _U(1)] = h0 | (l1 << _U(32))
+                o64[w + _U(2)] = m1 | (h1 << _U(32))
+
+
+@njit(nt.void(_RO_U64, nt.int64, nt.int64, nt.uint64[::1]), **_KERNEL)
+def _q4_k_x8_unpack(x64, n, nsb, w64):
+    wr = _U(nsb * 18)
+    unsb = _U(nsb)
+    sc = np.zeros(8, np.uint64)
+    mm = np.zeros(8, np.uint64)
+    for sr in range(n // 8):
+        for j in range(nsb):
+            x = (_U(sr) * unsb + _U(j)) * _U(144)
+            for s2 in range(4):
+                w = x + _U(4 + 3 * s2)
+                a = x64[w]
+                b = x64[w + _U(1)]
+                c = x64[w + _U(2)]
+                sc[2 * s2], mm[2 * s2] = _unpack12(a & _U(0xFFFFFFFF), a >> _U(32), b & _U(0xFFFFFFFF))
+                sc[2 * s2 + 1], mm[2 * s2 + 1] = _unpack12(b >> _U(32), c & _U(0xFFFFFFFF), c >> _U(32))
+            _transpose8(sc)  # sc[r] byte s = scale of sub-block s, row r
+            _transpose8(mm)
+            for r in range(8):
+                o = _U(8 * sr + r) * wr + _U(18 * j)
+                ur = _U(r)
+                lo, mid, hi = _pack12(sc[r], mm[r])
+                d = _get_d(x64, x, ur)
+                dm = _get_d(x64, x + _U(2), ur)
+                w64[o] = d | (dm << _U(16)) | (lo << _U(32))
+                w64[o + _U(1)] = mid | (hi << _U(32))
+                for h in range(16):
+                    w64[o + _U(2 + h)] = x64[x + _U(16 + 8 * h + r)]

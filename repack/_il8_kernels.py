@@ -1,0 +1,199 @@
+"""Numba kernels of the il8-nibble and il8-int8 layouts (byte layouts drawn in
+``il8_nibble.py`` / ``il8_int8.py``); imported lazily on the first pack/unpack.
+
+Both layouts cut a (super-row, 32-block) into 8 four-element steps ``g``; in 32-bit words:
+
+    il8-nibble: word (sr*nb + b)*32 + 4g + r   (r = 0..3) = bytes 16g + 4r .. +3
+                = nibbles of rows r (low) and r+4 (high) at elements 4g .. 4g+3
+    il8-int8:   word (sr*nb + b)*64 + 8g + 4h + r           = bytes 32g + 16h + 4r .. +3
+                = int8 (u - 8) of row 4h + r at elements 4g .. 4g+3
+
+A Q4_0 row's qs bytes 0..7 (``x``) and 8..15 (``y``) hold elements 0..7 / 8..15 in their low
+nibbles and 16..23 / 24..31 in their high nibbles, so one 64-bit word of qs feeds two steps.
+Kernels take arrays and sizes only and never raise; the layout modules validate first.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+from numba import types as nt
+
+_U = np.uint64
+_M0F = np.uint64(0x0F0F0F0F0F0F0F0F)
+_MF0 = np.uint64(0xF0F0F0F0F0F0F0F0)
+_M08 = np.uint64(0x0808080808080808)
+_RO_U8 = nt.Array(nt.uint8, 1, "C", readonly=True)
+_RO_U32 = nt.Array(nt.uint32, 1, "C", readonly=True)
+_RO_F32 = nt.Array(nt.float32, 1, "C", readonly=True)
+_KERNEL = dict(cache=True, boundscheck=False)
+
+
+@njit(inline="always")
+def _ld64(a8, o):
+    x = _U(0)
+    for j in range(8):
+        x |= _U(a8[o + _U(j)]) << _U(8 * j)
+    return x
+
+
+@njit(inline="always")
+def _st64(a8, o, x):
+    for j in range(8):
+        a8[o + _U(j)] = np.uint8((x >> _U(8 * j)) & _U(0xFF))
+
+
+@njit(inline="always")
+def _put2(w32, i0, i1, v):
+    """Low 32 bits of v -> word i0, high 32 bits -> word i1."""
+    w32[i0] = np.uint32(v & _U(0xFFFFFFFF))
+    w32[i1] = np.uint32(v >> _U(32))
+
+
+@njit(inline="always")
+def _get2(w32, i0, i1):
+    return _U(w32[i0]) | (_U(w32[i1]) << _U(32))
+
+
+@njit(inline="always")
+def _signed(v):
+    """Per byte: low nibble u (high nibble 0) -> int8 (u - 8)."""
+    t = v ^ _M08
+    return t | ((t & _M08) * _U(0x1E))  # sign bit 3 set -> fill bits 4..7
+
+
+@njit(inline="always")
+def _f16_d(a8, o, f16):
+    return f16[_U(a8[o]) | (_U(a8[o + _U(1)]) << _U(8))]
+
+
+# -- il8-nibble, Q4_0 -----------------------------------------------------------------------
+@njit(nt.void(_RO_U8, nt.int64, nt.int64, _RO_F32, nt.uint32[::1], nt.float32[::1]), **_KERNEL)
+def _nibble_q4_0_pack(a8, n, nb, f16, q32, scales):
+    rb = _U(nb * 18)
+    for sr in range(n // 8):
+        for b in range(nb):
+            blk = _U(sr * nb + b)
+            w = blk * _U(32)
+            for r in range(4):
+                o0 = _U(8 * sr + r) * rb + _U(18 * b)
+                o1 = o0 + _U(4) * rb
+                x0 = _ld64(a8, o0 + _U(2))
+                y0 = _ld64(a8, o0 + _U(10))
+                x1 = _ld64(a8, o1 + _U(2))
+                y1 = _ld64(a8, o1 + _U(10))
+                ur = _U(r)
+                _put2(q32, w + ur, w + _U(4) + ur, (x0 & _M0F) | ((x1 & _M0F) << _U(4)))
+                _put2(q32, w + _U(8) + ur, w + _U(12) + ur, (y0 & _M0F) | ((y1 & _M0F) << _U(4)))
+                _put2(q32, w + _U(16) + ur, w + _U(20) + ur, ((x0 >> _U(4)) & _M0F) | (x1 & _MF0))
+                _put2(q32, w + _U(24) + ur, w + _U(28) + ur, ((y0 >> _U(4)) & _M0F) | (y1 & _MF0))
+                scales[blk * _U(8) + ur] = _f16_d(a8, o0, f16)
+                scales[blk * _U(8) + ur + _U(4)] = _f16_d(a8, o1, f16)
+
+
+@njit(nt.void(_RO_U32, _RO_U8, nt.int64, nt.int64, nt.uint8[::1]), **_KERNEL)
+def _nibble_q4_0_unpack(q32, d8, n, nb, a8):
+    """``d8``: the f16 bits of every scale (2 bytes per (sr, b, r)), already checked exact."""
+    rb = _U(nb * 18)
+    for sr in range(n // 8):
+        for b in range(nb):
+            blk = _U(sr * nb + b)
+            w = blk * _U(32)
+            for r in range(4):
+                ur = _U(r)
+                o0 = _U(8 * sr + r) * rb + _U(18 * b)
+                o1 = o0 + _U(4) * rb
+                lx = _get2(q32, w + ur, w + _U(4) + ur)
+                ly = _get2(q32, w + _U(8) + ur, w + _U(12) + ur)
+                hx = _get2(q32, w + _U(16) + ur, w + _U(20) + ur)
+                hy = _get2(q32, w + _U(24) + ur, w + _U(28) + ur)
+                _st64(a8, o0 + _U(2), (lx & _M0F) | ((hx & _M0F) << _U(4)))
+                _st64(a8, o0 + _U(10), (ly & _M0F) | ((hy & _M0F) << _U(4)))
+                _st64(a8, o1 + _U(2), ((lx >> _U(4)) & _M0F) | (hx & _MF0))
+                _st64(a8, o1 + _U(10), ((ly >> _U(4)) & _M0F) | (hy & _MF0))
+                s = (blk * _U(8) + ur) * _U(2)
+                a8[o0] = d8[s]
+                a8[o0 + _U(1)] = d8[s + _U(1)]
+                a8[o1] = d8[s + _U(8)]
+                a8[o1 + _U(1)] = d8[s + _U(9)]
+
+
+# -- il8-int8, Q4_0 -------------------------------------------------------------------------
+@njit(nt.void(_RO_U8, nt.int64, nt.int64, _RO_F32, nt.uint32[::1], nt.float32[::1]), **_KERNEL)
+def _int8_q4_0_pack(a8, n, nb, f16, q32, scales):
+    rb = _U(nb * 18)
+    for sr in range(n // 8):
+        for b in range(nb):
+            blk = _U(sr * nb + b)
+            w = blk * _U(64)
+            for rr in range(8):
+                o = _U(8 * sr + rr) * rb + _U(18 * b)
+                x = _ld64(a8, o + _U(2))
+                y = _ld64(a8, o + _U(10))
+                slot = w + _U(4 * (rr // 4) + rr % 4)  # 4h + r
+                _put2(q32, slot, slot + _U(8), _signed(x & _M0F))  # g = 0, 1
+                _put2(q32, slot + _U(16), slot + _U(24), _signed(y & _M0F))  # g = 2, 3
+                _put2(q32, slot + _U(32), slot + _U(40), _signed((x >> _U(4)) & _M0F))  # g = 4, 5
+                _put2(q32, slot + _U(48), slot + _U(56), _signed((y >> _U(4)) & _M0F))  # g = 6, 7
+                scales[blk * _U(8) + _U(rr)] = _f16_d(a8, o, f16)
+
+
+@njit(nt.void(_RO_U32, _RO_U8, nt.int64, nt.int64, nt.uint8[::1]), **_KERNEL)
+def _int8_q4_0_unpack(q32, d8, n, nb, a8):
+    """Codes must be in -8..7 (the wrapper checks): u = code ^ 8 in the low nibble."""
+    rb = _U(nb * 18)
+    for sr in range(n // 8):
+        for b in range(nb):
+            blk = _U(sr * nb + b)
+            w = blk * _U(64)
+            for rr in range(8):
+                o = _U(8 * sr + rr) * rb + _U(18 * b)
+                slot = w + _U(4 * (rr // 4) + rr % 4)
+                lx = (_get2(q32, slot, slot + _U(8)) ^ _M08) & _M0F
+                ly = (_get2(q32, slot + _U(16), slot + _U(24)) ^ _M08) & _M0F
+                hx = (_get2(q32, slot + _U(32), slot + _U(40)) ^ _M08) & _M0F
+                hy = (_get2(q32, slot + _U(48), slot + _U(56)) ^ _M08) & _M0F
+                _st64(a8, o + _U(2), lx | (hx << _U(4)))
+                _st64(a8, o + _U(10), ly | (hy << _U(4)))
+                s = (blk * _U(8) + _U(rr)) * _U(2)
+                a8[o] = d8[s]
+                a8[o + _U(1)] = d8[s + _U(1)]
+
+
+# -- il8-nibble, Q4_K -----------------------------------------------------------------------
+# Q4_K block (144 B): d, dmin, scales[12], qs[128]; sub-block s = nibble s%2 of qs[32(s//2)..+32],
+# so the 32 bytes of chunk p feed sub-blocks 2p (low nibbles) and 2p+1 (high nibbles); step g of a
+# sub-block reads qs bytes 32p + 4g .. +3.
+@njit(nt.void(_RO_U8, nt.int64, nt.int64, _RO_F32, nt.uint32[::1], nt.float32[::1], nt.float32[::1]), **_KERNEL)
+def _nibble_q4_k_pack(a8, n, nsb, f16, q32, dsc, dmn):
+    rb = _U(nsb * 144)
+    nb = nsb * 8
+    for sr in range(n // 8):
+        for j in range(nsb):
+            for r in range(4):
+                ur = _U(r)
+                o0 = _U(8 * sr + r) * rb + _U(144 * j)
+                o1 = o0 + _U(4) * rb
+                for p in range(4):
+                    wl = _U((sr * nb + 8 * j + 2 * p) * 32)  # sub-block 2p
+                    wh = wl + _U(32)  # sub-block 2p + 1
+                    for t in range(4):  # qs word t of the chunk -> steps g = 2t, 2t+1
+                        x0 = _ld64(a8, o0 + _U(16 + 32 * p + 8 * t))
+                        x1 = _ld64(a8, o1 + _U(16 + 32 * p + 8 * t))
+                        g = _U(8 * t)
+                        _put2(q32, wl + g + ur, wl + g + _U(4) + ur, (x0 & _M0F) | ((x1 & _M0F) << _U(4)))
+                        _put2(q32, wh + g + ur, wh + g + _U(4) + ur, ((x0 >> _U(4)) & _M0F) | (x1 & _MF0))
+                for half in range(2):
+                    o = o0 + _U(half * 4) * rb
+                    d = _f16_d(a8, o, f16)
+                    dmin = _f16_d(a8, o + _U(2), f16)
+                    for s in range(8):
+                        if s < 4:
+                            sc = a8[o + _U(4 + s)] & np.uint8(63)
+                            m = a8[o + _U(8 + s)] & np.uint8(63)
+                        else:
+                            sc = (a8[o + _U(8 + s)] & np.uint8(15)) | ((a8[o + _U(s)] >> np.uint8(6)) << np.uint8(4))
+                            m = (a8[o + _U(8 + s)] >> np.uint8(4)) | ((a8[o + _U(4 + s)] >> np.uint8(6)) << np.uint8(4))
+                        i = _U(sr * nb + 8 * j + s) * _U(8) + ur + _U(4 * half)
+                        dsc[i] = d * np.float32(sc)
+                        dmn[i] = dmin * np.float32(m)

@@ -1,0 +1,563 @@
+"""Numba kernels of the panel64 layout (see ``panel64.py`` for the byte layout).
+
+Imported lazily by ``panel64`` on the first pack/unpack, so planning, refusing and listing
+layouts never compile anything. Each kernel takes arrays and sizes only and never raises;
+``panel64.pack``/``unpack`` validate first. ``panel64.pack_ref``/``unpack_ref`` are the
+references the tests compare them with.
+
+Panel words: a nibble kg-block is 64 little-endian 16-bit words, word c = channel c's two
+bytes (``k0 | k1<<4 | k2<<8 | k3<<12``); the word of (group g, kg-block q, channel c) is
+``(g*kq + q)*64 + c`` (g counted over all super-blocks: ``sb*ng + group``). An int8
+kg-block is 64 32-bit words, word c = channel c's 4 int8 codes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+from numba import types as nt
+
+# ---- fast kernels -----------------------------------------------------------------------
+# Every kernel walks the 64 channels of one super-block in two steps:
+#   stage   : a small transposing copy of each channel's source block(s) into a
+#             channel-minor buffer T[word][64] (or T8[byte][64]); it stays in L1;
+#   compute : one uniform loop over the channels whose loads and stores are contiguous in
+#             the channel, so LLVM vectorizes it (SWAR nibble arithmetic on 64-bit words).
+# Unpacking runs the same two steps backwards. Indices are uint64 throughout, so numba emits
+# no negative-index wraparound; the Python wrappers validate every size beforehand.
+_U = np.uint64
+_M0F = np.uint64(0x0F0F0F0F0F0F0F0F)
+_M00FF = np.uint64(0x00FF00FF00FF00FF)
+_RO_U64 = nt.Array(nt.uint64, 1, "C", readonly=True)
+_RO_U32 = nt.Array(nt.uint32, 1, "C", readonly=True)
+_RO_U16 = nt.Array(nt.uint16, 1, "C", readonly=True)
+_RO_U8 = nt.Array(nt.uint8, 1, "C", readonly=True)
+_HELPER = dict(cache=True, boundscheck=False, no_cpython_wrapper=True)
+_KERNEL = dict(cache=True, boundscheck=False)
+
+
+@njit(nt.void(_RO_U64, nt.uint64, nt.uint64, nt.int64, nt.uint64[::1]), **_HELPER)
+def _stage_w9(w64, o0, wr, cn, t):
+    """t[k*64 + c] = w64[o0 + c*wr + k] for c < cn, k < 9 (a transposing copy, unrolled)."""
+    for c in range(cn):
+        o = o0 + _U(c) * wr
+        uc = _U(c)
+        t[uc] = w64[o]
+        t[_U(64) + uc] = w64[o + _U(1)]
+        t[_U(128) + uc] = w64[o + _U(2)]
+        t[_U(192) + uc] = w64[o + _U(3)]
+        t[_U(256) + uc] = w64[o + _U(4)]
+        t[_U(320) + uc] = w64[o + _U(5)]
+        t[_U(384) + uc] = w64[o + _U(6)]
+        t[_U(448) + uc] = w64[o + _U(7)]
+        t[_U(512) + uc] = w64[o + _U(8)]
+
+
+@njit(nt.void(_RO_U64, nt.uint64, nt.uint64, nt.int64, nt.uint64[::1]), **_HELPER)
+def _unstage_w9(t, o0, wr, cn, w64):
+    for c in range(cn):
+        o = o0 + _U(c) * wr
+        uc = _U(c)
+        w64[o] = t[uc]
+        w64[o + _U(1)] = t[_U(64) + uc]
+        w64[o + _U(2)] = t[_U(128) + uc]
+        w64[o + _U(3)] = t[_U(192) + uc]
+        w64[o + _U(4)] = t[_U(256) + uc]
+        w64[o + _U(5)] = t[_U(320) + uc]
+        w64[o + _U(6)] = t[_U(384) + uc]
+        w64[o + _U(7)] = t[_U(448) + uc]
+        w64[o + _U(8)] = t[_U(512) + uc]
+
+
+@njit(nt.void(_RO_U8, nt.uint64, nt.uint64, nt.int64, nt.int64, nt.uint8[::1]), **_HELPER)
+def _stage_b(a8, o0, rb, cn, nb, t8):
+    """t8[i*64 + c] = a8[o0 + c*rb + i] for c < cn, i < nb."""
+    for c in range(cn):
+        o = o0 + _U(c) * rb
+        for i in range(nb):
+            t8[_U(i) * _U(64) + _U(c)] = a8[o + _U(i)]
+
+
+@njit(nt.void(_RO_U8, nt.uint64, nt.uint64, nt.int64, nt.int64, nt.uint8[::1]), **_HELPER)
+def _unstage_b(t8, o0, rb, cn, nb, a8):
+    for c in range(cn):
+        o = o0 + _U(c) * rb
+        for i in range(nb):
+            a8[o + _U(i)] = t8[_U(i) * _U(64) + _U(c)]
+
+
+@njit(inline="always")
+def _pairs(x):
+    """Low nibbles n0..n7 of the 8 bytes of x -> two 16-bit panel words.
+
+    ``w & 0xFFFF = n0 | n1<<4 | n2<<8 | n3<<12`` (bytes 2c, 2c+1 of one kg-block) and
+    ``(w >> 32) & 0xFFFF`` the same for n4..n7 (the next kg-block).
+    """
+    x = (x | (x >> _U(4))) & _M00FF
+    return x | (x >> _U(8))
+
+
+@njit(inline="always")
+def _spread(v):
+    """Inverse of _pairs on a 32-bit group: nibbles n0..n7 of v -> low nibbles of bytes 0..7."""
+    v = (v | (v << _U(16))) & _U(0x0000FFFF0000FFFF)
+    v = (v | (v << _U(8))) & _M00FF
+    return (v | (v << _U(4))) & _M0F
+
+
+@njit(inline="always")
+def _put_qs16(p16, base, x0, x1):
+    """Write one channel's 16 Q4_0-ordered qs bytes (x0 = qs[0..7], x1 = qs[8..15]).
+
+    Element e < 16 is the low nibble of qs[e] (kg-blocks 0..3 of the group), e >= 16 the
+    high nibble of qs[e-16] (kg-blocks 4..7). ``base`` = word of kg-block 0, this channel.
+    """
+    lo0 = _pairs(x0 & _M0F)
+    lo1 = _pairs(x1 & _M0F)
+    hi0 = _pairs((x0 >> _U(4)) & _M0F)
+    hi1 = _pairs((x1 >> _U(4)) & _M0F)
+    p16[base] = np.uint16(lo0 & _U(0xFFFF))
+    p16[base + _U(64)] = np.uint16((lo0 >> _U(32)) & _U(0xFFFF))
+    p16[base + _U(128)] = np.uint16(lo1 & _U(0xFFFF))
+    p16[base + _U(192)] = np.uint16((lo1 >> _U(32)) & _U(0xFFFF))
+    p16[base + _U(256)] = np.uint16(hi0 & _U(0xFFFF))
+    p16[base + _U(320)] = np.uint16((hi0 >> _U(32)) & _U(0xFFFF))
+    p16[base + _U(384)] = np.uint16(hi1 & _U(0xFFFF))
+    p16[base + _U(448)] = np.uint16((hi1 >> _U(32)) & _U(0xFFFF))
+
+
+@njit(inline="always")
+def _get_qs16(p16, base):
+    """Inverse of _put_qs16: (x0, x1)."""
+    l0 = _U(p16[base]) | (_U(p16[base + _U(64)]) << _U(16))
+    l1 = _U(p16[base + _U(128)]) | (_U(p16[base + _U(192)]) << _U(16))
+    h0 = _U(p16[base + _U(256)]) | (_U(p16[base + _U(320)]) << _U(16))
+    h1 = _U(p16[base + _U(384)]) | (_U(p16[base + _U(448)]) << _U(16))
+    return _spread(l0) | (_spread(h0) << _U(4)), _spread(l1) | (_spread(h1) << _U(4))
+
+
+@njit(inline="always")
+def _tb16(t8, i, c):
+    """16-bit little-endian value from byte planes i, i+1 of a staged block."""
+    return np.uint16(t8[_U(i) * _U(64) + c]) | (np.uint16(t8[_U(i + 1) * _U(64) + c]) << np.uint16(8))
+
+
+@njit(inline="always")
+def _tb64(t8, i, c):
+    """64-bit little-endian value from byte planes i..i+7."""
+    x = _U(0)
+    for j in range(8):
+        x |= _U(t8[_U(i + j) * _U(64) + c]) << _U(8 * j)
+    return x
+
+
+@njit(inline="always")
+def _set_tb16(t8, i, c, v):
+    t8[_U(i) * _U(64) + c] = np.uint8(v & np.uint16(0xFF))
+    t8[_U(i + 1) * _U(64) + c] = np.uint8(v >> np.uint16(8))
+
+
+@njit(inline="always")
+def _set_tb64(t8, i, c, x):
+    for j in range(8):
+        t8[_U(i + j) * _U(64) + c] = np.uint8((x >> _U(8 * j)) & _U(0xFF))
+
+
+# -- Q4_0, K % 128 == 0: four blocks = 72 bytes = 9 words per row step ----------------------
+#   word 0: d0 | qs0[0..5]              word 4: qs1[12..15] | d2 | qs2[0..1]
+#        1: qs0[6..13]                       5: qs2[2..9]
+#        2: qs0[14..15] | d1 | qs1[0..3]     6: qs2[10..15] | d3
+#        3: qs1[4..11]                       7: qs3[0..7]     8: qs3[8..15]
+@njit(nt.void(_RO_U64, nt.int64, nt.uint64, nt.uint16[::1], nt.uint16[::1]), **_HELPER)
+def _q4_0_w_compute(t, cn, blk0, p16, d16):
+    for c in range(cn):
+        uc = _U(c)
+        a0 = t[uc]
+        a1 = t[_U(64) + uc]
+        a2 = t[_U(128) + uc]
+        a3 = t[_U(192) + uc]
+        a4 = t[_U(256) + uc]
+        a5 = t[_U(320) + uc]
+        a6 = t[_U(384) + uc]
+        a7 = t[_U(448) + uc]
+        a8 = t[_U(512) + uc]
+        d16[blk0 * _U(64) + uc] = np.uint16(a0 & _U(0xFFFF))
+        d16[(blk0 + _U(1)) * _U(64) + uc] = np.uint16((a2 >> _U(16)) & _U(0xFFFF))
+        d16[(blk0 + _U(2)) * _U(64) + uc] = np.uint16((a4 >> _U(32)) & _U(0xFFFF))
+        d16[(blk0 + _U(3)) * _U(64) + uc] = np.uint16(a6 >> _U(48))
+        _put_qs16(p16, blk0 * _U(512) + uc, (a0 >> _U(16)) | (a1 << _U(48)), (a1 >> _U(16)) | (a2 << _U(48)))
+        _put_qs16(p16, (blk0 + _U(1)) * _U(512) + uc, (a2 >> _U(32)) | (a3 << _U(32)),
+                  (a3 >> _U(32)) | (a4 << _U(32)))
+        _put_qs16(p16, (blk0 + _U(2)) * _U(512) + uc, (a4 >> _U(48)) | (a5 << _U(16)),
+                  (a5 >> _U(48)) | (a6 << _U(16)))
+        _put_qs16(p16, (blk0 + _U(3)) * _U(512) + uc, a7, a8)
+
+
+@njit(nt.void(_RO_U16, _RO_U16, nt.int64, nt.uint64, nt.uint64[::1]), **_HELPER)
+def _q4_0_w_uncompute(p16, d16, cn, blk0, t):
+    for c in range(cn):
+        uc = _U(c)
+        d0 = _U(d16[blk0 * _U(64) + uc])
+        d1 = _U(d16[(blk0 + _U(1)) * _U(64) + uc])
+        d2 = _U(d16[(blk0 + _U(2)) * _U(64) + uc])
+        d3 = _U(d16[(blk0 + _U(3)) * _U(64) + uc])
+        x00, x01 = _get_qs16(p16, blk0 * _U(512) + uc)
+        x10, x11 = _get_qs16(p16, (blk0 + _U(1)) * _U(512) + uc)
+        x20, x21 = _get_qs16(p16, (blk0 + _U(2)) * _U(512) + uc)
+        x30, x31 = _get_qs16(p16, (blk0 + _U(3)) * _U(512) + uc)
+        t[uc] = d0 | (x00 << _U(16))
+        t[_U(64) + uc] = (x00 >> _U(48)) | (x01 << _U(16))
+        t[_U(128) + uc] = (x01 >> _U(48)) | (d1 << _U(16)) | (x10 << _U(32))
+        t[_U(192) + uc] = (x10 >> _U(32)) | (x11 << _U(32))
+        t[_U(256) + uc] = (x11 >> _U(32)) | (d2 << _U(32)) | (x20 << _U(48))
+        t[_U(320) + uc] = (x20 >> _U(16)) | (x21 << _U(48))
+        t[_U(384) + uc] = (x21 >> _U(16)) | (d3 << _U(48))
+        t[_U(448) + uc] = x30
+        t[_U(512) + uc] = x31
+
+
+@njit(nt.void(_RO_U64, nt.int64, nt.int64, nt.uint16[::1], nt.uint16[::1]), **_KERNEL)
+def _q4_0_pack_w(w64, n, ng, p16, d16):
+    wr = _U(ng // 4 * 9)
+    t = np.zeros(9 * 64, np.uint64)
+    for sb in range((n + 63) >> 6):
+        cn = min(64, n - sb * 64)
+        for g4 in range(ng // 4):
+            _stage_w9(w64, _U(sb * 64) * wr + _U(9 * g4), wr, cn, t)
+            _q4_0_w_compute(t, cn, _U(sb * ng + 4 * g4), p16, d16)
+
+
+@njit(nt.void(_RO_U16, _RO_U16, nt.int64, nt.int64, nt.uint64[::1]), **_KERNEL)
+def _q4_0_unpack_w(p16, d16, n, ng, w64):
+    wr = _U(ng // 4 * 9)
+    t = np.zeros(9 * 64, np.uint64)
+    for sb in range((n + 63) >> 6):
+        cn = min(64, n - sb * 64)
+        for g4 in range(ng // 4):
+            _q4_0_w_uncompute(p16, d16, cn, _U(sb * ng + 4 * g4), t)
+            _unstage_w9(t, _U(sb * 64) * wr + _U(9 * g4), wr, cn, w64)
+
+
+# -- Q4_0 (any K) and Q4_1: one block at a time, staged as byte planes ---------------------
+#   Q4_0: bytes 0-1 d, 2-17 qs          Q4_1: bytes 0-1 d, 2-3 m, 4-19 qs
+@njit(nt.void(_RO_U8, nt.int64, nt.int64, nt.uint64, nt.uint16[::1], nt.uint16[::1], nt.uint16[::1]), **_HELPER)
+def _q4_b_compute(t8, cn, hdr, blk, p16, d16, m16):
+    for c in range(cn):
+        uc = _U(c)
+        d16[blk * _U(64) + uc] = _tb16(t8, 0, uc)
+        if hdr == 4:
+            m16[blk * _U(64) + uc] = _tb16(t8, 2, uc)
+        _put_qs16(p16, blk * _U(512) + uc, _tb64(t8, hdr, uc), _tb64(t8, hdr + 8, uc))
+
+
+@njit(nt.void(_RO_U16, _RO_U16, _RO_U16, nt.int64, nt.int64, nt.uint64, nt.uint8[::1]), **_HELPER)
+def _q4_b_uncompute(p16, d16, m16, cn, hdr, blk, t8):
+    for c in range(cn):
+        uc = _U(c)
+        _set_tb16(t8, 0, uc, d16[blk * _U(64) + uc])
+        if hdr == 4:
+            _set_tb16(t8, 2, uc, m16[blk * _U(64) + uc])
+        x0, x1 = _get_qs16(p16, blk * _U(512) + uc)
+        _set_tb64(t8, hdr, uc, x0)
+        _set_tb64(t8, hdr + 8, uc, x1)
+
+
+@njit(nt.void(_RO_U8, nt.int64, nt.int64, nt.int64, nt.uint16[::1], nt.uint16[::1], nt.uint16[::1]), **_KERNEL)
+def _q4_pack_b(a8, n, ng, hdr, p16, d16, m16):
+    bb = hdr + 16
+    rb = _U(ng * bb)
+    t8 = np.zeros(bb * 64, np.uint8)
+    for sb in range((n + 63) >> 6):
+        cn = min(64, n - sb * 64)
+        for b in range(ng):
+            _stage_b(a8, _U(sb * 64) * rb + _U(b * bb), rb, cn, bb, t8)
+            _q4_b_compute(t8, cn, hdr, _U(sb * ng + b), p16, d16, m16)
+
+
+@njit(nt.void(_RO_U16, _RO_U16, _RO_U16, nt.int64, nt.int64, nt.int64, nt.uint8[::1]), **_KERNEL)
+def _q4_unpack_b(p16, d16, m16, n, ng, hdr, a8):
+    bb = hdr + 16
+    rb = _U(ng * bb)
+    t8 = np.zeros(bb * 64, np.uint8)
+    for sb in range((n + 63) >> 6):
+        cn = min(64, n - sb * 64)
+        for b in range(ng):
+            _q4_b_uncompute(p16, d16, m16, cn, hdr, _U(sb * ng + b), t8)
+            _unstage_b(t8, _U(sb * 64) * rb + _U(b * bb), rb, cn, bb, a8)
+
+
+# -- Q4_K: 144 bytes = 18 words per super-block j (rows are always whole words) -----------
+#   word 0: d | dmin << 16 | scales[0..3] << 32        word 1: scales[4..11]
+#   words 2..17: qs[0..127]; chunk p (words 2+4p .. 5+4p) holds sub-block 2p in its low
+#   nibbles and 2p+1 in its high nibbles; word 2+4p+t = elements 8t .. 8t+7 of each.
+#   6-bit scales, per byte lane (s = 0..3):
+#     sc[s] = scales[s] & 63              sc[4+s] = scales[8+s] & 15 | (scales[s] >> 6) << 4
+#     m[s]  = scales[4+s] & 63            m[4+s]  = scales[8+s] >> 4 | (scales[4+s] >> 6) << 4
+@njit(inline="always")
+def _put_k_word(p16, g, x):
+    """One qs word: low nibbles -> kg-blocks 2t, 2t+1 of the even sub-block (word g),
+    high nibbles -> the same kg-blocks of the odd sub-block (one group = 512 words later)."""
+    lw = _pairs(x & _M0F)
+    hw = _pairs((x >> _U(4)) & _M0F)
+    p16[g] = np.uint16(lw & _U(0xFFFF))
+    p16[g + _U(64)] = np.uint16((lw >> _U(32)) & _U(0xFFFF))
+    p16[g + _U(512)] = np.uint16(hw & _U(0xFFFF))
+    p16[g + _U(576)] = np.uint16((hw >> _U(32)) & _U(0xFFFF))
+
+
+@njit(inline="always")
+def _get_k_word(p16, g):
+    lw = _U(p16[g]) | (_U(p16[g + _U(64)]) << _U(16))
+    hw = _U(p16[g + _U(512)]) | (_U(p16[g + _U(576)]) << _U(16))
+    return _spread(lw) | (_spread(hw) << _U(4))
+
+
+@njit(inline="always")
+def _put_k_chunk(p16, g, t, k0, c):
+    _put_k_word(p16, g, t[_U(k0) * _U(64) + c])
+    _put_k_word(p16, g + _U(128), t[_U(k0 + 1) * _U(64) + c])
+    _put_k_word(p16, g + _U(256), t[_U(k0 + 2) * _U(64) + c])
+    _put_k_word(p16, g + _U(384), t[_U(k0 + 3) * _U(64) + c])
+
+
+@njit(inline="always")
+def _get_k_chunk(p16, g, t, k0, c):
+    t[_U(k0) * _U(64) + c] = _get_k_word(p16, g)
+    t[_U(k0 + 1) * _U(64) + c] = _get_k_word(p16, g + _U(128))
+    t[_U(k0 + 2) * _U(64) + c] = _get_k_word(p16, g + _U(256))
+    t[_U(k0 + 3) * _U(64) + c] = _get_k_word(p16, g + _U(384))
+
+
+@njit(inline="always")
+def _put8(o8, base, v):
+    """Bytes 0..7 of v -> o8[base + 64*s] (one 6-bit scale per group s)."""
+    o8[base] = np.uint8(v & _U(0xFF))
+    o8[base + _U(64)] = np.uint8((v >> _U(8)) & _U(0xFF))
+    o8[base + _U(128)] = np.uint8((v >> _U(16)) & _U(0xFF))
+    o8[base + _U(192)] = np.uint8((v >> _U(24)) & _U(0xFF))
+    o8[base + _U(256)] = np.uint8((v >> _U(32)) & _U(0xFF))
+    o8[base + _U(320)] = np.uint8((v >> _U(40)) & _U(0xFF))
+    o8[base + _U(384)] = np.uint8((v >> _U(48)) & _U(0xFF))
+    o8[base + _U(448)] = np.uint8((v >> _U(56)) & _U(0xFF))
+
+
+@njit(inline="always")
+def _get8(o8, base):
+    """Inverse of _put8, each value masked to its 6 bits."""
+    v = _U(0)
+    for s in range(8):
+        v |= _U(o8[base + _U(64 * s)] & np.uint8(63)) << _U(8 * s)
+    return v
+
+
+@njit(nt.void(_RO_U64, nt.int64, nt.uint64, nt.uint64, nt.uint16[::1], nt.uint8[::1], nt.uint8[::1], nt.uint16[::1],
+              nt.uint16[::1]), **_HELPER)
+def _q4_k_compute(t, cn, g0, sbj, p16, sc8, m8, d16, dmin16):
+    for c in range(cn):
+        uc = _U(c)
+        a0 = t[uc]
+        a1 = t[_U(64) + uc]
+        d16[sbj + uc] = np.uint16(a0 & _U(0xFFFF))
+        dmin16[sbj + uc] = np.uint16((a0 >> _U(16)) & _U(0xFFFF))
+        lo = (a0 >> _U(32)) & _U(0xFFFFFFFF)
+        mid = a1 & _U(0xFFFFFFFF)
+        hi = a1 >> _U(32)
+        sc = (lo & _U(0x3F3F3F3F)) | (((hi & _U(0x0F0F0F0F)) | ((lo >> _U(2)) & _U(0x30303030))) << _U(32))
+        mm = (mid & _U(0x3F3F3F3F)) | ((((hi >> _U(4)) & _U(0x0F0F0F0F)) | ((mid >> _U(2)) & _U(0x30303030))) << _U(32))
+        _put8(sc8, g0 * _U(64) + uc, sc)
+        _put8(m8, g0 * _U(64) + uc, mm)
+        _put_k_chunk(p16, g0 * _U(512) + uc, t, 2, uc)
+        _put_k_chunk(p16, (g0 + _U(2)) * _U(512) + uc, t, 6, uc)
+        _put_k_chunk(p16, (g0 + _U(4)) * _U(512) + uc, t, 10, uc)
+        _put_k_chunk(p16, (g0 + _U(6)) * _U(512) + uc, t, 14, uc)
+
+
+@njit(nt.void(_RO_U16, _RO_U8, _RO_U8, _RO_U16, _RO_U16, nt.int64, nt.uint64, nt.uint64, nt.uint64[::1]), **_HELPER)
+def _q4_k_uncompute(p16, sc8, m8, d16, dmin16, cn, g0, sbj, t):
+    for c in range(cn):
+        uc = _U(c)
+        sc = _get8(sc8, g0 * _U(64) + uc)
+        mm = _get8(m8, g0 * _U(64) + uc)
+        schi = sc >> _U(32)
+        mhi = mm >> _U(32)
+        lo = (sc & _U(0xFFFFFFFF)) | (((schi >> _U(4)) & _U(0x03030303)) << _U(6))
+        mid = (mm & _U(0xFFFFFFFF)) | (((mhi >> _U(4)) & _U(0x03030303)) << _U(6))
+        hi = (schi & _U(0x0F0F0F0F)) | ((mhi & _U(0x0F0F0F0F)) << _U(4))
+        t[uc] = _U(d16[sbj + uc]) | (_U(dmin16[sbj + uc]) << _U(16)) | (lo << _U(32))
+        t[_U(64) + uc] = mid | (hi << _U(32))
+        _get_k_chunk(p16, g0 * _U(512) + uc, t, 2, uc)
+        _get_k_chunk(p16, (g0 + _U(2)) * _U(512) + uc, t, 6, uc)
+        _get_k_chunk(p16, (g0 + _U(4)) * _U(512) + uc, t, 10, uc)
+        _get_k_chunk(p16, (g0 + _U(6)) * _U(512) + uc, t, 14, uc)
+
+
+@njit(nt.void(_RO_U64, nt.int64, nt.int64, nt.uint16[::1], nt.uint8[::1], nt.uint8[::1], nt.uint16[::1],
+              nt.uint16[::1]), **_KERNEL)
+def _q4_k_pack(w64, n, nsb, p16, sc8, m8, d16, dmin16):
+    wr = _U(nsb * 18)
+    t = np.zeros(18 * 64, np.uint64)
+    for sb in range((n + 63) >> 6):
+        cn = min(64, n - sb * 64)
+        for j in range(nsb):
+            o0 = _U(sb * 64) * wr + _U(18 * j)
+            _stage_w9(w64, o0, wr, cn, t)
+            _stage_w9(w64, o0 + _U(9), wr, cn, t[576:])
+            _q4_k_compute(t, cn, _U(sb * nsb * 8 + 8 * j), _U((sb * nsb + j) * 64), p16, sc8, m8, d16, dmin16)
+
+
+@njit(nt.void(_RO_U16, _RO_U8, _RO_U8, _RO_U16, _RO_U16, nt.int64, nt.int64, nt.uint64[::1]), **_KERNEL)
+def _q4_k_unpack(p16, sc8, m8, d16, dmin16, n, nsb, w64):
+    wr = _U(nsb * 18)
+    t = np.zeros(18 * 64, np.uint64)
+    for sb in range((n + 63) >> 6):
+        cn = min(64, n - sb * 64)
+        for j in range(nsb):
+            _q4_k_uncompute(p16, sc8, m8, d16, dmin16, cn, _U(sb * nsb * 8 + 8 * j), _U((sb * nsb + j) * 64), t)
+            o0 = _U(sb * 64) * wr + _U(18 * j)
+            _unstage_w9(t, o0, wr, cn, w64)
+            _unstage_w9(t[576:], o0 + _U(9), wr, cn, w64)
+
+
+# -- Q8_0: 34 bytes per block (d, then 32 int8 = the integer codes) ------------------------
+#   int8 kg-block q of the group takes qs[4q .. 4q+3] of each channel as one 32-bit word.
+@njit(nt.void(_RO_U8, nt.int64, nt.uint64, nt.uint32[::1], nt.uint16[::1]), **_HELPER)
+def _q8_0_compute(t8, cn, blk, p32, d16):
+    for c in range(cn):
+        uc = _U(c)
+        d16[blk * _U(64) + uc] = _tb16(t8, 0, uc)
+        for q in range(8):
+            x = _U(2 + 4 * q) * _U(64) + uc
+            p32[(blk * _U(8) + _U(q)) * _U(64) + uc] = (
+                np.uint32(t8[x]) | (np.uint32(t8[x + _U(64)]) << np.uint32(8))
+                | (np.uint32(t8[x + _U(128)]) << np.uint32(16)) | (np.uint32(t8[x + _U(192)]) << np.uint32(24)))
+
+
+@njit(nt.void(_RO_U32, _RO_U16, nt.int64, nt.uint64, nt.uint8[::1]), **_HELPER)
+def _q8_0_uncompute(p32, d16, cn, blk, t8):
+    for c in range(cn):
+        uc = _U(c)
+        _set_tb16(t8, 0, uc, d16[blk * _U(64) + uc])
+        for q in range(8):
+            v = p32[(blk * _U(8) + _U(q)) * _U(64) + uc]
+            x = _U(2 + 4 * q) * _U(64) + uc
+            t8[x] = np.uint8(v & np.uint32(0xFF))
+            t8[x + _U(64)] = np.uint8((v >> np.uint32(8)) & np.uint32(0xFF))
+            t8[x + _U(128)] = np.uint8((v >> np.uint32(16)) & np.uint32(0xFF))
+            t8[x + _U(192)] = np.uint8(v >> np.uint32(24))
+
+
+@njit(nt.void(_RO_U8, nt.int64, nt.int64, nt.uint32[::1], nt.uint16[::1]), **_KERNEL)
+def _q8_0_pack(a8, n, ng, p32, d16):
+    rb = _U(ng * 34)
+    t8 = np.zeros(34 * 64, np.uint8)
+    for sb in range((n + 63) >> 6):
+        cn = min(64, n - sb * 64)
+        for b in range(ng):
+            _stage_b(a8, _U(sb * 64) * rb + _U(b * 34), rb, cn, 34, t8)
+            _q8_0_compute(t8, cn, _U(sb * ng + b), p32, d16)
+
+
+@njit(nt.void(_RO_U32, _RO_U16, nt.int64, nt.int64, nt.uint8[::1]), **_KERNEL)
+def _q8_0_unpack(p32, d16, n, ng, a8):
+    rb = _U(ng * 34)
+    t8 = np.zeros(34 * 64, np.uint8)
+    for sb in range((n + 63) >> 6):
+        cn = min(64, n - sb * 64)
+        for b in range(ng):
+            _q8_0_uncompute(p32, d16, cn, _U(sb * ng + b), t8)
+            _unstage_b(t8, _U(sb * 64) * rb + _U(b * 34), rb, cn, 34, a8)
+
+
+# -- any other int8-panel type (Q5_0, Q5_1, Q5_K, Q6_K), driven by the codec's bit table ------
+# ``tab[e] = (byte0, shift0, mask0, dst0, byte1, shift1, mask1, dst1)``: element e's code is
+# ((blk[byte0] >> shift0) & mask0) << dst0 | ((blk[byte1] >> shift1) & mask1) << dst1 (mask 0 =
+# no second part), the parts of ``formats/blocks/<type>.PLAN``. One 32-bit panel word holds the
+# int8 codes of 4 consecutive elements of one channel.
+@njit(inline="always")
+def _code(t8, c, a0, s0, m0, d0, a1, s1, m1, d1):
+    x0 = (_U(t8[_U(a0) * _U(64) + c]) >> _U(s0)) & _U(m0)
+    x1 = (_U(t8[_U(a1) * _U(64) + c]) >> _U(s1)) & _U(m1)
+    return (x0 << _U(d0)) | (x1 << _U(d1))
+
+
+@njit(nt.void(_RO_U8, nt.int64, nt.Array(nt.int64, 2, "C", readonly=True), nt.int64, nt.int64, nt.int64, nt.uint64,
+              nt.uint32[::1]), **_HELPER)
+def _tab_compute(t8, cn, tab, off, bs, g, w0, p32):
+    """w0 = panel word of (first group of this block, kg-block 0, channel 0)."""
+    for e4 in range(bs // 4):
+        e = 4 * e4
+        a00, s00, m00, d00, a10, s10, m10, d10 = (tab[e, 0], tab[e, 1], tab[e, 2], tab[e, 3], tab[e, 4], tab[e, 5],
+                                                  tab[e, 6], tab[e, 7])
+        a01, s01, m01, d01, a11, s11, m11, d11 = (tab[e + 1, 0], tab[e + 1, 1], tab[e + 1, 2], tab[e + 1, 3],
+                                                  tab[e + 1, 4], tab[e + 1, 5], tab[e + 1, 6], tab[e + 1, 7])
+        a02, s02, m02, d02, a12, s12, m12, d12 = (tab[e + 2, 0], tab[e + 2, 1], tab[e + 2, 2], tab[e + 2, 3],
+                                                  tab[e + 2, 4], tab[e + 2, 5], tab[e + 2, 6], tab[e + 2, 7])
+        a03, s03, m03, d03, a13, s13, m13, d13 = (tab[e + 3, 0], tab[e + 3, 1], tab[e + 3, 2], tab[e + 3, 3],
+                                                  tab[e + 3, 4], tab[e + 3, 5], tab[e + 3, 6], tab[e + 3, 7])
+        # word of (group e // g, kg-block (e % g) // 4): groups of one block are consecutive
+        w = w0 + _U(e // g) * _U(g // 4) * _U(64) + _U((e % g) // 4) * _U(64)
+        uo = _U(256 - off)  # + (256 - off) == - off modulo 256, without unsigned wraparound
+        for c in range(cn):
+            uc = _U(c)
+            v0 = (_code(t8, uc, a00, s00, m00, d00, a10, s10, m10, d10) + uo) & _U(0xFF)
+            v1 = (_code(t8, uc, a01, s01, m01, d01, a11, s11, m11, d11) + uo) & _U(0xFF)
+            v2 = (_code(t8, uc, a02, s02, m02, d02, a12, s12, m12, d12) + uo) & _U(0xFF)
+            v3 = (_code(t8, uc, a03, s03, m03, d03, a13, s13, m13, d13) + uo) & _U(0xFF)
+            p32[w + uc] = np.uint32(v0 | (v1 << _U(8)) | (v2 << _U(16)) | (v3 << _U(24)))
+
+
+@njit(inline="always")
+def _put_code(t8, c, v, a0, s0, m0, d0, a1, s1, m1, d1):
+    i0 = _U(a0) * _U(64) + c
+    i1 = _U(a1) * _U(64) + c
+    t8[i0] = np.uint8(_U(t8[i0]) | (((v >> _U(d0)) & _U(m0)) << _U(s0)))
+    t8[i1] = np.uint8(_U(t8[i1]) | (((v >> _U(d1)) & _U(m1)) << _U(s1)))
+
+
+@njit(nt.void(_RO_U32, nt.int64, nt.Array(nt.int64, 2, "C", readonly=True), nt.int64, nt.int64, nt.int64, nt.uint64,
+              nt.uint8[::1]), **_HELPER)
+def _tab_uncompute(p32, cn, tab, off, bs, g, w0, t8):
+    """Inverse of _tab_compute: OR each code's bits into the (zeroed) staged block bytes."""
+    for e4 in range(bs // 4):
+        e = 4 * e4
+        w = w0 + _U(e // g) * _U(g // 4) * _U(64) + _U((e % g) // 4) * _U(64)
+        uo = _U(off)
+        for j in range(4):
+            a0, s0, m0, d0, a1, s1, m1, d1 = (tab[e + j, 0], tab[e + j, 1], tab[e + j, 2], tab[e + j, 3],
+                                              tab[e + j, 4], tab[e + j, 5], tab[e + j, 6], tab[e + j, 7])
+            for c in range(cn):
+                uc = _U(c)
+                v = (((_U(p32[w + uc]) >> _U(8 * j)) & _U(0xFF)) + uo) & _U(0xFF)
+                _put_code(t8, uc, v, a0, s0, m0, d0, a1, s1, m1, d1)
+
+
+@njit(nt.void(_RO_U8, nt.int64, nt.int64, nt.int64, nt.Array(nt.int64, 2, "C", readonly=True), nt.int64, nt.int64,
+              nt.int64, nt.uint32[::1]), **_KERNEL)
+def _tab_pack(a8, n, nblk, bb, tab, off, bs, g, p32):
+    rb = _U(nblk * bb)
+    gpb = bs // g
+    t8 = np.zeros(bb * 64, np.uint8)
+    for sb in range((n + 63) >> 6):
+        cn = min(64, n - sb * 64)
+        for b in range(nblk):
+            _stage_b(a8, _U(sb * 64) * rb + _U(b * bb), rb, cn, bb, t8)
+            _tab_compute(t8, cn, tab, off, bs, g, _U((sb * nblk + b) * gpb * (g // 4) * 64), p32)
+
+
+@njit(nt.void(_RO_U32, nt.int64, nt.int64, nt.int64, nt.Array(nt.int64, 2, "C", readonly=True), nt.int64, nt.int64,
+              nt.int64, nt.uint8[::1]), **_KERNEL)
+def _tab_unpack(p32, n, nblk, bb, tab, off, bs, g, a8):
+    """ORs the code bits into ``a8`` (whose code bytes must be zero; scale bytes may be set)."""
+    rb = _U(nblk * bb)
+    gpb = bs // g
+    t8 = np.zeros(bb * 64, np.uint8)
+    for sb in range((n + 63) >> 6):
+        cn = min(64, n - sb * 64)
+        for b in range(nblk):
+            t8[:] = 0
+            _tab_uncompute(p32, cn, tab, off, bs, g, _U((sb * nblk + b) * gpb * (g // 4) * 64), t8)
+            o0 = _U(sb * 64) * rb + _U(b * bb)
+            for c in range(cn):
+                o = o0 + _U(c) * rb
+                for i in range(bb):
+                    a8[o + _U(i)] |= t8[_U(i) * _U(64) + _U(c)]

@@ -1,0 +1,401 @@
+"""panel64: SME2 weight panels at a 512-bit streaming vector length (lossless, invertible).
+
+Geometry (N output channels, K inputs; G = the type's scale group, 32, or 16 for Q6_K)::
+
+    SB = ceil(N / 64) super-blocks of 64 channels; channels >= N are padding
+    ng = K / G groups;   kq = G / 4 kg-blocks per group (4 consecutive K each)
+    kg-blocks ordered [SB][ng][kq]; one kg-block = 4 K x 64 channels
+
+Nibble panels (Q4_0, Q4_1, Q4_K: 4-bit codes, stored raw; ZT0 maps code -> int8), 128 B per
+kg-block; channel c owns bytes 2c and 2c+1::
+
+    byte 2c   = code(k0) | code(k1) << 4        k0..k3 = the kg-block's 4 K, in order
+    byte 2c+1 = code(k2) | code(k3) << 4
+
+      byte:  0        1        2        3            126      127
+           +--------+--------+--------+--------+ ... +--------+--------+
+           |k1|k0 c0|k3|k2 c0|k1|k0 c1|k3|k2 c1|     |k1|k0 63|k3|k2 63|   (high|low nibble)
+           +--------+--------+--------+--------+ ... +--------+--------+
+
+    weight (n, k):  byte  = (((n//64)*ng + k//G)*kq + (k%G)//4)*128 + 2*(n%64) + (k%4)//2
+                    shift = 4*(k%2)
+
+Int8 panels (Q5_0, Q5_1, Q5_K, Q6_K, Q8_0), 256 B per kg-block, the signed integer code
+``c = code - code_offset`` of the standard dispatch (Q5_0 q-16, Q6_K q-32, the others q)::
+
+    byte 4*ch + j = c(channel ch, K offset j)     (= 64v + 4*(ch%16) + j for ch = 16v + ch%16)
+    weight (n, k):  byte  = (((n//64)*ng + k//G)*kq + (k%G)//4)*256 + 4*(n%64) + k%4
+
+Scale regions, channel order inside each [64], source values unchanged (f16 as raw uint16)::
+
+    Q4_0 Q5_0 Q8_0   d     uint16 [SB][ng][64]
+    Q4_1 Q5_1        d, m  uint16 [SB][ng][64]
+    Q4_K Q5_K        sc, m uint8  [SB][ng][64] (6-bit values)   d, dmin uint16 [SB][nsb][64]
+    Q6_K             scale int8   [SB][ng][64] (G = 16)         d       uint16 [SB][nsb][64]
+
+Padding: nibble pad channels hold the code whose ZT0 value is 0 (Q4_0: 8, Q4_1/Q4_K: 0),
+int8 pad channels 0, pad scales 0. ZT0 (``params()["zt0"]``, 64 bytes): byte 4i = int8 value
+of code i (Q4_0 i-8, Q4_1/Q4_K i), the other bytes 0.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from ..formats import types as _types
+from . import _common as C
+
+NAME = "panel64"
+_T = _types
+SOURCE_TYPES = frozenset({_T.Q4_0, _T.Q4_1, _T.Q4_K, _T.Q5_0, _T.Q5_1, _T.Q5_K, _T.Q6_K, _T.Q8_0})
+ROW_MULTIPLE = 1
+TARGET = {"isa": "sme2", "svl_bits": 512}
+DESCRIPTION = "SME2 64-channel panels at SVL 512 (LUTI4 nibble panels or int8 panels), lossless"
+CHANNELS = 64
+
+# Scale regions per type: (region = codec field name, dtype, "group" | "super")
+_SCALES: dict[str, tuple[tuple[str, str, str], ...]] = {
+    "Q4_0": (("d", "uint16", "group"),),
+    "Q5_0": (("d", "uint16", "group"),),
+    "Q8_0": (("d", "uint16", "group"),),
+    "Q4_1": (("d", "uint16", "group"), ("m", "uint16", "group")),
+    "Q5_1": (("d", "uint16", "group"), ("m", "uint16", "group")),
+    "Q4_K": (("sc", "uint8", "group"), ("m", "uint8", "group"), ("d", "uint16", "super"), ("dmin", "uint16", "super")),
+    "Q5_K": (("sc", "uint8", "group"), ("m", "uint8", "group"), ("d", "uint16", "super"), ("dmin", "uint16", "super")),
+    "Q6_K": (("scale", "int8", "group"), ("d", "uint16", "super")),
+}
+
+
+class Geometry(NamedTuple):
+    g: int  # K per group
+    ng: int  # groups along K
+    kq: int  # kg-blocks per group (G/4)
+    sb: int  # super-blocks of 64 channels
+    np_: int  # padded N
+    nsb: int  # 256-element super-blocks along K (K-quants), else 0
+    nibble: bool  # 4-bit codes in LUTI4 nibble panels, else int8 panels
+
+
+def geometry(qtype, n: int, k: int) -> Geometry:
+    t = _types.get(qtype)
+    sb = -(-n // CHANNELS)
+    return Geometry(t.group, k // t.group, t.group // 4, sb, sb * CHANNELS,
+                    k // _types.QK_K if t.block_size == _types.QK_K else 0, t.code_bits == 4)
+
+
+def zt0_table(qtype) -> bytes:
+    """The 64-byte ZT0 table of a nibble type: byte 4i = int8 value of code i, others 0."""
+    t = _types.get(qtype)
+    z = np.zeros(64, np.uint8)
+    z[0::4] = (np.arange(16) - t.code_offset).astype(np.int8).view(np.uint8)
+    return z.tobytes()
+
+
+def pad_code(qtype) -> int:
+    """The stored code of a pad channel (its table/integer value is 0)."""
+    t = _types.get(qtype)
+    return t.code_offset if t.code_bits == 4 else 0
+
+
+# ---- the layout surface -------------------------------------------------------------------
+def refuse(qtype, n, k) -> str | None:
+    t = _types.get(qtype)
+    return C.first_reason(C.shape_reason(n, k), C.type_reason(t, NAME, SOURCE_TYPES), C.k_reason(t, k))
+
+
+def invertible(qtype) -> bool:
+    return _types.get(qtype) in SOURCE_TYPES
+
+
+def plan(qtype, n: int, k: int) -> list[C.RegionSpec]:
+    t = C.accepted(NAME, refuse, qtype, n, k)
+    geo = geometry(t, n, k)
+    if geo.nibble:
+        out = [C.region("panels", "uint8", (geo.sb, geo.ng, geo.kq, 128))]
+    else:
+        out = [C.region("panels", "int8", (geo.sb, geo.ng, geo.kq, 256))]
+    for name, dtype, per in _SCALES[t.name]:
+        out.append(C.region(name, dtype, (geo.sb, geo.ng if per == "group" else geo.nsb, CHANNELS)))
+    return out
+
+
+def params(qtype, n: int, k: int) -> dict:
+    t = C.accepted(NAME, refuse, qtype, n, k)
+    geo = geometry(t, n, k)
+    p = {
+        "layout": NAME, "type": t.name, "n": n, "k": k, "svl_bits": 512, "channels": CHANNELS,
+        "group_size": geo.g, "ng": geo.ng, "super_blocks": geo.sb, "padded_n": geo.np_,
+        "code_form": "nibble" if geo.nibble else "int8",
+        "code_offset": t.code_offset, "pad_code": pad_code(t), "invertible": True,
+    }
+    if geo.nsb:
+        p["nsb"] = geo.nsb
+    if geo.nibble:
+        p["zt0"] = list(zt0_table(t))
+    return p
+
+
+def pack(blocks, n: int, k: int, qtype, out: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """Blocks uint8 [n, row_bytes] -> regions in plan order (written into ``out`` if given)."""
+    t = C.accepted(NAME, refuse, qtype, n, k)
+    raw = C.as_blocks(NAME, blocks, t, n, k)
+    regions = C.out_regions(NAME, out, plan(t, n, k))
+    fast = _FAST_PACK.get(t.name)
+    if fast:
+        fast(raw, t, n, k, regions)
+        _fill_pads(regions, t, n)
+    else:
+        for name, a in pack_ref(raw, n, k, t).items():
+            regions[name][...] = a
+    return regions
+
+
+def unpack(regions, n: int, k: int, qtype, out: np.ndarray | None = None) -> np.ndarray:
+    """Regions -> the source blocks uint8 [n, row_bytes], byte for byte."""
+    t = C.accepted(NAME, refuse, qtype, n, k)
+    r = C.as_regions(NAME, regions, plan(t, n, k))
+    raw = C.out_blocks(NAME, out, t, n, k)
+    fast = _FAST_UNPACK.get(t.name)
+    if fast:
+        fast(r, t, n, k, raw)
+    else:
+        raw[...] = unpack_ref(r, n, k, t)
+    return raw
+
+
+def dequantize(regions, n: int, k: int, qtype) -> np.ndarray:
+    """f32 [n, k] read from the panels as a runtime would: integer code (ZT0 value of the
+    nibble, or the int8 byte) times the group's scale, in the standard order."""
+    t = C.accepted(NAME, refuse, qtype, n, k)
+    r = C.as_regions(NAME, regions, plan(t, n, k))
+    geo = geometry(t, n, k)
+    if geo.nibble:
+        table = np.frombuffer(zt0_table(t), np.int8)[0::4].astype(np.int16)
+        codes = _codes_from_nibble_panels(r["panels"], geo, n, k)
+        c = table[codes]
+    else:
+        c = _codes_from_int8_panels(r["panels"], geo, n, k).astype(np.int16)
+    fields = {name: _from_channel_order(r[name], n) for name, _, _ in _SCALES[t.name]}
+    return C.dequant_from_fields(t, c, fields)
+
+
+# ---- numpy references (via the codec fields: obviously right, slow) -----------------------
+def _to_channel_order(v: np.ndarray, geo: Geometry, dtype) -> np.ndarray:
+    """[n, m] per-row values -> [SB, m, 64] (pad channels 0)."""
+    n, m = v.shape
+    full = np.zeros((geo.np_, m), dtype)
+    full[:n] = v.view(dtype) if v.dtype.itemsize == np.dtype(dtype).itemsize else v
+    return np.ascontiguousarray(full.reshape(geo.sb, CHANNELS, m).transpose(0, 2, 1))
+
+
+def _from_channel_order(region: np.ndarray, n: int) -> np.ndarray:
+    sb, m, ch = region.shape
+    return np.ascontiguousarray(region.transpose(0, 2, 1).reshape(sb * ch, m)[:n])
+
+
+def _codes_from_nibble_panels(panels: np.ndarray, geo: Geometry, n: int, k: int) -> np.ndarray:
+    p = panels.reshape(geo.sb, geo.ng, geo.kq, CHANNELS, 2)
+    x = np.empty((geo.sb, geo.ng, geo.kq, CHANNELS, 4), np.uint8)
+    x[..., 0::2] = p & 15
+    x[..., 1::2] = p >> 4
+    return x.transpose(0, 3, 1, 2, 4).reshape(geo.np_, k)[:n]
+
+
+def _codes_from_int8_panels(panels: np.ndarray, geo: Geometry, n: int, k: int) -> np.ndarray:
+    p = panels.reshape(geo.sb, geo.ng, geo.kq, CHANNELS, 4)
+    return p.transpose(0, 3, 1, 2, 4).reshape(geo.np_, k)[:n].view(np.int8)
+
+
+def pack_ref(blocks, n: int, k: int, qtype) -> dict[str, np.ndarray]:
+    """Reference packer for every source type, through ``to_fields`` (no fast kernel)."""
+    t = C.accepted(NAME, refuse, qtype, n, k)
+    raw = C.as_blocks(NAME, blocks, t, n, k)
+    geo = geometry(t, n, k)
+    f = C.codec_fields(t, raw, n, k)
+    codes = f["codes"]
+    out: dict[str, np.ndarray] = {}
+    if geo.nibble:
+        full = np.full((geo.np_, k), pad_code(t), np.uint8)
+        full[:n] = codes
+        x = full.reshape(geo.sb, CHANNELS, geo.ng, geo.kq, 4).transpose(0, 2, 3, 1, 4)
+        out["panels"] = np.ascontiguousarray((x[..., 0::2] | (x[..., 1::2] << 4)).reshape(geo.sb, geo.ng, geo.kq, 128))
+    else:
+        full = np.zeros((geo.np_, k), np.int8)
+        full[:n] = codes.astype(np.int16) - np.int16(t.code_offset)
+        x = full.reshape(geo.sb, CHANNELS, geo.ng, geo.kq, 4).transpose(0, 2, 3, 1, 4)
+        out["panels"] = np.ascontiguousarray(x.reshape(geo.sb, geo.ng, geo.kq, 256))
+    for name, dtype, _ in _SCALES[t.name]:
+        out[name] = _to_channel_order(f[name], geo, C.DTYPES[dtype])
+    return out
+
+
+def unpack_ref(regions, n: int, k: int, qtype) -> np.ndarray:
+    """Reference inverse of :func:`pack_ref`, through ``from_fields``."""
+    t = C.accepted(NAME, refuse, qtype, n, k)
+    r = C.as_regions(NAME, regions, plan(t, n, k))
+    geo = geometry(t, n, k)
+    if geo.nibble:
+        codes = _codes_from_nibble_panels(r["panels"], geo, n, k)
+    else:
+        c = _codes_from_int8_panels(r["panels"], geo, n, k).astype(np.int16)
+        codes = (c + np.int16(t.code_offset)).astype(np.uint8)
+    fields = {"codes": np.ascontiguousarray(codes)}
+    for name, _, _ in _SCALES[t.name]:
+        fields[name] = _from_channel_order(r[name], n)
+    return C.codec_from_fields(t, fields, n, k)
+
+
+# ---- wrappers around the kernels (in _panel64_kernels, compiled on first use) --------------
+def _k():
+    from . import _panel64_kernels
+
+    return _panel64_kernels
+
+
+def _fill_pads(regions: dict[str, np.ndarray], t, n: int) -> None:
+    """Pad channels (n..SB*64) of the last super-block: pad code, zero scales."""
+    cpad = n - (n - 1) // CHANNELS * CHANNELS  # channels in use in the last super-block
+    if cpad == CHANNELS:
+        return
+    for name, a in regions.items():
+        if name == "panels":
+            per = a.shape[-1] // CHANNELS  # bytes per channel in a kg-block: 2 or 4
+            last = a[-1].reshape(a.shape[1], a.shape[2], CHANNELS, per)
+            if per == 2:
+                code = pad_code(t)
+                last[:, :, cpad:, :] = code | (code << 4)
+            else:
+                last[:, :, cpad:, :] = 0
+        else:
+            a[-1, :, cpad:] = 0
+
+
+def _words_out(raw: np.ndarray):
+    """(uint64 view to write, finisher) for an output block array that may be misaligned."""
+    flat = raw.reshape(-1)
+    if flat.ctypes.data % 8 == 0:
+        return flat.view(np.uint64), lambda: None
+    tmp = np.empty(flat.size, np.uint8)
+
+    def finish():
+        flat[...] = tmp
+
+    return tmp.view(np.uint64), finish
+
+
+def _pack_q4_small(raw, t, n, k, out):
+    geo = geometry(t, n, k)
+    p16 = out["panels"].reshape(-1).view(np.uint16)
+    d = out["d"].reshape(-1)
+    if t.name == "Q4_0" and geo.ng % 4 == 0:
+        _k()._q4_0_pack_w(C.aligned_words(raw), n, geo.ng, p16, d)
+    else:
+        m = out["m"].reshape(-1) if "m" in out else d[:0]
+        _k()._q4_pack_b(raw.reshape(-1), n, geo.ng, t.type_size - 16, p16, d, m)
+
+
+def _unpack_q4_small(r, t, n, k, raw):
+    geo = geometry(t, n, k)
+    p16 = r["panels"].reshape(-1).view(np.uint16)
+    d = r["d"].reshape(-1)
+    if t.name == "Q4_0" and geo.ng % 4 == 0:
+        w64, finish = _words_out(raw)
+        _k()._q4_0_unpack_w(p16, d, n, geo.ng, w64)
+        finish()
+    else:
+        m = r["m"].reshape(-1) if "m" in r else d[:0]
+        _k()._q4_unpack_b(p16, d, m, n, geo.ng, t.type_size - 16, raw.reshape(-1))
+
+
+def _pack_q4_k(raw, t, n, k, out):
+    geo = geometry(t, n, k)
+    _k()._q4_k_pack(C.aligned_words(raw), n, geo.nsb, out["panels"].reshape(-1).view(np.uint16),
+                    out["sc"].reshape(-1), out["m"].reshape(-1), out["d"].reshape(-1), out["dmin"].reshape(-1))
+
+
+def _unpack_q4_k(r, t, n, k, raw):
+    geo = geometry(t, n, k)
+    w64, finish = _words_out(raw)
+    _k()._q4_k_unpack(r["panels"].reshape(-1).view(np.uint16), r["sc"].reshape(-1), r["m"].reshape(-1),
+                      r["d"].reshape(-1), r["dmin"].reshape(-1), n, geo.nsb, w64)
+    finish()
+
+
+def _pack_q8_0(raw, t, n, k, out):
+    geo = geometry(t, n, k)
+    _k()._q8_0_pack(raw.reshape(-1), n, geo.ng, out["panels"].reshape(-1).view(np.uint32), out["d"].reshape(-1))
+
+
+def _unpack_q8_0(r, t, n, k, raw):
+    geo = geometry(t, n, k)
+    _k()._q8_0_unpack(r["panels"].reshape(-1).view(np.uint32), r["d"].reshape(-1), n, geo.ng, raw.reshape(-1))
+
+
+# -- table-driven int8 panels (Q5_0, Q5_1, Q5_K, Q6_K): the codec's bit table drives one kernel -
+def _field_table(t, name: str) -> tuple[np.ndarray, int]:
+    """int64 [count, 8] = (byte, shift, mask, dst) x 2 parts of one codec field, and its count."""
+    parts = t.codec_module.PLAN.fields[name].parts
+    tab = np.zeros((len(parts), 8), np.int64)
+    for i, el in enumerate(parts):
+        if len(el) > 2:  # pragma: no cover - every code of these types has at most 2 parts
+            raise AssertionError(f"{t.name}.{name}[{i}] has {len(el)} bit parts")
+        for j, (byte, shift, nbits, dst) in enumerate(el):
+            tab[i, 4 * j:4 * j + 4] = (byte, shift, (1 << nbits) - 1, dst)
+    return tab, len(parts)
+
+
+def _gather_field(blocks3: np.ndarray, tab: np.ndarray) -> np.ndarray:
+    """[n, nblk, bb] bytes -> uint32 [n, nblk, count] values of one field (numpy)."""
+    out = np.zeros(blocks3.shape[:2] + (tab.shape[0],), np.uint32)
+    for i, (a0, s0, m0, d0, a1, s1, m1, d1) in enumerate(tab):
+        v = ((blocks3[..., a0].astype(np.uint32) >> s0) & m0) << d0
+        if m1:
+            v |= ((blocks3[..., a1].astype(np.uint32) >> s1) & m1) << d1
+        out[..., i] = v
+    return out
+
+
+def _scatter_field(blocks3: np.ndarray, tab: np.ndarray, vals: np.ndarray) -> None:
+    """OR the values [n, nblk, count] of one field into their bytes (numpy)."""
+    v = vals.astype(np.uint32)
+    for i, (a0, s0, m0, d0, a1, s1, m1, d1) in enumerate(tab):
+        blocks3[..., a0] |= (((v[..., i] >> d0) & m0) << s0).astype(np.uint8)
+        if m1:
+            blocks3[..., a1] |= (((v[..., i] >> d1) & m1) << s1).astype(np.uint8)
+
+
+def _pack_int8_table(raw, t, n, k, out):
+    geo = geometry(t, n, k)
+    nblk = k // t.block_size
+    codes, _ = _field_table(t, "codes")
+    _k()._tab_pack(raw.reshape(-1), n, nblk, t.type_size, codes, t.code_offset, t.block_size, geo.g,
+                   out["panels"].reshape(-1).view(np.uint32))
+    b3 = raw.reshape(n, nblk, t.type_size)
+    for name, dtype, _ in _SCALES[t.name]:
+        tab, _ = _field_table(t, name)
+        v = _gather_field(b3, tab).reshape(n, -1).astype(C.DTYPES[dtype].replace("i", "u"))
+        out[name][...] = _to_channel_order(v, geo, C.DTYPES[dtype])
+
+
+def _unpack_int8_table(r, t, n, k, raw):
+    geo = geometry(t, n, k)
+    nblk = k // t.block_size
+    b3 = raw.reshape(n, nblk, t.type_size)
+    b3[...] = 0
+    for name, dtype, _ in _SCALES[t.name]:
+        tab, count = _field_table(t, name)
+        v = _from_channel_order(r[name], n).view(C.DTYPES[dtype].replace("i", "u")).reshape(n, nblk, count)
+        _scatter_field(b3, tab, v)
+    codes, _ = _field_table(t, "codes")
+    _k()._tab_unpack(r["panels"].reshape(-1).view(np.uint32), n, nblk, t.type_size, codes, t.code_offset,
+                     t.block_size, geo.g, raw.reshape(-1))
+
+
+_FAST_PACK = {"Q4_0": _pack_q4_small, "Q4_1": _pack_q4_small, "Q4_K": _pack_q4_k, "Q8_0": _pack_q8_0,
+              "Q5_0": _pack_int8_table, "Q5_1": _pack_int8_table, "Q5_K": _pack_int8_table,
+              "Q6_K": _pack_int8_table}
+_FAST_UNPACK = {"Q4_0": _unpack_q4_small, "Q4_1": _unpack_q4_small, "Q4_K": _unpack_q4_k, "Q8_0": _unpack_q8_0,
+                "Q5_0": _unpack_int8_table, "Q5_1": _unpack_int8_table, "Q5_K": _unpack_int8_table,
+                "Q6_K": _unpack_int8_table}
