@@ -87,13 +87,62 @@ def convert_tensor(ckpt: Checkpoint, tp: TensorPlan) -> tuple[dict[str, np.ndarr
     return regions, extra, err
 
 
+def _json_value(v: Any) -> Any:
+    if hasattr(v, "tolist"):
+        v = v.tolist()
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "surrogateescape")
+    if isinstance(v, float) and not np.isfinite(v):
+        return str(v)
+    if isinstance(v, list):
+        return [_json_value(x) for x in v]
+    return v
+
+
+def gguf_metadata_json(ckpt) -> dict[str, Any]:
+    """The GGUF key/value pairs as JSON (arrays decoded), with each value's GGUF type."""
+    out = {}
+    for key, info in ckpt.kv_infos.items():
+        vt = info.vtype.name.lower()
+        if info.item_type is not None:
+            vt = f"array[{info.item_type.name.lower()}]"
+        out[key] = {"type": vt, "value": _json_value(ckpt.metadata[key])}
+    return out
+
+
+def gguf_layout_json(ckpt) -> dict[str, Any]:
+    """What ``export`` needs besides the header bytes: sizes, tensor order and data gaps."""
+    covered = sorted((t.offset, t.offset + t.nbytes) for t in ckpt.tensors)
+    gaps, pos = [], ckpt.data_offset
+    for a, b in covered + [(ckpt.file_size, ckpt.file_size)]:
+        if a > pos:
+            gaps.append((pos, a))
+        pos = max(pos, b)
+    nonzero = [(a, b) for a, b in gaps if np.any(ckpt.bytes_at(a, b))]
+    return {
+        "version": ckpt.version,
+        "alignment": ckpt.alignment,
+        "data_offset": ckpt.data_offset,
+        "file_size": ckpt.file_size,
+        "tensors": [{"name": r.name, "ne": list(r.ne), "type": r.type.name, "offset": r.rel_offset}
+                    for r in ckpt.tensor_records],
+        "nonzero_gaps": [[a, b] for a, b in nonzero],
+    }
+
+
 def _gguf_side_files(ckpt, writer: BundleWriter) -> None:
-    """GGUF metadata, kept so that ``export`` can rebuild the file byte for byte."""
-    kv_raw = ckpt.kv_bytes()
-    writer.add_source_file("gguf-kv.bin", data=bytes(kv_raw))
-    header = ckpt.header_json()
-    writer.add_source_file("gguf-header.json", data=(json.dumps(header, indent=1) + "\n").encode())
-    writer.add_source_file("metadata.json", data=(json.dumps(ckpt.metadata_json(), indent=1, ensure_ascii=False) + "\n").encode())
+    """GGUF metadata, kept so that ``export`` can rebuild the file byte for byte:
+    ``gguf-header.bin`` (bytes 0 .. data_offset as stored: header, key/values, tensor table),
+    ``gguf-layout.json`` (sizes, tensor order, any non-zero bytes between tensors in
+    ``gguf-gaps.bin``) and ``metadata.json`` (the key/values decoded, for people and loaders).
+    """
+    writer.add_source_file("gguf-header.bin", data=bytes(ckpt.bytes_at(0, ckpt.data_offset)))
+    layout = gguf_layout_json(ckpt)
+    if layout["nonzero_gaps"]:
+        writer.add_source_file("gguf-gaps.bin", data=b"".join(bytes(ckpt.bytes_at(a, b)) for a, b in layout["nonzero_gaps"]))
+    writer.add_source_file("gguf-layout.json", data=(json.dumps(layout, indent=1) + "\n").encode())
+    meta = gguf_metadata_json(ckpt)
+    writer.add_source_file("metadata.json", data=(json.dumps(meta, indent=1, ensure_ascii=True) + "\n").encode())
 
 
 def _hf_side_files(ckpt, writer: BundleWriter) -> None:

@@ -1,0 +1,169 @@
+"""``export``: rebuild the source GGUF from a GGUF-sourced bundle, byte for byte.
+
+The bundle keeps the source's header bytes (``source/gguf-header.bin``: header, key/values
+and tensor table exactly as stored) and its data layout (``source/gguf-layout.json``). Export
+writes that header, then every tensor's standard blocks, restored by its layout's ``unpack``
+and checked against the hash recorded at conversion, at its original offset, with the original
+bytes between tensors. The result is checked against the source file's sha256.
+
+A tensor can be restored only if its layout is invertible for its type and it still has its
+source type (not re-quantized); the bundle must also hold every tensor of the source. When any
+tensor cannot be restored, nothing is written and the error lists each one with its reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import repack
+from ..formats import types as T
+from ..formats.bundle import Bundle
+from ..formats.errors import BadInputError, FormatError, OutputError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ExportResult:
+    path: Path
+    tensors: int
+    bytes: int
+    sha256: str
+    source_sha256: str | None
+    seconds: float = 0.0
+
+    @property
+    def identical(self) -> bool:
+        return self.source_sha256 is not None and self.sha256 == self.source_sha256
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": str(self.path), "tensors": self.tensors, "bytes": self.bytes, "sha256": self.sha256,
+                "source_sha256": self.source_sha256, "identical_to_source": self.identical}
+
+    def render(self) -> str:
+        same = "byte-identical to the source" if self.identical else "DIFFERS from the source file's sha256"
+        return f"wrote {self.path}: {self.tensors} tensors, {self.bytes:,} bytes, sha256 {self.sha256[:16]}... ({same})"
+
+
+def _unrestorable(b: Bundle, layout_doc: dict[str, Any]) -> list[str]:
+    problems = []
+    have = {t["name"]: t for t in b.tensors}
+    for rec in layout_doc["tensors"]:
+        t = have.get(rec["name"])
+        if t is None:
+            problems.append(f"{rec['name']}: not in the bundle (converted with --include/--exclude?)")
+            continue
+        if t["type"] != rec["type"]:
+            problems.append(f"{rec['name']}: re-quantized {rec['type']} -> {t['type']}; the source blocks are gone")
+            continue
+        lay = repack.get(t["layout"])
+        if not lay.invertible(T.get(t["type"])):
+            problems.append(f"{rec['name']}: layout {t['layout']} is not invertible for {t['type']}")
+    return problems
+
+
+def export_gguf(bundle: str | os.PathLike, out: str | os.PathLike, force: bool = False) -> ExportResult:
+    import time
+
+    t0 = time.perf_counter()
+    b = Bundle(bundle)
+    src = b.manifest.get("source", {})
+    if src.get("kind") != "gguf":
+        raise BadInputError(f"bundle was made from a {src.get('kind')!r} source; export writes GGUF only for GGUF-sourced bundles",
+                            path=b.path)
+    header_path = b.path / "source" / "gguf-header.bin"
+    layout_path = b.path / "source" / "gguf-layout.json"
+    for p in (header_path, layout_path):
+        if not p.is_file():
+            raise FormatError(f"missing {p.relative_to(b.path)}: the bundle does not carry the GGUF header", path=b.path)
+    layout_doc = json.loads(layout_path.read_text())
+    problems = _unrestorable(b, layout_doc)
+    if problems:
+        listed = "; ".join(problems[:12]) + (f"; ... and {len(problems) - 12} more" if len(problems) > 12 else "")
+        raise BadInputError(f"cannot restore {len(problems)} tensor(s) to the source GGUF: {listed}", path=b.path)
+
+    out = Path(out)
+    if out.exists() and not force:
+        raise OutputError(f"{out}: already exists (pass --force to replace it)")
+    if not out.parent.is_dir():
+        raise OutputError(f"{out.parent}: output folder does not exist")
+    tmp = out.parent / f".{out.name}.partial-{os.getpid()}-{secrets.token_hex(4)}"
+    data_offset, file_size = layout_doc["data_offset"], layout_doc["file_size"]
+    gaps = {a: b_ for a, b_ in layout_doc.get("nonzero_gaps", [])}
+    gap_bytes = (b.path / "source" / "gguf-gaps.bin").read_bytes() if gaps else b""
+    gap_pos = {}
+    pos = 0
+    for a, b_ in layout_doc.get("nonzero_gaps", []):
+        gap_pos[a] = gap_bytes[pos:pos + (b_ - a)]
+        pos += b_ - a
+    h = hashlib.sha256()
+    by_name = {t["name"]: t for t in b.tensors}
+    order = sorted(layout_doc["tensors"], key=lambda r: r["offset"])
+    try:
+        with open(tmp, "wb") as f:
+            head = header_path.read_bytes()
+            if len(head) != data_offset:
+                raise FormatError(f"gguf-header.bin is {len(head)} bytes, expected {data_offset}", path=b.path)
+            f.write(head)
+            h.update(head)
+            cur = data_offset
+
+            def fill(upto: int) -> None:
+                nonlocal cur
+                while cur < upto:
+                    if cur in gap_pos:
+                        chunk = gap_pos[cur][: upto - cur]
+                    else:
+                        nxt = min([a for a in gap_pos if a > cur] + [upto])
+                        chunk = bytes(nxt - cur)
+                    f.write(chunk)
+                    h.update(chunk)
+                    cur += len(chunk)
+
+            for rec in order:
+                t = by_name[rec["name"]]
+                fill(data_offset + rec["offset"])
+                qt = T.get(t["type"])
+                n, k = _nk(t["shape"])
+                blocks = repack.get(t["layout"]).unpack(b.regions(t), n, k, qt)
+                data = memoryview(np.ascontiguousarray(blocks).reshape(-1).view(np.uint8))
+                want = t.get("blocks_sha256")
+                got = hashlib.sha256(data).hexdigest()
+                if want and got != want:
+                    raise FormatError(f"tensor {t['name']!r}: restored blocks do not match the hash recorded at conversion "
+                                      f"(bundle damaged; run `panelpack verify`)", path=b.path)
+                f.write(data)
+                h.update(data)
+                cur += len(data)
+            fill(file_size)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, out)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise OutputError(f"writing {out}: {e.strerror or e}") from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    files = src.get("files") or [{}]
+    res = ExportResult(out, len(order), file_size, h.hexdigest(), files[0].get("sha256"), time.perf_counter() - t0)
+    if not res.identical:
+        log.warning("exported %s differs from the source sha256", out)
+    return res
+
+
+def _nk(shape: list[int]) -> tuple[int, int]:
+    k = shape[-1] if shape else 1
+    n = 1
+    for d in shape[:-1]:
+        n *= d
+    return n, k
