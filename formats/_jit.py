@@ -1,0 +1,66 @@
+"""``lazy_njit``: numba kernels with explicit signatures, compiled (or loaded from the cache)
+on first call instead of at import.
+
+``@numba.njit(signature, cache=True)`` compiles eagerly when the module is imported. With a
+few dozen kernels that makes ``import`` (and so every CLI command) pay for kernels it never
+calls: tens of seconds on a fresh machine, and a cache load per kernel afterwards. Entry-point
+kernels (the ones Python calls) use :func:`lazy_njit` instead: same signatures, same cache,
+compiled the first time they run. Helpers called from inside other kernels stay plain
+``numba.njit`` functions (numba compiles them into their callers).
+
+``kernel.py_func`` is the undecorated Python function (the scalar reference runs it), and
+``NUMBA_DISABLE_JIT=1`` makes the kernel plain Python, as with ``numba.njit``.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from typing import Any, Callable
+
+_lock = threading.Lock()
+
+
+class LazyKernel:
+    def __init__(self, fn: Callable, signatures: Any, options: dict[str, Any]):
+        self.py_func = fn
+        self.signatures = signatures
+        self.options = options
+        self._dispatcher = None
+        functools.update_wrapper(self, fn)
+
+    @property
+    def dispatcher(self):
+        """The numba dispatcher, compiled (or loaded from the cache) on first use."""
+        d = self._dispatcher
+        if d is None:
+            with _lock:
+                if self._dispatcher is None:
+                    import numba
+
+                    if self.signatures is None:
+                        self._dispatcher = numba.njit(**self.options)(self.py_func)
+                    else:
+                        self._dispatcher = numba.njit(self.signatures, **self.options)(self.py_func)
+                d = self._dispatcher
+        return d
+
+    def __call__(self, *args, **kwargs):
+        return self.dispatcher(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        state = "compiled" if self._dispatcher is not None else "not compiled yet"
+        return f"<lazy numba kernel {self.py_func.__module__}.{self.py_func.__qualname__} ({state})>"
+
+
+def lazy_njit(signatures: Any = None, **options: Any) -> Callable[[Callable], LazyKernel]:
+    """Decorator: like ``numba.njit(signatures, **options)`` but compiled on first call.
+
+    ``cache=True`` is the default.
+    """
+    options.setdefault("cache", True)
+
+    def wrap(fn: Callable) -> LazyKernel:
+        return LazyKernel(fn, signatures, options)
+
+    return wrap

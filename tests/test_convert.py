@@ -1,0 +1,329 @@
+"""The converter end to end: plans, ledgers, bundles, export, atomicity, bad input, the CLI."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from builders import build_gguf, random_blocks, tiny_llama_gguf
+from panelpack import repack
+from panelpack.cli import main
+from panelpack.convert import convert, plan
+from panelpack.convert.example import CONFIG, write_tiny_llama
+from panelpack.convert.export import export_gguf
+from panelpack.formats import blocks as codecs
+from panelpack.formats import types as T
+from panelpack.formats.bundle import Bundle
+from panelpack.formats.errors import BadInputError, FormatError, OutputError, UnsupportedError
+
+
+def sha(path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def tiny_hf(tmp_path_factory) -> Path:
+    return write_tiny_llama(tmp_path_factory.mktemp("hf") / "tiny-llama")
+
+
+@pytest.fixture(scope="module")
+def tiny_gguf(tmp_path_factory) -> Path:
+    p = tmp_path_factory.mktemp("gguf") / "tiny.gguf"
+    tiny_llama_gguf(p)
+    return p
+
+
+def _ledger(result) -> dict[str, dict]:
+    return {row["name"]: row for row in result.ledger}
+
+
+# -- the embedded default -----------------------------------------------------------------
+def test_example_checkpoint_is_deterministic_and_small(tmp_path, tiny_hf):
+    again = write_tiny_llama(tmp_path / "again")
+    assert sha(again / "model.safetensors") == sha(tiny_hf / "model.safetensors")
+    assert (tiny_hf / "model.safetensors").stat().st_size < 5_000_000
+
+
+def test_hf_q4k_panel64_ledger(tmp_path, tiny_hf):
+    res = convert(tiny_hf, tmp_path / "t.ppk", layout="panel64", quant="q4_k")
+    led = _ledger(res)
+    q = led["model.layers.0.self_attn.q_proj.weight"]
+    assert (q["type"], q["written"], q["reason"]) == ("Q4_K", "panel64", None)
+    down = led["model.layers.0.mlp.down_proj.weight"]
+    assert down["type"] == "Q8_0" and down["written"] == "panel64"
+    assert "K=736 is not a multiple of 256" in down["reason"]
+    emb = led["model.embed_tokens.weight"]
+    assert (emb["type"], emb["written"]) == ("BF16", "rowmajor") and "embedding lookup" in emb["reason"]
+    norm = led["model.norm.weight"]
+    assert norm["written"] == "rowmajor" and "1-D" in norm["reason"]
+    head = led["lm_head.weight"]
+    assert (head["type"], head["written"]) == ("Q4_K", "panel64")
+    # Nothing falls back silently: every tensor not in the requested layout has a reason.
+    assert all(r["reason"] for r in res.ledger if r["written"] != "panel64")
+
+    b = Bundle(res.bundle)
+    assert b.check_structure() == []
+    assert b.manifest["target"] == {"isa": "sme2", "svl_bits": 512}
+    assert b.manifest["model"]["n_embd"] == CONFIG["hidden_size"]
+    assert {s["file"] for s in b.manifest["source_files"]} >= {"source/config.json", "source/tokenizer.json"}
+    t = b.tensor("lm_head.weight")
+    assert t["params"]["padded_n"] == 512 and all(r["offset"] % 64 == 0 for r in t["regions"].values())
+
+
+def test_hf_quantized_values_match_the_codec(tmp_path, tiny_hf):
+    """Every quantized matmul in the bundle dequantizes to quantize(source) exactly."""
+    from panelpack.formats.checkpoint import open_checkpoint
+
+    res = convert(tiny_hf, tmp_path / "t.ppk", layout="panel64", quant="q4_0")
+    b = Bundle(res.bundle)
+    with open_checkpoint(tiny_hf) as ck:
+        for t in b.tensors:
+            if t["action"] != "quantize":
+                continue
+            n, k = t["shape"]
+            x = codecs.dequantize(ck.raw(t["name"]), T.BF16, n, k).reshape(n, k)
+            want = codecs.dequantize(codecs.quantize(x, T.get(t["type"])), t["type"], n, k).reshape(n, k)
+            got = repack.get(t["layout"]).dequantize(b.regions(t), n, k, T.get(t["type"]))
+            assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), t["name"]
+            assert t["ledger"]["error"]["rel_rms"] < 0.2
+
+
+@pytest.mark.parametrize("layout", ["ggml-x8", "il8-nibble", "il8-int8", "rowmajor"])
+def test_hf_other_layouts_refuse_with_reasons(tmp_path, tiny_hf, layout):
+    res = convert(tiny_hf, tmp_path / "t.ppk", layout=layout, quant="q4_0")
+    led = _ledger(res)
+    head = led["lm_head.weight"]
+    if layout == "rowmajor":
+        assert head["written"] == "rowmajor" and head["reason"] is None
+    else:
+        assert head["written"] == "rowmajor" and "N=500 is not a multiple of 8" in head["reason"]
+        assert led["model.layers.0.self_attn.q_proj.weight"]["written"] == layout
+    assert Bundle(res.bundle).check_structure() == []
+
+
+# -- GGUF sources -------------------------------------------------------------------------
+@pytest.mark.parametrize("layout", ["panel64", "ggml-x8", "il8-int8", "rowmajor"])
+def test_gguf_round_trip_byte_exact(tmp_path, tiny_gguf, layout):
+    res = convert(tiny_gguf, tmp_path / "t.ppk", layout=layout)
+    out = export_gguf(res.bundle, tmp_path / "back.gguf")
+    assert out.identical and sha(tmp_path / "back.gguf") == sha(tiny_gguf)
+
+
+def test_gguf_requant_reports_error_and_export_refuses(tmp_path, tiny_gguf):
+    res = convert(tiny_gguf, tmp_path / "t.ppk", layout="ggml-x8", requant="q4_0")
+    led = _ledger(res)
+    k = led["blk.0.attn_k.weight"]  # Q4_1: ggml-x8 does not take it
+    assert (k["source_type"], k["type"], k["written"]) == ("Q4_1", "Q4_0", "ggml-x8")
+    assert "re-quantized Q4_1 -> Q4_0" in k["reason"] and 0 < k["error"]["rel_rms"] < 0.5
+    with pytest.raises(BadInputError, match=r"blk.0.attn_k.weight: re-quantized Q4_1 -> Q4_0"):
+        export_gguf(res.bundle, tmp_path / "back.gguf")
+    assert not (tmp_path / "back.gguf").exists()
+
+
+def test_nonrestorable_layout_is_named(tmp_path, tiny_gguf):
+    res = convert(tiny_gguf, tmp_path / "t.ppk", layout="il8-nibble")
+    assert _ledger(res)["blk.0.ffn_gate.weight"]["written"] == "il8-nibble"  # Q4_K
+    with pytest.raises(BadInputError, match="blk.0.ffn_gate.weight: layout il8-nibble is not invertible for Q4_K"):
+        export_gguf(res.bundle, tmp_path / "back.gguf")
+
+
+def test_jobs_give_identical_bundles(tmp_path, tiny_gguf):
+    a = convert(tiny_gguf, tmp_path / "a.ppk", jobs=1).bundle
+    b = convert(tiny_gguf, tmp_path / "b.ppk", jobs=3).bundle
+    ma, mb = Bundle(a).manifest, Bundle(b).manifest
+    assert [t["sha256"] for t in ma["tensors"]] == [t["sha256"] for t in mb["tensors"]]
+
+
+def test_include_exclude(tmp_path, tiny_gguf):
+    p = plan(tiny_gguf, include=["blk.0.*"], exclude=["*norm*"])
+    assert p.tensors and all(t.name.startswith("blk.0.") and "norm" not in t.name for t in p.tensors)
+    with pytest.raises(BadInputError, match="no tensor matches"):
+        plan(tiny_gguf, include=["nothing*"])
+
+
+def test_dry_run_reads_no_tensor_data(tmp_path, tiny_gguf, tiny_hf, monkeypatch):
+    from panelpack.formats import gguf, safetensors
+
+    def boom(self, name):
+        raise AssertionError(f"tensor data read: {name}")
+
+    monkeypatch.setattr(gguf.GGUFFile, "raw", boom)
+    monkeypatch.setattr(safetensors.SafetensorsFile, "raw", boom)
+    monkeypatch.setattr(safetensors.HFCheckpoint, "raw", boom)
+    res = convert(tiny_gguf, tmp_path / "x.ppk", dry_run=True)
+    assert res.dry_run and len(res.ledger) == len(res.plan.tensors) and not (tmp_path / "x.ppk").exists()
+    res = convert(tiny_hf, None, quant="q4_k", dry_run=True)
+    assert res.plan.bytes_out > 0 and not list(tmp_path.iterdir())
+
+
+# -- atomicity ------------------------------------------------------------------------------
+def _big_gguf(path: Path) -> None:
+    rng = np.random.default_rng(1)
+    tensors = {f"blk.{i}.w": ("Q4_0", random_blocks("Q4_0", 1024, 4096, rng)) for i in range(24)}
+    build_gguf(path, tensors, {"general.name": "big"})
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
+def test_interrupted_conversion_leaves_no_output(tmp_path, sig):
+    src = tmp_path / "big.gguf"
+    _big_gguf(src)
+    out = tmp_path / "out" / "big.ppk"
+    out.parent.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "panelpack", "convert", str(src), "-o", str(out), "--no-progress"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 120
+    while time.time() < deadline:  # wait until it is writing tensors
+        partial = [p for p in out.parent.iterdir() if ".partial-" in p.name]
+        if partial and len(list((partial[0] / "tensors").glob("*.bin"))) >= 2:
+            break
+        if proc.poll() is not None:
+            pytest.fail(f"conversion ended before it could be interrupted: {proc.stderr.read().decode()}")
+        time.sleep(0.005)
+    proc.send_signal(sig)
+    proc.wait(60)
+    assert proc.returncode != 0
+    assert not out.exists()
+    if sig != signal.SIGKILL:  # a catchable signal cleans up the partial folder too
+        assert list(out.parent.iterdir()) == []
+        assert b"Traceback" not in proc.stderr.read()
+
+
+# -- bad input ------------------------------------------------------------------------------
+def test_bad_sources(tmp_path, tiny_gguf):
+    junk = tmp_path / "junk.bin"
+    junk.write_bytes(b"PK\x03\x04" + bytes(100))
+    with pytest.raises(BadInputError, match="not a GGUF"):
+        convert(junk, tmp_path / "o.ppk")
+    with pytest.raises(BadInputError):
+        convert(tmp_path / "missing.gguf", tmp_path / "o.ppk")
+    with pytest.raises(UnsupportedError, match="unknown layout 'panel32'"):
+        convert(tiny_gguf, tmp_path / "o.ppk", layout="panel32")
+    with pytest.raises(UnsupportedError, match="q4_0"):
+        convert(tiny_gguf, tmp_path / "o.ppk", requant="q6_k")
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["junk.bin"]
+
+
+def test_missing_shard(tmp_path, tiny_hf):
+    import shutil
+
+    d = tmp_path / "sharded"
+    d.mkdir()
+    shutil.copy(tiny_hf / "config.json", d)
+    shutil.copy(tiny_hf / "model.safetensors", d / "model-00001-of-00002.safetensors")
+    index = {"metadata": {}, "weight_map": {"model.norm.weight": "model-00001-of-00002.safetensors",
+                                            "extra.weight": "model-00002-of-00002.safetensors"}}
+    (d / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(FormatError, match="model-00002-of-00002.safetensors"):
+        convert(d, tmp_path / "o.ppk", quant="q4_0")
+    assert not (tmp_path / "o.ppk").exists()
+
+
+def test_name_escaping_the_bundle_is_refused(tmp_path):
+    rng = np.random.default_rng(0)
+    from panelpack.formats.gguf import GGUFStreamWriter
+
+    p = tmp_path / "evil.gguf"
+    blocks = random_blocks("Q4_0", 8, 32, rng)
+    with GGUFStreamWriter(p, arch="llama") as w:
+        w.add_tensor_info("../../evil", (8, 32), "Q4_0")
+        w.write_header()
+        w.write_tensor_data("../../evil", blocks)
+    with pytest.raises(BadInputError, match="escape|path separator"):
+        convert(p, tmp_path / "o.ppk")
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["evil.gguf"]
+
+
+def test_existing_output_untouched_without_force(tmp_path, tiny_gguf):
+    out = tmp_path / "o.ppk"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    with pytest.raises(OutputError, match="already exists"):
+        convert(tiny_gguf, out)
+    assert (out / "keep.txt").read_text() == "mine"
+
+
+def test_full_disk_leaves_nothing(tmp_path, tiny_gguf, monkeypatch):
+    import errno
+
+    from panelpack.formats import bundle as B
+
+    real = B.BundleWriter.write_tensor
+    calls = {"n": 0}
+
+    def write_tensor(self, *a, **kw):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise B._output_error(OSError(errno.ENOSPC, "No space left on device"), "writing tensor")
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(B.BundleWriter, "write_tensor", write_tensor)
+    with pytest.raises(OutputError, match="no space left"):
+        convert(tiny_gguf, tmp_path / "o.ppk")
+    assert sorted(x.name for x in tmp_path.iterdir()) == []
+
+
+# -- the CLI ------------------------------------------------------------------------------
+def test_cli_convert_json_and_exit_codes(tmp_path, tiny_gguf):
+    r = CliRunner().invoke(main, ["convert", str(tiny_gguf), "-o", str(tmp_path / "c.ppk"), "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    assert doc["bundle"].endswith("c.ppk") and doc["layouts"]["panel64"] > 0 and len(doc["ledger"]) > 0
+    r = CliRunner().invoke(main, ["convert", str(tiny_gguf), "-o", str(tmp_path / "c.ppk")])
+    assert r.exit_code == 2 and "already exists" in r.output and "Traceback" not in r.output
+    r = CliRunner().invoke(main, ["convert", str(tiny_gguf), "--dry-run"])
+    assert r.exit_code == 0 and "dry run" in r.output
+    r = CliRunner().invoke(main, ["convert", str(tiny_gguf), "-o", str(tmp_path / "d.ppk"), "--quant", "q4_0"])
+    assert r.exit_code == 2 and "--requant" in r.output
+    r = CliRunner().invoke(main, ["convert", str(tiny_gguf)])
+    assert r.exit_code == 2  # usage: missing -o
+
+
+def test_cli_pack_unpack_export(tmp_path, tiny_gguf):
+    run = CliRunner().invoke
+    assert run(main, ["convert", str(tiny_gguf), "-o", str(tmp_path / "c.ppk")]).exit_code == 0
+    assert run(main, ["pack", str(tmp_path / "c.ppk"), "-o", str(tmp_path / "c.ppk.tar.zst")]).exit_code == 0
+    assert run(main, ["unpack", str(tmp_path / "c.ppk.tar.zst"), "-o", str(tmp_path / "u.ppk")]).exit_code == 0
+    for p in (tmp_path / "c.ppk").rglob("*"):
+        q = tmp_path / "u.ppk" / p.relative_to(tmp_path / "c.ppk")
+        assert p.is_dir() == q.is_dir() and (p.is_dir() or p.read_bytes() == q.read_bytes())
+    r = run(main, ["export", str(tmp_path / "u.ppk"), "-o", str(tmp_path / "x.gguf")])
+    assert r.exit_code == 0 and "byte-identical" in r.output
+    assert sha(tmp_path / "x.gguf") == sha(tiny_gguf)
+
+
+# -- real checkpoints ---------------------------------------------------------------------
+@pytest.mark.real
+def test_smollm2_round_trip(tmp_path, smollm2):
+    res = convert(smollm2, tmp_path / "s.ppk")
+    assert res.plan.layout_counts() == {"panel64": 210, "rowmajor": 62}
+    assert export_gguf(res.bundle, tmp_path / "s.gguf").identical
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_gemma_round_trip(tmp_path, gemma):
+    res = convert(gemma, tmp_path / "g.ppk", jobs=2)
+    counts = res.plan.layout_counts()
+    assert counts["panel64"] == 81 + 27 + 9 + 9  # Q5_0, Q4_K, Q6_K, Q8_0 matmuls (token_embd stays)
+    assert export_gguf(res.bundle, tmp_path / "g.gguf").identical
+
+
+@pytest.mark.real
+def test_minilm(tmp_path, minilm):
+    res = convert(minilm, tmp_path / "m.ppk", quant="q8_0")
+    led = _ledger(res)
+    assert led["encoder.layer.0.attention.self.query.weight"]["written"] == "panel64"
+    assert led["embeddings.word_embeddings.weight"]["written"] == "rowmajor"
+    assert led["embeddings.position_ids"]["written"] == "rowmajor"
+    assert Bundle(res.bundle).check_structure() == []
