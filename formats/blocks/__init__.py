@@ -1,7 +1,10 @@
 """Block codecs: one module per type (``q4_0.py``, ``q4_k.py``, ...), same surface each.
 
-See docs/DEVELOPING.md for the surface and the field table. The functions here dispatch on
-the type registry (``formats/types.py``); they are the entry points the rest of panelpack uses.
+See docs/DEVELOPING.md for the surface and the field table, docs/CODECS.md for the exact
+float operation orders and rounding rules. The functions here dispatch on the type registry
+(``formats/types.py``); they are the entry points the rest of panelpack uses:
+``dequantize(raw, qtype, n, k)`` (bit-identical with gguf-py) and ``quantize(x, qtype)``
+(byte-identical with ggml's reference quantizers), plus the bit-field helpers.
 """
 
 from __future__ import annotations
@@ -9,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import types as _types
-from ..errors import UnsupportedError
+from ..errors import BadInputError, UnsupportedError
 
 
 def codec(qtype):
@@ -39,3 +42,41 @@ def integer_codes(fields: dict[str, np.ndarray], qtype) -> np.ndarray:
     if t.scheme is None:
         raise UnsupportedError(f"type {t.name} has no integer form")
     return fields["codes"].astype(np.int16) - np.int16(t.code_offset)
+
+
+def dequantize(raw, qtype, n: int, k: int, out: np.ndarray | None = None) -> np.ndarray:
+    """Decode ``[n, k]`` worth of ``qtype`` data to f32 ``[n, k]``, bit-identical with gguf-py.
+
+    ``raw``: the bytes (any C-contiguous array or buffer; read as uint8), exactly
+    ``n * row_bytes(k)`` of them. ``out``: optional f32 ``[n, k]`` array to write into.
+    """
+    t = _types.get(qtype)
+    mod = codec(t)
+    n, k = int(n), int(k)
+    if n < 0 or k < 0:
+        raise BadInputError(f"{t.name}: bad shape [{n}, {k}]")
+    if k % t.block_size:
+        raise BadInputError(f"{t.name}: K={k} is not a multiple of the block size {t.block_size}")
+    if isinstance(raw, (bytes, bytearray, memoryview)):
+        raw = np.frombuffer(raw, np.uint8)
+    if not isinstance(raw, np.ndarray):
+        raise BadInputError(f"{t.name}: expected an array of bytes, got {type(raw).__name__}")
+    if raw.dtype != np.uint8:
+        raw = np.ascontiguousarray(raw).reshape(-1).view(np.uint8)
+    row_bytes = t.row_bytes(k)
+    if raw.size != n * row_bytes:
+        raise BadInputError(f"{t.name} [{n}, {k}] needs {n * row_bytes} bytes, got {raw.size}")
+    return mod.dequantize(raw.reshape(n, row_bytes), out=out)
+
+
+def quantize(x: np.ndarray, qtype) -> np.ndarray:
+    """Encode f32 ``[n, k]`` (1-D: one row) as ``qtype`` blocks, uint8 ``[n, row_bytes]``,
+    byte-identical with ggml's reference quantizer of that type."""
+    t = _types.get(qtype)
+    mod = codec(t)
+    if t.quantized and not t.quantize or not hasattr(mod, "quantize"):
+        known = ", ".join(q.name for q in _types.QUANTIZABLE)
+        raise UnsupportedError(f"panelpack cannot quantize into {t.name} (it can: {known}, F32, F16, BF16)")
+    if isinstance(x, np.ndarray) and x.ndim == 1:
+        x = x.reshape(1, -1)
+    return mod.quantize(x)

@@ -29,11 +29,13 @@ from ..types import Q4_0 as QTYPE
 from ._bits import BlockPlan, Field, f16_word, nibble_codes
 from ._codec import (
     CHUNK_BLOCKS,
+    LANES,
     READONLY_F32,
     READONLY_U8,
     as_blocks,
     as_rows_f32,
     bytes_shape,
+    load_lanes,
     out_shape,
     run_dequantize,
     run_quantize,
@@ -56,23 +58,24 @@ def from_fields(fields, n: int, k: int):
 
 
 # ---- dequantize ----------------------------------------------------------------------------
-@numba.njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64, numba.int64), cache=True)
-def _dequantize_range(b, y, b0, b1):
+@numba.njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True, error_model="numpy")
+def _dequantize_range(b, y, b0, b1, qk):
+    half = qk >> 1  # 16; a run-time trip count, so LLVM vectorizes the loops below
     for i in range(b0, b1):
-        o = i * 18
-        d = f16_to_f32(np.int64(b[o]) | (np.int64(b[o + 1]) << 8))
-        yo = i * 32
-        for j in range(16):
-            q = np.int32(b[o + 2 + j])
-            y[yo + j] = d * np.float32((q & 15) - 8)
-            y[yo + 16 + j] = d * np.float32((q >> 4) - 8)
+        blk = b[i * 18:i * 18 + 18]
+        yb = y[i * 32:i * 32 + 32]
+        d = f16_to_f32(np.int64(blk[0]) | (np.int64(blk[1]) << 8))
+        for j in range(half):
+            yb[j] = d * np.float32(np.int32(blk[2 + j] & 15) - 8)
+        for j in range(half):
+            yb[half + j] = d * np.float32(np.int32(blk[2 + j] >> 4) - 8)
 
 
-@numba.njit(numba.void(READONLY_U8, numba.float32[::1]), cache=True, parallel=True)
-def _dequantize_parallel(b, y):
+@numba.njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64), cache=True, parallel=True, error_model="numpy")
+def _dequantize_parallel(b, y, qk):
     nb = y.size // 32
     for c in prange((nb + CHUNK_BLOCKS - 1) // CHUNK_BLOCKS):
-        _dequantize_range(b, y, c * CHUNK_BLOCKS, min(nb, (c + 1) * CHUNK_BLOCKS))
+        _dequantize_range(b, y, c * CHUNK_BLOCKS, min(nb, (c + 1) * CHUNK_BLOCKS), qk)
 
 
 def dequantize(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -88,45 +91,58 @@ def dequantize_ref(blocks: np.ndarray) -> np.ndarray:
     f = to_fields(b, n, k)
     d = f["d"].view("<f2").astype(np.float32).repeat(32, axis=1)
     q = f["codes"].astype(np.float32) - np.float32(8)
-    return (d * q).reshape(out_shape(b, QTYPE))
+    with np.errstate(invalid="ignore", over="ignore"):
+        return (d * q).reshape(out_shape(b, QTYPE))
 
 
 # ---- quantize ------------------------------------------------------------------------------
-@numba.njit(numba.void(READONLY_F32, numba.uint8[::1], numba.int64, numba.int64), cache=True)
+@numba.njit(numba.void(READONLY_F32, numba.uint8[::1], numba.int64, numba.int64), cache=True, error_model="numpy")
 def _quantize_range(x, out, b0, b1):
-    lanes = np.empty(16, np.float32)
-    for i in range(b0, b1):
-        xo = i * 32
-        # largest |x|, NaN never wins (ggml's `amax < |v|` scan), 16 lanes then a tree
-        for l in range(16):
-            a0 = abs(x[xo + l])
-            a1 = abs(x[xo + 16 + l])
-            m = a0 if a0 > np.float32(0) else np.float32(0)
-            lanes[l] = a1 if a1 > m else m
-        for s in (8, 4, 2, 1):
-            for l in range(s):
-                lanes[l] = lanes[l + s] if lanes[l + s] > lanes[l] else lanes[l]
-        amax = lanes[0]
-        # the first element reaching it gives the sign
-        first = 32
-        for e in range(32):
-            first = min(first, e if abs(x[xo + e]) == amax else 32)
-        mx = x[xo + first] if amax > np.float32(0) else np.float32(0)
-        d = mx / np.float32(-8)
-        idv = np.float32(1) / d if d != np.float32(0) else np.float32(0)
-        h = f32_to_f16_bits(d)
-        o = i * 18
-        out[o] = np.uint8(h & 0xFF)
-        out[o + 1] = np.uint8(h >> 8)
+    """Blocks ``[b0, b1)``; ggml's per-block loop run for ``LANES`` blocks side by side."""
+    xt = np.empty((32, LANES), np.float32)  # xt[e, l]: element e of block c0 + l
+    amax = np.empty(LANES, np.float32)
+    d = np.empty(LANES, np.float32)
+    idv = np.empty(LANES, np.float32)
+    qs = np.empty((16, LANES), np.int32)  # qs[j, l]: byte j of the nibbles of block c0 + l
+    for c0 in range(b0, b1, LANES):
+        nl = min(LANES, b1 - c0)
+        load_lanes(x, c0, nl, xt)
+        for l in range(nl):
+            amax[l] = np.float32(0)
+            d[l] = np.float32(0)  # holds `max` until turned into d
+        for e in range(32):  # if (amax < fabsf(v)) { amax = fabsf(v); max = v; }
+            row = xt[e]
+            for l in range(nl):
+                v = row[l]
+                a = abs(v)
+                upd = amax[l] < a
+                amax[l] = a if upd else amax[l]
+                d[l] = v if upd else d[l]
+        for l in range(nl):
+            dl = d[l] / np.float32(-8)
+            d[l] = dl
+            idv[l] = np.float32(1) / dl if dl != np.float32(0) else np.float32(0)
         for j in range(16):
-            t0 = cvtt_i32(x[xo + j] * idv + np.float32(8.5))
-            t1 = cvtt_i32(x[xo + 16 + j] * idv + np.float32(8.5))
-            u0 = min(15, ((t0 & 0xFF) ^ 0x80) - 0x80) & 0xFF
-            u1 = min(15, ((t1 & 0xFF) ^ 0x80) - 0x80) & 0xFF
-            out[o + 2 + j] = np.uint8((u0 | (u1 << 4)) & 0xFF)
+            r0 = xt[j]
+            r1 = xt[j + 16]
+            qj = qs[j]
+            for l in range(nl):
+                t0 = cvtt_i32(r0[l] * idv[l] + np.float32(8.5))
+                t1 = cvtt_i32(r1[l] * idv[l] + np.float32(8.5))
+                u0 = min(15, ((t0 & 0xFF) ^ 0x80) - 0x80) & 0xFF  # MIN(15, (int8_t)...)
+                u1 = min(15, ((t1 & 0xFF) ^ 0x80) - 0x80) & 0xFF
+                qj[l] = np.int32((u0 | (u1 << 4)) & 0xFF)
+        for l in range(nl):
+            o = (c0 + l) * 18
+            dst = out[o:o + 18]
+            h = f32_to_f16_bits(d[l])
+            dst[0] = np.uint8(h & 0xFF)
+            dst[1] = np.uint8(h >> 8)
+            for j in range(16):
+                dst[2 + j] = np.uint8(qs[j, l])
 
 
-@numba.njit(numba.void(READONLY_F32, numba.uint8[::1]), cache=True, parallel=True)
+@numba.njit(numba.void(READONLY_F32, numba.uint8[::1]), cache=True, parallel=True, error_model="numpy")
 def _quantize_parallel(x, out):
     nb = x.size // 32
     for c in prange((nb + CHUNK_BLOCKS - 1) // CHUNK_BLOCKS):
@@ -150,7 +166,7 @@ def quantize_ref(x: np.ndarray) -> np.ndarray:
         amax = np.where(upd, np.abs(v), amax)
         mx = np.where(upd, v, mx)
     d = mx / np.float32(-8)
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", over="ignore"):
         idv = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
     with np.errstate(invalid="ignore", over="ignore"):
         t = cvtt_i32_ref(xb * idv[:, None] + np.float32(8.5))

@@ -4,12 +4,24 @@
           +------+------+----------------------------+
           | d f16| m f16| qs[16]  (nibbles as Q4_0)  |
           +------+------+----------------------------+
+
+Dequantize (gguf-py ``Q4_1.dequantize_blocks``, ggml ``dequantize_row_q4_1``), in f32:
+``y = f32(d) * f32(u) + f32(m)`` (two roundings, never fused).
+When both ``d*u`` and ``m`` are NaN the result is ``d*u``'s NaN (x86's rule for the first
+operand, as ggml and gguf-py compute it; see ``f32.add_first_nan``).
 """
 
 from __future__ import annotations
 
+import numba
+import numpy as np
+from numba import prange
+
 from ..types import Q4_1 as QTYPE
 from ._bits import BlockPlan, Field, f16_word, nibble_codes
+from ._codec import CHUNK_BLOCKS, READONLY_U8, as_blocks, out_shape, run_dequantize
+from .f16 import f16_to_f32
+from .f32 import add_first_nan
 
 PLAN = BlockPlan(QTYPE, [
     Field("d", "u2", (f16_word(0),)),
@@ -24,3 +36,43 @@ def to_fields(blocks, n: int, k: int):
 
 def from_fields(fields, n: int, k: int):
     return PLAN.from_fields(fields, n, k)
+
+
+# ---- dequantize ----------------------------------------------------------------------------
+@numba.njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True, error_model="numpy")
+def _dequantize_range(b, y, b0, b1, qk):
+    half = qk >> 1  # 16; a run-time trip count, so LLVM vectorizes the loops below
+    for i in range(b0, b1):
+        blk = b[i * 20:i * 20 + 20]
+        yb = y[i * 32:i * 32 + 32]
+        d = f16_to_f32(np.int64(blk[0]) | (np.int64(blk[1]) << 8))
+        m = f16_to_f32(np.int64(blk[2]) | (np.int64(blk[3]) << 8))
+        for j in range(half):
+            yb[j] = add_first_nan(d * np.float32(np.int32(blk[4 + j] & 15)), m)
+        for j in range(half):
+            yb[half + j] = add_first_nan(d * np.float32(np.int32(blk[4 + j] >> 4)), m)
+
+
+@numba.njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64), cache=True, parallel=True, error_model="numpy")
+def _dequantize_parallel(b, y, qk):
+    nb = y.size // 32
+    ch = CHUNK_BLOCKS
+    for c in prange((nb + ch - 1) // ch):
+        _dequantize_range(b, y, c * ch, min(nb, (c + 1) * ch), qk)
+
+
+def dequantize(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """uint8 ``[rows, row_bytes]`` (or flat) to f32 ``[rows, K]``; bit-identical with gguf-py."""
+    return run_dequantize(QTYPE, blocks, out, _dequantize_range, _dequantize_parallel)
+
+
+def dequantize_ref(blocks: np.ndarray) -> np.ndarray:
+    """numpy reference from the bit fields."""
+    b = as_blocks(blocks, QTYPE)
+    n = b.shape[0] if b.ndim == 2 else 1
+    k = out_shape(b, QTYPE)[-1]
+    f = to_fields(b, n, k)
+    with np.errstate(invalid="ignore", over="ignore"):
+        d = f["d"].view("<f2").astype(np.float32).repeat(32, axis=1)
+        m = f["m"].view("<f2").astype(np.float32).repeat(32, axis=1)
+        return (d * f["codes"].astype(np.float32) + m).reshape(out_shape(b, QTYPE))

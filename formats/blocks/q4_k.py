@@ -7,12 +7,47 @@
     scales: 6-bit sc[8], m[8] packed as drawn in _bits.k_scale_parts.
     element e: chunk c = e // 64, t = e % 64 -> qs[32c + t % 32], low nibble if t < 32 else high
                (sub-block s = e // 32 uses nibble s % 2 of qs[32 (s // 2) .. +32])
+
+Dequantize (gguf-py ``Q4_K.dequantize_blocks``, ggml ``dequantize_row_q4_K``), in f32:
+    y = (f32(d) * f32(sc[s])) * f32(q) - (f32(dmin) * f32(m[s]))
+
+Quantize: ggml's ``quantize_row_q4_K_ref`` (what ``ggml_quantize_chunk`` runs for Q4_K with no
+importance matrix), reproduced operation for operation in f32, never contracted to FMA:
+  per sub-block s (32 values x):
+    sum_x2 = sum x*x (in order);  av_x = sqrtf(sum_x2/32);  w = av_x + |x|
+    scale[s], min[s] = make_qkx2_quants(nmax=15, rmin=-1, rdelta=0.1, nstep=20, use_mad=false)
+  max_scale, max_min = the largest scale / min ("if (v > max)" in sub-block order)
+  ls = MIN(63, (uint8)nearest_int(63/max_scale * scale[s])), lm likewise (inv = 0 if max <= 0)
+  d = f16(max_scale/63), dmin = f16(max_min/63)
+  per sub-block with dd = f32(d)*ls != 0:  q = clamp(nearest_int((x + f32(dmin)*lm) / dd), 0, 15)
+      (dd == 0: the codes make_qkx2_quants chose stay)
+nearest_int(v): the bits of f32(v + 12582912) & 0x7fffff, minus 0x400000 -- round half to even
+inside |v| <= 4194303, and the same bit trick (not a rounding) outside it, NaN -> 0.
+See make_qkx2_quants in ``_make_qkx2_ref`` (the scalar order, written out).
 """
 
 from __future__ import annotations
 
+import numba
+import numpy as np
+from numba import prange
+
 from ..types import Q4_K as QTYPE
 from ._bits import BlockPlan, Field, f16_word, k_scale_parts
+from ._codec import (
+    CHUNK_BLOCKS,
+    READONLY_F32,
+    READONLY_U8,
+    as_blocks,
+    as_rows_f32,
+    bytes_shape,
+    load_lanes,
+    out_shape,
+    run_dequantize,
+    run_quantize,
+)
+from .f16 import f16_bits_ref, f16_to_f32, f32_to_f16_bits
+from .f32 import f32_bits
 
 _SC, _M = k_scale_parts(4)
 
@@ -32,3 +67,398 @@ def to_fields(blocks, n: int, k: int):
 
 def from_fields(fields, n: int, k: int):
     return PLAN.from_fields(fields, n, k)
+
+
+# ---- dequantize ----------------------------------------------------------------------------
+@numba.njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True, error_model="numpy")
+def _dequantize_range(b, y, b0, b1, qk):
+    sub = qk >> 3  # 32; a run-time trip count, so LLVM vectorizes the loops below
+    for i in range(b0, b1):
+        blk = b[i * 144:i * 144 + 144]
+        yb = y[i * 256:i * 256 + 256]
+        d = f16_to_f32(np.int64(blk[0]) | (np.int64(blk[1]) << 8))
+        dmin = f16_to_f32(np.int64(blk[2]) | (np.int64(blk[3]) << 8))
+        for s in range(8):
+            if s < 4:
+                sc = np.int32(blk[4 + s]) & 63
+                m = np.int32(blk[8 + s]) & 63
+            else:
+                sc = (np.int32(blk[8 + s]) & 15) | ((np.int32(blk[s]) >> 6) << 4)
+                m = (np.int32(blk[8 + s]) >> 4) | ((np.int32(blk[4 + s]) >> 6) << 4)
+            ds = d * np.float32(sc)
+            ms = dmin * np.float32(m)
+            qs = blk[16 + 32 * (s >> 1):16 + 32 * (s >> 1) + 32]
+            ys = yb[32 * s:32 * s + 32]
+            sh = 4 * (s & 1)
+            for j in range(sub):
+                ys[j] = ds * np.float32((np.int32(qs[j]) >> sh) & 15) - ms
+
+
+@numba.njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64), cache=True, parallel=True, error_model="numpy")
+def _dequantize_parallel(b, y, qk):
+    nb = y.size // 256
+    ch = CHUNK_BLOCKS // 8
+    for c in prange((nb + ch - 1) // ch):
+        _dequantize_range(b, y, c * ch, min(nb, (c + 1) * ch), qk)
+
+
+def dequantize(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """uint8 ``[rows, row_bytes]`` (or flat) to f32 ``[rows, K]``; bit-identical with gguf-py."""
+    return run_dequantize(QTYPE, blocks, out, _dequantize_range, _dequantize_parallel)
+
+
+def dequantize_ref(blocks: np.ndarray) -> np.ndarray:
+    """numpy reference from the bit fields."""
+    b = as_blocks(blocks, QTYPE)
+    n = b.shape[0] if b.ndim == 2 else 1
+    k = out_shape(b, QTYPE)[-1]
+    f = to_fields(b, n, k)
+    d = f["d"].view("<f2").astype(np.float32).repeat(8, axis=1)
+    dmin = f["dmin"].view("<f2").astype(np.float32).repeat(8, axis=1)
+    with np.errstate(invalid="ignore", over="ignore"):
+        ds = (d * f["sc"].astype(np.float32)).repeat(32, axis=1)
+        ms = (dmin * f["m"].astype(np.float32)).repeat(32, axis=1)
+        return (ds * f["codes"].astype(np.float32) - ms).reshape(out_shape(b, QTYPE))
+
+
+# ---- quantize ------------------------------------------------------------------------------
+NMAX = 15
+RMIN = np.float32(-1.0)
+RDELTA = np.float32(0.1)
+NSTEP = 20
+_MAGIC = np.float32(12582912.0)  # 1.5 * 2**23
+
+#: Sub-blocks per lane group of the fast quantizer (8 per super-block).
+SUB_LANES = 256
+
+
+@numba.njit(numba.int64(numba.float32), cache=True, inline="always")
+def nearest_int(v):
+    """ggml's nearest_int: the float magic-number trick, bit for bit."""
+    return (np.int64(f32_bits(v + _MAGIC)) & 0x7FFFFF) - 0x400000
+
+
+@numba.njit(numba.float32(numba.float32, numba.float32), cache=True, inline="always")
+def _code(v, top):
+    """MAX(0, MIN(top, nearest_int(v))) as an exact f32 (the integer is < 2**23)."""
+    q = np.float32(f32_bits(v + _MAGIC) & 0x7FFFFF) - np.float32(4194304)
+    q = q if q < top else top
+    return q if q > np.float32(0) else np.float32(0)
+
+
+def nearest_int_ref(v: np.ndarray) -> np.ndarray:
+    v = np.asarray(v, np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return ((v + _MAGIC).view(np.int32).astype(np.int64) & 0x7FFFFF) - 0x400000
+
+
+# Per-lane state rows of the fast quantizer's scratch array ``st[row, lane]``.
+(_MN, _MX, _SW, _SX, _ISC, _SC, _BEST, _SL, _SL2, _SXL, _TSC, _TMN, _CUR, _LISC, _LMN, _MN0,
+ _S2, _DD, _DM, _NROWS) = range(20)
+
+
+@numba.njit(
+    numba.void(numba.float32[:, ::1], numba.float32[:, ::1], numba.float32[:, ::1], numba.int64,
+               numba.float32[:, ::1]),
+    cache=True,
+    error_model="numpy",
+)
+def _make_qkx2_lanes(xt, w, laux, nl, st):
+    """make_qkx2_quants(32, 15, x, weights, L, &the_min, Laux, -1, 0.1, 20, false) for ``nl``
+    sub-blocks at once: lane ``l`` runs ggml's scalar loop on ``xt[:, l]`` in ggml's order.
+
+    Leaves per lane: ``st[_SC]`` = the returned scale, ``st[_MN]`` = -the_min (0 when all
+    values are equal: then also ``st[_SC] = 0``), and the codes L as the recipe
+    ``L = clamp(nearest_int(st[_LISC] * (x - st[_LMN])), 0, 15)`` (the iscale and min of the
+    pass that produced them), recomputed by the caller only where it needs them.
+    """
+    mn, mx, sw, sx, isc, sc, best = st[_MN], st[_MX], st[_SW], st[_SX], st[_ISC], st[_SC], st[_BEST]
+    sl, sl2, sxl, tsc, tmn, cur = st[_SL], st[_SL2], st[_SXL], st[_TSC], st[_TMN], st[_CUR]
+    lisc, lmn, mn0 = st[_LISC], st[_LMN], st[_MN0]
+    nmax = np.float32(NMAX)
+    zero = np.float32(0)
+    r0 = xt[0]
+    w0 = w[0]
+    for l in range(nl):
+        mn[l] = r0[l]
+        mx[l] = r0[l]
+        sw[l] = w0[l]
+        sx[l] = w0[l] * r0[l]
+    for e in range(1, 32):
+        row = xt[e]
+        we = w[e]
+        for l in range(nl):
+            v = row[l]
+            mn[l] = v if v < mn[l] else mn[l]
+            mx[l] = v if v > mx[l] else mx[l]
+            sw[l] = sw[l] + we[l]
+            sx[l] = sx[l] + we[l] * v
+    for l in range(nl):
+        m = zero if mn[l] > zero else mn[l]  # if (min > 0) min = 0  (a NaN stays)
+        mn[l] = m
+        mn0[l] = m
+        isc[l] = nmax / (mx[l] - m)
+        sc[l] = np.float32(1) / isc[l]
+        lisc[l] = isc[l]
+        lmn[l] = m
+        best[l] = zero
+    for e in range(32):  # best_error of the first guess
+        row = xt[e]
+        we = w[e]
+        for l in range(nl):
+            q = _code(isc[l] * (row[l] - mn[l]), nmax)
+            diff = sc[l] * q + mn[l] - row[l]
+            best[l] = best[l] + we[l] * (diff * diff)
+    for step in range(NSTEP + 1):
+        num = RMIN + RDELTA * np.float32(step) + nmax
+        for l in range(nl):
+            isc[l] = num / (mx[l] - mn[l])
+            sl[l] = zero
+            sl2[l] = zero
+            sxl[l] = zero
+        for e in range(32):
+            row = xt[e]
+            we = w[e]
+            la = laux[e]
+            for l in range(nl):
+                q = _code(isc[l] * (row[l] - mn[l]), nmax)
+                la[l] = q
+                wq = we[l] * q
+                sl[l] = sl[l] + wq
+                sl2[l] = sl2[l] + wq * q
+                sxl[l] = sxl[l] + wq * row[l]
+        for l in range(nl):
+            D = sw[l] * sl2[l] - sl[l] * sl[l]
+            this_scale = (sw[l] * sxl[l] - sx[l] * sl[l]) / D
+            this_min = (sl2[l] * sx[l] - sl[l] * sxl[l]) / D
+            if this_min > zero:
+                this_min = zero
+                this_scale = sxl[l] / sl2[l]
+            # a lane with D <= 0 (or NaN) must not be updated: make its error NaN
+            tsc[l] = this_scale
+            tmn[l] = this_min
+            cur[l] = zero if D > zero else np.float32(np.nan)
+        for e in range(32):
+            row = xt[e]
+            we = w[e]
+            la = laux[e]
+            for l in range(nl):
+                diff = tsc[l] * la[l] + tmn[l] - row[l]
+                cur[l] = cur[l] + we[l] * (diff * diff)
+        for l in range(nl):
+            if cur[l] < best[l]:
+                best[l] = cur[l]
+                lisc[l] = isc[l]
+                lmn[l] = mn[l]
+                sc[l] = tsc[l]
+                mn[l] = tmn[l]
+    for l in range(nl):
+        if mx[l] == mn0[l]:  # max == min: L = 0, the_min = -min, scale 0
+            sc[l] = zero
+            mn[l] = mn0[l]
+
+
+@numba.njit(numba.void(READONLY_F32, numba.uint8[::1], numba.int64, numba.int64), cache=True, error_model="numpy")
+def _quantize_range(x, out, b0, b1):
+    """Super-blocks ``[b0, b1)``: ``SUB_LANES`` sub-blocks side by side, ggml's order per lane."""
+    xt = np.empty((32, SUB_LANES), np.float32)
+    w = np.empty((32, SUB_LANES), np.float32)
+    lq = np.empty((32, SUB_LANES), np.float32)
+    st = np.empty((_NROWS, SUB_LANES), np.float32)
+    s2, dd, dm = st[_S2], st[_DD], st[_DM]
+    sc, mn, lisc, lmn, mx, mn0 = st[_SC], st[_MN], st[_LISC], st[_LMN], st[_MX], st[_MN0]
+    zero = np.float32(0)
+    f63 = np.float32(63)
+    nmax = np.float32(NMAX)
+    for g0 in range(b0, b1, SUB_LANES // 8):
+        nsb = min(SUB_LANES // 8, b1 - g0)
+        nl = 8 * nsb
+        load_lanes(x, 8 * g0, nl, xt)
+        # weights: av_x = sqrtf(sum_x2 / 32); w = av_x + |x|
+        for l in range(nl):
+            s2[l] = zero
+        for e in range(32):
+            row = xt[e]
+            for l in range(nl):
+                s2[l] = s2[l] + row[l] * row[l]
+        for l in range(nl):
+            s2[l] = np.sqrt(s2[l] / np.float32(32))
+        for e in range(32):
+            row = xt[e]
+            we = w[e]
+            for l in range(nl):
+                we[l] = s2[l] + abs(row[l])
+        _make_qkx2_lanes(xt, w, lq, nl, st)
+        # per super-block, in sub-block order: 6-bit scales, d, dmin (scales[j] = sc, mins[j] = -mn)
+        for sb in range(nsb):
+            max_scale = zero
+            max_min = zero
+            for j in range(8):
+                if sc[8 * sb + j] > max_scale:
+                    max_scale = sc[8 * sb + j]
+                if -mn[8 * sb + j] > max_min:
+                    max_min = -mn[8 * sb + j]
+            inv_scale = f63 / max_scale if max_scale > zero else zero
+            inv_min = f63 / max_min if max_min > zero else zero
+            o = (g0 + sb) * 144
+            blk = out[o:o + 144]
+            hd = f32_to_f16_bits(max_scale / f63)
+            hm = f32_to_f16_bits(max_min / f63)
+            blk[0] = np.uint8(hd & 0xFF)
+            blk[1] = np.uint8(hd >> 8)
+            blk[2] = np.uint8(hm & 0xFF)
+            blk[3] = np.uint8(hm >> 8)
+            fd = f16_to_f32(hd)
+            fm = f16_to_f32(hm)
+            for j in range(8):
+                ls = min(63, nearest_int(inv_scale * sc[8 * sb + j]) & 0xFF)
+                lm = min(63, nearest_int(inv_min * -mn[8 * sb + j]) & 0xFF)
+                if j < 4:
+                    blk[4 + j] = np.uint8(ls)
+                    blk[8 + j] = np.uint8(lm)
+                else:
+                    blk[12 + j - 4] = np.uint8((ls & 0xF) | ((lm & 0xF) << 4))
+                    blk[4 + j - 4] = np.uint8(blk[4 + j - 4] | ((ls >> 4) << 6))
+                    blk[4 + j] = np.uint8(blk[4 + j] | ((lm >> 4) << 6))
+                dd[8 * sb + j] = fd * np.float32(ls)
+                dm[8 * sb + j] = fm * np.float32(lm)
+        # final codes: clamp(nearest_int((x + dm) / d), 0, 15) where d*sc != 0, else the codes
+        # make_qkx2_quants chose (recomputed from their recipe; 0 for a flat sub-block)
+        for e in range(32):
+            row = xt[e]
+            le = lq[e]
+            for l in range(nl):
+                q = _code((row[l] + dm[l]) / dd[l], nmax)
+                q0 = _code(lisc[l] * (row[l] - lmn[l]), nmax)
+                q0 = q0 if mx[l] != mn0[l] else zero
+                le[l] = q if dd[l] != zero else q0
+        # pack: qs[32c + t] = L(sub 2c)[t] | L(sub 2c+1)[t] << 4
+        for sb in range(nsb):
+            o = (g0 + sb) * 144 + 16
+            qs = out[o:o + 128]
+            for c in range(4):
+                l0 = 8 * sb + 2 * c
+                for t in range(32):
+                    qs[32 * c + t] = np.uint8(np.int32(lq[t, l0]) | (np.int32(lq[t, l0 + 1]) << 4))
+
+
+@numba.njit(numba.void(READONLY_F32, numba.uint8[::1]), cache=True, parallel=True, error_model="numpy")
+def _quantize_parallel(x, out):
+    nb = x.size // 256
+    ch = 64
+    for c in prange((nb + ch - 1) // ch):
+        _quantize_range(x, out, c * ch, min(nb, (c + 1) * ch))
+
+
+def quantize(x: np.ndarray, parallel: bool | None = None) -> np.ndarray:
+    """f32 ``[rows, K]`` (or 1-D) to Q4_K blocks, byte-identical with ggml's
+    ``quantize_row_q4_K_ref``."""
+    return run_quantize(QTYPE, x, _quantize_range, _quantize_parallel, parallel)
+
+
+# ---- the numpy reference: ggml's C, line by line, vectorised over sub-blocks ----------------
+def _make_qkx2_ref(x: np.ndarray, weights: np.ndarray, nmax: int, rmin, rdelta, nstep: int):
+    """make_qkx2_quants(n=32, ..., use_mad=false) for every row of ``x`` ``[S, 32]`` at once.
+
+    Returns (L ``[S, 32]`` int64, scale ``[S]``, the_min ``[S]``), all f32 arithmetic in C order.
+    """
+    f32 = np.float32
+    n = x.shape[1]
+    mn = x[:, 0].copy()
+    mx = x[:, 0].copy()
+    sum_w = weights[:, 0].copy()
+    sum_x = sum_w * x[:, 0]
+    for i in range(1, n):
+        mn = np.where(x[:, i] < mn, x[:, i], mn)
+        mx = np.where(x[:, i] > mx, x[:, i], mx)
+        w = weights[:, i]
+        sum_w = sum_w + w
+        sum_x = sum_x + w * x[:, i]
+    mn = np.where(mn > 0, f32(0), mn)
+    flat = mx == mn
+    min_flat = mn.copy()
+    iscale = f32(nmax) / (mx - mn)
+    scale = f32(1) / iscale
+    L = np.zeros(x.shape, np.int64)
+    best_error = np.zeros(len(x), np.float32)
+    for i in range(n):
+        l = nearest_int_ref(iscale * (x[:, i] - mn))
+        L[:, i] = np.clip(l, 0, nmax)
+        diff = scale * L[:, i].astype(f32) + mn - x[:, i]
+        diff = diff * diff
+        best_error = best_error + weights[:, i] * diff
+    for step in range(nstep + 1):
+        iscale = (f32(rmin) + f32(rdelta) * f32(step) + f32(nmax)) / (mx - mn)
+        sum_l = np.zeros(len(x), np.float32)
+        sum_l2 = np.zeros(len(x), np.float32)
+        sum_xl = np.zeros(len(x), np.float32)
+        Laux = np.zeros(x.shape, np.int64)
+        for i in range(n):
+            l = np.clip(nearest_int_ref(iscale * (x[:, i] - mn)), 0, nmax)
+            Laux[:, i] = l
+            w = weights[:, i]
+            fl = l.astype(f32)
+            sum_l = sum_l + w * fl
+            sum_l2 = sum_l2 + w * fl * fl
+            sum_xl = sum_xl + w * fl * x[:, i]
+        D = sum_w * sum_l2 - sum_l * sum_l
+        this_scale = (sum_w * sum_xl - sum_x * sum_l) / D
+        this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D
+        clamp = this_min > 0
+        this_min = np.where(clamp, f32(0), this_min)
+        this_scale = np.where(clamp, sum_xl / sum_l2, this_scale)
+        cur_error = np.zeros(len(x), np.float32)
+        for i in range(n):
+            diff = this_scale * Laux[:, i].astype(f32) + this_min - x[:, i]
+            diff = diff * diff
+            cur_error = cur_error + weights[:, i] * diff
+        better = (D > 0) & (cur_error < best_error)
+        L = np.where(better[:, None], Laux, L)
+        best_error = np.where(better, cur_error, best_error)
+        scale = np.where(better, this_scale, scale)
+        mn = np.where(better, this_min, mn)
+    L = np.where(flat[:, None], 0, L)
+    scale = np.where(flat, f32(0), scale)
+    the_min = -np.where(flat, min_flat, mn)
+    return L, scale.astype(f32), the_min.astype(f32)
+
+
+def quantize_ref(x: np.ndarray) -> np.ndarray:
+    """numpy reference of ``quantize_row_q4_K_ref``, packed by ``from_fields``."""
+    f32 = np.float32
+    xr = as_rows_f32(x, QTYPE)
+    xs = xr.reshape(-1, 32)  # one row per sub-block; 8 per super-block
+    with np.errstate(all="ignore"):
+        sum_x2 = np.zeros(len(xs), np.float32)
+        for l in range(32):
+            sum_x2 = sum_x2 + xs[:, l] * xs[:, l]
+        av_x = np.sqrt(sum_x2 / f32(32))
+        weights = av_x[:, None] + np.abs(xs)
+        L, scales, mins = _make_qkx2_ref(xs, weights, NMAX, RMIN, RDELTA, NSTEP)
+        scales = scales.reshape(-1, 8)
+        mins = mins.reshape(-1, 8)
+        max_scale = np.zeros(len(scales), np.float32)
+        max_min = np.zeros(len(scales), np.float32)
+        for j in range(8):
+            max_scale = np.where(scales[:, j] > max_scale, scales[:, j], max_scale)
+            max_min = np.where(mins[:, j] > max_min, mins[:, j], max_min)
+        inv_scale = np.where(max_scale > 0, f32(63) / max_scale, f32(0)).astype(f32)
+        inv_min = np.where(max_min > 0, f32(63) / max_min, f32(0)).astype(f32)
+        ls = np.minimum(63, nearest_int_ref(inv_scale[:, None] * scales) & 0xFF)
+        lm = np.minimum(63, nearest_int_ref(inv_min[:, None] * mins) & 0xFF)
+        hd = f16_bits_ref(max_scale / f32(63))
+        hm = f16_bits_ref(max_min / f32(63))
+        d = (hd.view("<f2").astype(f32)[:, None] * ls.astype(f32)).reshape(-1)
+        dm = (hm.view("<f2").astype(f32)[:, None] * lm.astype(f32)).reshape(-1)
+        q = np.clip(nearest_int_ref((xs + dm[:, None]) / d[:, None]), 0, NMAX)
+        L = np.where((d != 0)[:, None], q, L)
+    n = xr.shape[0] if xr.ndim == 2 else 1
+    k = xr.shape[-1]
+    fields = {
+        "d": hd.reshape(n, -1),
+        "dmin": hm.reshape(n, -1),
+        "sc": ls.astype(np.uint8).reshape(n, -1),
+        "m": lm.astype(np.uint8).reshape(n, -1),
+        "codes": L.astype(np.uint8).reshape(n, k),
+    }
+    return from_fields(fields, n, k).reshape(bytes_shape(xr, QTYPE))

@@ -6,12 +6,21 @@
           +------+--------+------------+-------------+---------------------------+
     element e, s = e // 32, l = e % 32:
       low 4 bits = nibble (s % 2) of qs[32 (s // 2) + l]     bit 4 = (qh[l] >> s) & 1
+
+Dequantize (gguf-py ``Q5_K.dequantize_blocks``, ggml ``dequantize_row_q5_K``), in f32:
+``y = (f32(d) * f32(sc[s])) * f32(q) - (f32(dmin) * f32(m[s]))``.
 """
 
 from __future__ import annotations
 
+import numba
+import numpy as np
+from numba import prange
+
 from ..types import Q5_K as QTYPE
 from ._bits import BlockPlan, Field, f16_word, k_scale_parts
+from ._codec import CHUNK_BLOCKS, READONLY_U8, as_blocks, out_shape, run_dequantize
+from .f16 import f16_to_f32
 
 _SC, _M = k_scale_parts(4)
 
@@ -31,3 +40,57 @@ def to_fields(blocks, n: int, k: int):
 
 def from_fields(fields, n: int, k: int):
     return PLAN.from_fields(fields, n, k)
+
+
+# ---- dequantize ----------------------------------------------------------------------------
+@numba.njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True, error_model="numpy")
+def _dequantize_range(b, y, b0, b1, qk):
+    sub = qk >> 3  # 32; a run-time trip count, so LLVM vectorizes the loops below
+    for i in range(b0, b1):
+        blk = b[i * 176:i * 176 + 176]
+        yb = y[i * 256:i * 256 + 256]
+        d = f16_to_f32(np.int64(blk[0]) | (np.int64(blk[1]) << 8))
+        dmin = f16_to_f32(np.int64(blk[2]) | (np.int64(blk[3]) << 8))
+        for s in range(8):
+            if s < 4:
+                sc = np.int32(blk[4 + s]) & 63
+                m = np.int32(blk[8 + s]) & 63
+            else:
+                sc = (np.int32(blk[8 + s]) & 15) | ((np.int32(blk[s]) >> 6) << 4)
+                m = (np.int32(blk[8 + s]) >> 4) | ((np.int32(blk[4 + s]) >> 6) << 4)
+            ds = d * np.float32(sc)
+            ms = dmin * np.float32(m)
+            ql = blk[48 + 32 * (s >> 1):48 + 32 * (s >> 1) + 32]
+            qh = blk[16:48]
+            ys = yb[32 * s:32 * s + 32]
+            sh = 4 * (s & 1)
+            for j in range(sub):
+                q = ((np.int32(ql[j]) >> sh) & 15) | (((np.int32(qh[j]) >> s) & 1) << 4)
+                ys[j] = ds * np.float32(q) - ms
+
+
+@numba.njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64), cache=True, parallel=True, error_model="numpy")
+def _dequantize_parallel(b, y, qk):
+    nb = y.size // 256
+    ch = CHUNK_BLOCKS // 8
+    for c in prange((nb + ch - 1) // ch):
+        _dequantize_range(b, y, c * ch, min(nb, (c + 1) * ch), qk)
+
+
+def dequantize(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """uint8 ``[rows, row_bytes]`` (or flat) to f32 ``[rows, K]``; bit-identical with gguf-py."""
+    return run_dequantize(QTYPE, blocks, out, _dequantize_range, _dequantize_parallel)
+
+
+def dequantize_ref(blocks: np.ndarray) -> np.ndarray:
+    """numpy reference from the bit fields."""
+    b = as_blocks(blocks, QTYPE)
+    n = b.shape[0] if b.ndim == 2 else 1
+    k = out_shape(b, QTYPE)[-1]
+    f = to_fields(b, n, k)
+    with np.errstate(invalid="ignore", over="ignore"):
+        d = f["d"].view("<f2").astype(np.float32).repeat(8, axis=1)
+        dmin = f["dmin"].view("<f2").astype(np.float32).repeat(8, axis=1)
+        ds = (d * f["sc"].astype(np.float32)).repeat(32, axis=1)
+        ms = (dmin * f["m"].astype(np.float32)).repeat(32, axis=1)
+        return (ds * f["codes"].astype(np.float32) - ms).reshape(out_shape(b, QTYPE))

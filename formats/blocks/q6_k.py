@@ -8,12 +8,21 @@
       low 4 bits  = nibble (g // 2) of ql[64h + 32 (g % 2) + l]
       high 2 bits = (qh[32h + l] >> 2g) & 3
       scale       = scales[e // 16]
+
+Dequantize (gguf-py ``Q6_K.dequantize_blocks``, ggml ``dequantize_row_q6_K``), in f32:
+``y = (f32(d) * f32(scale[e // 16])) * f32(q - 32)``.
 """
 
 from __future__ import annotations
 
+import numba
+import numpy as np
+from numba import prange
+
 from ..types import Q6_K as QTYPE
 from ._bits import BlockPlan, Field, f16_word, whole_byte
+from ._codec import CHUNK_BLOCKS, READONLY_U8, as_blocks, out_shape, run_dequantize
+from .f16 import f16_to_f32
 
 
 def _code(e: int) -> tuple:
@@ -35,3 +44,65 @@ def to_fields(blocks, n: int, k: int):
 
 def from_fields(fields, n: int, k: int):
     return PLAN.from_fields(fields, n, k)
+
+
+# ---- dequantize ----------------------------------------------------------------------------
+@numba.njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True, error_model="numpy")
+def _dequantize_range(b, y, b0, b1, qk):
+    # ggml's loop: per half h, l in 0..31 gives elements l, l+32, l+64, l+96 of the half
+    # (groups g = 0..3), scale index 8h + 2g + l // 16. n32 comes at run time so LLVM
+    # vectorizes the l loop instead of unrolling it.
+    n32 = qk >> 3
+    g16 = qk >> 4
+    for i in range(b0, b1):
+        blk = b[i * 210:i * 210 + 210]
+        yb = y[i * 256:i * 256 + 256]
+        d = f16_to_f32(np.int64(blk[208]) | (np.int64(blk[209]) << 8))
+        for h in range(2):
+            ql = blk[64 * h:64 * h + 64]
+            qh = blk[128 + 32 * h:128 + 32 * h + 32]
+            sc = blk[192 + 8 * h:200 + 8 * h]
+            s0a = d * np.float32((np.int32(sc[0]) ^ 0x80) - 0x80)
+            s0b = d * np.float32((np.int32(sc[1]) ^ 0x80) - 0x80)
+            s1a = d * np.float32((np.int32(sc[2]) ^ 0x80) - 0x80)
+            s1b = d * np.float32((np.int32(sc[3]) ^ 0x80) - 0x80)
+            s2a = d * np.float32((np.int32(sc[4]) ^ 0x80) - 0x80)
+            s2b = d * np.float32((np.int32(sc[5]) ^ 0x80) - 0x80)
+            s3a = d * np.float32((np.int32(sc[6]) ^ 0x80) - 0x80)
+            s3b = d * np.float32((np.int32(sc[7]) ^ 0x80) - 0x80)
+            ys = yb[128 * h:128 * h + 128]
+            for l in range(n32):
+                lo0 = np.int32(ql[l])
+                lo1 = np.int32(ql[l + 32])
+                hi = np.int32(qh[l])
+                first = l < g16
+                ys[l] = (s0a if first else s0b) * np.float32(((lo0 & 15) | ((hi & 3) << 4)) - 32)
+                ys[l + 32] = (s1a if first else s1b) * np.float32(((lo1 & 15) | (((hi >> 2) & 3) << 4)) - 32)
+                ys[l + 64] = (s2a if first else s2b) * np.float32(((lo0 >> 4) | (((hi >> 4) & 3) << 4)) - 32)
+                ys[l + 96] = (s3a if first else s3b) * np.float32(((lo1 >> 4) | (((hi >> 6) & 3) << 4)) - 32)
+
+
+@numba.njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64), cache=True, parallel=True, error_model="numpy")
+def _dequantize_parallel(b, y, qk):
+    nb = y.size // 256
+    ch = CHUNK_BLOCKS // 8
+    for c in prange((nb + ch - 1) // ch):
+        _dequantize_range(b, y, c * ch, min(nb, (c + 1) * ch), qk)
+
+
+def dequantize(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """uint8 ``[rows, row_bytes]`` (or flat) to f32 ``[rows, K]``; bit-identical with gguf-py."""
+    return run_dequantize(QTYPE, blocks, out, _dequantize_range, _dequantize_parallel)
+
+
+def dequantize_ref(blocks: np.ndarray) -> np.ndarray:
+    """numpy reference from the bit fields."""
+    b = as_blocks(blocks, QTYPE)
+    n = b.shape[0] if b.ndim == 2 else 1
+    k = out_shape(b, QTYPE)[-1]
+    f = to_fields(b, n, k)
+    with np.errstate(invalid="ignore", over="ignore"):
+        d = f["d"].view("<f2").astype(np.float32).repeat(16, axis=1)
+        ds = (d * f["scale"].astype(np.float32)).repeat(16, axis=1)
+        q = f["codes"].astype(np.float32) - np.float32(32)
+        return (ds * q).reshape(out_shape(b, QTYPE))

@@ -4,12 +4,42 @@
           +------+-----------------------------------+
           | d f16| qs int8[32]                       |
           +------+-----------------------------------+
+
+Dequantize (gguf-py ``Q8_0.dequantize_blocks``, ggml ``dequantize_row_q8_0``):
+``y = f32(q) * f32(d)``, one rounding.
+
+Quantize (ggml ``quantize_row_q8_0_ref``; gguf-py's numpy twin is bit-exact with it on finite
+input). This is also the activation quantizer of the standard dispatch (SPEC §3 step 1):
+    amax = MAX(amax, |v|) over the block in order, MAX(a, b) = a > b ? a : b
+           (so a NaN only survives as the last element; on finite input it is max |x|)
+    d    = amax / 127              (f32; stored as f16(d), round to nearest even)
+    id   = d != 0 ? 1/d : 0        (from the f32 d)
+    q    = (int8)roundf(x * id)    (roundf: half away from zero; NaN -> 0 as x86 converts)
 """
 
 from __future__ import annotations
 
+import numba
+import numpy as np
+from numba import prange
+
 from ..types import Q8_0 as QTYPE
 from ._bits import BlockPlan, Field, f16_word, whole_byte
+from ._codec import (
+    CHUNK_BLOCKS,
+    LANES,
+    READONLY_F32,
+    READONLY_U8,
+    as_blocks,
+    as_rows_f32,
+    bytes_shape,
+    load_lanes,
+    out_shape,
+    run_dequantize,
+    run_quantize,
+)
+from .f16 import f16_bits_ref, f16_to_f32, f32_to_f16_bits
+from .f32 import cvtt_i32, cvtt_i32_ref, low_i8
 
 PLAN = BlockPlan(QTYPE, [
     Field("d", "u2", (f16_word(0),)),
@@ -23,3 +53,119 @@ def to_fields(blocks, n: int, k: int):
 
 def from_fields(fields, n: int, k: int):
     return PLAN.from_fields(fields, n, k)
+
+
+# ---- dequantize ----------------------------------------------------------------------------
+@numba.njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True, error_model="numpy")
+def _dequantize_range(b, y, b0, b1, qk):
+    # qk (32) comes at run time, so LLVM vectorizes the inner loop instead of unrolling it
+    for i in range(b0, b1):
+        blk = b[i * 34:i * 34 + 34]
+        yb = y[i * 32:i * 32 + 32]
+        d = f16_to_f32(np.int64(blk[0]) | (np.int64(blk[1]) << 8))
+        for j in range(qk):
+            yb[j] = np.float32(((np.int32(blk[2 + j]) ^ 0x80) - 0x80)) * d
+
+
+@numba.njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64), cache=True, parallel=True, error_model="numpy")
+def _dequantize_parallel(b, y, qk):
+    nb = y.size // 32
+    for c in prange((nb + CHUNK_BLOCKS - 1) // CHUNK_BLOCKS):
+        _dequantize_range(b, y, c * CHUNK_BLOCKS, min(nb, (c + 1) * CHUNK_BLOCKS), qk)
+
+
+def dequantize(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """uint8 ``[rows, row_bytes]`` (or flat) to f32 ``[rows, K]``; bit-identical with gguf-py."""
+    return run_dequantize(QTYPE, blocks, out, _dequantize_range, _dequantize_parallel)
+
+
+def dequantize_ref(blocks: np.ndarray) -> np.ndarray:
+    """numpy reference from the bit fields."""
+    b = as_blocks(blocks, QTYPE)
+    n = b.shape[0] if b.ndim == 2 else 1
+    k = out_shape(b, QTYPE)[-1]
+    f = to_fields(b, n, k)
+    d = f["d"].view("<f2").astype(np.float32).repeat(32, axis=1)
+    with np.errstate(invalid="ignore", over="ignore"):
+        return (f["codes"].astype(np.float32) * d).reshape(out_shape(b, QTYPE))
+
+
+# ---- quantize ------------------------------------------------------------------------------
+@numba.njit(numba.void(READONLY_F32, numba.uint8[::1], numba.int64, numba.int64), cache=True, error_model="numpy")
+def _quantize_range(x, out, b0, b1):
+    """Blocks ``[b0, b1)``; ggml's per-block loop run for ``LANES`` blocks side by side."""
+    xt = np.empty((32, LANES), np.float32)  # xt[e, l]: element e of block c0 + l
+    amax = np.empty(LANES, np.float32)
+    idv = np.empty(LANES, np.float32)
+    qs = np.empty((32, LANES), np.int32)
+    half = np.float32(0.5)
+    for c0 in range(b0, b1, LANES):
+        nl = min(LANES, b1 - c0)
+        load_lanes(x, c0, nl, xt)
+        for l in range(nl):
+            amax[l] = np.float32(0)
+        for e in range(32):  # amax = MAX(amax, fabsf(v))
+            row = xt[e]
+            for l in range(nl):
+                a = abs(row[l])
+                amax[l] = amax[l] if amax[l] > a else a
+        for l in range(nl):
+            d = amax[l] / np.float32(127)
+            amax[l] = d  # now holds d
+            idv[l] = np.float32(1) / d if d != np.float32(0) else np.float32(0)
+        for e in range(32):
+            row = xt[e]
+            qe = qs[e]
+            for l in range(nl):
+                v = row[l] * idv[l]
+                r = np.trunc(v)  # roundf: half away from zero
+                if abs(v - r) >= half:
+                    r = r + (np.float32(1) if v > np.float32(0) else np.float32(-1))
+                qe[l] = np.int32(cvtt_i32(r) & 0xFF)
+        for l in range(nl):
+            o = (c0 + l) * 34
+            dst = out[o:o + 34]
+            h = f32_to_f16_bits(amax[l])
+            dst[0] = np.uint8(h & 0xFF)
+            dst[1] = np.uint8(h >> 8)
+            for e in range(32):
+                dst[2 + e] = np.uint8(qs[e, l])
+
+
+@numba.njit(numba.void(READONLY_F32, numba.uint8[::1]), cache=True, parallel=True, error_model="numpy")
+def _quantize_parallel(x, out):
+    nb = x.size // 32
+    for c in prange((nb + CHUNK_BLOCKS - 1) // CHUNK_BLOCKS):
+        _quantize_range(x, out, c * CHUNK_BLOCKS, min(nb, (c + 1) * CHUNK_BLOCKS))
+
+
+def quantize(x: np.ndarray, parallel: bool | None = None) -> np.ndarray:
+    """f32 ``[rows, K]`` (or 1-D) to Q8_0 blocks, byte-identical with ggml's
+    ``quantize_row_q8_0_ref`` (the activation quantizer of the standard dispatch)."""
+    return run_quantize(QTYPE, x, _quantize_range, _quantize_parallel, parallel)
+
+
+def roundf_ref(v: np.ndarray) -> np.ndarray:
+    """C's ``roundf`` (half away from zero), elementwise, exact in f32."""
+    r = np.trunc(v)
+    with np.errstate(invalid="ignore"):
+        away = np.abs(v - r) >= np.float32(0.5)
+    return np.where(away, r + np.where(v > 0, np.float32(1), np.float32(-1)), r).astype(np.float32)
+
+
+def quantize_ref(x: np.ndarray) -> np.ndarray:
+    """numpy reference: ggml's scalar loop, vectorised over blocks, packed by ``from_fields``."""
+    xr = as_rows_f32(x, QTYPE)
+    xb = xr.reshape(-1, 32)
+    amax = np.zeros(len(xb), np.float32)
+    for e in range(32):
+        a = np.abs(xb[:, e])
+        amax = np.where(amax > a, amax, a)
+    d = amax / np.float32(127)
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        idv = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
+        q = low_i8(cvtt_i32_ref(roundf_ref(xb * idv[:, None])))
+    n = xr.shape[0] if xr.ndim == 2 else 1
+    k = xr.shape[-1]
+    fields = {"d": f16_bits_ref(d).reshape(n, -1), "codes": q.astype(np.int8).reshape(n, k)}
+    return from_fields(fields, n, k).reshape(bytes_shape(xr, QTYPE))

@@ -1,0 +1,157 @@
+"""Input checks and shapes shared by the codec wrappers (the thin Python side of each kernel).
+
+Kernels never raise for user errors; these helpers do, with a :class:`BadInputError` that
+names the type and the problem. Callers that know the file and tensor (readers, converters)
+catch and re-raise with that context.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from ..errors import BadInputError
+from ..types import GGMLType
+
+#: Inputs with fewer elements than this run on the calling thread (a parallel launch costs
+#: tens of microseconds, more than the work itself for one activation row).
+PARALLEL_MIN_ELEMENTS = 1 << 18
+
+#: Blocks per parallel work item: large enough to amortise scheduling, small enough to balance.
+CHUNK_BLOCKS = 2048
+
+READONLY_U8 = numba.types.Array(numba.uint8, 1, "C", readonly=True)
+READONLY_F32 = numba.types.Array(numba.float32, 1, "C", readonly=True)
+READONLY_U16 = numba.types.Array(numba.uint16, 1, "C", readonly=True)
+
+
+#: Blocks (or sub-blocks) processed side by side by the quantizers: lane ``l`` of a group is
+#: block ``first + l``, and each step of ggml's scalar loop runs for all lanes at once, so the
+#: per-block float operation order is ggml's while the work is SIMD across blocks.
+LANES = 128
+
+
+@numba.njit(numba.void(READONLY_F32, numba.int64, numba.int64, numba.float32[:, ::1]), cache=True)
+def load_lanes(x, first, nl, xt):
+    """Transpose ``nl`` consecutive blocks of ``bs = xt.shape[0]`` values, starting at block
+    ``first`` of the flat ``x``, into ``xt[e, l]`` (element ``e`` of block ``first + l``)."""
+    bs = xt.shape[0]
+    xs = x[first * bs:(first + nl) * bs]
+    l = 0
+    while l + 4 <= nl:  # four source blocks at a time: contiguous reads, 4-wide writes
+        a = xs[l * bs:(l + 1) * bs]
+        b = xs[(l + 1) * bs:(l + 2) * bs]
+        c = xs[(l + 2) * bs:(l + 3) * bs]
+        d = xs[(l + 3) * bs:(l + 4) * bs]
+        for e in range(bs):
+            row = xt[e]
+            row[l] = a[e]
+            row[l + 1] = b[e]
+            row[l + 2] = c[e]
+            row[l + 3] = d[e]
+        l += 4
+    for r in range(l, nl):
+        for e in range(bs):
+            xt[e, r] = xs[r * bs + e]
+
+
+def as_blocks(blocks, qtype: GGMLType) -> np.ndarray:
+    """``blocks`` as C-contiguous uint8, 1-D (flat) or 2-D ``[rows, row_bytes]``."""
+    if isinstance(blocks, (bytes, bytearray, memoryview)):
+        blocks = np.frombuffer(blocks, np.uint8)
+    if not isinstance(blocks, np.ndarray):
+        raise BadInputError(f"{qtype.name} blocks must be a numpy uint8 array, got {type(blocks).__name__}")
+    if blocks.dtype != np.uint8:
+        raise BadInputError(f"{qtype.name} blocks must be uint8, got {blocks.dtype}")
+    if blocks.ndim not in (1, 2):
+        raise BadInputError(f"{qtype.name} blocks must be 1-D or [rows, row_bytes], got shape {blocks.shape}")
+    if blocks.shape[-1] % qtype.type_size:
+        what = "row" if blocks.ndim == 2 else "buffer"
+        raise BadInputError(
+            f"{qtype.name}: {what} of {blocks.shape[-1]} bytes is not a whole number of "
+            f"{qtype.type_size}-byte blocks"
+        )
+    return np.ascontiguousarray(blocks)
+
+
+def out_shape(b: np.ndarray, qtype: GGMLType) -> tuple[int, ...]:
+    """The f32 shape ``b`` (checked by :func:`as_blocks`) decodes to."""
+    k = b.shape[-1] // qtype.type_size * qtype.block_size
+    return (b.shape[0], k) if b.ndim == 2 else (k,)
+
+
+def as_rows_f32(x, qtype: GGMLType) -> np.ndarray:
+    """``x`` as C-contiguous float32, 1-D or 2-D, with a last axis made of whole blocks."""
+    if not isinstance(x, np.ndarray):
+        raise BadInputError(f"{qtype.name}: values to quantize must be a numpy array, got {type(x).__name__}")
+    if x.dtype.kind != "f":
+        raise BadInputError(f"{qtype.name}: values to quantize must be floating point, got {x.dtype}")
+    if x.ndim not in (1, 2):
+        raise BadInputError(f"{qtype.name}: values to quantize must be 1-D or [rows, K], got shape {x.shape}")
+    if x.shape[-1] % qtype.block_size:
+        raise BadInputError(
+            f"{qtype.name}: K={x.shape[-1]} is not a multiple of the block size {qtype.block_size}"
+        )
+    return np.ascontiguousarray(x, dtype=np.float32)
+
+
+def bytes_shape(x: np.ndarray, qtype: GGMLType) -> tuple[int, ...]:
+    """The uint8 shape the f32 array ``x`` quantizes to (1-D stays 1-D)."""
+    rb = x.shape[-1] // qtype.block_size * qtype.type_size
+    return (x.shape[0], rb) if x.ndim == 2 else (rb,)
+
+
+def check_out(out, shape: tuple[int, ...], dtype, qtype: GGMLType) -> np.ndarray:
+    """A caller-provided output array must match exactly (shape, dtype, C order, writable)."""
+    if (
+        not isinstance(out, np.ndarray)
+        or out.shape != shape
+        or out.dtype != dtype
+        or not out.flags.c_contiguous
+        or not out.flags.writeable
+    ):
+        got = f"{getattr(out, 'shape', None)} {getattr(out, 'dtype', type(out).__name__)}"
+        raise BadInputError(f"{qtype.name}: out must be a writable C-contiguous {np.dtype(dtype)} array of shape {shape}, got {got}")
+    return out
+
+
+def run_dequantize(qtype: GGMLType, blocks, out, range_kernel, parallel_kernel, words=None) -> np.ndarray:
+    """Validate, allocate, and run a codec's dequantize kernel (serial when small).
+
+    ``range_kernel(b, y, i0, i1, qk)`` decodes blocks ``[i0, i1)`` of the flat bytes ``b`` into
+    the flat f32 ``y``; ``parallel_kernel(b, y, qk)`` does all of them across numba's threads.
+    ``qk`` is the block size, passed at run time on purpose: a loop whose trip count LLVM
+    cannot see gets vectorized (numba runs no SLP vectorizer), one of 16 or 32 is unrolled.
+    ``words``: hand the kernel the bytes as this little-endian word type (F16/BF16: uint16),
+    copying first in the rare case the buffer is not aligned for it.
+    """
+    b = as_blocks(blocks, qtype)
+    shape = out_shape(b, qtype)
+    y = np.empty(shape, np.float32) if out is None else check_out(out, shape, np.float32, qtype)
+    fb, fy = b.reshape(-1), y.reshape(-1)
+    if words is not None:
+        if fb.ctypes.data % np.dtype(words).itemsize:
+            fb = fb.copy()
+        fb = fb.view(np.dtype(words).newbyteorder("<")).astype(words, copy=False)
+    if fy.size < PARALLEL_MIN_ELEMENTS:
+        range_kernel(fb, fy, 0, fy.size // qtype.block_size, qtype.block_size)
+    else:
+        parallel_kernel(fb, fy, qtype.block_size)
+    return y
+
+
+def run_quantize(qtype: GGMLType, x, range_kernel, parallel_kernel, parallel: bool | None) -> np.ndarray:
+    """Validate, allocate, and run a codec's quantize kernel.
+
+    ``parallel``: None picks by size; False forces the calling thread; True numba's threads.
+    """
+    xr = as_rows_f32(x, qtype)
+    out = np.empty(bytes_shape(xr, qtype), np.uint8)
+    fx, fo = xr.reshape(-1), out.reshape(-1)
+    if parallel is None:
+        parallel = fx.size >= PARALLEL_MIN_ELEMENTS
+    if parallel:
+        parallel_kernel(fx, fo)
+    else:
+        range_kernel(fx, fo, 0, fx.size // qtype.block_size)
+    return out

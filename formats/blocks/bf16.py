@@ -1,0 +1,69 @@
+"""BF16: the top half of an IEEE single, little-endian.
+
+    byte  0           2
+          +-----------+
+          | bf16 (LE) |      f32 bits = bf16 bits << 16   (exact, NaN payloads kept)
+          +-----------+
+
+Widening is a shift; no ml_dtypes or torch. Narrowing (``quantize``) is ggml's
+``ggml_compute_fp32_to_bf16`` (as gguf-py writes BF16): round to nearest even on the low
+16 bits; a NaN keeps its top 16 bits and gets the quiet bit 0x0040 set.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numba import prange
+
+from ..types import BF16 as QTYPE
+from ._codec import (
+    CHUNK_BLOCKS,
+    READONLY_U16,
+    as_blocks,
+    as_rows_f32,
+    bytes_shape,
+    out_shape,
+    run_dequantize,
+)
+from .f32 import bits_f32
+
+
+@numba.njit(numba.void(READONLY_U16, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True)
+def _dequantize_range(b, y, e0, e1, qk):
+    bs = b[e0:e1]
+    ys = y[e0:e1]
+    for e in range(ys.size):  # from 0: LLVM sees the bounds and vectorizes
+        ys[e] = bits_f32(np.uint32(np.int64(bs[e]) << 16))
+
+
+@numba.njit(numba.void(READONLY_U16, numba.float32[::1], numba.int64), cache=True, parallel=True)
+def _dequantize_parallel(b, y, qk):
+    n = y.size
+    step = CHUNK_BLOCKS * 32
+    for c in prange((n + step - 1) // step):
+        _dequantize_range(b, y, c * step, min(n, (c + 1) * step), qk)
+
+
+def dequantize(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """uint8 ``[rows, 2*K]`` (or flat) bf16 bytes to f32 ``[rows, K]``, exact."""
+    return run_dequantize(QTYPE, blocks, out, _dequantize_range, _dequantize_parallel, words=np.uint16)
+
+
+def dequantize_ref(blocks: np.ndarray) -> np.ndarray:
+    b = as_blocks(blocks, QTYPE)
+    u = b.reshape(-1).view("<u2").astype(np.uint32) << np.uint32(16)
+    return u.view(np.float32).reshape(out_shape(b, QTYPE))
+
+
+def quantize(x: np.ndarray) -> np.ndarray:
+    """f32 to bf16 bytes: round to nearest even, NaN quietened (ggml / gguf-py)."""
+    x = as_rows_f32(x, QTYPE)
+    n = x.reshape(-1).view(np.uint32).astype(np.uint64)
+    nan = (n & 0x7FFFFFFF) > 0x7F800000
+    rounded = (n + (0x7FFF + ((n >> 16) & 1))) >> 16
+    h = np.where(nan, (n >> 16) | 0x40, rounded).astype("<u2")
+    return h.view(np.uint8).reshape(bytes_shape(x, QTYPE))
+
+
+quantize_ref = quantize
