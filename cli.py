@@ -82,7 +82,7 @@ def layouts(as_json: bool) -> None:
     if as_json:
         echo_json(doc)
         return
-    from panelpack.convert.report import table
+    from panelpack.formats.text import table
 
     rows = []
     for d in doc:

@@ -2,27 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
 
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"  # pragma: no cover
-
-
-def table(rows: Sequence[Sequence[Any]], header: Sequence[str], right: Sequence[int] = ()) -> str:
-    cells = [[str(c) for c in header]] + [[str(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    lines = []
-    for j, r in enumerate(cells):
-        parts = [c.rjust(widths[i]) if i in right else c.ljust(widths[i]) for i, c in enumerate(r)]
-        lines.append("  ".join(parts).rstrip())
-        if j == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+from ..formats.text import human_bytes, table
 
 
 def render_ledger(ledger: list[dict[str, Any]]) -> str:

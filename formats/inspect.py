@@ -28,6 +28,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from .text import human_bytes, table_lines
 from .common import Checkpoint
 
 log = logging.getLogger(__name__)
@@ -161,30 +162,8 @@ def _jsonable(v: Any) -> Any:
 # -- text report -------------------------------------------------------------------------------
 
 
-def human_bytes(n: int) -> str:
-    """``512 B``, ``1.5 KiB``, ``86.7 MiB``, ``1.2 GiB`` (binary units)."""
-    if n < 1024:
-        return f"{n} B"
-    x = float(n)
-    for unit in ("KiB", "MiB", "GiB", "TiB"):
-        x /= 1024
-        if x < 1024 or unit == "TiB":
-            return f"{x:.1f} {unit}"
-    raise AssertionError("unreachable")
-
-
 def _shape(shape: list[int]) -> str:
     return " x ".join(str(d) for d in shape) if shape else "scalar"
-
-
-def _table(headers: list[str], rows: list[list[str]], right: set[int], indent: str = "  ") -> list[str]:
-    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
-
-    def line(cells: list[str]) -> str:
-        parts = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))]
-        return (indent + "  ".join(parts)).rstrip()
-
-    return [line(headers)] + [line(r) for r in rows]
 
 
 def render(doc: Mapping[str, Any]) -> str:
@@ -223,7 +202,7 @@ def render(doc: Mapping[str, Any]) -> str:
         for h in doc["types"]
     ]
     rows.append(["total", str(tot["tensors"]), f"{tot['elements']:,}", human_bytes(tot["bytes"]), "100.0%"])
-    out += _table(["type", "tensors", "weights", "bytes", "share"], rows, right={1, 2, 3, 4})
+    out += table_lines(["type", "tensors", "weights", "bytes", "share"], rows, right={1, 2, 3, 4}, indent="  ")
 
     order = "shapes outermost-first: a matrix is N x K" if doc.get("shape_order") == SHAPE_ORDER else ""
     out += ["", f"tensors ({order})" if order else "tensors"]
@@ -233,7 +212,7 @@ def render(doc: Mapping[str, Any]) -> str:
         [t["name"], _shape(t["shape"]), t["type"], human_bytes(t["bytes"])] + ([t.get("file", "")] if has_file else [])
         for t in doc["tensors"]
     ]
-    out += _table(headers, rows, right={3})
+    out += table_lines(headers, rows, right={3}, indent="  ")
     return "\n".join(out)
 
 
