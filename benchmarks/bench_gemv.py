@@ -1,0 +1,162 @@
+"""GEMV/GEMM speed of the compiled kernels (verify/compiled.py) against same-run baselines.
+
+    python benchmarks/bench_gemv.py                      # Q4_0 4096 x 4096, M = 1, 2 threads
+    python benchmarks/bench_gemv.py --threads 1 --m 1 16 64
+    python benchmarks/bench_gemv.py --type q4_k --rounds 8 --repeats 30
+
+Each round runs a block of ``--repeats`` consecutive calls per contender, the block order
+rotating from round to round (load from other processes hits every contender alike, and one
+contender's idle worker threads do not compete with another's calls). The table reports the
+median, minimum and 90th percentile over all timed calls, and ratios of medians. Contenders,
+all with their weights prepared beforehand:
+
+* ``numpy f32``: ``W @ x`` on the dequantized f32 matrix (BLAS; moves 8x the bytes of Q4_0);
+* ``panel64``:   ``compiled.Prepared.matmul`` on the panel64 bytes (activation quantization,
+  integer partials and the SPEC §3 rescale, all included);
+* ``rowmajor``:  the same on the standard GGUF blocks (the standard dispatch, compiled).
+
+The outputs of panel64 and rowmajor are checked to be bit-identical before timing. Note that
+rowmajor's exact per-group int32 partials need one horizontal reduction per 32 weights of a row,
+which these numba kernels do poorly; the rowmajor/panel64 ratio therefore overstates what the
+layout alone buys (llama.cpp's row-major kernels avoid the reduction by summing floats per block,
+which is not bit-exact with the standard dispatch).
+
+The environment is pinned before numpy/numba load: BLAS and numba both get ``--threads``;
+``--omp-wait`` sets ``OMP_WAIT_POLICY`` for numba's ``omp`` workers (``active`` workers spin and
+steal the CPU from BLAS; ``passive`` ones sleep at once and pay a wake-up per call; unset (the
+default), GOMP spins briefly, then sleeps).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+
+def _args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--type", default="q4_0", help="weight type (default q4_0)")
+    p.add_argument("--n", type=int, default=4096, help="output channels N")
+    p.add_argument("--k", type=int, default=4096, help="inputs K")
+    p.add_argument("--m", type=int, nargs="+", default=[1], help="activation rows M (several allowed)")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=5, help="rounds; each runs every contender's block once")
+    p.add_argument("--repeats", type=int, default=20, help="timed calls per block")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--omp-wait", choices=["passive", "active", "default"], default="default",
+                   help="OMP_WAIT_POLICY for numba's omp workers; default = unset (GOMP spins briefly, "
+                        "then sleeps)")
+    return p.parse_args()
+
+
+ARGS = _args()
+for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
+    os.environ[var] = str(ARGS.threads)
+if ARGS.omp_wait != "default":
+    os.environ["OMP_WAIT_POLICY"] = ARGS.omp_wait
+
+import numpy as np  # noqa: E402
+import numba  # noqa: E402
+from gguf import GGMLQuantizationType  # noqa: E402
+from gguf.quants import dequantize as gguf_dequantize  # noqa: E402
+from gguf.quants import quantize as gguf_quantize  # noqa: E402
+
+from panelpack.formats.errors import BadInputError  # noqa: E402
+from panelpack.formats import types as T  # noqa: E402
+from panelpack.verify import compiled as C  # noqa: E402
+
+
+def weights(t, n, k, rng):
+    """Realistic blocks: random normal weights through a reference quantizer."""
+    w = rng.standard_normal((n, k)).astype(np.float32) * 0.02
+    mod = t.codec_module
+    if hasattr(mod, "quantize"):
+        return np.asarray(mod.quantize(w), np.uint8).reshape(n, t.row_bytes(k))
+    return gguf_quantize(w, GGMLQuantizationType(t.id)).reshape(n, t.row_bytes(k))
+
+
+def panel64_regions(blocks, n, k, t):
+    from panelpack import repack
+
+    get = getattr(repack, "get", None)
+    mod = None
+    if get is not None:
+        try:
+            mod = get("panel64")
+        except (KeyError, BadInputError) as e:  # UnsupportedError is a BadInputError
+            print(f"# repack has no panel64 yet ({e}); using the test packer")
+    if mod is not None:
+        return mod.pack(blocks, n, k, t), "repack.panel64"
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from test_compiled import ref_pack_panel64
+
+    return ref_pack_panel64(blocks, n, k, t), "tests.ref_pack_panel64"
+
+
+def main():
+    numba.set_num_threads(ARGS.threads)
+    t = T.get(ARGS.type)
+    n, k = ARGS.n, ARGS.k
+    rng = np.random.default_rng(ARGS.seed)
+    print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, numba {numba.__version__},"
+          f" numpy {np.__version__}, OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset)')}")
+    print(f"# {t.name} N={n} K={k}, threads={ARGS.threads}, {ARGS.rounds} rounds x {ARGS.repeats} calls")
+
+    t0 = time.perf_counter()
+    blocks = weights(t, n, k, rng)
+    wf = gguf_dequantize(blocks, GGMLQuantizationType(t.id)).reshape(n, k).astype(np.float32)
+    regions, packer = panel64_regions(blocks, n, k, t)
+    print(f"# weights built in {time.perf_counter() - t0:.1f} s; panel64 packed by {packer}")
+
+    t0 = time.perf_counter()
+    prep_p = C.prepare("panel64", regions, n, k, t)
+    t1 = time.perf_counter()
+    prep_r = C.prepare("rowmajor", {"blocks": blocks}, n, k, t)
+    t2 = time.perf_counter()
+    print(f"# prepare: panel64 {1e3 * (t1 - t0):.1f} ms, rowmajor {1e3 * (t2 - t1):.1f} ms (once per tensor)")
+
+    for m in ARGS.m:
+        x = rng.standard_normal((m, k)).astype(np.float32)
+        xv = x[0] if m == 1 else x
+        contenders = {
+            "numpy f32": (lambda: wf @ xv) if m == 1 else (lambda: x @ wf.T),
+            "panel64": lambda: prep_p.matmul(xv),
+            "rowmajor": lambda: prep_r.matmul(xv),
+        }
+        yp, yr = contenders["panel64"](), contenders["rowmajor"]()  # also compiles / warms up
+        if not np.array_equal(np.asarray(yp).view(np.uint32), np.asarray(yr).view(np.uint32)):
+            raise SystemExit("panel64 and rowmajor outputs differ: not benchmarking a wrong kernel")
+        contenders["numpy f32"]()
+        times = {name: [] for name in contenders}
+        names = list(contenders)
+        for rnd in range(ARGS.rounds):
+            # blocks of consecutive calls per contender (so one's idle worker threads do not
+            # compete with the other's), block order rotated every round
+            for name in names[rnd % len(names):] + names[:rnd % len(names)]:
+                fn = contenders[name]
+                fn()  # wake the thread pool
+                for _ in range(ARGS.repeats):
+                    s = time.perf_counter()
+                    fn()
+                    times[name].append(time.perf_counter() - s)
+        med = {name: float(np.median(v)) for name, v in times.items()}
+        print(f"\nM={m}  (ms)        median      min     p90")
+        for name, v in times.items():
+            print(f"  {name:<12} {1e3 * med[name]:9.3f} {1e3 * min(v):8.3f} {1e3 * np.percentile(v, 90):7.3f}")
+        gemv_q4_0 = m == 1 and t.name == "Q4_0"
+        print(f"  numpy f32 / panel64 = {med['numpy f32'] / med['panel64']:.2f}x"
+              + ("   (target >= 2x)" if gemv_q4_0 else ""))
+        print(f"  rowmajor / panel64  = {med['rowmajor'] / med['panel64']:.2f}x"
+              + ("   (target >= 0.8x)" if gemv_q4_0 else ""))
+        print(f"  panel64 weight bytes read: {prep_p.weights.nbytes / 2**20:.1f} MiB"
+              f" (+ f32 factors {sum({id(v): v.nbytes for v in (prep_p.s_t, prep_p.o_t)}.values()) / 2**20:.1f} MiB);"
+              f" numpy reads {wf.nbytes / 2**20:.1f} MiB")
+    print(f"\n# numba threading layer: {numba.threading_layer()}")
+
+
+if __name__ == "__main__":
+    main()

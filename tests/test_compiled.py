@@ -1,0 +1,301 @@
+"""Compiled kernels (verify/compiled.py) against the standard dispatch, for every table row.
+
+panel64 regions are built by ``ref_pack_panel64`` (a test helper written from the closed forms
+of SPEC §5, independent of ``repack/``); the interleaved layouts reuse the reference packers of
+``test_il8_kernels.py``; rowmajor is the source blocks themselves.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from builders import random_blocks
+from panelpack.formats import blocks as B
+from panelpack.formats import types as T
+from panelpack.formats.errors import BadInputError, UnsupportedError
+from panelpack.verify import compiled as C
+from panelpack.verify import dispatch as D
+from test_il8_kernels import REF_PACKERS as IL8_PACKERS
+
+TYPES8 = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K")
+PANEL_SCALES = {  # scheme -> (group fields, super-block fields)
+    "scale": (("d",), ()),
+    "scale_min": (("d", "m"), ()),
+    "k_scale_min": (("sc", "m"), ("d", "dmin")),
+    "k_scale": (("scale",), ("d",)),
+}
+
+
+# ---- reference packer (test helper; SPEC §5 closed forms) ----------------------------------
+def ref_pack_panel64(blocks, n, k, qtype):
+    t = T.get(qtype)
+    f = B.to_fields(blocks, t, n, k)
+    g_ = t.group
+    sb = -(-n // 64)
+    npad = 64 * sb
+    ng = k // g_
+    nn, kk = np.meshgrid(np.arange(npad), np.arange(k), indexing="ij")
+    kg = ((nn // 64) * ng + kk // g_) * (g_ // 4) + (kk % g_) // 4
+    if t.code_bits == 4:  # nibble panels hold the raw code; pad channels the code of value 0
+        u = np.full((npad, k), t.code_offset, np.uint8)
+        u[:n] = f["codes"]
+        panels = np.zeros(sb * ng * (g_ // 4) * 128, np.uint8)
+        byte = kg * 128 + 2 * (nn % 64) + (kk % 4) // 2
+        np.bitwise_or.at(panels, byte.reshape(-1), (u << (4 * (kk % 2))).astype(np.uint8).reshape(-1))
+    else:  # int8 panels hold c = code - code_offset
+        c = np.zeros((npad, k), np.int16)
+        c[:n] = B.integer_codes(f, t)
+        panels = np.zeros(sb * ng * (g_ // 4) * 256, np.uint8)
+        byte = kg * 256 + 64 * ((nn % 64) // 16) + 4 * (nn % 16) + kk % 4
+        panels[byte.reshape(-1)] = c.astype(np.int8).view(np.uint8).reshape(-1)
+    regions = {"panels": panels}
+    group_f, super_f = PANEL_SCALES[t.scheme]
+    for name in group_f + super_f:
+        v = f[name]
+        pad = np.zeros((npad, v.shape[1]), v.dtype)
+        pad[:n] = v
+        regions[name] = np.ascontiguousarray(pad.reshape(sb, 64, -1).transpose(0, 2, 1))
+    return regions
+
+
+def pack(layout, blocks, n, k, qname):
+    if layout == "panel64":
+        return ref_pack_panel64(blocks, n, k, qname)
+    if layout == "rowmajor":
+        return {"blocks": blocks}
+    return IL8_PACKERS[(layout, qname)](blocks, n, k)
+
+
+def _activations(rng, m, k):
+    return (rng.standard_normal((m, k)) * rng.uniform(0.1, 10, (m, 1))).astype(np.float32)
+
+
+def _same_bits(y, z):
+    return y.shape == z.shape and np.array_equal(np.asarray(y, np.float32).view(np.uint32),
+                                                  np.asarray(z, np.float32).view(np.uint32))
+
+
+def _check(layout, qname, n, k, ms, rng):
+    blocks = random_blocks(qname, n, k, rng)
+    prep = C.prepare(layout, pack(layout, blocks, n, k, qname), n, k, qname)
+    for m in ms:
+        x = _activations(rng, m, k)
+        a, _ = D.quantize_activations(x)
+        P0, A0 = D.standard_partials(blocks, n, k, qname, a)
+        P, A = prep.partials(a)
+        assert np.array_equal(P, P0), (layout, qname, n, k, m)
+        assert np.array_equal(A, A0)
+        y0 = D.standard_matmul(blocks, n, k, qname, x)
+        assert _same_bits(prep.matmul(x), y0), (layout, qname, n, k, m)
+        y, P1, _ = prep.matmul_and_partials(x)
+        assert _same_bits(y, y0) and np.array_equal(P1, P0)
+        P2, A2, y2 = prep.run(*D.quantize_activations(x))
+        assert _same_bits(y2, y0) and np.array_equal(P2, P0) and np.array_equal(A2, A0)
+
+
+def _ks(qname):
+    return (256, 512) if T.get(qname).block_size == 256 else (32, 96, 256)
+
+
+# ---- the table ------------------------------------------------------------------------------
+def test_table_covers_every_layout_and_type():
+    want = {("panel64", q) for q in TYPES8} | {("rowmajor", q) for q in TYPES8} | set(IL8_PACKERS)
+    assert set(C.KERNELS) == want
+
+
+def test_int16_runs_never_overflow():
+    # the run chosen for the worst case of each row still fits int16, and Q8_0 needs int32
+    for sp in C.KERNELS.values():
+        t = T.get(sp.qtype)
+        run = C._chunk(t.group, sp.code_max, 128)
+        assert run == 0 or run * sp.code_max * 128 <= 32767
+    assert C._chunk(32, 128, 127) == 0
+    assert C._chunk(32, 15, 127) == 16
+
+
+# ---- agreement: P identical, y bit-identical ------------------------------------------------
+@pytest.mark.parametrize("layout", ["panel64", "rowmajor"])
+@pytest.mark.parametrize("qname", TYPES8)
+def test_panel64_and_rowmajor_match_standard(layout, qname, rng):
+    for n in (1, 63, 64, 65, 130):
+        for k in _ks(qname):
+            _check(layout, qname, n, k, (1, 17) if n in (1, 65) else (1,), rng)
+
+
+@pytest.mark.parametrize("layout", ["panel64", "rowmajor"])
+@pytest.mark.parametrize("qname", TYPES8)
+def test_gemm_row_counts(layout, qname, rng):
+    _check(layout, qname, 65, 256, (3, 16, 64), rng)
+
+
+@pytest.mark.parametrize("form", sorted(IL8_PACKERS), ids=lambda f: f"{f[0]}-{f[1]}")
+def test_interleaved_match_standard(form, rng):
+    layout, qname = form
+    for n in (8, 16, 72):
+        for k in _ks(qname):
+            _check(layout, qname, n, k, (1, 17), rng)
+    _check(layout, qname, 72, 256, (3, 16, 64), rng)
+
+
+@pytest.mark.parametrize("qname", ["Q4_0", "Q4_1", "Q5_0", "Q6_K", "Q8_0"])
+def test_extreme_codes_and_activations(qname, rng):
+    """Codes at both ends of their range against a = ±127 / -128: the int16 runs must hold."""
+    n, k = 64, 256
+    t = T.get(qname)
+    f = B.to_fields(random_blocks(qname, n, k, rng), t, n, k)
+    lo, hi = (-128, 127) if t.code_bits == 8 else (0, (1 << t.code_bits) - 1)
+    codes = np.where(rng.random((n, k)) < 0.5, lo, hi)
+    f["codes"] = codes.astype(f["codes"].dtype)
+    blocks = B.from_fields(f, t, n, k)
+    prep = C.prepare("panel64", ref_pack_panel64(blocks, n, k, qname), n, k, qname)
+    for val in (-128, -127, 127):
+        a = np.full((2, k), val, np.int8)
+        a[1, ::2] = -val if val != -128 else 127
+        P, _ = prep.partials(a)
+        assert np.array_equal(P, D.standard_partials(blocks, n, k, qname, a)[0]), val
+
+
+def test_panel64_reference_reader_matches_codes(rng):
+    for qname in TYPES8:
+        n, k = 65, 256
+        blocks = random_blocks(qname, n, k, rng)
+        c = C.panel64_codes_ref(ref_pack_panel64(blocks, n, k, qname), n, k, qname)
+        assert np.array_equal(c, B.integer_codes(B.to_fields(blocks, qname, n, k), qname)), qname
+
+
+# ---- refusals -------------------------------------------------------------------------------
+def test_refusals(rng):
+    blocks = random_blocks("q4_0", 8, 64, rng)
+    with pytest.raises(UnsupportedError, match="no compiled kernel for layout 'panel65'"):
+        C.matmul("panel65", {"blocks": blocks}, 8, 64, "q4_0", np.zeros(64, np.float32))
+    with pytest.raises(UnsupportedError, match="no integer form"):
+        C.matmul("rowmajor", {"blocks": blocks}, 8, 64, "f16", np.zeros(64, np.float32))
+    with pytest.raises(BadInputError, match="region 'blocks' has 288 bytes, expected 144"):
+        C.prepare("rowmajor", {"blocks": blocks}, 4, 64, "q4_0")
+    with pytest.raises(BadInputError, match="region 'panels' missing"):
+        C.prepare("panel64", {"blocks": blocks}, 8, 64, "q4_0")
+    with pytest.raises(UnsupportedError, match="N=12 is not a multiple of 8"):
+        C.prepare("il8-int8", {}, 12, 64, "q4_0")
+    prep = C.prepare("rowmajor", {"blocks": blocks}, 8, 64, "q4_0")
+    with pytest.raises(BadInputError, match="K=32, the Q4_0 matrix has K=64"):
+        prep.matmul(np.zeros(32, np.float32))
+    with pytest.raises(BadInputError, match="non-finite"):
+        prep.matmul(np.full(64, np.nan, np.float32))
+    with pytest.raises(BadInputError, match=r"da must have shape \(1, 2\)"):
+        prep.run(np.zeros((1, 64), np.int8), np.zeros((1, 3), np.float32))
+
+
+# ---- the kernel bodies without the JIT (coverage sees them; same answers) --------------------
+def test_kernels_without_jit_match():
+    code = textwrap.dedent("""
+        import numpy as np
+        from panelpack.verify import compiled as C, dispatch as D
+        import test_compiled as tc
+        rng = np.random.default_rng(5)
+        from builders import random_blocks
+        for (layout, q) in sorted(C.KERNELS):
+            n, k = (16, 256)
+            blocks = random_blocks(q, n, k, rng)
+            x = rng.standard_normal((2, k)).astype(np.float32)
+            y = C.matmul(layout, tc.pack(layout, blocks, n, k, q), n, k, q, x)
+            y0 = D.standard_matmul(blocks, n, k, q, x)
+            assert np.array_equal(y.view(np.uint32), y0.view(np.uint32)), (layout, q)
+        print("ok", len(C.KERNELS))
+    """)
+    env = dict(os.environ, NUMBA_DISABLE_JIT="1")
+    here = os.path.dirname(__file__)
+    env["PYTHONPATH"] = os.pathsep.join([here, env.get("PYTHONPATH", "")])
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip() == f"ok {len(C.KERNELS)}"
+
+
+# ---- the repack packers ---------------------------------------------------------------------
+@pytest.mark.parametrize("qname", TYPES8)
+def test_repack_panel64_matches_reference_packer(qname, rng):
+    from panelpack import repack
+
+    n, k = 65, 512
+    blocks = random_blocks(qname, n, k, rng)
+    got = repack.get("panel64").pack(blocks, n, k, qname)
+    want = ref_pack_panel64(blocks, n, k, qname)
+    assert set(got) == set(want)
+    for name in want:
+        assert np.array_equal(np.ascontiguousarray(got[name]).reshape(-1).view(np.uint8),
+                              np.ascontiguousarray(want[name]).reshape(-1).view(np.uint8)), name
+    x = _activations(rng, 2, k)
+    y = C.matmul("panel64", got, n, k, qname, x)
+    assert _same_bits(y, D.standard_matmul(blocks, n, k, qname, x))
+
+
+@pytest.mark.parametrize("layout", ["rowmajor", "ggml-x8", "il8-nibble", "il8-int8"])
+def test_compiled_reads_repack_output(layout, rng):
+    from panelpack import repack
+
+    mod = repack.get(layout)
+    for qname in sorted(q.name for q in mod.SOURCE_TYPES if (layout, q.name) in C.KERNELS):
+        n, k = 72, 512
+        blocks = random_blocks(qname, n, k, rng)
+        x = _activations(rng, 3, k)
+        y = C.matmul(layout, mod.pack(blocks, n, k, qname), n, k, qname, x)
+        assert _same_bits(y, D.standard_matmul(blocks, n, k, qname, x)), (layout, qname)
+
+
+# ---- real tensors ---------------------------------------------------------------------------
+@pytest.mark.real
+@pytest.mark.parametrize("model", ["gemma", "smollm2"])
+def test_real_tensors_agree(model, request):
+    """One tensor of every integer-form type in the real checkpoints: compiled rowmajor and
+    panel64 (repack's packer) against the standard dispatch, and the f64 sanity bound."""
+    from panelpack import repack
+    from panelpack.formats.checkpoint import open_checkpoint
+
+    path = request.getfixturevalue(model)
+    rng = np.random.default_rng(3)
+    with open_checkpoint(path) as ck:
+        picked = {}
+        for info in ck.tensors:
+            t = T.get(info.type)
+            if t.scheme and len(info.shape) == 2 and t.name not in picked and info.shape[0] <= 4096:
+                picked[t.name] = info
+        assert picked, "no quantized matrix found"
+        for qname, info in picked.items():
+            n, k = info.shape
+            blocks = np.ascontiguousarray(ck.array(info.name))
+            x = rng.standard_normal((3, k)).astype(np.float32)
+            y0 = D.standard_matmul(blocks, n, k, qname, x)
+            for layout, regions in (("rowmajor", {"blocks": blocks}),
+                                    ("panel64", repack.get("panel64").pack(blocks, n, k, qname))):
+                assert _same_bits(C.matmul(layout, regions, n, k, qname, x), y0), (info.name, layout)
+            assert D.sanity_error(y0, D.sanity_reference(blocks, n, k, qname, x)) < 2e-2, info.name
+
+
+def test_read_only_inputs(rng):
+    """Memory-mapped regions and activations arrive read-only: every entry point takes them."""
+    from panelpack.verify import il8
+
+    n, k = 16, 256
+
+    def ro(v):
+        v = np.array(v, copy=True)
+        v.setflags(write=False)
+        return v
+
+    for layout, qname in (("panel64", "Q4_K"), ("rowmajor", "Q6_K"), ("il8-nibble", "Q4_0"), ("ggml-x8", "Q4_K")):
+        blocks = random_blocks(qname, n, k, rng)
+        regions = {name: ro(v) for name, v in pack(layout, blocks, n, k, qname).items()}
+        x = ro(_activations(rng, 2, k))
+        a = ro(D.quantize_activations(x)[0])
+        P0, _ = D.standard_partials(ro(blocks), n, k, qname, a)
+        assert np.array_equal(C.partials(layout, regions, n, k, qname, a)[0], P0)
+        y0 = D.standard_matmul(ro(blocks), n, k, qname, x)
+        assert _same_bits(C.matmul(layout, regions, n, k, qname, x), y0)
+        if (layout, qname) in il8.FORMS:
+            assert _same_bits(il8.il8_matmul(layout, regions, n, k, qname, x), y0)
+            assert np.array_equal(il8.il8_partials(layout, regions, n, k, qname, a)[0], P0)

@@ -1,0 +1,972 @@
+"""Fast compiled kernels: ``P`` and ``y`` straight from each layout's bytes (whole-model checks).
+
+Every kernel walks the output channels in **tiles of 64**, builds the int32 partials
+``P[m, n, g]`` of SPEC §3 from the layout's own bytes, and finishes each channel with
+:func:`panelpack.verify.dispatch.rescale_lanes` (64 channels at a time of
+:func:`~panelpack.verify.dispatch.rescale_step`) in increasing group order: the same scalar
+update :func:`~panelpack.verify.dispatch.rescale` is made of. So a kernel that gets ``P`` right
+is bit-identical with the standard dispatch; the tests check both.
+
+How ``P`` is formed, per tile and group ``g``:
+
+* **panel64 nibble panels** (Q4_0, Q4_1, Q4_K): read in place, each 128-byte kg-block as 64
+  u16 words (one per channel, 4 codes at bits 0/4/8/12), multiply-added in int16 lanes;
+* **column tiles** (panel64 int8 panels, ``ggml-x8``, ``il8-nibble``, ``il8-int8``): an unpacker
+  writes the group's codes for the 64 channels to ``buf[G][64]`` (int8), then
+  ``P[:, tile, g] = Σ_k buf[k]·a[m, k]`` runs over the 64 lanes (:func:`_dot_cols`);
+* **row tiles** (``rowmajor``, the standard blocks): each row is decoded to ``codes[K]`` and each
+  group's ``P`` is a reduction along K (:func:`_rows_partials`).
+
+Sums run in int16 lanes for runs of ``chunk`` K when that cannot overflow (:func:`_chunk`;
+``chunk·max|code|·max|a| <= 32767``), in int32 otherwise. Raw-nibble forms hold ``u`` and
+subtract ``offset·A[m, g]`` afterwards (``Σ (u − off)·a = Σ u·a − off·Σ a``, exact in int32).
+
+Entry points: :func:`matmul`, :func:`partials`, and :func:`prepare` (a :class:`Prepared` tensor:
+the layout's bytes plus the f32 rescale factors laid out per tile, built once, then
+``.matmul(x)`` / ``.partials(a)`` / ``.run(a, da)`` / ``.matmul_and_partials(x)`` as often as
+wanted).
+:data:`KERNELS` maps ``(layout, type)`` to its tile function; one parallel driver (``prange``
+over tiles) runs them all, taking the tile function as a first-class function value. Tile
+functions and the driver compile on first use and are cached (``cache=True``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+import numpy as np
+import numba
+from numba import config, njit, prange, types
+
+from ..formats import blocks as _blocks
+from ..formats import types as _types
+from ..formats.errors import BadInputError, UnsupportedError
+from . import dispatch as _d
+from . import il8 as _il8
+from .dispatch import rescale_lanes
+
+log = logging.getLogger(__name__)
+
+TILE = 64  # output channels per tile (= one panel64 super-block = 8 interleaved super-rows)
+_TILES_PER_GRAB = 2  # dynamic scheduling chunk of the parallel driver
+I16_MAX = 32767
+
+# kernel(w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y); inputs are
+# typed read-only, so memory-mapped checkpoint and bundle files go in without a copy (writable
+# arrays are accepted for read-only parameters)
+def _ro(dtype, ndim):
+    return types.Array(dtype, ndim, "C", readonly=True)
+
+
+_KSIG = types.void(
+    _ro(types.uint8, 1), _ro(types.int64, 1), _ro(types.int8, 2), _ro(types.int32, 2),
+    _ro(types.float32, 3), _ro(types.float32, 3), _ro(types.float32, 2),
+    types.int64, types.int64, types.int64, types.int64,
+    types.int32[:, :, ::1], types.float32[:, ::1], types.boolean, types.boolean,
+)
+
+
+# =============================================================================================
+# shared pieces (inlined into every kernel)
+# =============================================================================================
+@njit(inline="always")
+def _tile_width(n, t):
+    return min(TILE, n - t * TILE)
+
+
+@njit(inline="always")
+def _dot_cols(buf, a, m, k0, group, chunk, tw, h, acc):
+    """``acc[j] = Σ_{kk < group} buf[kk, j]·a[m, k0 + kk]`` for ``j < tw`` (int32).
+
+    With ``chunk > 0`` each run of ``chunk`` K is summed in int16 lanes first (the caller
+    guarantees ``chunk·max|buf|·max|a| <= 32767``), which is what makes this fast.
+    """
+    for j in range(tw):
+        acc[j] = 0
+    if chunk > 0:
+        for c0 in range(0, group, chunk):
+            for j in range(tw):
+                h[j] = 0
+            for kk in range(c0, c0 + chunk, 8):
+                a0 = a[m, k0 + kk]
+                a1 = a[m, k0 + kk + 1]
+                a2 = a[m, k0 + kk + 2]
+                a3 = a[m, k0 + kk + 3]
+                a4 = a[m, k0 + kk + 4]
+                a5 = a[m, k0 + kk + 5]
+                a6 = a[m, k0 + kk + 6]
+                a7 = a[m, k0 + kk + 7]
+                for j in range(tw):  # int16 products (numba computes wider; the store narrows)
+                    h[j] += (np.int16(buf[kk, j]) * a0 + np.int16(buf[kk + 1, j]) * a1
+                             + np.int16(buf[kk + 2, j]) * a2 + np.int16(buf[kk + 3, j]) * a3
+                             + np.int16(buf[kk + 4, j]) * a4 + np.int16(buf[kk + 5, j]) * a5
+                             + np.int16(buf[kk + 6, j]) * a6 + np.int16(buf[kk + 7, j]) * a7)
+            for j in range(tw):
+                acc[j] += h[j]
+    else:
+        for kk in range(0, group, 4):
+            a0 = np.int32(a[m, k0 + kk])
+            a1 = np.int32(a[m, k0 + kk + 1])
+            a2 = np.int32(a[m, k0 + kk + 2])
+            a3 = np.int32(a[m, k0 + kk + 3])
+            for j in range(tw):
+                acc[j] += (np.int32(buf[kk, j]) * a0 + np.int32(buf[kk + 1, j]) * a1
+                           + np.int32(buf[kk + 2, j]) * a2 + np.int32(buf[kk + 3, j]) * a3)
+
+
+@njit(cache=True)
+def _rows_partials(codes, tw, a, group, pt):
+    """Row tiles: ``pt[m, g, r] = Σ_k codes[r, gG + k]·a[m, gG + k]`` (int32 reductions along K).
+
+    A plain (not inlined) function called once per tile; the 3-D views keep every index a
+    non-negative loop counter, so the reductions vectorise without wraparound checks.
+    """
+    m_rows, k = a.shape
+    ng = k // group
+    c3 = codes.reshape(codes.shape[0], ng, group)
+    a3 = a.reshape(m_rows, ng, group)
+    for r in range(tw):
+        for m in range(m_rows):
+            for g in range(ng):
+                acc = np.int32(0)
+                for kk in range(group):
+                    acc += np.int32(c3[r, g, kk]) * np.int32(a3[m, g, kk])
+                pt[m, g, r] = acc
+
+
+@njit(cache=True)
+def _rows_finish(pt, tw, t, A, s_t, o_t, da, kind, group, P, y, want_p, want_y):
+    """Row tiles: store ``pt`` into ``P`` and/or rescale it, group by group, 64 channels at a time."""
+    m_rows, ng = pt.shape[0], pt.shape[1]
+    if want_p:
+        for m in range(m_rows):
+            for g in range(ng):
+                for r in range(tw):
+                    P[m, t * TILE + r, g] = pt[m, g, r]
+    if want_y:
+        yrow = np.empty(TILE, np.float32)
+        for m in range(m_rows):
+            for r in range(TILE):
+                yrow[r] = np.float32(0.0)
+            for g in range(ng):
+                rescale_lanes(yrow, pt[m, g], A[m, g], s_t[t, g], o_t[t, g], da[m, (g * group) // 32], kind, TILE)
+            for r in range(tw):
+                y[m, t * TILE + r] = yrow[r]
+
+
+# =============================================================================================
+# column-tile unpackers: codes of group g of the tile -> buf[G][64]
+#
+# Each reads ``wt``, a 3-D view of the tile's bytes made once per tile by :func:`_tile_view`
+# (``wt[unit row, unit, byte]``). Hot loops index such views with loop counters instead of
+# slicing per step: every numba array view costs reference counting, and non-negative counters
+# let LLVM drop the negative-index wraparound and vectorise.
+# =============================================================================================
+@njit(inline="always")
+def _tile_view(w, first, count, units, unit_bytes):
+    """Bytes of ``count`` consecutive unit rows from ``first`` as ``[count, units, unit_bytes]``."""
+    row = units * unit_bytes
+    return w[first * row:(first + count) * row].reshape(count, units, unit_bytes)
+
+
+@njit(inline="always")
+def _unpack_panel64_int8(wt, g, buf, tw):
+    # panel64 int8 panel (SPEC §5); wt = [1, ng, G/4 * 256]: per kg-block q, byte 64v + 4ch + c
+    # = int8 code of channel 16v + ch at K offset 4q + c, i.e. channel j's codes at 4j .. 4j+3
+    for q in range(buf.shape[0] // 4):
+        for c in range(4):
+            for ch in range(TILE):
+                buf[4 * q + c, ch] = np.int8(wt[0, g, 256 * q + 4 * ch + c])
+
+
+@njit(inline="always")
+def _unpack_x8_q4_0(wt, g, buf, tw):
+    # block_q4_0x8; wt = [super-rows, nb, 144]: qs at +16, qs[64h + 8r + i] low nibble =
+    # element 8h + i, high nibble = element 8h + i + 16, two's-complement int4 (the 0x88 XOR)
+    for s in range(tw // 8):
+        for h in range(2):
+            for r in range(8):
+                for i in range(8):
+                    byte = np.int16(wt[s, g, 16 + 64 * h + 8 * r + i])
+                    buf[8 * h + i, 8 * s + r] = ((byte & 15) ^ 8) - 8
+                    buf[8 * h + i + 16, 8 * s + r] = ((byte >> 4) ^ 8) - 8
+
+
+@njit(inline="always")
+def _unpack_x8_q4_k(wt, g, buf, tw):
+    # block_q4_Kx8; wt = [super-rows, nsb, 1152]: qs at +128, qs[64h + 8r + i] = row_r.qs[8h + i];
+    # sub-block sub = g % 8 lives in h = 4(sub // 2) .. +3, low nibble if sub is even
+    j = g // 8
+    sub = g % 8
+    first = 128 + 256 * (sub // 2)
+    shift = 4 * (sub % 2)
+    for s in range(tw // 8):
+        for hh in range(4):
+            for r in range(8):
+                for i in range(8):
+                    buf[8 * hh + i, 8 * s + r] = (wt[s, j, first + 64 * hh + 8 * r + i] >> shift) & 15
+
+
+@njit(inline="always")
+def _unpack_il8_nibble(wt, g, buf, tw):
+    # il8-nibble; wt = [super-rows, nb, 128]: byte 16gg + i, low nibble = row i//4, high nibble =
+    # row 4 + i//4, element 4gg + i%4; raw u (the offset is subtracted after the dot)
+    for s in range(tw // 8):
+        for gg in range(8):
+            for i in range(16):
+                byte = wt[s, g, 16 * gg + i]
+                buf[4 * gg + i % 4, 8 * s + i // 4] = byte & 15
+                buf[4 * gg + i % 4, 8 * s + 4 + i // 4] = byte >> 4
+
+
+@njit(inline="always")
+def _unpack_il8_int8(wt, g, buf, tw):
+    # il8-int8; wt = [super-rows, nb, 256]: byte 32gg + 16h + 4r + c = int8 code of row 4h + r,
+    # element 4gg + c
+    for s in range(tw // 8):
+        for gg in range(8):
+            for h in range(2):
+                for r in range(4):
+                    for c in range(4):
+                        buf[4 * gg + c, 8 * s + 4 * h + r] = np.int8(wt[s, g, 32 * gg + 16 * h + 4 * r + c])
+
+
+# =============================================================================================
+# row decoders (rowmajor = the standard GGUF blocks, SPEC §2): signed codes c of row r of the
+# tile; wt = [rows, blocks, type_size] (a _tile_view), out = [TILE, blocks, block_size]
+# =============================================================================================
+@njit(inline="always")
+def _row_q4_0(wt, r, out):
+    # [d f16][qs 16]: element i < 16 low nibble of qs[i], i >= 16 high nibble of qs[i-16]; c = u - 8
+    for b in range(wt.shape[1]):
+        for i in range(16):
+            v = np.int16(wt[r, b, 2 + i])
+            out[r, b, i] = (v & 15) - 8
+            out[r, b, 16 + i] = (v >> 4) - 8
+
+
+@njit(inline="always")
+def _row_q4_1(wt, r, out):
+    # [d f16][m f16][qs 16]: nibbles as Q4_0; c = u
+    for b in range(wt.shape[1]):
+        for i in range(16):
+            v = np.int16(wt[r, b, 4 + i])
+            out[r, b, i] = v & 15
+            out[r, b, 16 + i] = v >> 4
+
+
+@njit(inline="always")
+def _u32(wt, r, b, at):
+    return (np.int64(wt[r, b, at]) | (np.int64(wt[r, b, at + 1]) << 8) | (np.int64(wt[r, b, at + 2]) << 16)
+            | (np.int64(wt[r, b, at + 3]) << 24))
+
+
+@njit(inline="always")
+def _row_q5_0(wt, r, out):
+    # [d f16][qh u32][qs 16]: low 4 bits as Q4_0, bit 4 of element e = (qh >> e) & 1; c = q - 16
+    for b in range(wt.shape[1]):
+        qh = _u32(wt, r, b, 2)
+        for i in range(16):
+            v = np.int16(wt[r, b, 6 + i])
+            out[r, b, i] = ((v & 15) | np.int16(((qh >> i) & 1) << 4)) - 16
+            out[r, b, 16 + i] = ((v >> 4) | np.int16(((qh >> (i + 16)) & 1) << 4)) - 16
+
+
+@njit(inline="always")
+def _row_q5_1(wt, r, out):
+    # [d f16][m f16][qh u32][qs 16]: as Q5_0; c = q
+    for b in range(wt.shape[1]):
+        qh = _u32(wt, r, b, 4)
+        for i in range(16):
+            v = np.int16(wt[r, b, 8 + i])
+            out[r, b, i] = (v & 15) | np.int16(((qh >> i) & 1) << 4)
+            out[r, b, 16 + i] = (v >> 4) | np.int16(((qh >> (i + 16)) & 1) << 4)
+
+
+@njit(inline="always")
+def _row_q8_0(wt, r, out):
+    # [d f16][qs i8 32]; c = q
+    for b in range(wt.shape[1]):
+        for i in range(32):
+            out[r, b, i] = np.int8(wt[r, b, 2 + i])
+
+
+@njit(inline="always")
+def _row_q4_k(wt, r, out):
+    # [d][dmin][scales 12][qs 128]: element 64c + l (l < 32) low nibble of qs[32c + l],
+    # 64c + 32 + l the high nibble; c = q
+    for j in range(wt.shape[1]):
+        for c in range(4):
+            for i in range(32):
+                v = np.int16(wt[r, j, 16 + 32 * c + i])
+                out[r, j, 64 * c + i] = v & 15
+                out[r, j, 64 * c + 32 + i] = v >> 4
+
+
+@njit(inline="always")
+def _row_q5_k(wt, r, out):
+    # [d][dmin][scales 12][qh 32][qs 128]: element e = 32s + l: low 4 bits nibble s%2 of
+    # qs[32(s//2) + l], bit 4 = (qh[l] >> s) & 1; c = q
+    for j in range(wt.shape[1]):
+        for c in range(4):
+            for i in range(32):
+                v = np.int16(wt[r, j, 48 + 32 * c + i])
+                hb = np.int16(wt[r, j, 16 + i])
+                out[r, j, 64 * c + i] = (v & 15) | (((hb >> (2 * c)) & 1) << 4)
+                out[r, j, 64 * c + 32 + i] = (v >> 4) | (((hb >> (2 * c + 1)) & 1) << 4)
+
+
+@njit(inline="always")
+def _row_q6_k(wt, r, out):
+    # [ql 128][qh 64][scales i8 16][d f16]: e = 128h + 32g + l: low 4 bits nibble g//2 of
+    # ql[64h + 32(g%2) + l], high 2 bits (qh[32h + l] >> 2g) & 3; c = q - 32
+    for j in range(wt.shape[1]):
+        for h in range(2):
+            for i in range(32):
+                l0 = np.int16(wt[r, j, 64 * h + i])
+                l1 = np.int16(wt[r, j, 64 * h + 32 + i])
+                hb = np.int16(wt[r, j, 128 + 32 * h + i])
+                out[r, j, 128 * h + i] = ((l0 & 15) | ((hb & 3) << 4)) - 32
+                out[r, j, 128 * h + 32 + i] = ((l1 & 15) | (((hb >> 2) & 3) << 4)) - 32
+                out[r, j, 128 * h + 64 + i] = ((l0 >> 4) | (((hb >> 4) & 3) << 4)) - 32
+                out[r, j, 128 * h + 96 + i] = ((l1 >> 4) | (((hb >> 6) & 3) << 4)) - 32
+
+
+# =============================================================================================
+# the kernels: one tile function per table row (serial, compiled on first use), all run by one
+# parallel driver (prange over tiles). Keeping the heavy bodies out of the parfor keeps compile
+# time low (about 2 s per tile function, 1 s for the driver, once; cache=True keeps them).
+# =============================================================================================
+# Column tiles. The functions below are the same loop around a different unpacker, written
+# out in full on purpose: with the group/row loops moved into a shared inline helper (which then
+# inlines _dot_cols and rescale_lanes a second level down), numba's generated code ran about 1.6x
+# slower (measured on panel64 Q4_0 GEMV, 4096 x 4096). Every arithmetic piece is still shared:
+# _dot_cols for P, rescale_lanes (dispatch.rescale_step) for y. Lanes past tw compute on zero
+# codes and zero factors and are never stored.
+@njit(cache=True)
+def _tile_panel64_nibble(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
+    # Nibble panels are read in place, without an unpack buffer (twice as fast, measured): a
+    # 128-byte kg-block is 64 little-endian u16 words, word c = channel c's bytes 2c | 2c+1 << 8,
+    # i.e. its 4 codes at bits 0, 4, 8, 12 (K offsets 4q + 0..3).
+    ng = s_t.shape[1]
+    tw = _tile_width(n, t)
+    off = geom[0]
+    qpg = group // 4
+    run = max(chunk // 4, 1)  # kg-blocks per int16 run (nibble rows always get chunk >= 16)
+    words = _tile_view(w, t, 1, ng, qpg * 128).view(np.uint16).reshape(ng, qpg, TILE)
+    h = np.empty(TILE, np.int16)
+    acc = np.empty(TILE, np.int32)
+    yt = np.zeros((a.shape[0], TILE), np.float32)
+    for g in range(ng):
+        k0 = g * group
+        for m in range(a.shape[0]):
+            for j in range(TILE):
+                acc[j] = 0
+            for q0 in range(0, qpg, run):
+                for j in range(TILE):
+                    h[j] = 0
+                for q in range(q0, q0 + run):
+                    a0 = np.int16(a[m, k0 + 4 * q])
+                    a1 = np.int16(a[m, k0 + 4 * q + 1])
+                    a2 = np.int16(a[m, k0 + 4 * q + 2])
+                    a3 = np.int16(a[m, k0 + 4 * q + 3])
+                    for j in range(TILE):
+                        v = words[g, q, j]
+                        h[j] += (np.int16(v & np.uint16(15)) * a0
+                                 + np.int16((v >> np.uint16(4)) & np.uint16(15)) * a1
+                                 + np.int16((v >> np.uint16(8)) & np.uint16(15)) * a2
+                                 + np.int16(v >> np.uint16(12)) * a3)
+                for j in range(TILE):
+                    acc[j] += h[j]
+            asum = A[m, g]
+            offa = np.int32(off * asum)
+            for j in range(TILE):
+                acc[j] = acc[j] - offa
+            if want_p:
+                for j in range(tw):
+                    P[m, t * TILE + j, g] = acc[j]
+            if want_y:
+                rescale_lanes(yt[m], acc, asum, s_t[t, g], o_t[t, g], da[m, k0 // 32], kind, TILE)
+    if want_y:
+        for m in range(a.shape[0]):
+            for j in range(tw):
+                y[m, t * TILE + j] = yt[m, j]
+
+
+@njit(cache=True)
+def _tile_panel64_int8(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
+    ng = s_t.shape[1]
+    tw = _tile_width(n, t)
+    off = geom[0]
+    wt = _tile_view(w, t, 1, ng, group // 4 * 256)
+    buf = np.zeros((group, TILE), np.int8)  # codes; lanes an unpacker does not fill stay 0
+    h = np.empty(TILE, np.int16)
+    acc = np.empty(TILE, np.int32)
+    yt = np.zeros((a.shape[0], TILE), np.float32)
+    for g in range(ng):
+        _unpack_panel64_int8(wt, g, buf, tw)
+        for m in range(a.shape[0]):
+            _dot_cols(buf, a, m, g * group, group, chunk, TILE, h, acc)
+            asum = A[m, g]
+            offa = np.int32(off * asum)
+            for j in range(TILE):
+                acc[j] = acc[j] - offa
+            if want_p:
+                for j in range(tw):
+                    P[m, t * TILE + j, g] = acc[j]
+            if want_y:
+                rescale_lanes(yt[m], acc, asum, s_t[t, g], o_t[t, g], da[m, (g * group) // 32], kind, TILE)
+    if want_y:
+        for m in range(a.shape[0]):
+            for j in range(tw):
+                y[m, t * TILE + j] = yt[m, j]
+
+
+@njit(cache=True)
+def _tile_x8_q4_0(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
+    ng = s_t.shape[1]
+    tw = _tile_width(n, t)
+    off = geom[0]
+    wt = _tile_view(w, 8 * t, tw // 8, ng, 144)
+    buf = np.zeros((group, TILE), np.int8)  # codes; lanes an unpacker does not fill stay 0
+    h = np.empty(TILE, np.int16)
+    acc = np.empty(TILE, np.int32)
+    yt = np.zeros((a.shape[0], TILE), np.float32)
+    for g in range(ng):
+        _unpack_x8_q4_0(wt, g, buf, tw)
+        for m in range(a.shape[0]):
+            _dot_cols(buf, a, m, g * group, group, chunk, TILE, h, acc)
+            asum = A[m, g]
+            offa = np.int32(off * asum)
+            for j in range(TILE):
+                acc[j] = acc[j] - offa
+            if want_p:
+                for j in range(tw):
+                    P[m, t * TILE + j, g] = acc[j]
+            if want_y:
+                rescale_lanes(yt[m], acc, asum, s_t[t, g], o_t[t, g], da[m, (g * group) // 32], kind, TILE)
+    if want_y:
+        for m in range(a.shape[0]):
+            for j in range(tw):
+                y[m, t * TILE + j] = yt[m, j]
+
+
+@njit(cache=True)
+def _tile_x8_q4_k(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
+    ng = s_t.shape[1]
+    tw = _tile_width(n, t)
+    off = geom[0]
+    wt = _tile_view(w, 8 * t, tw // 8, ng // 8, 1152)
+    buf = np.zeros((group, TILE), np.int8)  # codes; lanes an unpacker does not fill stay 0
+    h = np.empty(TILE, np.int16)
+    acc = np.empty(TILE, np.int32)
+    yt = np.zeros((a.shape[0], TILE), np.float32)
+    for g in range(ng):
+        _unpack_x8_q4_k(wt, g, buf, tw)
+        for m in range(a.shape[0]):
+            _dot_cols(buf, a, m, g * group, group, chunk, TILE, h, acc)
+            asum = A[m, g]
+            offa = np.int32(off * asum)
+            for j in range(TILE):
+                acc[j] = acc[j] - offa
+            if want_p:
+                for j in range(tw):
+                    P[m, t * TILE + j, g] = acc[j]
+            if want_y:
+                rescale_lanes(yt[m], acc, asum, s_t[t, g], o_t[t, g], da[m, (g * group) // 32], kind, TILE)
+    if want_y:
+        for m in range(a.shape[0]):
+            for j in range(tw):
+                y[m, t * TILE + j] = yt[m, j]
+
+
+@njit(cache=True)
+def _tile_il8_nibble(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
+    ng = s_t.shape[1]
+    tw = _tile_width(n, t)
+    off = geom[0]
+    wt = _tile_view(w, 8 * t, tw // 8, ng, 128)
+    buf = np.zeros((group, TILE), np.int8)  # codes; lanes an unpacker does not fill stay 0
+    h = np.empty(TILE, np.int16)
+    acc = np.empty(TILE, np.int32)
+    yt = np.zeros((a.shape[0], TILE), np.float32)
+    for g in range(ng):
+        _unpack_il8_nibble(wt, g, buf, tw)
+        for m in range(a.shape[0]):
+            _dot_cols(buf, a, m, g * group, group, chunk, TILE, h, acc)
+            asum = A[m, g]
+            offa = np.int32(off * asum)
+            for j in range(TILE):
+                acc[j] = acc[j] - offa
+            if want_p:
+                for j in range(tw):
+                    P[m, t * TILE + j, g] = acc[j]
+            if want_y:
+                rescale_lanes(yt[m], acc, asum, s_t[t, g], o_t[t, g], da[m, (g * group) // 32], kind, TILE)
+    if want_y:
+        for m in range(a.shape[0]):
+            for j in range(tw):
+                y[m, t * TILE + j] = yt[m, j]
+
+
+@njit(cache=True)
+def _tile_il8_int8(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
+    ng = s_t.shape[1]
+    tw = _tile_width(n, t)
+    off = geom[0]
+    wt = _tile_view(w, 8 * t, tw // 8, ng, 256)
+    buf = np.zeros((group, TILE), np.int8)  # codes; lanes an unpacker does not fill stay 0
+    h = np.empty(TILE, np.int16)
+    acc = np.empty(TILE, np.int32)
+    yt = np.zeros((a.shape[0], TILE), np.float32)
+    for g in range(ng):
+        _unpack_il8_int8(wt, g, buf, tw)
+        for m in range(a.shape[0]):
+            _dot_cols(buf, a, m, g * group, group, chunk, TILE, h, acc)
+            asum = A[m, g]
+            offa = np.int32(off * asum)
+            for j in range(TILE):
+                acc[j] = acc[j] - offa
+            if want_p:
+                for j in range(tw):
+                    P[m, t * TILE + j, g] = acc[j]
+            if want_y:
+                rescale_lanes(yt[m], acc, asum, s_t[t, g], o_t[t, g], da[m, (g * group) // 32], kind, TILE)
+    if want_y:
+        for m in range(a.shape[0]):
+            for j in range(tw):
+                y[m, t * TILE + j] = yt[m, j]
+
+
+# rowmajor: geom = [row_bytes, blocks per row]
+@njit(cache=True)
+def _tile_rowmajor_q4_0(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
+    tw = _tile_width(n, t)
+    wt = _tile_view(w, TILE * t, tw, geom[1], geom[0] // geom[1])
+    codes = np.empty((TILE, geom[1], a.shape[1] // geom[1]), np.int16)
+    pt = np.zeros((a.shape[0], s_t.shape[1], TILE), np.int32)  # lanes past tw stay 0
+    for r in range(tw):
+        _row_q4_0(wt, r, codes)
+    _rows_partials(codes.reshape(TILE, a.shape[1]), tw, a, group, pt)
+    _rows_finish(pt, tw, t, A, s_t, o_t, da, kind, group, P, y, want_p, want_y)
+
+
+@njit(cache=True)
+def _tile_rowmajor_q4_1(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
+    tw = _tile_width(n, t)
+    wt = _tile_view(w, TILE * t, tw, geom[1], geom[0] // geom[1])
+    codes = np.empty((TILE, geom[1], a.shape[1] // geom[1]), np.int16)
+    pt = np.zeros((a.shape[0], s_t.shape[1], TILE), np.int32)  # lanes past tw stay 0
+    for r in range(tw):
+        _row_q4_1(wt, r, codes)
+    _rows_partials(codes.reshape(TILE, a.shape[1]), tw, a, group, pt)
+    _rows_finish(pt, tw, t, A, s_t, o_t, da, kind, group, P, y, want_p, want_y)
+
+
+@njit(cache=True)
+def _tile_rowmajor_q5_0(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
+    tw = _tile_width(n, t)
+    wt = _tile_view(w, TILE * t, tw, geom[1], geom[0] // geom[1])
+    codes = np.empty((TILE, geom[1], a.shape[1] // geom[1]), np.int16)
+    pt = np.zeros((a.shape[0], s_t.shape[1], TILE), np.int32)  # lanes past tw stay 0
+    for r in range(tw):
+        _row_q5_0(wt, r, codes)
+    _rows_partials(codes.reshape(TILE, a.shape[1]), tw, a, group, pt)
+    _rows_finish(pt, tw, t, A, s_t, o_t, da, kind, group, P, y, want_p, want_y)
+
+
+@njit(cache=True)
+def _tile_rowmajor_q5_1(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
+    tw = _tile_width(n, t)
+    wt = _tile_view(w, TILE * t, tw, geom[1], geom[0] // geom[1])
+    codes = np.empty((TILE, geom[1], a.shape[1] // geom[1]), np.int16)
+    pt = np.zeros((a.shape[0], s_t.shape[1], TILE), np.int32)  # lanes past tw stay 0
+    for r in range(tw):
+        _row_q5_1(wt, r, codes)
+    _rows_partials(codes.reshape(TILE, a.shape[1]), tw, a, group, pt)
+    _rows_finish(pt, tw, t, A, s_t, o_t, da, kind, group, P, y, want_p, want_y)
+
+
+@njit(cache=True)
+def _tile_rowmajor_q8_0(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
+    tw = _tile_width(n, t)
+    wt = _tile_view(w, TILE * t, tw, geom[1], geom[0] // geom[1])
+    codes = np.empty((TILE, geom[1], a.shape[1] // geom[1]), np.int16)
+    pt = np.zeros((a.shape[0], s_t.shape[1], TILE), np.int32)  # lanes past tw stay 0
+    for r in range(tw):
+        _row_q8_0(wt, r, codes)
+    _rows_partials(codes.reshape(TILE, a.shape[1]), tw, a, group, pt)
+    _rows_finish(pt, tw, t, A, s_t, o_t, da, kind, group, P, y, want_p, want_y)
+
+
+@njit(cache=True)
+def _tile_rowmajor_q4_k(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
+    tw = _tile_width(n, t)
+    wt = _tile_view(w, TILE * t, tw, geom[1], geom[0] // geom[1])
+    codes = np.empty((TILE, geom[1], a.shape[1] // geom[1]), np.int16)
+    pt = np.zeros((a.shape[0], s_t.shape[1], TILE), np.int32)  # lanes past tw stay 0
+    for r in range(tw):
+        _row_q4_k(wt, r, codes)
+    _rows_partials(codes.reshape(TILE, a.shape[1]), tw, a, group, pt)
+    _rows_finish(pt, tw, t, A, s_t, o_t, da, kind, group, P, y, want_p, want_y)
+
+
+@njit(cache=True)
+def _tile_rowmajor_q5_k(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
+    tw = _tile_width(n, t)
+    wt = _tile_view(w, TILE * t, tw, geom[1], geom[0] // geom[1])
+    codes = np.empty((TILE, geom[1], a.shape[1] // geom[1]), np.int16)
+    pt = np.zeros((a.shape[0], s_t.shape[1], TILE), np.int32)  # lanes past tw stay 0
+    for r in range(tw):
+        _row_q5_k(wt, r, codes)
+    _rows_partials(codes.reshape(TILE, a.shape[1]), tw, a, group, pt)
+    _rows_finish(pt, tw, t, A, s_t, o_t, da, kind, group, P, y, want_p, want_y)
+
+
+@njit(cache=True)
+def _tile_rowmajor_q6_k(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
+    tw = _tile_width(n, t)
+    wt = _tile_view(w, TILE * t, tw, geom[1], geom[0] // geom[1])
+    codes = np.empty((TILE, geom[1], a.shape[1] // geom[1]), np.int16)
+    pt = np.zeros((a.shape[0], s_t.shape[1], TILE), np.int32)  # lanes past tw stay 0
+    for r in range(tw):
+        _row_q6_k(wt, r, codes)
+    _rows_partials(codes.reshape(TILE, a.shape[1]), tw, a, group, pt)
+    _rows_finish(pt, tw, t, A, s_t, o_t, da, kind, group, P, y, want_p, want_y)
+
+
+# the driver: one parallel loop over tiles for every table row; the tile function comes in as a
+# first-class function value (numba FunctionType), so only one parfor is ever compiled
+_TSIG = types.void(types.int64, *_KSIG.args)
+
+
+def _drive(tile, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
+    for t in prange(s_t.shape[0]):
+        tile(np.int64(t), w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y)
+
+
+# =============================================================================================
+# layouts: where the bytes are, and the rescale factors per (channel, group)
+# =============================================================================================
+def _region(regions: Mapping[str, np.ndarray], layout: str, qname: str, name: str, nbytes: int) -> np.ndarray:
+    if name not in regions:
+        raise BadInputError(f"layout {layout} {qname}: region {name!r} missing (have {sorted(regions)})")
+    arr = np.ascontiguousarray(regions[name])
+    if arr.nbytes != nbytes:
+        raise BadInputError(f"layout {layout} {qname}: region {name!r} has {arr.nbytes} bytes, expected {nbytes}")
+    return arr.reshape(-1).view(np.uint8)
+
+
+def _panel64_geometry(t, n, k):
+    sb = -(-n // TILE)
+    ng = k // t.group
+    return sb, ng, k // _types.QK_K
+
+
+#: panel64 scale regions per scheme: name -> (dtype, per "group" or "super" [SB][x][64])
+PANEL64_SCALES: dict[str, dict[str, tuple[str, str]]] = {
+    "scale": {"d": ("<u2", "group")},
+    "scale_min": {"d": ("<u2", "group"), "m": ("<u2", "group")},
+    "k_scale_min": {"sc": ("u1", "group"), "m": ("u1", "group"), "d": ("<u2", "super"), "dmin": ("<u2", "super")},
+    "k_scale": {"scale": ("i1", "group"), "d": ("<u2", "super")},
+}
+PANEL64_CODES = "panels"  # the code region: nibble panels (4-bit types) or int8 panels
+
+
+def _panel64_bytes(t, regions, n, k, layout="panel64"):
+    sb, ng, nsb = _panel64_geometry(t, n, k)
+    per_kg = 128 if t.code_bits == 4 else 256
+    return _region(regions, layout, t.name, PANEL64_CODES, sb * ng * (t.group // 4) * per_kg)
+
+
+def _panel64_scales(t, regions, n, k, layout="panel64"):
+    """Fields ``[n, ...]`` from the ``[SB][x][64]`` scale regions -> ``(s, o)`` ``[n, ng]``."""
+    sb, ng, nsb = _panel64_geometry(t, n, k)
+    fields = {}
+    for name, (dt, per) in PANEL64_SCALES[t.scheme].items():
+        x = ng if per == "group" else nsb
+        raw = _region(regions, layout, t.name, name, sb * x * TILE * np.dtype(dt).itemsize)
+        v = raw.view(dt).reshape(sb, x, TILE).transpose(0, 2, 1).reshape(sb * TILE, x)
+        fields[name] = v[:n]
+    return _d.scale_arrays(fields, t)
+
+
+def _il8_bytes(t, regions, n, k, layout):
+    f = _il8.form(layout, t, n, k)
+    reg = _il8.region_bytes(f, regions, n, k)
+    return reg[next(iter(f.regions))]
+
+
+def _il8_scales(t, regions, n, k, layout):
+    return _il8.il8_scales(layout, regions, n, k, t)
+
+
+def _rowmajor_bytes(t, regions, n, k, layout="rowmajor"):
+    return _region(regions, layout, t.name, "blocks", n * t.row_bytes(k))
+
+
+_FIELD_ROWS = 4096  # rows per to_fields call (bounds its temporaries on 262k-row embeddings)
+
+
+def _rowmajor_scales(t, regions, n, k, layout="rowmajor"):
+    raw = _rowmajor_bytes(t, regions, n, k).reshape(n, t.row_bytes(k))
+    s = np.empty((n, k // t.group), np.float32)
+    o = np.empty((n, k // t.group), np.float32)
+    for r0 in range(0, n, _FIELD_ROWS):
+        r1 = min(n, r0 + _FIELD_ROWS)
+        s[r0:r1], o[r0:r1] = _d.scale_arrays(_blocks.to_fields(raw[r0:r1], t, r1 - r0, k), t)
+    return s, o
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """One row of :data:`KERNELS`."""
+
+    layout: str
+    qtype: str
+    kernel: Callable  # the tile function (a lazily compiled numba dispatcher)
+    weights: Callable  # (t, regions, n, k, layout) -> uint8 bytes the kernel reads
+    scales: Callable  # (t, regions, n, k, layout) -> (s, o) f32 [n, ng]
+    geom: Callable  # (t, n, k) -> int64 constants the kernel reads
+    code_max: int  # max |value| the unpacker puts in buf (bounds the int16 runs)
+    row_multiple: int = 1
+
+
+def _geom_offset(off):
+    return lambda t, n, k: np.array([off], np.int64)
+
+
+def _geom_rows(t, n, k):
+    return np.array([t.row_bytes(k), k // t.block_size], np.int64)
+
+
+# the largest |c| of a type's signed code (c = code - code_offset)
+def _signed_code_max(t):
+    return max(t.code_offset, (1 << t.code_bits) - 1 - t.code_offset)
+
+
+#: rowmajor: the row decoder of each type (the standard GGUF block layouts)
+_ROW_TILES = {"Q4_0": _tile_rowmajor_q4_0, "Q4_1": _tile_rowmajor_q4_1, "Q5_0": _tile_rowmajor_q5_0,
+              "Q5_1": _tile_rowmajor_q5_1, "Q8_0": _tile_rowmajor_q8_0, "Q4_K": _tile_rowmajor_q4_k,
+              "Q5_K": _tile_rowmajor_q5_k, "Q6_K": _tile_rowmajor_q6_k}
+
+
+def _specs():
+    rows = []
+    for t in _types.INTEGER_FORM:
+        if t.code_bits == 4:  # nibble panels hold the raw code u; the kernel subtracts code_offset
+            rows.append(KernelSpec("panel64", t.name, _tile_panel64_nibble, _panel64_bytes, _panel64_scales,
+                                   _geom_offset(t.code_offset), 15))
+        else:  # int8 panels hold c = code - code_offset
+            rows.append(KernelSpec("panel64", t.name, _tile_panel64_int8, _panel64_bytes, _panel64_scales,
+                                   _geom_offset(0), _signed_code_max(t)))
+        rows.append(KernelSpec("rowmajor", t.name, _ROW_TILES[t.name], _rowmajor_bytes, _rowmajor_scales,
+                               _geom_rows, _signed_code_max(t)))
+    rows += [
+        KernelSpec("ggml-x8", "Q4_0", _tile_x8_q4_0, _il8_bytes, _il8_scales, _geom_offset(0), 8, 8),
+        KernelSpec("ggml-x8", "Q4_K", _tile_x8_q4_k, _il8_bytes, _il8_scales, _geom_offset(0), 15, 8),
+        KernelSpec("il8-nibble", "Q4_0", _tile_il8_nibble, _il8_bytes, _il8_scales, _geom_offset(8), 15, 8),
+        KernelSpec("il8-nibble", "Q4_K", _tile_il8_nibble, _il8_bytes, _il8_scales, _geom_offset(0), 15, 8),
+        KernelSpec("il8-int8", "Q4_0", _tile_il8_int8, _il8_bytes, _il8_scales, _geom_offset(0), 8, 8),
+    ]
+    return {(r.layout, r.qtype): r for r in rows}
+
+
+#: (layout, type name) -> how to run it. The only dispatch on layouts and types in this module.
+KERNELS: dict[tuple[str, str], KernelSpec] = _specs()
+
+_DRIVER: list = []
+
+
+def _driver() -> Callable:
+    """The parallel driver (compiled, or loaded from the cache, on first use)."""
+    if not _DRIVER:
+        if config.DISABLE_JIT:
+            _DRIVER.append(_drive)
+        else:
+            _DRIVER.append(njit(types.void(types.FunctionType(_TSIG), *_KSIG.args), parallel=True, cache=True)(_drive))
+    return _DRIVER[0]
+
+
+_READY: dict = {}
+
+
+def _compiled(tile: Callable):
+    """A table row's tile function as the driver's first-class function argument.
+
+    Compiled for :data:`_TSIG` on first use and wrapped once in numba's ``CompileResultWAP``
+    (the wrapper-address protocol): handing the driver a bare dispatcher instead makes numba
+    look the compiled address up again on every call (about 0.1 ms). Without the JIT, the
+    Python function itself.
+    """
+    wap = _READY.get(tile)
+    if wap is None:
+        if config.DISABLE_JIT:
+            wap = tile
+        else:
+            from numba.core.types.function_type import CompileResultWAP
+
+            log.debug("compiling (or loading from numba's cache) %s", tile.__name__)
+            tile.compile(_TSIG.args)
+            wap = CompileResultWAP(tile.overloads[_TSIG.args])
+        _READY[tile] = wap
+    return wap
+
+
+def spec(layout: str, qtype) -> KernelSpec:
+    t = _d.qtype_of(qtype)
+    s = KERNELS.get((layout, t.name))
+    if s is None:
+        have = sorted({lay for lay, _ in KERNELS})
+        raise UnsupportedError(f"no compiled kernel for layout {layout!r} with type {t.name} (layouts: {have})")
+    return s
+
+
+def _chunk(group: int, code_max: int, a_max: int) -> int:
+    """The longest run (8, 16, 32; dividing ``group``) whose int16 sum cannot overflow, or 0."""
+    best = 0
+    for run in (8, 16, 32):
+        if group % run == 0 and run * code_max * max(a_max, 1) <= I16_MAX:
+            best = run
+    return best
+
+
+# =============================================================================================
+# entry points
+# =============================================================================================
+@dataclass
+class Prepared:
+    """A tensor ready for the compiled kernels: its bytes and per-tile f32 rescale factors."""
+
+    layout: str
+    qtype: _types.GGMLType
+    n: int
+    k: int
+    spec: KernelSpec
+    weights: np.ndarray  # uint8, what the kernel reads
+    geom: np.ndarray  # int64
+    s_t: np.ndarray  # f32 [tiles, ng, 64]
+    o_t: np.ndarray  # f32 [tiles, ng, 64] (the same array as s_t for scale-only types: unused)
+
+    @property
+    def groups(self) -> int:
+        return self.k // self.qtype.group
+
+    def _run(self, a, want_p: bool, want_y: bool, da=None):
+        t = self.qtype
+        m = a.shape[0]
+        A = _d.group_sums(a, t.group)
+        a_max = int(np.abs(a.astype(np.int16)).max()) if a.size else 0
+        chunk = _chunk(t.group, self.spec.code_max, a_max)
+        P = np.empty((m, self.n, self.groups) if want_p else (1, 1, 1), np.int32)
+        y = np.empty((m, self.n) if want_y else (1, 1), np.float32)
+        if da is None:
+            da = np.zeros((m, self.k // _d.QK8), np.float32)
+        # tiles handed out a few at a time (not one static half per thread), so a thread that
+        # loses its core for a while does not hold the whole call up
+        previous = numba.set_parallel_chunksize(_TILES_PER_GRAB)
+        try:
+            _driver()(_compiled(self.spec.kernel), self.weights, self.geom, a, A, self.s_t, self.o_t, da,
+                      _d.SCHEME_KIND[t.scheme], t.group, chunk, self.n, P, y, want_p, want_y)
+        finally:
+            numba.set_parallel_chunksize(previous)
+        return P, A, y
+
+    def run(self, a, da) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(P, A, y)`` in one pass from already quantized activations (``a int8 [M, k]``,
+        ``da f32 [M, k/32]``, as :func:`~panelpack.verify.dispatch.quantize_activations` gives),
+        so every path a verifier compares sees the very same activations."""
+        a8 = _d.check_codes_activations(a, self.k)
+        da = np.asarray(da)
+        if da.shape != (a8.shape[0], self.k // _d.QK8):
+            raise BadInputError(f"activation scales da must have shape {(a8.shape[0], self.k // _d.QK8)},"
+                                f" got {da.shape}")
+        return self._run(a8, True, True, np.ascontiguousarray(da, np.float32))
+
+    def partials(self, a) -> tuple[np.ndarray, np.ndarray]:
+        """``(P int32 [M, n, ng], A int32 [M, ng])`` for int8 activations ``a [M, k]``."""
+        a8 = _d.check_codes_activations(a, self.k)
+        P, A, _ = self._run(a8, True, False)
+        return P, A
+
+    def matmul(self, x) -> np.ndarray:
+        """``y`` f32 ``[M, n]`` (``[n]`` for ``x [k]``): quantize ``x``, partials, rescale."""
+        xr, vector = _d._as_activation_rows(x)
+        if xr.shape[1] != self.k:
+            raise BadInputError(f"activations have K={xr.shape[1]}, the {self.qtype.name} matrix has K={self.k}")
+        a, da = _d.quantize_activations(xr)
+        _, _, y = self._run(a, False, True, da)
+        return y[0] if vector else y
+
+    def matmul_and_partials(self, x) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(y, P, A)`` from one pass (for verification, which wants both)."""
+        xr, _ = _d._as_activation_rows(x)
+        if xr.shape[1] != self.k:
+            raise BadInputError(f"activations have K={xr.shape[1]}, the {self.qtype.name} matrix has K={self.k}")
+        a, da = _d.quantize_activations(xr)
+        P, A, y = self._run(a, True, True, da)
+        return y, P, A
+
+
+def _tile_major(v: np.ndarray, n: int) -> np.ndarray:
+    """``[n, ng]`` -> ``[ceil(n/64), ng, 64]`` (pad channels zero)."""
+    tiles = -(-n // TILE)
+    ng = v.shape[1]
+    out = np.zeros((tiles * TILE, ng), np.float32)
+    out[:n] = v
+    return np.ascontiguousarray(out.reshape(tiles, TILE, ng).transpose(0, 2, 1))
+
+
+def prepare(layout: str, regions: Mapping[str, np.ndarray], n: int, k: int, qtype) -> Prepared:
+    """Check a packed tensor's regions and lay its rescale factors out for the kernels."""
+    t = _d.qtype_of(qtype)
+    sp = spec(layout, t)
+    if isinstance(n, bool) or isinstance(k, bool) or int(n) < 1 or int(k) < 1:
+        raise BadInputError(f"layout {layout} {t.name}: bad shape [{n}, {k}]")
+    n, k = int(n), int(k)
+    if k % t.block_size:
+        raise UnsupportedError(f"layout {layout} {t.name}: K={k} is not a multiple of {t.block_size}")
+    if n % sp.row_multiple:
+        raise UnsupportedError(f"layout {layout} {t.name}: N={n} is not a multiple of {sp.row_multiple}")
+    if not isinstance(regions, Mapping):
+        raise BadInputError(f"layout {layout}: regions must be a mapping of name to array")
+    w = sp.weights(t, regions, n, k, layout)
+    s, o = sp.scales(t, regions, n, k, layout)
+    s_t = _tile_major(s, n)
+    # scale-only formulas never read o: share s's memory instead of carrying a zero array
+    o_t = s_t if _d.SCHEME_KIND[t.scheme] == _d.SCALE else _tile_major(o, n)
+    return Prepared(layout, t, n, k, sp, w, sp.geom(t, n, k), s_t, o_t)
+
+
+def partials(layout: str, regions, n: int, k: int, qtype, a) -> tuple[np.ndarray, np.ndarray]:
+    """``(P int32 [M, n, K/G], A int32 [M, K/G])`` computed from the layout's bytes."""
+    return prepare(layout, regions, n, k, qtype).partials(a)
+
+
+def matmul(layout: str, regions, n: int, k: int, qtype, x) -> np.ndarray:
+    """``y = W·x`` f32 ``[M, n]`` from the layout's bytes (bit-identical with the standard dispatch)."""
+    return prepare(layout, regions, n, k, qtype).matmul(x)
+
+
+# =============================================================================================
+# numpy reference reader of panel64 (SPEC §5 closed form), for the tests
+# =============================================================================================
+def panel64_codes_ref(regions, n: int, k: int, qtype) -> np.ndarray:
+    """Integer codes ``c [n, k]`` (int16) read back from panel64 regions by the closed form.
+
+    Nibble panels: ``byte = ((sb·ng + k//G)·(G/4) + (k%G)//4)·128 + 2·(n%64) + (k%4)//2``,
+    ``shift = 4·(k%2)``, value ``u − code_offset``. Int8 panels: ``byte = (…)·256 +
+    64·((n%64)//16) + 4·(n%16) + k%4`` holds ``c`` itself.
+    """
+    t = _d.qtype_of(qtype)
+    w = _panel64_bytes(t, regions, n, k)
+    sb, ng, _ = _panel64_geometry(t, n, k)
+    nn, kk = np.meshgrid(np.arange(n), np.arange(k), indexing="ij")
+    kg = ((nn // TILE) * ng + kk // t.group) * (t.group // 4) + (kk % t.group) // 4
+    if t.code_bits == 4:
+        byte = kg * 128 + 2 * (nn % TILE) + (kk % 4) // 2
+        return ((w[byte] >> (4 * (kk % 2))) & 15).astype(np.int16) - np.int16(t.code_offset)
+    byte = kg * 256 + 64 * ((nn % TILE) // 16) + 4 * (nn % 16) + kk % 4
+    return w[byte].view(np.int8).astype(np.int16)
