@@ -15,7 +15,7 @@ import sys
 import click
 
 from panelpack import __version__
-from panelpack.formats.errors import EXIT_BAD_INPUT, PanelpackError
+from panelpack.formats.errors import EXIT_BAD_INPUT, EXIT_VERIFY_FAILED, PanelpackError
 
 log = logging.getLogger("panelpack")
 
@@ -216,6 +216,40 @@ def unpack(archive_path, out, force):
     _install_sigterm()
     r = archive.unpack(archive_path, out, force=force)
     click.echo(f"unpacked {r.files} files, {r.bytes_in:,} bytes -> {r.path}")
+
+
+@main.command()
+@click.argument("bundle", type=click.Path(exists=False))
+@click.option("--level", type=click.Choice(["structure", "lossless", "agreement", "all"]), default="all",
+              show_default=True, help="What to prove (structure always runs).")
+@click.option("--json", "report_path", type=click.Path(), default=None, metavar="REPORT",
+              help="Also write the full report as JSON to REPORT ('-' for stdout instead of the table).")
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the random activations.")
+@click.option("--sample", default=2, show_default=True, type=click.IntRange(0, None),
+              help="Super-blocks (64 rows) per tensor run through the emulated leaves (0: all).")
+@click.option("--svl-bits", default=512, type=click.Choice(["128", "256", "512", "1024", "2048"]), hidden=True,
+              help="Read panels as a runtime with this streaming vector length would (negative tests).")
+@click.option("--tensor", "names", multiple=True, metavar="NAME", help="Only these tensors (repeatable).")
+@command
+def verify(bundle, level, report_path, seed, sample, svl_bits, names):
+    """Prove a bundle (or .ppk.tar.zst): structure, lossless, agreement; print the dispatch ledger.
+
+    Exit 0 when every tensor agrees, 1 on any mismatch, missing file, bad checksum or
+    unexplained fallback, 2 on bad input.
+    """
+    from panelpack.verify import bundle_check
+
+    rep = bundle_check.verify(bundle, level=level, seed=seed, sample=sample, svl_bits=int(svl_bits),
+                              names=list(names) or None)
+    if report_path == "-":
+        echo_json(rep.to_json())
+    else:
+        click.echo(rep.render())
+        if report_path:
+            with open(report_path, "w", encoding="utf-8") as f:
+                json.dump(rep.to_json(), f, indent=2)
+    if not rep.ok:
+        sys.exit(EXIT_VERIFY_FAILED)
 
 
 @main.command()

@@ -3,10 +3,12 @@ on first call instead of at import.
 
 ``@numba.njit(signature, cache=True)`` compiles eagerly when the module is imported. With a
 few dozen kernels that makes ``import`` (and so every CLI command) pay for kernels it never
-calls: tens of seconds on a fresh machine, and a cache load per kernel afterwards. Entry-point
-kernels (the ones Python calls) use :func:`lazy_njit` instead: same signatures, same cache,
-compiled the first time they run. Helpers called from inside other kernels stay plain
-``numba.njit`` functions (numba compiles them into their callers).
+calls: tens of seconds on a fresh machine, and a cache load per kernel afterwards. Kernels use
+:func:`lazy_njit` instead: same signatures, same cache, compiled the first time they run.
+
+A lazy kernel can be called from another numba kernel too: numba types the global through
+the ``typeof`` registered below, which compiles (or loads) the callee's dispatcher at the
+moment the caller is compiled.
 
 ``kernel.py_func`` is the undecorated Python function (the scalar reference runs it), and
 ``NUMBA_DISABLE_JIT=1`` makes the kernel plain Python, as with ``numba.njit``.
@@ -18,7 +20,7 @@ import functools
 import threading
 from typing import Any, Callable
 
-_lock = threading.Lock()
+_lock = threading.RLock()  # re-entrant: compiling a kernel may resolve the lazy kernels it calls
 
 
 class LazyKernel:
@@ -51,6 +53,18 @@ class LazyKernel:
     def __repr__(self) -> str:
         state = "compiled" if self._dispatcher is not None else "not compiled yet"
         return f"<lazy numba kernel {self.py_func.__module__}.{self.py_func.__qualname__} ({state})>"
+
+
+def _register_typeof() -> None:
+    import numba
+    from numba.extending import typeof_impl
+
+    @typeof_impl.register(LazyKernel)
+    def _typeof_lazy(val, c):
+        return numba.typeof(val.dispatcher)
+
+
+_register_typeof()
 
 
 def lazy_njit(signatures: Any = None, **options: Any) -> Callable[[Callable], LazyKernel]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 from numba import types as nt
+from ..formats._jit import lazy_njit
 
 _U = np.uint64
 _X88 = np.uint64(0x8888888888888888)
@@ -55,7 +56,7 @@ def _get_d(x64, w, r):
 #   block 1: d = w2>>16 & 0xFFFF  qs = (w2>>32 | w3<<32, w3>>32 | w4<<32)
 #   block 2: d = w4>>32 & 0xFFFF  qs = (w4>>48 | w5<<16, w5>>48 | w6<<16)
 #   block 3: d = w6>>48           qs = (w7, w8)
-@njit(nt.void(_RO_U64, nt.int64, nt.int64, nt.uint64[::1]), **_KERNEL)
+@lazy_njit(nt.void(_RO_U64, nt.int64, nt.int64, nt.uint64[::1]), **_KERNEL)
 def _q4_0_x8_pack_w(w64, n, nb, o64):
     wr = _U(nb // 4 * 9)
     unb = _U(nb)
@@ -91,7 +92,7 @@ def _q4_0_x8_pack_w(w64, n, nb, o64):
             o64[x + _U(10) + r] = a8 ^ _X88
 
 
-@njit(nt.void(_RO_U64, nt.int64, nt.int64, nt.uint64[::1]), **_KERNEL)
+@lazy_njit(nt.void(_RO_U64, nt.int64, nt.int64, nt.uint64[::1]), **_KERNEL)
 def _q4_0_x8_unpack_w(x64, n, nb, w64):
     wr = _U(nb // 4 * 9)
     unb = _U(nb)
@@ -126,7 +127,7 @@ def _q4_0_x8_unpack_w(x64, n, nb, w64):
 
 
 # Q4_0, any K: one 18-byte block at a time, byte addressed on both sides.
-@njit(nt.void(_RO_U8, nt.int64, nt.int64, nt.uint8[::1]), **_KERNEL)
+@lazy_njit(nt.void(_RO_U8, nt.int64, nt.int64, nt.uint8[::1]), **_KERNEL)
 def _q4_0_x8_pack_b(a8, n, nb, o8):
     rb = _U(nb * 18)
     unb = _U(nb)
@@ -142,7 +143,7 @@ def _q4_0_x8_pack_b(a8, n, nb, o8):
             _st64(o8, x + _U(80) + _U(8) * r, _ld64(a8, o + _U(10)) ^ _X88)
 
 
-@njit(nt.void(_RO_U8, nt.int64, nt.int64, nt.uint8[::1]), **_KERNEL)
+@lazy_njit(nt.void(_RO_U8, nt.int64, nt.int64, nt.uint8[::1]), **_KERNEL)
 def _q4_0_x8_unpack_b(x8, n, nb, a8):
     rb = _U(nb * 18)
     unb = _U(nb)
@@ -190,7 +191,7 @@ def _transpose8(v):
             v[s] = (v[s] & ~(_U(0xFF) << _U(8 * r))) | (a << _U(8 * r))
 
 
-@njit(nt.void(_RO_U64, nt.int64, nt.int64, nt.uint64[::1]), **_KERNEL)
+@lazy_njit(nt.void(_RO_U64, nt.int64, nt.int64, nt.uint64[::1]), **_KERNEL)
 def _q4_k_x8_pack(w64, n, nsb, o64):
     wr = _U(nsb * 18)
     unsb = _U(nsb)
@@ -232,7 +233,7 @@ def _q4_k_x8_pack(w64, n, nsb, o64):
                 o64[w + _U(2)] = m1 | (h1 << _U(32))
 
 
-@njit(nt.void(_RO_U64, nt.int64, nt.int64, nt.uint64[::1]), **_KERNEL)
+@lazy_njit(nt.void(_RO_U64, nt.int64, nt.int64, nt.uint64[::1]), **_KERNEL)
 def _q4_k_x8_unpack(x64, n, nsb, w64):
     wr = _U(nsb * 18)
     unsb = _U(nsb)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 from numba import types as nt
+from ..formats._jit import lazy_njit
 
 _U = np.uint64
 _M0F = np.uint64(0x0F0F0F0F0F0F0F0F)
@@ -68,7 +69,7 @@ def _f16_d(a8, o, f16):
 
 
 # -- il8-nibble, Q4_0 -----------------------------------------------------------------------
-@njit(nt.void(_RO_U8, nt.int64, nt.int64, _RO_F32, nt.uint32[::1], nt.float32[::1]), **_KERNEL)
+@lazy_njit(nt.void(_RO_U8, nt.int64, nt.int64, _RO_F32, nt.uint32[::1], nt.float32[::1]), **_KERNEL)
 def _nibble_q4_0_pack(a8, n, nb, f16, q32, scales):
     rb = _U(nb * 18)
     for sr in range(n // 8):
@@ -91,7 +92,7 @@ def _nibble_q4_0_pack(a8, n, nb, f16, q32, scales):
                 scales[blk * _U(8) + ur + _U(4)] = _f16_d(a8, o1, f16)
 
 
-@njit(nt.void(_RO_U32, _RO_U8, nt.int64, nt.int64, nt.uint8[::1]), **_KERNEL)
+@lazy_njit(nt.void(_RO_U32, _RO_U8, nt.int64, nt.int64, nt.uint8[::1]), **_KERNEL)
 def _nibble_q4_0_unpack(q32, d8, n, nb, a8):
     """``d8``: the f16 bits of every scale (2 bytes per (sr, b, r)), already checked exact."""
     rb = _U(nb * 18)
@@ -119,7 +120,7 @@ def _nibble_q4_0_unpack(q32, d8, n, nb, a8):
 
 
 # -- il8-int8, Q4_0 -------------------------------------------------------------------------
-@njit(nt.void(_RO_U8, nt.int64, nt.int64, _RO_F32, nt.uint32[::1], nt.float32[::1]), **_KERNEL)
+@lazy_njit(nt.void(_RO_U8, nt.int64, nt.int64, _RO_F32, nt.uint32[::1], nt.float32[::1]), **_KERNEL)
 def _int8_q4_0_pack(a8, n, nb, f16, q32, scales):
     rb = _U(nb * 18)
     for sr in range(n // 8):
@@ -138,7 +139,7 @@ def _int8_q4_0_pack(a8, n, nb, f16, q32, scales):
                 scales[blk * _U(8) + _U(rr)] = _f16_d(a8, o, f16)
 
 
-@njit(nt.void(_RO_U32, _RO_U8, nt.int64, nt.int64, nt.uint8[::1]), **_KERNEL)
+@lazy_njit(nt.void(_RO_U32, _RO_U8, nt.int64, nt.int64, nt.uint8[::1]), **_KERNEL)
 def _int8_q4_0_unpack(q32, d8, n, nb, a8):
     """Codes must be in -8..7 (the wrapper checks): u = code ^ 8 in the low nibble."""
     rb = _U(nb * 18)
@@ -164,7 +165,7 @@ def _int8_q4_0_unpack(q32, d8, n, nb, a8):
 # Q4_K block (144 B): d, dmin, scales[12], qs[128]; sub-block s = nibble s%2 of qs[32(s//2)..+32],
 # so the 32 bytes of chunk p feed sub-blocks 2p (low nibbles) and 2p+1 (high nibbles); step g of a
 # sub-block reads qs bytes 32p + 4g .. +3.
-@njit(nt.void(_RO_U8, nt.int64, nt.int64, _RO_F32, nt.uint32[::1], nt.float32[::1], nt.float32[::1]), **_KERNEL)
+@lazy_njit(nt.void(_RO_U8, nt.int64, nt.int64, _RO_F32, nt.uint32[::1], nt.float32[::1], nt.float32[::1]), **_KERNEL)
 def _nibble_q4_k_pack(a8, n, nsb, f16, q32, dsc, dmn):
     rb = _U(nsb * 144)
     nb = nsb * 8

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 from numba import types as nt
+from ..formats._jit import lazy_njit
 
 # ---- fast kernels -----------------------------------------------------------------------
 # Every kernel walks the 64 channels of one super-block in two steps:
@@ -36,7 +37,7 @@ _HELPER = dict(cache=True, boundscheck=False, no_cpython_wrapper=True)
 _KERNEL = dict(cache=True, boundscheck=False)
 
 
-@njit(nt.void(_RO_U64, nt.uint64, nt.uint64, nt.int64, nt.uint64[::1]), **_HELPER)
+@lazy_njit(nt.void(_RO_U64, nt.uint64, nt.uint64, nt.int64, nt.uint64[::1]), **_HELPER)
 def _stage_w9(w64, o0, wr, cn, t):
     """t[k*64 + c] = w64[o0 + c*wr + k] for c < cn, k < 9 (a transposing copy, unrolled)."""
     for c in range(cn):
@@ -53,7 +54,7 @@ def _stage_w9(w64, o0, wr, cn, t):
         t[_U(512) + uc] = w64[o + _U(8)]
 
 
-@njit(nt.void(_RO_U64, nt.uint64, nt.uint64, nt.int64, nt.uint64[::1]), **_HELPER)
+@lazy_njit(nt.void(_RO_U64, nt.uint64, nt.uint64, nt.int64, nt.uint64[::1]), **_HELPER)
 def _unstage_w9(t, o0, wr, cn, w64):
     for c in range(cn):
         o = o0 + _U(c) * wr
@@ -69,7 +70,7 @@ def _unstage_w9(t, o0, wr, cn, w64):
         w64[o + _U(8)] = t[_U(512) + uc]
 
 
-@njit(nt.void(_RO_U8, nt.uint64, nt.uint64, nt.int64, nt.int64, nt.uint8[::1]), **_HELPER)
+@lazy_njit(nt.void(_RO_U8, nt.uint64, nt.uint64, nt.int64, nt.int64, nt.uint8[::1]), **_HELPER)
 def _stage_b(a8, o0, rb, cn, nb, t8):
     """t8[i*64 + c] = a8[o0 + c*rb + i] for c < cn, i < nb."""
     for c in range(cn):
@@ -78,7 +79,7 @@ def _stage_b(a8, o0, rb, cn, nb, t8):
             t8[_U(i) * _U(64) + _U(c)] = a8[o + _U(i)]
 
 
-@njit(nt.void(_RO_U8, nt.uint64, nt.uint64, nt.int64, nt.int64, nt.uint8[::1]), **_HELPER)
+@lazy_njit(nt.void(_RO_U8, nt.uint64, nt.uint64, nt.int64, nt.int64, nt.uint8[::1]), **_HELPER)
 def _unstage_b(t8, o0, rb, cn, nb, a8):
     for c in range(cn):
         o = o0 + _U(c) * rb
@@ -168,7 +169,7 @@ def _set_tb64(t8, i, c, x):
 #        1: qs0[6..13]                       5: qs2[2..9]
 #        2: qs0[14..15] | d1 | qs1[0..3]     6: qs2[10..15] | d3
 #        3: qs1[4..11]                       7: qs3[0..7]     8: qs3[8..15]
-@njit(nt.void(_RO_U64, nt.int64, nt.uint64, nt.uint16[::1], nt.uint16[::1]), **_HELPER)
+@lazy_njit(nt.void(_RO_U64, nt.int64, nt.uint64, nt.uint16[::1], nt.uint16[::1]), **_HELPER)
 def _q4_0_w_compute(t, cn, blk0, p16, d16):
     for c in range(cn):
         uc = _U(c)
@@ -193,7 +194,7 @@ def _q4_0_w_compute(t, cn, blk0, p16, d16):
         _put_qs16(p16, (blk0 + _U(3)) * _U(512) + uc, a7, a8)
 
 
-@njit(nt.void(_RO_U16, _RO_U16, nt.int64, nt.uint64, nt.uint64[::1]), **_HELPER)
+@lazy_njit(nt.void(_RO_U16, _RO_U16, nt.int64, nt.uint64, nt.uint64[::1]), **_HELPER)
 def _q4_0_w_uncompute(p16, d16, cn, blk0, t):
     for c in range(cn):
         uc = _U(c)
@@ -216,7 +217,7 @@ def _q4_0_w_uncompute(p16, d16, cn, blk0, t):
         t[_U(512) + uc] = x31
 
 
-@njit(nt.void(_RO_U64, nt.int64, nt.int64, nt.uint16[::1], nt.uint16[::1]), **_KERNEL)
+@lazy_njit(nt.void(_RO_U64, nt.int64, nt.int64, nt.uint16[::1], nt.uint16[::1]), **_KERNEL)
 def _q4_0_pack_w(w64, n, ng, p16, d16):
     wr = _U(ng // 4 * 9)
     t = np.zeros(9 * 64, np.uint64)
@@ -227,7 +228,7 @@ def _q4_0_pack_w(w64, n, ng, p16, d16):
             _q4_0_w_compute(t, cn, _U(sb * ng + 4 * g4), p16, d16)
 
 
-@njit(nt.void(_RO_U16, _RO_U16, nt.int64, nt.int64, nt.uint64[::1]), **_KERNEL)
+@lazy_njit(nt.void(_RO_U16, _RO_U16, nt.int64, nt.int64, nt.uint64[::1]), **_KERNEL)
 def _q4_0_unpack_w(p16, d16, n, ng, w64):
     wr = _U(ng // 4 * 9)
     t = np.zeros(9 * 64, np.uint64)
@@ -240,7 +241,7 @@ def _q4_0_unpack_w(p16, d16, n, ng, w64):
 
 # -- Q4_0 (any K) and Q4_1: one block at a time, staged as byte planes ---------------------
 #   Q4_0: bytes 0-1 d, 2-17 qs          Q4_1: bytes 0-1 d, 2-3 m, 4-19 qs
-@njit(nt.void(_RO_U8, nt.int64, nt.int64, nt.uint64, nt.uint16[::1], nt.uint16[::1], nt.uint16[::1]), **_HELPER)
+@lazy_njit(nt.void(_RO_U8, nt.int64, nt.int64, nt.uint64, nt.uint16[::1], nt.uint16[::1], nt.uint16[::1]), **_HELPER)
 def _q4_b_compute(t8, cn, hdr, blk, p16, d16, m16):
     for c in range(cn):
         uc = _U(c)
@@ -250,7 +251,7 @@ def _q4_b_compute(t8, cn, hdr, blk, p16, d16, m16):
         _put_qs16(p16, blk * _U(512) + uc, _tb64(t8, hdr, uc), _tb64(t8, hdr + 8, uc))
 
 
-@njit(nt.void(_RO_U16, _RO_U16, _RO_U16, nt.int64, nt.int64, nt.uint64, nt.uint8[::1]), **_HELPER)
+@lazy_njit(nt.void(_RO_U16, _RO_U16, _RO_U16, nt.int64, nt.int64, nt.uint64, nt.uint8[::1]), **_HELPER)
 def _q4_b_uncompute(p16, d16, m16, cn, hdr, blk, t8):
     for c in range(cn):
         uc = _U(c)
@@ -262,7 +263,7 @@ def _q4_b_uncompute(p16, d16, m16, cn, hdr, blk, t8):
         _set_tb64(t8, hdr + 8, uc, x1)
 
 
-@njit(nt.void(_RO_U8, nt.int64, nt.int64, nt.int64, nt.uint16[::1], nt.uint16[::1], nt.uint16[::1]), **_KERNEL)
+@lazy_njit(nt.void(_RO_U8, nt.int64, nt.int64, nt.int64, nt.uint16[::1], nt.uint16[::1], nt.uint16[::1]), **_KERNEL)
 def _q4_pack_b(a8, n, ng, hdr, p16, d16, m16):
     bb = hdr + 16
     rb = _U(ng * bb)
@@ -274,7 +275,7 @@ def _q4_pack_b(a8, n, ng, hdr, p16, d16, m16):
             _q4_b_compute(t8, cn, hdr, _U(sb * ng + b), p16, d16, m16)
 
 
-@njit(nt.void(_RO_U16, _RO_U16, _RO_U16, nt.int64, nt.int64, nt.int64, nt.uint8[::1]), **_KERNEL)
+@lazy_njit(nt.void(_RO_U16, _RO_U16, _RO_U16, nt.int64, nt.int64, nt.int64, nt.uint8[::1]), **_KERNEL)
 def _q4_unpack_b(p16, d16, m16, n, ng, hdr, a8):
     bb = hdr + 16
     rb = _U(ng * bb)
@@ -350,7 +351,7 @@ def _get8(o8, base):
     return v
 
 
-@njit(nt.void(_RO_U64, nt.int64, nt.uint64, nt.uint64, nt.uint16[::1], nt.uint8[::1], nt.uint8[::1], nt.uint16[::1],
+@lazy_njit(nt.void(_RO_U64, nt.int64, nt.uint64, nt.uint64, nt.uint16[::1], nt.uint8[::1], nt.uint8[::1], nt.uint16[::1],
               nt.uint16[::1]), **_HELPER)
 def _q4_k_compute(t, cn, g0, sbj, p16, sc8, m8, d16, dmin16):
     for c in range(cn):
@@ -372,7 +373,7 @@ def _q4_k_compute(t, cn, g0, sbj, p16, sc8, m8, d16, dmin16):
         _put_k_chunk(p16, (g0 + _U(6)) * _U(512) + uc, t, 14, uc)
 
 
-@njit(nt.void(_RO_U16, _RO_U8, _RO_U8, _RO_U16, _RO_U16, nt.int64, nt.uint64, nt.uint64, nt.uint64[::1]), **_HELPER)
+@lazy_njit(nt.void(_RO_U16, _RO_U8, _RO_U8, _RO_U16, _RO_U16, nt.int64, nt.uint64, nt.uint64, nt.uint64[::1]), **_HELPER)
 def _q4_k_uncompute(p16, sc8, m8, d16, dmin16, cn, g0, sbj, t):
     for c in range(cn):
         uc = _U(c)
@@ -391,7 +392,7 @@ def _q4_k_uncompute(p16, sc8, m8, d16, dmin16, cn, g0, sbj, t):
         _get_k_chunk(p16, (g0 + _U(6)) * _U(512) + uc, t, 14, uc)
 
 
-@njit(nt.void(_RO_U64, nt.int64, nt.int64, nt.uint16[::1], nt.uint8[::1], nt.uint8[::1], nt.uint16[::1],
+@lazy_njit(nt.void(_RO_U64, nt.int64, nt.int64, nt.uint16[::1], nt.uint8[::1], nt.uint8[::1], nt.uint16[::1],
               nt.uint16[::1]), **_KERNEL)
 def _q4_k_pack(w64, n, nsb, p16, sc8, m8, d16, dmin16):
     wr = _U(nsb * 18)
@@ -405,7 +406,7 @@ def _q4_k_pack(w64, n, nsb, p16, sc8, m8, d16, dmin16):
             _q4_k_compute(t, cn, _U(sb * nsb * 8 + 8 * j), _U((sb * nsb + j) * 64), p16, sc8, m8, d16, dmin16)
 
 
-@njit(nt.void(_RO_U16, _RO_U8, _RO_U8, _RO_U16, _RO_U16, nt.int64, nt.int64, nt.uint64[::1]), **_KERNEL)
+@lazy_njit(nt.void(_RO_U16, _RO_U8, _RO_U8, _RO_U16, _RO_U16, nt.int64, nt.int64, nt.uint64[::1]), **_KERNEL)
 def _q4_k_unpack(p16, sc8, m8, d16, dmin16, n, nsb, w64):
     wr = _U(nsb * 18)
     t = np.zeros(18 * 64, np.uint64)
@@ -420,7 +421,7 @@ def _q4_k_unpack(p16, sc8, m8, d16, dmin16, n, nsb, w64):
 
 # -- Q8_0: 34 bytes per block (d, then 32 int8 = the integer codes) ------------------------
 #   int8 kg-block q of the group takes qs[4q .. 4q+3] of each channel as one 32-bit word.
-@njit(nt.void(_RO_U8, nt.int64, nt.uint64, nt.uint32[::1], nt.uint16[::1]), **_HELPER)
+@lazy_njit(nt.void(_RO_U8, nt.int64, nt.uint64, nt.uint32[::1], nt.uint16[::1]), **_HELPER)
 def _q8_0_compute(t8, cn, blk, p32, d16):
     for c in range(cn):
         uc = _U(c)
@@ -432,7 +433,7 @@ def _q8_0_compute(t8, cn, blk, p32, d16):
                 | (np.uint32(t8[x + _U(128)]) << np.uint32(16)) | (np.uint32(t8[x + _U(192)]) << np.uint32(24)))
 
 
-@njit(nt.void(_RO_U32, _RO_U16, nt.int64, nt.uint64, nt.uint8[::1]), **_HELPER)
+@lazy_njit(nt.void(_RO_U32, _RO_U16, nt.int64, nt.uint64, nt.uint8[::1]), **_HELPER)
 def _q8_0_uncompute(p32, d16, cn, blk, t8):
     for c in range(cn):
         uc = _U(c)
@@ -446,7 +447,7 @@ def _q8_0_uncompute(p32, d16, cn, blk, t8):
             t8[x + _U(192)] = np.uint8(v >> np.uint32(24))
 
 
-@njit(nt.void(_RO_U8, nt.int64, nt.int64, nt.uint32[::1], nt.uint16[::1]), **_KERNEL)
+@lazy_njit(nt.void(_RO_U8, nt.int64, nt.int64, nt.uint32[::1], nt.uint16[::1]), **_KERNEL)
 def _q8_0_pack(a8, n, ng, p32, d16):
     rb = _U(ng * 34)
     t8 = np.zeros(34 * 64, np.uint8)
@@ -457,7 +458,7 @@ def _q8_0_pack(a8, n, ng, p32, d16):
             _q8_0_compute(t8, cn, _U(sb * ng + b), p32, d16)
 
 
-@njit(nt.void(_RO_U32, _RO_U16, nt.int64, nt.int64, nt.uint8[::1]), **_KERNEL)
+@lazy_njit(nt.void(_RO_U32, _RO_U16, nt.int64, nt.int64, nt.uint8[::1]), **_KERNEL)
 def _q8_0_unpack(p32, d16, n, ng, a8):
     rb = _U(ng * 34)
     t8 = np.zeros(34 * 64, np.uint8)
@@ -480,7 +481,7 @@ def _code(t8, c, a0, s0, m0, d0, a1, s1, m1, d1):
     return (x0 << _U(d0)) | (x1 << _U(d1))
 
 
-@njit(nt.void(_RO_U8, nt.int64, nt.Array(nt.int64, 2, "C", readonly=True), nt.int64, nt.int64, nt.int64, nt.uint64,
+@lazy_njit(nt.void(_RO_U8, nt.int64, nt.Array(nt.int64, 2, "C", readonly=True), nt.int64, nt.int64, nt.int64, nt.uint64,
               nt.uint32[::1]), **_HELPER)
 def _tab_compute(t8, cn, tab, off, bs, g, w0, p32):
     """w0 = panel word of (first group of this block, kg-block 0, channel 0)."""
@@ -514,7 +515,7 @@ def _put_code(t8, c, v, a0, s0, m0, d0, a1, s1, m1, d1):
     t8[i1] = np.uint8(_U(t8[i1]) | (((v >> _U(d1)) & _U(m1)) << _U(s1)))
 
 
-@njit(nt.void(_RO_U32, nt.int64, nt.Array(nt.int64, 2, "C", readonly=True), nt.int64, nt.int64, nt.int64, nt.uint64,
+@lazy_njit(nt.void(_RO_U32, nt.int64, nt.Array(nt.int64, 2, "C", readonly=True), nt.int64, nt.int64, nt.int64, nt.uint64,
               nt.uint8[::1]), **_HELPER)
 def _tab_uncompute(p32, cn, tab, off, bs, g, w0, t8):
     """Inverse of _tab_compute: OR each code's bits into the (zeroed) staged block bytes."""
@@ -531,7 +532,7 @@ def _tab_uncompute(p32, cn, tab, off, bs, g, w0, t8):
                 _put_code(t8, uc, v, a0, s0, m0, d0, a1, s1, m1, d1)
 
 
-@njit(nt.void(_RO_U8, nt.int64, nt.int64, nt.int64, nt.Array(nt.int64, 2, "C", readonly=True), nt.int64, nt.int64,
+@lazy_njit(nt.void(_RO_U8, nt.int64, nt.int64, nt.int64, nt.Array(nt.int64, 2, "C", readonly=True), nt.int64, nt.int64,
               nt.int64, nt.uint32[::1]), **_KERNEL)
 def _tab_pack(a8, n, nblk, bb, tab, off, bs, g, p32):
     rb = _U(nblk * bb)
@@ -544,7 +545,7 @@ def _tab_pack(a8, n, nblk, bb, tab, off, bs, g, p32):
             _tab_compute(t8, cn, tab, off, bs, g, _U((sb * nblk + b) * gpb * (g // 4) * 64), p32)
 
 
-@njit(nt.void(_RO_U32, nt.int64, nt.int64, nt.int64, nt.Array(nt.int64, 2, "C", readonly=True), nt.int64, nt.int64,
+@lazy_njit(nt.void(_RO_U32, nt.int64, nt.int64, nt.int64, nt.Array(nt.int64, 2, "C", readonly=True), nt.int64, nt.int64,
               nt.int64, nt.uint8[::1]), **_KERNEL)
 def _tab_unpack(p32, n, nblk, bb, tab, off, bs, g, a8):
     """ORs the code bits into ``a8`` (whose code bytes must be zero; scale bytes may be set)."""

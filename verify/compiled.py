@@ -874,16 +874,18 @@ class Prepared:
             numba.set_parallel_chunksize(previous)
         return P, A, y
 
-    def run(self, a, da) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def run(self, a, da, want_p: bool = True) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
         """``(P, A, y)`` in one pass from already quantized activations (``a int8 [M, k]``,
         ``da f32 [M, k/32]``, as :func:`~panelpack.verify.dispatch.quantize_activations` gives),
-        so every path a verifier compares sees the very same activations."""
+        so every path a verifier compares sees the very same activations. With ``want_p``
+        False, ``P`` (``M·n·ng`` int32, large for a big embedding) is not kept and is None."""
         a8 = _d.check_codes_activations(a, self.k)
         da = np.asarray(da)
         if da.shape != (a8.shape[0], self.k // _d.QK8):
             raise BadInputError(f"activation scales da must have shape {(a8.shape[0], self.k // _d.QK8)},"
                                 f" got {da.shape}")
-        return self._run(a8, True, True, np.ascontiguousarray(da, np.float32))
+        P, A, y = self._run(a8, want_p, True, np.ascontiguousarray(da, np.float32))
+        return (P if want_p else None), A, y
 
     def partials(self, a) -> tuple[np.ndarray, np.ndarray]:
         """``(P int32 [M, n, ng], A int32 [M, ng])`` for int8 activations ``a [M, k]``."""

@@ -50,6 +50,7 @@ from numba import njit, types
 from ..formats import blocks as _blocks
 from ..formats import types as _types
 from ..formats.errors import BadInputError, UnsupportedError
+from ..formats._jit import lazy_njit
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +167,7 @@ def _ro(dtype, ndim):
     return types.Array(dtype, ndim, "C", readonly=True)
 
 
-@njit(types.void(_ro(types.int16, 2), _ro(types.int8, 2), types.int64, types.int32[:, :, ::1]), cache=True)
+@lazy_njit(types.void(_ro(types.int16, 2), _ro(types.int8, 2), types.int64, types.int32[:, :, ::1]), cache=True)
 def _partials_kernel(c, a, group, out):
     """Scalar reference: ``out[m, n, g] = Σ_k c[n, k]·a[m, k]`` over each group (int32 sums)."""
     m_rows, k = a.shape
@@ -313,7 +314,7 @@ _RESCALE_SIG = types.void(
 )
 
 
-@njit(_RESCALE_SIG, cache=True)
+@lazy_njit(_RESCALE_SIG, cache=True)
 def _rescale_kernel(P, A, s, o, da, kind, group, out):
     m_rows, n_rows, ng = P.shape
     for m in range(m_rows):

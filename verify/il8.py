@@ -50,6 +50,7 @@ from ..formats import types as _types
 from ..formats.errors import BadInputError, UnsupportedError
 from ..repack._common import unpack_scales12
 from . import dispatch as _d
+from ..formats._jit import lazy_njit
 
 ROWS = 8  # rows per super-row
 QK = 32
@@ -68,7 +69,7 @@ def _int4(v):
 
 
 # ---- the kernels: P[m, 8sr + r, g] for every super-row, 8 lanes per step --------------------
-@njit(_SIG, cache=True)
+@lazy_njit(_SIG, cache=True)
 def _x8_q4_0_partials(w, a, offset, out):
     m_rows, k = a.shape
     nb = k // QK
@@ -88,7 +89,7 @@ def _x8_q4_0_partials(w, a, offset, out):
                     out[m, ROWS * sr + r, b] = lanes[r]
 
 
-@njit(_SIG, cache=True)
+@lazy_njit(_SIG, cache=True)
 def _x8_q4_k_partials(w, a, offset, out):
     m_rows, k = a.shape
     nsb = k // 256
@@ -111,7 +112,7 @@ def _x8_q4_k_partials(w, a, offset, out):
                         out[m, ROWS * sr + r, 8 * j + s] = lanes[r, s]
 
 
-@njit(_SIG, cache=True)
+@lazy_njit(_SIG, cache=True)
 def _il8_nibble_partials(w, a, offset, out):
     """Raw nibbles ``u``; the weight is ``u - offset`` (Q4_0: 8, Q4_K: 0)."""
     m_rows, k = a.shape
@@ -133,7 +134,7 @@ def _il8_nibble_partials(w, a, offset, out):
                     out[m, ROWS * sr + r, b] = lanes[r]
 
 
-@njit(_SIG, cache=True)
+@lazy_njit(_SIG, cache=True)
 def _il8_int8_partials(w, a, offset, out):
     m_rows, k = a.shape
     nb = k // QK

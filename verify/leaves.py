@@ -56,6 +56,7 @@ from .sme2 import (
     zero_za_all,
     zero_za_vgx4,
 )
+from ..formats._jit import lazy_njit
 
 CHANNELS = 64  # output channels per super-block at SVL 512 (4 vectors x 16 int32 lanes)
 NIBBLE_BLOCK = 128  # bytes per nibble kg-block
@@ -102,8 +103,7 @@ _void = types.void
 # replicated quadword a[G*g + 4*(q & ~3) ...].
 
 
-@njit(
-    _void(_u8_1d, _u8_1d, _u8_1d, _i64, _i64, _i64, _i64, _i64, _i64_1d, _u8_1d,
+@lazy_njit(_void(_u8_1d, _u8_1d, _u8_1d, _i64, _i64, _i64, _i64, _i64, _i64_1d, _u8_1d,
           _u8_2d, _u8_2d, _u8_1d, _u8_2d),
     cache=True,
 )
@@ -178,8 +178,7 @@ def gemv_program(panels, zt0, acts, m_rows, n, k, G, nibble, sbs, out, Z, ZA, ZT
 # ZA_t[i][j] = sum_q sum_c a[16mt+i, G*g+4q+c] * W[sb*64+16t+j, G*g+4q+c].
 
 
-@njit(
-    _void(_u8_1d, _u8_1d, _u8_1d, _i64, _i64, _i64, _i64, _i64, _i64_1d, _u8_1d,
+@lazy_njit(_void(_u8_1d, _u8_1d, _u8_1d, _i64, _i64, _i64, _i64, _i64, _i64_1d, _u8_1d,
           _u8_2d, _u8_2d, _u8_1d, _u8_2d),
     cache=True,
 )
@@ -231,7 +230,7 @@ def gemm_program(panels, zt0, apk, m_rows, n, k, G, nibble, sbs, out, Z, ZA, ZT0
 # ============================================================================================
 
 
-@njit(types.uint8[:, :, :, :, ::1](types.int8[:, ::1], _i64), cache=True)
+@lazy_njit(types.uint8[:, :, :, :, ::1](types.int8[:, ::1], _i64), cache=True)
 def _pack_activations_kernel(a, G):
     m_rows, k = a.shape
     ng = k // G
@@ -372,7 +371,10 @@ def check_leaf_inputs(panels, zt0, a, n, k, G, nibble, sbs):
                else np.asarray(list(sbs), dtype=np.int64).reshape(-1))
     if sbs_arr.size and (sbs_arr.min() < 0 or sbs_arr.max() >= nsb):
         raise BadInputError(f"super-block index out of range 0..{nsb - 1}: {sbs_arr.tolist()}")
-    return (np.ascontiguousarray(panels), np.ascontiguousarray(zt0), a,
+    # the emulated memory is a plain writable byte array (ld1b's signature); a read-only
+    # memory map of a bundle file is copied once
+    panels = np.ascontiguousarray(panels) if panels.flags.writeable else np.array(panels, order="C")
+    return (panels, np.array(zt0, np.uint8, order="C"), a,
             np.ascontiguousarray(sbs_arr))
 
 

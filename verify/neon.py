@@ -36,6 +36,7 @@ import numpy as np
 from numba import njit, types
 
 from .leaves import CHANNELS, INT8_BLOCK, NIBBLE_BLOCK, check_leaf_inputs, gather_partials
+from ..formats._jit import lazy_njit
 
 Q = 16  # bytes per Advanced SIMD register
 N_V = 32
@@ -52,12 +53,12 @@ def new_vregs() -> np.ndarray:
     return np.zeros((N_V, Q), np.uint8)
 
 
-@njit(types.int32(types.int64), cache=True, inline="always")
+@lazy_njit(types.int32(types.int64), cache=True, inline="always")
 def _wrap32(x):
     return np.int32(((x + 0x80000000) & 0xFFFFFFFF) - 0x80000000)
 
 
-@njit(_void(_u8_2d, _i64, _u8_1d, _i64), cache=True)
+@lazy_njit(_void(_u8_2d, _i64, _u8_1d, _i64), cache=True)
 def ld1_16b(V, vt, mem, addr):
     """LD1 { <Vt>.16B }, [<Xn>] (C7.2 LD1 (multiple structures), one register):
     ``V[t] = Mem[addr, 16]``, byte e from ``addr + e``."""
@@ -65,7 +66,7 @@ def ld1_16b(V, vt, mem, addr):
         V[vt, e] = mem[addr + e]
 
 
-@njit(_void(_u8_2d, _i64, _u8_1d, _i64), cache=True)
+@lazy_njit(_void(_u8_2d, _i64, _u8_1d, _i64), cache=True)
 def st1_4s(V, vt, mem, addr):
     """ST1 { <Vt>.4S }, [<Xn>] (C7.2 ST1 (multiple structures), one register):
     ``Mem[addr, 16] = V[t]`` (little-endian, so lane ``e`` lands at ``addr + 4e``)."""
@@ -73,21 +74,21 @@ def st1_4s(V, vt, mem, addr):
         mem[addr + e] = V[vt, e]
 
 
-@njit(_void(_u8_2d, _i64, _i64), cache=True)
+@lazy_njit(_void(_u8_2d, _i64, _i64), cache=True)
 def movi_16b(V, vd, imm8):
     """MOVI <Vd>.16B, #<imm8> (C7.2 MOVI): every byte = imm8 (``movi v.4s, #0`` zeroes too)."""
     for e in range(Q):
         V[vd, e] = np.uint8(imm8 & 0xFF)
 
 
-@njit(_void(_u8_2d, _i64, _i64, _i64), cache=True)
+@lazy_njit(_void(_u8_2d, _i64, _i64, _i64), cache=True)
 def and_16b(V, vd, vn, vm):
     """AND <Vd>.16B, <Vn>.16B, <Vm>.16B (C7.2 AND (vector)): ``V[d] = V[n] AND V[m]``."""
     for e in range(Q):
         V[vd, e] = V[vn, e] & V[vm, e]
 
 
-@njit(_void(_u8_2d, _i64, _i64, _i64), cache=True)
+@lazy_njit(_void(_u8_2d, _i64, _i64, _i64), cache=True)
 def ushr_16b(V, vd, vn, shift):
     """USHR <Vd>.16B, <Vn>.16B, #<shift> (C7.2 USHR), shift 1..8: for each byte element
     ``result = UInt(element) >> shift`` (logical; a shift of 8 gives 0)."""
@@ -95,7 +96,7 @@ def ushr_16b(V, vd, vn, shift):
         V[vd, e] = np.uint8((np.int64(V[vn, e]) >> shift) & 0xFF)
 
 
-@njit(_void(_u8_2d, _i64, _i64, _i64), cache=True)
+@lazy_njit(_void(_u8_2d, _i64, _i64, _i64), cache=True)
 def zip1_16b(V, vd, vn, vm):
     """ZIP1 <Vd>.16B, <Vn>.16B, <Vm>.16B (C7.2 ZIP1): ``pairs = 8; base = 0;
     for p = 0 to 7: result[2p] = op1[base+p]; result[2p+1] = op2[base+p]``.
@@ -112,7 +113,7 @@ def zip1_16b(V, vd, vn, vm):
             V[vd, 2 * p + 1] = V[vm, p]
 
 
-@njit(_void(_u8_2d, _i64, _i64, _i64), cache=True)
+@lazy_njit(_void(_u8_2d, _i64, _i64, _i64), cache=True)
 def zip2_16b(V, vd, vn, vm):
     """ZIP2 <Vd>.16B, <Vn>.16B, <Vm>.16B (C7.2 ZIP2): as ZIP1 with ``base = 8`` (upper halves):
     ``result[2p] = op1[8+p]; result[2p+1] = op2[8+p]``."""
@@ -128,7 +129,7 @@ def zip2_16b(V, vd, vn, vm):
             V[vd, 2 * p + 1] = V[vm, Q // 2 + p]
 
 
-@njit(_void(_u8_2d, _i64, _i64, _i64), cache=True)
+@lazy_njit(_void(_u8_2d, _i64, _i64, _i64), cache=True)
 def tbl1_16b(V, vd, vn, vm):
     """TBL <Vd>.16B, { <Vn>.16B }, <Vm>.16B (C7.2 TBL, one table register):
     ``for i = 0 to 15: index = UInt(Elem[indices, i, 8]); result[i] = index < 16 ?
@@ -144,7 +145,7 @@ def tbl1_16b(V, vd, vn, vm):
             V[vd, i] = V[vn, j] if j < Q else np.uint8(0)
 
 
-@njit(_void(_u8_2d, _i64, _i64, _i64, _i64), cache=True)
+@lazy_njit(_void(_u8_2d, _i64, _i64, _i64, _i64), cache=True)
 def sdot_4s_elem(V, vd, vn, vm, lane):
     """SDOT <Vd>.4S, <Vn>.16B, <Vm>.4B[<index>] (C7.2 SDOT (by element), FEAT_DotProd).
 
@@ -173,8 +174,7 @@ def sdot_4s_elem(V, vd, vn, vm, lane):
 #   v16..v31  int32x4 accumulators: v(16+j) lanes = channels 4j .. 4j+3 of the super-block
 
 
-@njit(
-    _void(_u8_1d, _u8_1d, _u8_1d, _i64, _i64, _i64, _i64, _i64, _i64_1d, _u8_1d, _u8_2d),
+@lazy_njit(_void(_u8_1d, _u8_1d, _u8_1d, _i64, _i64, _i64, _i64, _i64, _i64_1d, _u8_1d, _u8_2d),
     cache=True,
 )
 def neon_program(panels, table16, acts, m_rows, n, k, G, nibble, sbs, out, V):

@@ -37,6 +37,7 @@ from typing import NamedTuple
 
 import numpy as np
 from numba import njit, types
+from ..formats._jit import lazy_njit
 
 SVL_BITS = 512
 VL = SVL_BITS // 8  # bytes per Z vector (64)
@@ -87,7 +88,7 @@ _i64 = types.int64
 _void = types.void
 
 
-@njit(types.int32(types.int64), cache=True, inline="always")
+@lazy_njit(types.int32(types.int64), cache=True, inline="always")
 def _wrap32(x):
     """The low 32 bits of ``x`` as a signed int32 (two's complement wrap, as ``bits(32)``)."""
     return np.int32(((x + 0x80000000) & 0xFFFFFFFF) - 0x80000000)
@@ -98,7 +99,7 @@ def _wrap32(x):
 # --------------------------------------------------------------------------------------------
 
 
-@njit(_void(_u8_2d, _i64, _i64), cache=True)
+@lazy_njit(_void(_u8_2d, _i64, _i64), cache=True)
 def ptrue(P, pd, esize_bytes):
     """PTRUE <Pd>.<T> (pattern ALL): every element active.
 
@@ -109,14 +110,14 @@ def ptrue(P, pd, esize_bytes):
         P[pd, b] = 1 if b % esize_bytes == 0 else 0
 
 
-@njit(_void(_u8_2d, _i64), cache=True)
+@lazy_njit(_void(_u8_2d, _i64), cache=True)
 def pfalse(P, pd):
     """PFALSE <Pd>.B: all bits 0."""
     for b in range(VL):
         P[pd, b] = 0
 
 
-@njit(_void(_u8_2d, _i64, _i64, _i64, _i64), cache=True)
+@lazy_njit(_void(_u8_2d, _i64, _i64, _i64, _i64), cache=True)
 def whilelt(P, pd, esize_bytes, start, limit):
     """WHILELT <Pd>.<T>, <Xn>, <Xm> (signed): C8.2 WHILELT.
 
@@ -135,7 +136,7 @@ def whilelt(P, pd, esize_bytes, start, limit):
 # --------------------------------------------------------------------------------------------
 
 
-@njit(_void(_u8_2d, _i64, _u8_1d, _i64, _u8_2d, _i64), cache=True)
+@lazy_njit(_void(_u8_2d, _i64, _u8_1d, _i64, _u8_2d, _i64), cache=True)
 def ld1b(Z, zt, mem, addr, P, pg):
     """LD1B { <Zt>.B }, <Pg>/Z, [<Xn>, <Xm>] (C8.2 LD1B, scalar plus scalar, 8-bit elements).
 
@@ -150,7 +151,7 @@ def ld1b(Z, zt, mem, addr, P, pg):
             Z[zt, e] = 0
 
 
-@njit(_void(_u8_2d, _i64, _u8_1d, _i64, _u8_2d, _i64), cache=True)
+@lazy_njit(_void(_u8_2d, _i64, _u8_1d, _i64, _u8_2d, _i64), cache=True)
 def ld1rqb(Z, zt, mem, addr, P, pg):
     """LD1RQB { <Zt>.B }, <Pg>/Z, [<Xn>, <Xm>] (C8.2 LD1RQB): load 16 bytes, replicate.
 
@@ -164,14 +165,14 @@ def ld1rqb(Z, zt, mem, addr, P, pg):
             Z[zt, 16 * s + e] = v
 
 
-@njit(_void(_u8_1d, _u8_1d, _i64), cache=True)
+@lazy_njit(_void(_u8_1d, _u8_1d, _i64), cache=True)
 def ldr_zt0(ZT0, mem, addr):
     """LDR ZT0, [<Xn|SP>] (C9.2 LDR (table)): ``ZT0[511:0] = Mem[addr, 64]``."""
     for b in range(ZT0_BYTES):
         ZT0[b] = mem[addr + b]
 
 
-@njit(_void(_u8_2d, _i64, _u8_1d, _i64, _u8_2d, _i64), cache=True)
+@lazy_njit(_void(_u8_2d, _i64, _u8_1d, _i64, _u8_2d, _i64), cache=True)
 def st1w_z(Z, zt, mem, addr, P, pg):
     """ST1W { <Zt>.S }, <Pg>, [<Xn>, <Xm>, LSL #2] (C8.2 ST1W, scalar plus scalar, 32-bit).
 
@@ -185,7 +186,7 @@ def st1w_z(Z, zt, mem, addr, P, pg):
                 mem[addr + 4 * e + b] = Z[zt, 4 * e + b]
 
 
-@njit(_void(_u8_2d, _i64, _i64, _u8_1d, _i64, _u8_2d, _i64), cache=True)
+@lazy_njit(_void(_u8_2d, _i64, _i64, _u8_1d, _i64, _u8_2d, _i64), cache=True)
 def st1w_za_h(ZA, tile, slice_, mem, addr, P, pg):
     """ST1W { ZA<t>H.S[<Ws>, <offs>] }, <Pg>, [<Xn>, <Xm>, LSL #2] (C9.2 ST1W (tile slice)).
 
@@ -205,7 +206,7 @@ def st1w_za_h(ZA, tile, slice_, mem, addr, P, pg):
 # --------------------------------------------------------------------------------------------
 
 
-@njit(_void(_u8_2d, _i64, _u8_1d, _i64, _i64, _i64), cache=True)
+@lazy_njit(_void(_u8_2d, _i64, _u8_1d, _i64, _i64, _i64), cache=True)
 def luti4_x2(Z, zd, ZT0, zn, idx, esize):
     """LUTI4 { <Zd1>.<T>-<Zd2>.<T> }, ZT0, <Zn>[<index>] (C9.2.162, LUTI4 (two registers)).
 
@@ -256,7 +257,7 @@ def luti4_x2(Z, zd, ZT0, zn, idx, esize):
 # --------------------------------------------------------------------------------------------
 
 
-@njit(_void(_u8_2d, _i64, _i64, _u8_2d, _i64, _i64, _i64), cache=True)
+@lazy_njit(_void(_u8_2d, _i64, _i64, _u8_2d, _i64, _i64, _i64), cache=True)
 def sdot_za_vgx4_indexed(ZA, wv, offs, Z, zn, zm, idx):
     """SDOT ZA.S[<Wv>, <offs>, VGx4], { <Zn1>.B-<Zn4>.B }, <Zm>.B[<index>]
     (C9.2.200, SDOT (4-way, multiple and indexed vector), four ZA single-vectors, 32-bit).
@@ -289,7 +290,7 @@ def sdot_za_vgx4_indexed(ZA, wv, offs, Z, zn, zm, idx):
         vec += VGX4_STRIDE
 
 
-@njit(_void(_u8_2d, _i64, _u8_2d, _i64, _i64, _u8_2d, _i64, _i64), cache=True)
+@lazy_njit(_void(_u8_2d, _i64, _u8_2d, _i64, _i64, _u8_2d, _i64, _i64), cache=True)
 def smopa_s_4way(ZA, tile, Z, zn, zm, P, pn, pm):
     """SMOPA <ZAda>.S, <Pn>/M, <Pm>/M, <Zn>.B, <Zm>.B (C9.2.225, SMOPA (4-way), 32-bit variant).
 
@@ -326,7 +327,7 @@ def smopa_s_4way(ZA, tile, Z, zn, zm, P, pn, pm):
 # --------------------------------------------------------------------------------------------
 
 
-@njit(_void(_u8_2d), cache=True)
+@lazy_njit(_void(_u8_2d), cache=True)
 def zero_za_all(ZA):
     """ZERO { ZA } (C9.2 ZERO (tiles), mask 0xFF): every array vector set to zero."""
     for v in range(N_ZA):
@@ -334,7 +335,7 @@ def zero_za_all(ZA):
             ZA[v, b] = 0
 
 
-@njit(_void(_u8_2d, _i64), cache=True)
+@lazy_njit(_void(_u8_2d, _i64), cache=True)
 def zero_za_tiles(ZA, mask):
     """ZERO { <mask> } (C9.2 ZERO (tiles)): ``for i = 0 to 7: if mask<i> then ZAtile[i, 64] = 0``.
 
@@ -348,7 +349,7 @@ def zero_za_tiles(ZA, mask):
                 ZA[v, b] = 0
 
 
-@njit(_void(_u8_2d, _i64, _i64), cache=True)
+@lazy_njit(_void(_u8_2d, _i64, _i64), cache=True)
 def zero_za_vgx4(ZA, wv, offs):
     """ZERO ZA.D[<Wv>, <offs>, VGx4] (C9.2 ZERO (single-vector), FEAT_SME2p1).
 
@@ -361,7 +362,7 @@ def zero_za_vgx4(ZA, wv, offs):
             ZA[vec + VGX4_STRIDE * r, b] = 0
 
 
-@njit(_void(_u8_2d, _i64, _u8_2d, _i64, _i64), cache=True)
+@lazy_njit(_void(_u8_2d, _i64, _u8_2d, _i64, _i64), cache=True)
 def mova_za_to_z_vgx4(Z, zd, ZA, wv, offs):
     """MOVA { <Zd1>.D-<Zd4>.D }, ZA.D[<Wv>, <offs>, VGx4] (C9.2 MOVA (array to vector, four
     registers)). ``vstride = 16; vec = (wv + offs) MOD 16``; ``Z[zd + r] = ZAvector[vec + 16 r]``
@@ -373,7 +374,7 @@ def mova_za_to_z_vgx4(Z, zd, ZA, wv, offs):
             Z[zd + r, b] = ZA[vec + VGX4_STRIDE * r, b]
 
 
-@njit(_void(_u8_2d, _i64, _u8_2d, _i64, _u8_2d, _i64, _i64), cache=True)
+@lazy_njit(_void(_u8_2d, _i64, _u8_2d, _i64, _u8_2d, _i64, _i64), cache=True)
 def mova_tile_to_z_h(Z, zd, P, pg, ZA, tile, slice_):
     """MOVA <Zd>.S, <Pg>/M, ZA<t>H.S[<Ws>, <offs>] (C9.2.180 MOVA (tile to vector, single)).
 

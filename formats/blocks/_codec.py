@@ -12,6 +12,7 @@ import numpy as np
 
 from ..errors import BadInputError
 from ..types import GGMLType
+from .._jit import lazy_njit
 
 #: Inputs with fewer elements than this run on the calling thread (a parallel launch costs
 #: tens of microseconds, more than the work itself for one activation row).
@@ -31,7 +32,7 @@ READONLY_U16 = numba.types.Array(numba.uint16, 1, "C", readonly=True)
 LANES = 128
 
 
-@numba.njit(numba.void(READONLY_F32, numba.int64, numba.int64, numba.float32[:, ::1]), cache=True)
+@lazy_njit(numba.void(READONLY_F32, numba.int64, numba.int64, numba.float32[:, ::1]), cache=True)
 def load_lanes(x, first, nl, xt):
     """Transpose ``nl`` consecutive blocks of ``bs = xt.shape[0]`` values, starting at block
     ``first`` of the flat ``x``, into ``xt[e, l]`` (element ``e`` of block ``first + l``)."""

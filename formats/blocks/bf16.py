@@ -27,9 +27,10 @@ from ._codec import (
     run_dequantize,
 )
 from .f32 import bits_f32
+from .._jit import lazy_njit
 
 
-@numba.njit(numba.void(READONLY_U16, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True)
+@lazy_njit(numba.void(READONLY_U16, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True)
 def _dequantize_range(b, y, e0, e1, qk):
     bs = b[e0:e1]
     ys = y[e0:e1]
@@ -37,7 +38,7 @@ def _dequantize_range(b, y, e0, e1, qk):
         ys[e] = bits_f32(np.uint32(np.int64(bs[e]) << 16))
 
 
-@numba.njit(numba.void(READONLY_U16, numba.float32[::1], numba.int64), cache=True, parallel=True)
+@lazy_njit(numba.void(READONLY_U16, numba.float32[::1], numba.int64), cache=True, parallel=True)
 def _dequantize_parallel(b, y, qk):
     n = y.size
     step = CHUNK_BLOCKS * 32

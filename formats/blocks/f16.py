@@ -35,11 +35,12 @@ from ._codec import (
     run_dequantize,
 )
 from .f32 import bits_f32, f32_bits
+from .._jit import lazy_njit
 
 _TWO_M24 = np.float32(2.0**-24)
 
 
-@numba.njit(numba.float32(numba.int64), cache=True, inline="always")
+@lazy_njit(numba.float32(numba.int64), cache=True, inline="always")
 def f16_to_f32(h):
     """The f32 value of the f16 bits ``h`` (0..65535): exact, NaN payloads kept."""
     sign = (h & 0x8000) << 16
@@ -53,7 +54,7 @@ def f16_to_f32(h):
     return v if em >= 0x400 else sub
 
 
-@numba.njit(numba.int64(numba.float32), cache=True, inline="always")
+@lazy_njit(numba.int64(numba.float32), cache=True, inline="always")
 def f32_to_f16_bits(x):
     """ggml's f32 -> f16: bits (0..65535) of ``x`` rounded to nearest even; NaN -> 0x7e00|sign."""
     w = np.int64(f32_bits(x)) & 0xFFFFFFFF
@@ -86,7 +87,7 @@ def f16_bits_ref(x: np.ndarray) -> np.ndarray:
 
 
 # ---- F16 tensors: element e is the LE u16 at byte 2e ---------------------------------------
-@numba.njit(numba.void(READONLY_U16, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True)
+@lazy_njit(numba.void(READONLY_U16, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True)
 def _dequantize_range(b, y, e0, e1, qk):
     bs = b[e0:e1]
     ys = y[e0:e1]
@@ -94,7 +95,7 @@ def _dequantize_range(b, y, e0, e1, qk):
         ys[e] = f16_to_f32(np.int64(bs[e]))
 
 
-@numba.njit(numba.void(READONLY_U16, numba.float32[::1], numba.int64), cache=True, parallel=True)
+@lazy_njit(numba.void(READONLY_U16, numba.float32[::1], numba.int64), cache=True, parallel=True)
 def _dequantize_parallel(b, y, qk):
     n = y.size
     step = CHUNK_BLOCKS * 32

@@ -22,6 +22,7 @@ from numba.extending import intrinsic
 
 from ..types import F32 as QTYPE
 from ._codec import as_blocks, as_rows_f32, bytes_shape, check_out, out_shape
+from .._jit import lazy_njit
 
 if numba.config.DISABLE_JIT:  # plain-Python twins of the intrinsics below
 
@@ -86,7 +87,7 @@ _I32_LO = np.float32(-2147483648.0)
 _I32_HI = np.float32(2147483648.0)
 
 
-@numba.njit(numba.int64(numba.float32), cache=True, inline="always")
+@lazy_njit(numba.int64(numba.float32), cache=True, inline="always")
 def cvtt_i32(v):
     """C's ``(int)v`` as x86 computes it (``cvttss2si``): truncate toward zero; NaN and
     values outside int32 give INT_MIN. ggml's ``(int8_t)v`` is the low byte of this."""
@@ -107,7 +108,7 @@ def low_i8(t):
     return ((t & 0xFF) ^ 0x80) - 0x80
 
 
-@numba.njit(numba.float32(numba.float32, numba.float32), cache=True, inline="always")
+@lazy_njit(numba.float32(numba.float32, numba.float32), cache=True, inline="always")
 def add_first_nan(a, b):
     """``a + b`` whose NaN, when both are NaN, is ``a``'s (x86 returns the first operand's).
 

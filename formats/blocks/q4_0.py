@@ -42,6 +42,7 @@ from ._codec import (
 )
 from .f16 import f16_bits_ref, f16_to_f32, f32_to_f16_bits
 from .f32 import cvtt_i32, cvtt_i32_ref, low_i8
+from .._jit import lazy_njit
 
 PLAN = BlockPlan(QTYPE, [
     Field("d", "u2", (f16_word(0),)),
@@ -58,7 +59,7 @@ def from_fields(fields, n: int, k: int):
 
 
 # ---- dequantize ----------------------------------------------------------------------------
-@numba.njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True, error_model="numpy")
+@lazy_njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True, error_model="numpy")
 def _dequantize_range(b, y, b0, b1, qk):
     half = qk >> 1  # 16; a run-time trip count, so LLVM vectorizes the loops below
     for i in range(b0, b1):
@@ -71,7 +72,7 @@ def _dequantize_range(b, y, b0, b1, qk):
             yb[half + j] = d * np.float32(np.int32(blk[2 + j] >> 4) - 8)
 
 
-@numba.njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64), cache=True, parallel=True, error_model="numpy")
+@lazy_njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64), cache=True, parallel=True, error_model="numpy")
 def _dequantize_parallel(b, y, qk):
     nb = y.size // 32
     for c in prange((nb + CHUNK_BLOCKS - 1) // CHUNK_BLOCKS):
@@ -96,7 +97,7 @@ def dequantize_ref(blocks: np.ndarray) -> np.ndarray:
 
 
 # ---- quantize ------------------------------------------------------------------------------
-@numba.njit(numba.void(READONLY_F32, numba.uint8[::1], numba.int64, numba.int64), cache=True, error_model="numpy")
+@lazy_njit(numba.void(READONLY_F32, numba.uint8[::1], numba.int64, numba.int64), cache=True, error_model="numpy")
 def _quantize_range(x, out, b0, b1):
     """Blocks ``[b0, b1)``; ggml's per-block loop run for ``LANES`` blocks side by side."""
     xt = np.empty((32, LANES), np.float32)  # xt[e, l]: element e of block c0 + l
@@ -142,7 +143,7 @@ def _quantize_range(x, out, b0, b1):
                 dst[2 + j] = np.uint8(qs[j, l])
 
 
-@numba.njit(numba.void(READONLY_F32, numba.uint8[::1]), cache=True, parallel=True, error_model="numpy")
+@lazy_njit(numba.void(READONLY_F32, numba.uint8[::1]), cache=True, parallel=True, error_model="numpy")
 def _quantize_parallel(x, out):
     nb = x.size // 32
     for c in prange((nb + CHUNK_BLOCKS - 1) // CHUNK_BLOCKS):

@@ -22,6 +22,7 @@ from ._bits import BlockPlan, Field, f16_word, nibble_codes
 from ._codec import CHUNK_BLOCKS, READONLY_U8, as_blocks, out_shape, run_dequantize
 from .f16 import f16_to_f32
 from .f32 import add_first_nan
+from .._jit import lazy_njit
 
 PLAN = BlockPlan(QTYPE, [
     Field("d", "u2", (f16_word(0),)),
@@ -39,7 +40,7 @@ def from_fields(fields, n: int, k: int):
 
 
 # ---- dequantize ----------------------------------------------------------------------------
-@numba.njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True, error_model="numpy")
+@lazy_njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True, error_model="numpy")
 def _dequantize_range(b, y, b0, b1, qk):
     half = qk >> 1  # 16; a run-time trip count, so LLVM vectorizes the loops below
     for i in range(b0, b1):
@@ -53,7 +54,7 @@ def _dequantize_range(b, y, b0, b1, qk):
             yb[half + j] = add_first_nan(d * np.float32(np.int32(blk[4 + j] >> 4)), m)
 
 
-@numba.njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64), cache=True, parallel=True, error_model="numpy")
+@lazy_njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64), cache=True, parallel=True, error_model="numpy")
 def _dequantize_parallel(b, y, qk):
     nb = y.size // 32
     ch = CHUNK_BLOCKS

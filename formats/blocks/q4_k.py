@@ -48,6 +48,7 @@ from ._codec import (
 )
 from .f16 import f16_bits_ref, f16_to_f32, f32_to_f16_bits
 from .f32 import f32_bits
+from .._jit import lazy_njit
 
 _SC, _M = k_scale_parts(4)
 
@@ -70,7 +71,7 @@ def from_fields(fields, n: int, k: int):
 
 
 # ---- dequantize ----------------------------------------------------------------------------
-@numba.njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True, error_model="numpy")
+@lazy_njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True, error_model="numpy")
 def _dequantize_range(b, y, b0, b1, qk):
     sub = qk >> 3  # 32; a run-time trip count, so LLVM vectorizes the loops below
     for i in range(b0, b1):
@@ -94,7 +95,7 @@ def _dequantize_range(b, y, b0, b1, qk):
                 ys[j] = ds * np.float32((np.int32(qs[j]) >> sh) & 15) - ms
 
 
-@numba.njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64), cache=True, parallel=True, error_model="numpy")
+@lazy_njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64), cache=True, parallel=True, error_model="numpy")
 def _dequantize_parallel(b, y, qk):
     nb = y.size // 256
     ch = CHUNK_BLOCKS // 8
@@ -132,13 +133,13 @@ _MAGIC = np.float32(12582912.0)  # 1.5 * 2**23
 SUB_LANES = 256
 
 
-@numba.njit(numba.int64(numba.float32), cache=True, inline="always")
+@lazy_njit(numba.int64(numba.float32), cache=True, inline="always")
 def nearest_int(v):
     """ggml's nearest_int: the float magic-number trick, bit for bit."""
     return (np.int64(f32_bits(v + _MAGIC)) & 0x7FFFFF) - 0x400000
 
 
-@numba.njit(numba.float32(numba.float32, numba.float32), cache=True, inline="always")
+@lazy_njit(numba.float32(numba.float32, numba.float32), cache=True, inline="always")
 def _code(v, top):
     """MAX(0, MIN(top, nearest_int(v))) as an exact f32 (the integer is < 2**23)."""
     q = np.float32(f32_bits(v + _MAGIC) & 0x7FFFFF) - np.float32(4194304)
@@ -157,8 +158,7 @@ def nearest_int_ref(v: np.ndarray) -> np.ndarray:
  _S2, _DD, _DM, _NROWS) = range(20)
 
 
-@numba.njit(
-    numba.void(numba.float32[:, ::1], numba.float32[:, ::1], numba.float32[:, ::1], numba.int64,
+@lazy_njit(numba.void(numba.float32[:, ::1], numba.float32[:, ::1], numba.float32[:, ::1], numba.int64,
                numba.float32[:, ::1]),
     cache=True,
     error_model="numpy",
@@ -258,7 +258,7 @@ def _make_qkx2_lanes(xt, w, laux, nl, st):
             mn[l] = mn0[l]
 
 
-@numba.njit(numba.void(READONLY_F32, numba.uint8[::1], numba.int64, numba.int64), cache=True, error_model="numpy")
+@lazy_njit(numba.void(READONLY_F32, numba.uint8[::1], numba.int64, numba.int64), cache=True, error_model="numpy")
 def _quantize_range(x, out, b0, b1):
     """Super-blocks ``[b0, b1)``: ``SUB_LANES`` sub-blocks side by side, ggml's order per lane."""
     xt = np.empty((32, SUB_LANES), np.float32)
@@ -342,7 +342,7 @@ def _quantize_range(x, out, b0, b1):
                     qs[32 * c + t] = np.uint8(np.int32(lq[t, l0]) | (np.int32(lq[t, l0 + 1]) << 4))
 
 
-@numba.njit(numba.void(READONLY_F32, numba.uint8[::1]), cache=True, parallel=True, error_model="numpy")
+@lazy_njit(numba.void(READONLY_F32, numba.uint8[::1]), cache=True, parallel=True, error_model="numpy")
 def _quantize_parallel(x, out):
     nb = x.size // 256
     ch = 64

@@ -20,6 +20,7 @@ from ..types import Q5_0 as QTYPE
 from ._bits import BlockPlan, Field, f16_word, nibble_codes, qh_bit
 from ._codec import CHUNK_BLOCKS, READONLY_U8, as_blocks, out_shape, run_dequantize
 from .f16 import f16_to_f32
+from .._jit import lazy_njit
 
 PLAN = BlockPlan(QTYPE, [
     Field("d", "u2", (f16_word(0),)),
@@ -36,7 +37,7 @@ def from_fields(fields, n: int, k: int):
 
 
 # ---- dequantize ----------------------------------------------------------------------------
-@numba.njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True, error_model="numpy")
+@lazy_njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True, error_model="numpy")
 def _dequantize_range(b, y, b0, b1, qk):
     half = qk >> 1  # 16; a run-time trip count, so LLVM vectorizes the loops below
     for i in range(b0, b1):
@@ -55,7 +56,7 @@ def _dequantize_range(b, y, b0, b1, qk):
             yb[half + j] = d * np.float32(q - 16)
 
 
-@numba.njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64), cache=True, parallel=True, error_model="numpy")
+@lazy_njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64), cache=True, parallel=True, error_model="numpy")
 def _dequantize_parallel(b, y, qk):
     nb = y.size // 32
     ch = CHUNK_BLOCKS

@@ -21,6 +21,7 @@ from ..types import Q5_K as QTYPE
 from ._bits import BlockPlan, Field, f16_word, k_scale_parts
 from ._codec import CHUNK_BLOCKS, READONLY_U8, as_blocks, out_shape, run_dequantize
 from .f16 import f16_to_f32
+from .._jit import lazy_njit
 
 _SC, _M = k_scale_parts(4)
 
@@ -43,7 +44,7 @@ def from_fields(fields, n: int, k: int):
 
 
 # ---- dequantize ----------------------------------------------------------------------------
-@numba.njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True, error_model="numpy")
+@lazy_njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True, error_model="numpy")
 def _dequantize_range(b, y, b0, b1, qk):
     sub = qk >> 3  # 32; a run-time trip count, so LLVM vectorizes the loops below
     for i in range(b0, b1):
@@ -69,7 +70,7 @@ def _dequantize_range(b, y, b0, b1, qk):
                 ys[j] = ds * np.float32(q) - ms
 
 
-@numba.njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64), cache=True, parallel=True, error_model="numpy")
+@lazy_njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64), cache=True, parallel=True, error_model="numpy")
 def _dequantize_parallel(b, y, qk):
     nb = y.size // 256
     ch = CHUNK_BLOCKS // 8

@@ -23,6 +23,7 @@ from ..types import Q6_K as QTYPE
 from ._bits import BlockPlan, Field, f16_word, whole_byte
 from ._codec import CHUNK_BLOCKS, READONLY_U8, as_blocks, out_shape, run_dequantize
 from .f16 import f16_to_f32
+from .._jit import lazy_njit
 
 
 def _code(e: int) -> tuple:
@@ -47,7 +48,7 @@ def from_fields(fields, n: int, k: int):
 
 
 # ---- dequantize ----------------------------------------------------------------------------
-@numba.njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True, error_model="numpy")
+@lazy_njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True, error_model="numpy")
 def _dequantize_range(b, y, b0, b1, qk):
     # ggml's loop: per half h, l in 0..31 gives elements l, l+32, l+64, l+96 of the half
     # (groups g = 0..3), scale index 8h + 2g + l // 16. n32 comes at run time so LLVM
@@ -82,7 +83,7 @@ def _dequantize_range(b, y, b0, b1, qk):
                 ys[l + 96] = (s3a if first else s3b) * np.float32(((lo1 >> 4) | (((hi >> 6) & 3) << 4)) - 32)
 
 
-@numba.njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64), cache=True, parallel=True, error_model="numpy")
+@lazy_njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64), cache=True, parallel=True, error_model="numpy")
 def _dequantize_parallel(b, y, qk):
     nb = y.size // 256
     ch = CHUNK_BLOCKS // 8

@@ -40,6 +40,7 @@ from ._codec import (
 )
 from .f16 import f16_bits_ref, f16_to_f32, f32_to_f16_bits
 from .f32 import cvtt_i32, cvtt_i32_ref, low_i8
+from .._jit import lazy_njit
 
 PLAN = BlockPlan(QTYPE, [
     Field("d", "u2", (f16_word(0),)),
@@ -56,7 +57,7 @@ def from_fields(fields, n: int, k: int):
 
 
 # ---- dequantize ----------------------------------------------------------------------------
-@numba.njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True, error_model="numpy")
+@lazy_njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True, error_model="numpy")
 def _dequantize_range(b, y, b0, b1, qk):
     # qk (32) comes at run time, so LLVM vectorizes the inner loop instead of unrolling it
     for i in range(b0, b1):
@@ -67,7 +68,7 @@ def _dequantize_range(b, y, b0, b1, qk):
             yb[j] = np.float32(((np.int32(blk[2 + j]) ^ 0x80) - 0x80)) * d
 
 
-@numba.njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64), cache=True, parallel=True, error_model="numpy")
+@lazy_njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64), cache=True, parallel=True, error_model="numpy")
 def _dequantize_parallel(b, y, qk):
     nb = y.size // 32
     for c in prange((nb + CHUNK_BLOCKS - 1) // CHUNK_BLOCKS):
@@ -91,7 +92,7 @@ def dequantize_ref(blocks: np.ndarray) -> np.ndarray:
 
 
 # ---- quantize ------------------------------------------------------------------------------
-@numba.njit(numba.void(READONLY_F32, numba.uint8[::1], numba.int64, numba.int64), cache=True, error_model="numpy")
+@lazy_njit(numba.void(READONLY_F32, numba.uint8[::1], numba.int64, numba.int64), cache=True, error_model="numpy")
 def _quantize_range(x, out, b0, b1):
     """Blocks ``[b0, b1)``; ggml's per-block loop run for ``LANES`` blocks side by side."""
     xt = np.empty((32, LANES), np.float32)  # xt[e, l]: element e of block c0 + l
@@ -132,7 +133,7 @@ def _quantize_range(x, out, b0, b1):
                 dst[2 + e] = np.uint8(qs[e, l])
 
 
-@numba.njit(numba.void(READONLY_F32, numba.uint8[::1]), cache=True, parallel=True, error_model="numpy")
+@lazy_njit(numba.void(READONLY_F32, numba.uint8[::1]), cache=True, parallel=True, error_model="numpy")
 def _quantize_parallel(x, out):
     nb = x.size // 32
     for c in prange((nb + CHUNK_BLOCKS - 1) // CHUNK_BLOCKS):

@@ -1,0 +1,430 @@
+"""``panelpack verify``: prove a bundle is what the kernels need (SPEC §7, docs/FORMAT.md).
+
+Levels (``structure`` always runs; ``all`` runs the three):
+
+* **structure**: the manifest schema (on open), every file present with its size and sha256,
+  regions inside their file, 64-byte aligned and not overlapping, and each tensor's regions
+  and params exactly what its advertised layout writes for its type and shape (a bundle whose
+  manifest names the wrong layout fails here).
+* **lossless**: every invertible layout unpacks to blocks whose sha256 equals the one recorded
+  at conversion, and its ``dequantize`` equals the codec's dequantize of those blocks bit for bit.
+* **agreement**: per quantized matrix, on seeded random activations (M = 1 and one M in
+  16..64): the kernel paths a runtime would run on the advertised layout produce int32 partials
+  identical to the standard dispatch and outputs bit-identical to it; plus the f64 sanity error.
+
+Kernel paths (the ledger's ``path`` column):
+
+==========================  ===============================================================
+``standard``                the standard dispatch on the restored blocks (the reference)
+``sme2.gemv.luti4_sdot``    emulated SME2 GEMV leaf on nibble panels (``ld1b`` for int8: ``sme2.gemv.ld1b_sdot``)
+``sme2.gemm.luti4_smopa``   emulated SME2 GEMM leaf (``sme2.gemm.ld1b_smopa`` for int8 panels)
+``neon.panel``              emulated NEON path reading the same panels
+``il8.gemm``                the 8-row interleaved kernel (``ggml-x8``, ``il8-*``)
+``compiled.<layout>``       the fast compiled kernel, all rows
+==========================  ===============================================================
+
+Emulated leaves run on ``sample`` sampled super-blocks (64 rows each); compiled kernels on
+every row. Verdicts: ``AGREE``, ``MISMATCH`` (names the path, the first differing ``(m, n, g)``
+and both values), ``FALLBACK(reason)`` (the tensor is not in the requested layout, for the
+reason the ledger gives: it still agrees), ``SKIPPED(reason)``. A mismatch, a structure or
+lossless failure, or a fallback without a reason fails verification (exit 1).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import tempfile
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+import numpy as np
+
+from .. import repack
+from ..formats import archive
+from ..formats import blocks as codecs
+from ..formats import types as T
+from ..formats.bundle import Bundle, dtype_name
+from ..formats.errors import BadInputError
+from ..formats.text import table
+
+log = logging.getLogger(__name__)
+
+LEVELS = ("structure", "lossless", "agreement", "all")
+_RUNS = {"structure": ("structure",), "lossless": ("structure", "lossless"),
+         "agreement": ("structure", "agreement"), "all": ("structure", "lossless", "agreement")}
+_FULL_P_BYTES = 256 << 20  # all-rows partials larger than this are compared on sampled rows only
+
+
+@dataclass
+class TensorVerdict:
+    name: str
+    layout: str
+    type: str
+    requested: str
+    reason: Optional[str]
+    paths: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    skipped: Optional[str] = None
+    max_error: Optional[float] = None  # f64 sanity: relative L2 of the standard output
+    levels: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def fallback(self) -> bool:
+        return self.layout != self.requested
+
+    @property
+    def verdict(self) -> str:
+        if self.problems:
+            return "MISMATCH"
+        if self.fallback:
+            return f"FALLBACK({self.reason})" if self.reason else "FALLBACK(unexplained)"
+        if self.skipped:
+            return f"SKIPPED({self.skipped})"
+        return "AGREE"
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and not (self.fallback and not self.reason)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "layout": self.layout, "requested": self.requested, "type": self.type,
+                "paths": self.paths, "verdict": self.verdict, "max_error": self.max_error,
+                "levels": self.levels, "problems": self.problems}
+
+
+@dataclass
+class Report:
+    bundle: str
+    levels: tuple[str, ...]
+    seed: int
+    sample: int
+    tensors: list[TensorVerdict]
+    problems: list[tuple[str, str]]  # structure problems not tied to one tensor
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and all(t.ok for t in self.tensors)
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for t in self.tensors:
+            key = t.verdict.split("(")[0]
+            out[key] = out.get(key, 0) + 1
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {"bundle": self.bundle, "ok": self.ok, "levels": list(self.levels), "seed": self.seed,
+                "sample": self.sample, "seconds": round(self.seconds, 3), "counts": self.counts(),
+                "problems": [{"where": w, "problem": p} for w, p in self.problems],
+                "tensors": [t.to_json() for t in self.tensors]}
+
+    def render(self) -> str:
+        rows = []
+        for t in self.tensors:
+            err = "" if t.max_error is None else f"{t.max_error:.2e}"
+            rows.append((t.name, t.layout, t.type, ",".join(t.paths) or "-", t.verdict, err))
+        lines = [table(rows, ("tensor", "layout", "type", "kernel paths", "verdict", "err vs f64"), right=(5,))]
+        for t in self.tensors:
+            for p in t.problems:
+                lines.append(f"MISMATCH {t.name}: {p}")
+        for where, p in self.problems:
+            lines.append(f"PROBLEM {where}: {p}")
+        counts = ", ".join(f"{k}: {v}" for k, v in sorted(self.counts().items()))
+        state = "OK" if self.ok else "FAILED"
+        lines.append(f"verify {state}: {len(self.tensors)} tensors ({counts}); levels {'+'.join(self.levels)}; "
+                     f"seed {self.seed}; {self.seconds:.1f} s")
+        return "\n".join(lines)
+
+
+# =========================================================================================
+# opening
+# =========================================================================================
+@contextmanager
+def open_any(path: str | os.PathLike) -> Iterator[Bundle]:
+    """A bundle directory, or a ``.ppk.tar.zst`` unpacked into a temporary folder."""
+    p = Path(path)
+    if p.is_dir():
+        yield Bundle(p)
+        return
+    if not p.exists():
+        raise BadInputError("no such bundle or archive", path=p)
+    if not archive.is_archive(p):
+        raise BadInputError("neither a bundle directory nor a .ppk.tar.zst archive", path=p)
+    with tempfile.TemporaryDirectory(prefix="panelpack-verify-") as tmp:
+        archive.unpack(p, Path(tmp) / "bundle.ppk")
+        yield Bundle(Path(tmp) / "bundle.ppk")
+
+
+def _nk(shape: list[int]) -> tuple[int, int]:
+    k = shape[-1] if shape else 1
+    n = 1
+    for d in shape[:-1]:
+        n *= d
+    return n, k
+
+
+# =========================================================================================
+# structure
+# =========================================================================================
+def _check_layout_contract(t: dict[str, Any]) -> list[str]:
+    """The regions and params the manifest lists are exactly those the layout writes."""
+    try:
+        lay = repack.get(t["layout"])
+    except BadInputError as e:
+        return [e.detail]
+    qt = T.get(t["type"])
+    n, k = _nk(t["shape"])
+    why = lay.refuse(qt, n, k)
+    if why:
+        return [f"layout {t['layout']} cannot hold this tensor: {why}"]
+    want = [(r.name, dtype_name(r.dtype), [int(s) for s in r.shape]) for r in lay.plan(qt, n, k)]
+    have = [(name, r["dtype"], r["shape"]) for name, r in t["regions"].items()]
+    if want != have:
+        return [f"regions {have} are not what layout {t['layout']} writes for {qt.name} [{n}, {k}]: {want}"]
+    params = lay.params(qt, n, k)
+    bad = [key for key, v in params.items() if t["params"].get(key) != v]
+    if bad:
+        key = bad[0]
+        return [f"param {key!r} is {t['params'].get(key)!r}, layout {t['layout']} says {params[key]!r}"]
+    return []
+
+
+# =========================================================================================
+# lossless
+# =========================================================================================
+def _sha(a: np.ndarray) -> str:
+    return hashlib.sha256(memoryview(np.ascontiguousarray(a).reshape(-1).view(np.uint8))).hexdigest()
+
+
+def _lossless(b: Bundle, t: dict[str, Any], v: TensorVerdict) -> Optional[np.ndarray]:
+    """Restore the standard blocks and check them; returns the blocks (None when not invertible)."""
+    lay = repack.get(t["layout"])
+    qt = T.get(t["type"])
+    n, k = _nk(t["shape"])
+    if not lay.invertible(qt):
+        v.levels["lossless"] = f"skipped: {t['layout']} is not invertible for {qt.name}"
+        return None
+    regions = b.regions(t)
+    blocks = lay.unpack(regions, n, k, qt)
+    want = t.get("blocks_sha256")
+    if want and _sha(blocks) != want:
+        v.problems.append(f"lossless: blocks restored from {t['layout']} differ from the source blocks "
+                          f"(sha256 {_sha(blocks)[:12]}... != {want[:12]}...)")
+        v.levels["lossless"] = "failed"
+        return blocks
+    # (rowmajor regions are the blocks themselves: their hash is the whole proof)
+    if qt.codec is not None and qt.quantized and t["layout"] != "rowmajor":
+        got = lay.dequantize(regions, n, k, qt)
+        ref = codecs.dequantize(blocks, qt, n, k).reshape(n, k)
+        gb, rb = got.view(np.uint32), ref.view(np.uint32)
+        if not np.array_equal(gb, rb):
+            r, c = np.argwhere(gb != rb)[0]
+            v.problems.append(f"lossless: dequantize of {t['layout']} differs at (n={r}, k={c}): "
+                              f"{got[r, c]!r} != {ref[r, c]!r}")
+            v.levels["lossless"] = "failed"
+            return blocks
+    v.levels["lossless"] = "ok" if want else "ok (no source hash recorded)"
+    return blocks
+
+
+# =========================================================================================
+# agreement
+# =========================================================================================
+def _first_diff(name: str, got: np.ndarray, want: np.ndarray, rows: Optional[np.ndarray] = None) -> Optional[str]:
+    """Describe the first differing element of two P [M, N, G] (or y [M, N]) arrays."""
+    if got.shape != want.shape:
+        return f"{name}: shape {got.shape} != {want.shape}"
+    g_, w_ = (got.view(np.uint32), want.view(np.uint32)) if got.dtype == np.float32 else (got, want)
+    if np.array_equal(g_, w_):
+        return None
+    idx = tuple(int(i) for i in np.argwhere(g_ != w_)[0])
+    n = int(rows[idx[1]]) if rows is not None else idx[1]
+    where = f"m={idx[0]}, n={n}" + (f", g={idx[2]}" if len(idx) == 3 else "")
+    return f"{name} [{where}] = {got[idx]!r}, standard {want[idx]!r}"
+
+
+def _panel_scale_fields(regions: dict[str, np.ndarray], n: int, qt: T.GGMLType) -> dict[str, np.ndarray]:
+    """Panel scale regions ``[SB][groups][64]`` as codec-style fields ``[n, groups]``."""
+    out = {}
+    for name, r in regions.items():
+        if name == "panels":
+            continue
+        arr = np.asarray(r)
+        sb, g, ch = arr.shape
+        out[name] = np.ascontiguousarray(arr.transpose(0, 2, 1).reshape(sb * ch, g)[:n])
+    return out
+
+
+def _sample_superblocks(n: int, sample: int, rng: np.random.Generator) -> np.ndarray:
+    sbs = (n + 63) // 64
+    if sample <= 0 or sample >= sbs:
+        return np.arange(sbs, dtype=np.int64)
+    pick = set(rng.choice(sbs, size=sample, replace=False).tolist())
+    pick.add(sbs - 1)  # always include the padded tail super-block
+    return np.array(sorted(pick), dtype=np.int64)
+
+
+def _agreement(b: Bundle, t: dict[str, Any], blocks: Optional[np.ndarray], v: TensorVerdict,
+               rng: np.random.Generator, sample: int, svl_bits: int) -> None:
+    from . import compiled, dispatch, il8, leaves, neon
+
+    qt = T.get(t["type"])
+    n, k = _nk(t["shape"])
+    if qt.scheme is None or len(t["shape"]) != 2:
+        v.skipped = f"{qt.name} {'x'.join(map(str, t['shape']))}: not a quantized matrix, no integer kernel"
+        v.levels["agreement"] = "skipped"
+        return
+    layout = t["layout"]
+    lay = repack.get(layout)
+    regions = b.regions(t)
+    m_big = int(rng.integers(16, 65))
+    xs = [rng.standard_normal((1, k)).astype(np.float32), rng.standard_normal((m_big, k)).astype(np.float32)]
+
+    if blocks is None and lay.invertible(qt):
+        blocks = lay.unpack(regions, n, k, qt)
+    sb_pick = _sample_superblocks(n, sample, rng)
+    rows_pick = leaves.sb_channels(sb_pick, n)
+    if blocks is not None:
+        std = compiled.prepare("rowmajor", {"blocks": blocks}, n, k, qt)
+        # the scalar standard dispatch on the sampled rows guards the fast reference
+        c_ref, s_ref, o_ref = dispatch.integer_form(np.ascontiguousarray(blocks.reshape(n, -1)[rows_pick]),
+                                                    len(rows_pick), k, qt)
+    prep = compiled.prepare(layout, regions, n, k, qt) if layout != "rowmajor" else None
+    w64 = lay.dequantize(regions, n, k, qt).astype(np.float64) if n * k <= (64 << 20) else None
+    for x in xs:
+        m = x.shape[0]
+        a, da = dispatch.quantize_activations(x)
+        # --- the reference: standard dispatch on the restored blocks ----------------------
+        # all-rows partials are compared in full while they stay small; a huge tensor (a 262k
+        # embedding) compares its all-rows outputs and the partials of the sampled rows
+        want_p = m * n * (k // qt.group) * 4 <= _FULL_P_BYTES
+        P_pick = None
+        if blocks is not None:
+            P_std, A, y_std = std.run(a, da, want_p=want_p)
+            P_ref = dispatch.partials_from_codes(c_ref, a, qt.group)
+            y_ref = dispatch.rescale(P_ref, A, s_ref, o_ref, da, qt)
+            P_pick = P_std[:, rows_pick] if want_p else P_ref
+            for what, got, want in (("standard P", P_pick, P_ref), ("standard y", y_std[:, rows_pick], y_ref)):
+                d = _first_diff(what, got, want, rows_pick)
+                if d:
+                    v.problems.append(f"fast standard dispatch disagrees with the scalar one: {d}")
+            _add_path(v, "standard")
+        else:
+            P_std = A = y_std = None
+        # --- the compiled kernel on the advertised layout, all rows ------------------------
+        if prep is not None:
+            P_c, A_c, y_c = prep.run(a, da, want_p=want_p)
+            _add_path(v, f"compiled.{layout}")
+            if y_std is not None:
+                pairs = [(f"compiled.{layout} y", y_c, y_std)]
+                if want_p:
+                    pairs.insert(0, (f"compiled.{layout} P", P_c, P_std))
+                for what, got, want in pairs:
+                    d = _first_diff(what, got, want)
+                    if d:
+                        v.problems.append(d)
+            else:  # not invertible: the compiled kernel is the reference for the il8 kernel
+                P_std, A, y_std = P_c, A_c, y_c
+                P_pick = P_c[:, rows_pick] if want_p else None
+        # --- the runtime kernels ---------------------------------------------------------------
+        if layout == "panel64":
+            _panel_paths(v, regions, t, qt, n, k, a, da, A, P_pick, y_std, sb_pick, rows_pick, svl_bits, m)
+        elif layout in ("ggml-x8", "il8-nibble", "il8-int8"):
+            P_i, A_i = il8.il8_partials(layout, regions, n, k, qt, a)
+            s_i, o_i = il8.il8_scales(layout, regions, n, k, qt)
+            y_i = dispatch.rescale(P_i, A_i, s_i, o_i, da, qt)
+            _add_path(v, "il8.gemm")
+            pairs = [("il8.gemm y", y_i, y_std, None)]
+            if P_std is not None:
+                pairs.insert(0, ("il8.gemm P", P_i, P_std, None))
+            elif P_pick is not None:
+                pairs.insert(0, ("il8.gemm P", P_i[:, rows_pick], P_pick, rows_pick))
+            for what, got, want, rows in pairs:
+                d = _first_diff(what, got, want, rows)
+                if d:
+                    v.problems.append(d)
+        # --- sanity: quantization error against f64 ----------------------------------------
+        if w64 is not None:
+            err = dispatch.sanity_error(y_std, x.astype(np.float64) @ w64.T)
+            v.max_error = err if v.max_error is None else max(v.max_error, err)
+    v.levels["agreement"] = "failed" if v.problems else "ok"
+
+
+def _add_path(v: TensorVerdict, p: str) -> None:
+    if p not in v.paths:
+        v.paths.append(p)
+
+
+def _panel_paths(v, regions, t, qt, n, k, a, da, A, P_pick, y_std, sb_pick, rows_pick, svl_bits, m) -> None:
+    """The emulated runtime kernels on the sampled super-blocks, against the standard
+    partials of those rows (``P_pick``) and the standard outputs."""
+    from . import dispatch, leaves, neon
+
+    G = qt.group
+    nibble = qt.code_bits == 4
+    zt0 = np.asarray(t["params"].get("zt0", [0] * 64), dtype=np.uint8) if nibble else None
+    panels = np.ascontiguousarray(np.asarray(regions["panels"]).reshape(-1).view(np.uint8))
+    fields = _panel_scale_fields(regions, n, qt)
+    s_p, o_p = dispatch.scale_arrays(fields, qt)
+    s_p, o_p = s_p[rows_pick], o_p[rows_pick]
+    expand = "luti4" if nibble else "ld1b"
+    runs = []
+    if svl_bits != 512:
+        # what a runtime with another vector length would read from the same bytes
+        codes = leaves.read_panels_ref(panels, zt0, n, k, G, nibble, svl_bits=svl_bits)
+        runs.append((f"sme2.svl{svl_bits}.ref", dispatch.partials_ref(codes[rows_pick], a, G)))
+    elif m == 1:
+        runs.append((f"sme2.gemv.{expand}_sdot", leaves.gemv_leaf(panels, zt0, a, n, k, G, nibble, sbs=sb_pick)))
+        runs.append(("neon.panel", neon.neon_leaf(panels, zt0, a, n, k, G, nibble, sbs=sb_pick)))
+    else:
+        runs.append((f"sme2.gemm.{expand}_smopa", leaves.gemm_leaf(panels, zt0, a, n, k, G, nibble, sbs=sb_pick)))
+    for path, P_l in runs:
+        _add_path(v, path)
+        y_l = dispatch.rescale(P_l, A, s_p, o_p, da, qt)
+        for what, got, want in ((f"{path} P", P_l, P_pick), (f"{path} y", y_l, y_std[:, rows_pick])):
+            d = _first_diff(what, got, want, rows_pick)
+            if d:
+                v.problems.append(d)
+
+
+# =========================================================================================
+# the entry point
+# =========================================================================================
+def verify(path: str | os.PathLike, level: str = "all", seed: int = 0, sample: int = 2,
+           svl_bits: int = 512, names: Optional[list[str]] = None, progress=None) -> Report:
+    """Run the verification ``level`` on a bundle directory or ``.ppk.tar.zst`` archive."""
+    if level not in _RUNS:
+        raise BadInputError(f"unknown level {level!r} (known: {', '.join(LEVELS)})")
+    runs = _RUNS[level]
+    t0 = time.perf_counter()
+    with open_any(path) as b:
+        problems: list[tuple[str, str]] = []
+        by_tensor: dict[str, list[str]] = {}
+        for where, msg in b.check_structure(hashes=True):
+            by_tensor.setdefault(where, []).append(msg)
+        verdicts = []
+        tensors = b.tensors if names is None else [b.tensor(nm) for nm in names]
+        for i, t in enumerate(tensors):
+            led = t["ledger"]
+            v = TensorVerdict(t["name"], t["layout"], t["type"], led.get("requested") or t["layout"], led.get("reason"))
+            v.problems.extend(f"structure: {m}" for m in by_tensor.pop(t["name"], []))
+            v.problems.extend(f"structure: {m}" for m in _check_layout_contract(t))
+            v.levels["structure"] = "failed" if v.problems else "ok"
+            if not v.problems:
+                rng = np.random.default_rng([seed, i])
+                blocks = _lossless(b, t, v) if "lossless" in runs else None
+                if "agreement" in runs and not v.problems:
+                    _agreement(b, t, blocks, v, rng, sample, svl_bits)
+                elif "agreement" not in runs:
+                    v.skipped = v.skipped or f"level {level}"
+            verdicts.append(v)
+            if progress is not None:
+                progress(v)
+        problems.extend((w, m) for w, ms in by_tensor.items() for m in ms)
+        return Report(str(path), runs, seed, sample, verdicts, problems, time.perf_counter() - t0)
