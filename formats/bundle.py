@@ -189,6 +189,39 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def manifest_text(doc: dict[str, Any]) -> str:
+    """The manifest as JSON: one top-level key per line and one line per tensor (readable and
+    diffable, and written by json's C encoder, which pretty-printing would bypass)."""
+    enc = json.JSONEncoder(allow_nan=False, separators=(", ", ": "))
+    lines = []
+    for key, value in doc.items():
+        if isinstance(value, list) and value and all(isinstance(x, dict) for x in value):
+            items = ",\n".join("  " + enc.encode(x) for x in value)
+            lines.append(f" {enc.encode(key)}: [\n{items}\n ]")
+        else:
+            lines.append(f" {enc.encode(key)}: {enc.encode(value)}")
+    return "{\n" + ",\n".join(lines) + "\n}\n"
+
+
+def _fsync_files(paths: list[Path]) -> None:
+    """fsync many files at once (a few threads: the waits overlap, the GIL is released)."""
+    def sync(p: Path) -> None:
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    if len(paths) <= 2:
+        for p in paths:
+            sync(p)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        list(pool.map(sync, paths))
+
+
 class BundleWriter:
     """Builds a bundle under a temporary name and renames it into place on :meth:`commit`.
 
@@ -215,6 +248,7 @@ class BundleWriter:
             shutil.rmtree(self.tmp, ignore_errors=True)
             raise _output_error(e, f"cannot create the bundle in {parent}") from None
         self._done = False
+        self._unsynced: list[Path] = []  # tensor files written, fsynced together in commit()
         self.tensors: list[dict[str, Any]] = []
         self.side_files: list[dict[str, Any]] = []
 
@@ -246,8 +280,7 @@ class BundleWriter:
                     h.update(data)
                     region_hashes.append(hashlib.sha256(data).hexdigest())
                     pos = reg.offset + reg.nbytes
-                f.flush()
-                os.fsync(f.fileno())
+            self._unsynced.append(path)
         except OSError as e:
             raise _output_error(e, f"writing {path}") from None
         return {
@@ -286,8 +319,10 @@ class BundleWriter:
         doc.setdefault("format", FORMAT)
         doc.setdefault("version", VERSION)
         doc.setdefault("source_files", self.side_files)
-        text = json.dumps(doc, indent=1, sort_keys=False, allow_nan=False) + "\n"
+        text = manifest_text(doc)
         try:
+            _fsync_files(self._unsynced)
+            self._unsynced = []
             with open(self.tmp / MANIFEST, "w", encoding="utf-8") as f:
                 f.write(text)
                 f.flush()
