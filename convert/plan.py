@@ -109,6 +109,9 @@ def make_plan(ckpt: Checkpoint, layout: str = "panel64", quant: Optional[str] = 
         raise BadInputError("--quant applies to float (HF/safetensors) sources; for GGUF use --requant")
     if ckpt.kind != "gguf" and rq is not None:
         raise BadInputError("--requant applies to GGUF sources; for HF/safetensors use --quant")
+    if ckpt.kind != "gguf" and qt is None and layout != "rowmajor":
+        raise BadInputError(f"{ckpt.path}: a float checkpoint needs --quant (q4_0, q4_k or q8_0) for the "
+                            f"{layout} layout (or --layout rowmajor to copy it as stored)")
     infos = policy.select(ckpt.tensors, include, exclude)
     tensors = []
     for i, info in enumerate(infos):

@@ -327,3 +327,10 @@ def test_minilm(tmp_path, minilm):
     assert led["embeddings.word_embeddings.weight"]["written"] == "rowmajor"
     assert led["embeddings.position_ids"]["written"] == "rowmajor"
     assert Bundle(res.bundle).check_structure() == []
+
+
+def test_hf_needs_a_quant_choice(tmp_path, tiny_hf):
+    with pytest.raises(BadInputError, match="needs --quant"):
+        convert(tiny_hf, tmp_path / "o.ppk")
+    res = convert(tiny_hf, tmp_path / "o.ppk", layout="rowmajor")
+    assert all(r["written"] == "rowmajor" and r["type"] == r["source_type"] for r in res.ledger)
