@@ -35,12 +35,9 @@ PLAN = BlockPlan(QTYPE, [
 ])
 
 
-def to_fields(blocks, n: int, k: int):
-    return PLAN.to_fields(blocks, n, k)
-
-
-def from_fields(fields, n: int, k: int):
-    return PLAN.from_fields(fields, n, k)
+#: ``to_fields(blocks, n, k)`` / ``from_fields(fields, n, k)``: the bit plan, both ways (lossless)
+to_fields = PLAN.to_fields
+from_fields = PLAN.from_fields
 
 
 # ---- dequantize ----------------------------------------------------------------------------
