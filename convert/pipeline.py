@@ -24,7 +24,7 @@ import numpy as np
 from .. import __version__, repack
 from ..formats import blocks as codecs
 from ..formats import types as T
-from ..formats.bundle import BundleWriter, sha256_file
+from ..formats.bundle import BundleWriter, hash_async, sha256_file
 from ..formats.common import Checkpoint
 from .plan import Plan, TensorPlan
 
@@ -69,21 +69,22 @@ def convert_tensor(ckpt: Checkpoint, tp: TensorPlan) -> tuple[dict[str, np.ndarr
     info, d = tp.info, tp.decision
     n, k = info.n, info.k
     raw = ckpt.raw(info.name)
-    extra: dict[str, Any] = {"source_sha256": _sha256(raw)}
-    err = None
+    source_hash = hash_async(_sha256, raw)  # on a hash thread, while this one converts
+    err = blocks_hash = None
     if d.action in ("repack", "copy"):
         blocks = raw.reshape(n, -1) if info.type.quantized else raw
-        extra["blocks_sha256"] = extra["source_sha256"]
     elif d.action in ("quantize", "requantize"):
         x = _as_f32(raw, info.type, n, k)
         blocks = codecs.quantize(x, d.target_type)
+        blocks_hash = hash_async(_sha256, blocks)
         err = _error(_as_f32(blocks, d.target_type, n, k), x)
         del x
-        extra["blocks_sha256"] = _sha256(blocks)
     else:  # pragma: no cover - the policy produces only the actions above
         raise AssertionError(d.action)
     lay = repack.get(d.layout)
     regions = lay.pack(blocks, n, k, d.target_type)
+    extra: dict[str, Any] = {"source_sha256": source_hash.result()}
+    extra["blocks_sha256"] = blocks_hash.result() if blocks_hash is not None else extra["source_sha256"]
     return regions, extra, err
 
 
@@ -199,7 +200,9 @@ def run(ckpt: Checkpoint, plan: Plan, out: str | os.PathLike, force: bool = Fals
 
         def finish(tp: TensorPlan, produced) -> None:
             regions, extra, err = produced
-            fileinfo = writer.write_tensor(tp.index, tp.name, regions)
+            # row-major blocks are the standard blocks themselves: their hash is known
+            known = [extra["blocks_sha256"]] if tp.decision.layout == "rowmajor" else None
+            fileinfo = writer.write_tensor(tp.index, tp.name, regions, known_hashes=known)
             d = tp.decision
             entry = {
                 "name": tp.name,

@@ -31,7 +31,7 @@ import secrets
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Optional
 
 import numpy as np
 
@@ -189,6 +189,42 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+_HASH_POOL: list = []
+
+
+def hash_async(fn, *args):
+    """Run a hashing function on the shared hash threads; returns a Future."""
+    if not _HASH_POOL:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _HASH_POOL.append(ThreadPoolExecutor(max_workers=2, thread_name_prefix="panelpack-sha256"))
+    return _HASH_POOL[0].submit(fn, *args)
+
+
+def _done(value):
+    from concurrent.futures import Future
+
+    f: Future = Future()
+    f.set_result(value)
+    return f
+
+
+def _digest(data) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _file_digest(layout: list[Region], views: list) -> str:
+    """sha256 of the tensor file made of ``views`` at ``layout``'s offsets, zero-padded."""
+    h = hashlib.sha256()
+    pos = 0
+    for reg, data in zip(layout, views):
+        if reg.offset > pos:
+            h.update(bytes(reg.offset - pos))
+        h.update(data)
+        pos = reg.offset + reg.nbytes
+    return h.hexdigest()
+
+
 def manifest_text(doc: dict[str, Any]) -> str:
     """The manifest as JSON: one top-level key per line and one line per tensor (readable and
     diffable, and written by json's C encoder, which pretty-printing would bypass)."""
@@ -203,8 +239,28 @@ def manifest_text(doc: dict[str, Any]) -> str:
     return "{\n" + ",\n".join(lines) + "\n}\n"
 
 
+def _syncfs(folder: Path) -> bool:
+    """Flush the whole filesystem holding ``folder`` in one call (Linux ``syncfs``)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.syncfs
+    except (OSError, AttributeError):
+        return False
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        return fn(fd) == 0
+    finally:
+        os.close(fd)
+
+
 def _fsync_files(paths: list[Path]) -> None:
-    """fsync many files at once (a few threads: the waits overlap, the GIL is released)."""
+    """Make many written files durable: one ``syncfs`` where the platform has it, else an
+    fsync per file (a few threads: the waits overlap, the GIL is released)."""
+    if len(paths) > 8 and _syncfs(paths[0].parent):
+        return
+
     def sync(p: Path) -> None:
         fd = os.open(p, os.O_RDONLY)
         try:
@@ -253,9 +309,11 @@ class BundleWriter:
         self.side_files: list[dict[str, Any]] = []
 
     # -- tensors --------------------------------------------------------------------------
-    def write_tensor(self, index: int, name: str, regions: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    def write_tensor(self, index: int, name: str, regions: Mapping[str, np.ndarray],
+                     known_hashes: Optional[list[Optional[str]]] = None) -> dict[str, Any]:
         """Write one tensor file from its regions (in order); returns the manifest fields
-        ``file``, ``bytes``, ``sha256``, ``regions``."""
+        ``file``, ``bytes``, ``sha256``, ``regions``. ``known_hashes`` may give the sha256 of
+        some regions already computed by the caller (e.g. row-major blocks = source bytes)."""
         rel = tensor_file_name(index, name)
         specs = []
         arrays = []
@@ -264,21 +322,21 @@ class BundleWriter:
             specs.append((rname, dtype_name(a.dtype), a.shape))
             arrays.append(a)
         layout, size = layout_regions(specs)
-        h = hashlib.sha256()
-        region_hashes = []
+        views = [memoryview(a.reshape(-1).view(np.uint8)) for a in arrays]
+        # the file hash and the region hashes run on the hash threads (hashlib releases the
+        # GIL) while this thread writes the same bytes; a file that is one region at offset 0
+        # (row-major blocks) has one hash for both
+        region_hashes = [hash_async(_digest, v) if known is None else _done(known)
+                         for v, known in zip(views, list(known_hashes or ()) + [None] * len(views))]
+        file_hash = region_hashes[0] if len(views) == 1 else hash_async(_file_digest, layout, views)
         path = self.tmp / rel
         try:
             with open(path, "wb") as f:
                 pos = 0
-                for reg, a in zip(layout, arrays):
+                for reg, data in zip(layout, views):
                     if reg.offset > pos:
-                        pad = bytes(reg.offset - pos)
-                        f.write(pad)
-                        h.update(pad)
-                    data = memoryview(a.reshape(-1).view(np.uint8))
+                        f.write(bytes(reg.offset - pos))
                     f.write(data)
-                    h.update(data)
-                    region_hashes.append(hashlib.sha256(data).hexdigest())
                     pos = reg.offset + reg.nbytes
             self._unsynced.append(path)
         except OSError as e:
@@ -286,8 +344,8 @@ class BundleWriter:
         return {
             "file": rel,
             "bytes": size,
-            "sha256": h.hexdigest(),
-            "regions": {r.name: dict(r.to_json(), sha256=hx) for r, hx in zip(layout, region_hashes)},
+            "sha256": file_hash.result(),
+            "regions": {r.name: dict(r.to_json(), sha256=hx.result()) for r, hx in zip(layout, region_hashes)},
         }
 
     # -- side files -----------------------------------------------------------------------
