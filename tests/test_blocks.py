@@ -314,7 +314,7 @@ def test_flat_input_gives_flat_output(name, rng):
 def test_large_input_takes_parallel_path(name, rng):
     from panelpack.formats.blocks._codec import PARALLEL_MIN_ELEMENTS
 
-    t = T.get(name)
+    T.get(name)  # a known type
     k = 4096
     n = PARALLEL_MIN_ELEMENTS // k + 3
     raw = random_blocks(name, n, k, rng)

@@ -272,7 +272,7 @@ def _sample_superblocks(n: int, sample: int, rng: np.random.Generator) -> np.nda
 
 def _agreement(b: Bundle, t: dict[str, Any], blocks: Optional[np.ndarray], v: TensorVerdict,
                rng: np.random.Generator, sample: int, svl_bits: int) -> None:
-    from . import compiled, dispatch, il8, leaves, neon
+    from . import compiled, dispatch, il8, leaves
 
     qt = T.get(t["type"])
     n, k = _nk(t["shape"])

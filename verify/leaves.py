@@ -35,7 +35,7 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 import numpy as np
-from numba import njit, types
+from numba import types
 
 from ..formats.errors import BadInputError
 from .sme2 import (

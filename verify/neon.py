@@ -33,7 +33,7 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 import numpy as np
-from numba import njit, types
+from numba import types
 
 from .leaves import CHANNELS, INT8_BLOCK, NIBBLE_BLOCK, check_leaf_inputs, gather_partials
 from ..formats._jit import lazy_njit

@@ -36,7 +36,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit, types
+from numba import types
 from ..formats._jit import lazy_njit
 
 SVL_BITS = 512

@@ -26,6 +26,34 @@ READONLY_F32 = numba.types.Array(numba.float32, 1, "C", readonly=True)
 READONLY_U16 = numba.types.Array(numba.uint16, 1, "C", readonly=True)
 
 
+def parallel_dequantize(range_kernel, words=READONLY_U8, chunk: int = CHUNK_BLOCKS):
+    """The parallel twin of a dequantize range kernel: ``prange`` over chunks of ``chunk`` units.
+
+    ``range_kernel(b, y, i0, i1, qk)`` decodes units ``[i0, i1)`` (blocks of ``qk`` elements;
+    single elements for plain types, ``qk = 1``); ``words`` is the numba type of ``b``.
+    """
+
+    @lazy_njit(numba.void(words, numba.float32[::1], numba.int64), parallel=True, error_model="numpy")
+    def dequantize_parallel(b, y, qk):
+        units = y.size // qk
+        for c in numba.prange((units + chunk - 1) // chunk):
+            range_kernel(b, y, c * chunk, min(units, (c + 1) * chunk), qk)
+
+    return dequantize_parallel
+
+
+def parallel_quantize(range_kernel, block: int, chunk: int = CHUNK_BLOCKS):
+    """The parallel twin of a quantize range kernel ``range_kernel(x, out, b0, b1)``."""
+
+    @lazy_njit(numba.void(READONLY_F32, numba.uint8[::1]), parallel=True, error_model="numpy")
+    def quantize_parallel(x, out):
+        nb = x.size // block
+        for c in numba.prange((nb + chunk - 1) // chunk):
+            range_kernel(x, out, c * chunk, min(nb, (c + 1) * chunk))
+
+    return quantize_parallel
+
+
 #: Blocks (or sub-blocks) processed side by side by the quantizers: lane ``l`` of a group is
 #: block ``first + l``, and each step of ggml's scalar loop runs for all lanes at once, so the
 #: per-block float operation order is ggml's while the work is SIMD across blocks.

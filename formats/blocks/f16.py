@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from numba import prange
 
 from ..types import F16 as QTYPE
 from ._codec import (
@@ -33,6 +32,7 @@ from ._codec import (
     bytes_shape,
     out_shape,
     run_dequantize,
+    parallel_dequantize,
 )
 from .f32 import bits_f32, f32_bits
 from .._jit import lazy_njit
@@ -95,12 +95,7 @@ def _dequantize_range(b, y, e0, e1, qk):
         ys[e] = f16_to_f32(np.int64(bs[e]))
 
 
-@lazy_njit(numba.void(READONLY_U16, numba.float32[::1], numba.int64), cache=True, parallel=True)
-def _dequantize_parallel(b, y, qk):
-    n = y.size
-    step = CHUNK_BLOCKS * 32
-    for c in prange((n + step - 1) // step):
-        _dequantize_range(b, y, c * step, min(n, (c + 1) * step), qk)
+_dequantize_parallel = parallel_dequantize(_dequantize_range, READONLY_U16, CHUNK_BLOCKS * 32)
 
 
 def dequantize(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

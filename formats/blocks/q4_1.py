@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from numba import prange
 
 from ..types import Q4_1 as QTYPE
 from ._bits import BlockPlan, Field, f16_word, nibble_codes
-from ._codec import CHUNK_BLOCKS, READONLY_U8, as_blocks, out_shape, run_dequantize
+from ._codec import READONLY_U8, as_blocks, out_shape, run_dequantize, parallel_dequantize
 from .f16 import f16_to_f32
 from .f32 import add_first_nan
 from .._jit import lazy_njit
@@ -51,12 +50,7 @@ def _dequantize_range(b, y, b0, b1, qk):
             yb[half + j] = add_first_nan(d * np.float32(np.int32(blk[4 + j] >> 4)), m)
 
 
-@lazy_njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64), cache=True, parallel=True, error_model="numpy")
-def _dequantize_parallel(b, y, qk):
-    nb = y.size // 32
-    ch = CHUNK_BLOCKS
-    for c in prange((nb + ch - 1) // ch):
-        _dequantize_range(b, y, c * ch, min(nb, (c + 1) * ch), qk)
+_dequantize_parallel = parallel_dequantize(_dequantize_range)
 
 
 def dequantize(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

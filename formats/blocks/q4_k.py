@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from numba import prange
 
 from ..types import Q4_K as QTYPE
 from ._bits import BlockPlan, Field, f16_word, k_scale_parts
@@ -45,6 +44,8 @@ from ._codec import (
     out_shape,
     run_dequantize,
     run_quantize,
+    parallel_dequantize,
+    parallel_quantize,
 )
 from .f16 import f16_bits_ref, f16_to_f32, f32_to_f16_bits
 from .f32 import f32_bits
@@ -92,12 +93,7 @@ def _dequantize_range(b, y, b0, b1, qk):
                 ys[j] = ds * np.float32((np.int32(qs[j]) >> sh) & 15) - ms
 
 
-@lazy_njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64), cache=True, parallel=True, error_model="numpy")
-def _dequantize_parallel(b, y, qk):
-    nb = y.size // 256
-    ch = CHUNK_BLOCKS // 8
-    for c in prange((nb + ch - 1) // ch):
-        _dequantize_range(b, y, c * ch, min(nb, (c + 1) * ch), qk)
+_dequantize_parallel = parallel_dequantize(_dequantize_range, chunk=CHUNK_BLOCKS // 8)
 
 
 def dequantize(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -339,12 +335,7 @@ def _quantize_range(x, out, b0, b1):
                     qs[32 * c + t] = np.uint8(np.int32(lq[t, l0]) | (np.int32(lq[t, l0 + 1]) << 4))
 
 
-@lazy_njit(numba.void(READONLY_F32, numba.uint8[::1]), cache=True, parallel=True, error_model="numpy")
-def _quantize_parallel(x, out):
-    nb = x.size // 256
-    ch = 64
-    for c in prange((nb + ch - 1) // ch):
-        _quantize_range(x, out, c * ch, min(nb, (c + 1) * ch))
+_quantize_parallel = parallel_quantize(_quantize_range, 256, 64)
 
 
 def quantize(x: np.ndarray, parallel: bool | None = None) -> np.ndarray:

@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from numba import prange
 
 from ..types import Q5_0 as QTYPE
 from ._bits import BlockPlan, Field, f16_word, nibble_codes, qh_bit
-from ._codec import CHUNK_BLOCKS, READONLY_U8, as_blocks, out_shape, run_dequantize
+from ._codec import READONLY_U8, as_blocks, out_shape, run_dequantize, parallel_dequantize
 from .f16 import f16_to_f32
 from .._jit import lazy_njit
 
@@ -53,12 +52,7 @@ def _dequantize_range(b, y, b0, b1, qk):
             yb[half + j] = d * np.float32(q - 16)
 
 
-@lazy_njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64), cache=True, parallel=True, error_model="numpy")
-def _dequantize_parallel(b, y, qk):
-    nb = y.size // 32
-    ch = CHUNK_BLOCKS
-    for c in prange((nb + ch - 1) // ch):
-        _dequantize_range(b, y, c * ch, min(nb, (c + 1) * ch), qk)
+_dequantize_parallel = parallel_dequantize(_dequantize_range)
 
 
 def dequantize(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

@@ -21,12 +21,10 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from numba import prange
 
 from ..types import Q8_0 as QTYPE
 from ._bits import BlockPlan, Field, f16_word, whole_byte
 from ._codec import (
-    CHUNK_BLOCKS,
     LANES,
     READONLY_F32,
     READONLY_U8,
@@ -37,6 +35,8 @@ from ._codec import (
     out_shape,
     run_dequantize,
     run_quantize,
+    parallel_dequantize,
+    parallel_quantize,
 )
 from .f16 import f16_bits_ref, f16_to_f32, f32_to_f16_bits
 from .f32 import cvtt_i32, cvtt_i32_ref, low_i8
@@ -65,11 +65,7 @@ def _dequantize_range(b, y, b0, b1, qk):
             yb[j] = np.float32(((np.int32(blk[2 + j]) ^ 0x80) - 0x80)) * d
 
 
-@lazy_njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64), cache=True, parallel=True, error_model="numpy")
-def _dequantize_parallel(b, y, qk):
-    nb = y.size // 32
-    for c in prange((nb + CHUNK_BLOCKS - 1) // CHUNK_BLOCKS):
-        _dequantize_range(b, y, c * CHUNK_BLOCKS, min(nb, (c + 1) * CHUNK_BLOCKS), qk)
+_dequantize_parallel = parallel_dequantize(_dequantize_range)
 
 
 def dequantize(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -130,11 +126,7 @@ def _quantize_range(x, out, b0, b1):
                 dst[2 + e] = np.uint8(qs[e, l])
 
 
-@lazy_njit(numba.void(READONLY_F32, numba.uint8[::1]), cache=True, parallel=True, error_model="numpy")
-def _quantize_parallel(x, out):
-    nb = x.size // 32
-    for c in prange((nb + CHUNK_BLOCKS - 1) // CHUNK_BLOCKS):
-        _quantize_range(x, out, c * CHUNK_BLOCKS, min(nb, (c + 1) * CHUNK_BLOCKS))
+_quantize_parallel = parallel_quantize(_quantize_range, 32)
 
 
 def quantize(x: np.ndarray, parallel: bool | None = None) -> np.ndarray:
