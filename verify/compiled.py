@@ -42,6 +42,7 @@ from numba import config, njit, prange, types
 
 from ..formats import blocks as _blocks
 from ..formats import types as _types
+from ..formats._jit import lazy_njit
 from ..formats.errors import BadInputError, UnsupportedError
 from . import dispatch as _d
 from . import il8 as _il8
@@ -171,7 +172,7 @@ def _tile_view(w, first, count, units, unit_bytes):
     return w[first * row:(first + count) * row].reshape(count, units, unit_bytes)
 
 
-@njit(inline="always")
+@lazy_njit(inline="always")
 def _unpack_panel64_int8(wt, g, buf, tw):
     # panel64 int8 panel (SPEC §5); wt = [1, ng, G/4 * 256]: per kg-block q, byte 64v + 4ch + c
     # = int8 code of channel 16v + ch at K offset 4q + c, i.e. channel j's codes at 4j .. 4j+3
@@ -181,7 +182,7 @@ def _unpack_panel64_int8(wt, g, buf, tw):
                 buf[4 * q + c, ch] = np.int8(wt[0, g, 256 * q + 4 * ch + c])
 
 
-@njit(inline="always")
+@lazy_njit(inline="always")
 def _unpack_x8_q4_0(wt, g, buf, tw):
     # block_q4_0x8; wt = [super-rows, nb, 144]: qs at +16, qs[64h + 8r + i] low nibble =
     # element 8h + i, high nibble = element 8h + i + 16, two's-complement int4 (the 0x88 XOR)
@@ -194,7 +195,7 @@ def _unpack_x8_q4_0(wt, g, buf, tw):
                     buf[8 * h + i + 16, 8 * s + r] = ((byte >> 4) ^ 8) - 8
 
 
-@njit(inline="always")
+@lazy_njit(inline="always")
 def _unpack_x8_q4_k(wt, g, buf, tw):
     # block_q4_Kx8; wt = [super-rows, nsb, 1152]: qs at +128, qs[64h + 8r + i] = row_r.qs[8h + i];
     # sub-block sub = g % 8 lives in h = 4(sub // 2) .. +3, low nibble if sub is even
@@ -209,7 +210,7 @@ def _unpack_x8_q4_k(wt, g, buf, tw):
                     buf[8 * hh + i, 8 * s + r] = (wt[s, j, first + 64 * hh + 8 * r + i] >> shift) & 15
 
 
-@njit(inline="always")
+@lazy_njit(inline="always")
 def _unpack_il8_nibble(wt, g, buf, tw):
     # il8-nibble; wt = [super-rows, nb, 128]: byte 16gg + i, low nibble = row i//4, high nibble =
     # row 4 + i//4, element 4gg + i%4; raw u (the offset is subtracted after the dot)
@@ -221,7 +222,7 @@ def _unpack_il8_nibble(wt, g, buf, tw):
                 buf[4 * gg + i % 4, 8 * s + 4 + i // 4] = byte >> 4
 
 
-@njit(inline="always")
+@lazy_njit(inline="always")
 def _unpack_il8_int8(wt, g, buf, tw):
     # il8-int8; wt = [super-rows, nb, 256]: byte 32gg + 16h + 4r + c = int8 code of row 4h + r,
     # element 4gg + c
@@ -237,7 +238,7 @@ def _unpack_il8_int8(wt, g, buf, tw):
 # row decoders (rowmajor = the standard GGUF blocks, SPEC §2): signed codes c of row r of the
 # tile; wt = [rows, blocks, type_size] (a _tile_view), out = [TILE, blocks, block_size]
 # =============================================================================================
-@njit(inline="always")
+@lazy_njit(inline="always")
 def _row_q4_0(wt, r, out):
     # [d f16][qs 16]: element i < 16 low nibble of qs[i], i >= 16 high nibble of qs[i-16]; c = u - 8
     for b in range(wt.shape[1]):
@@ -247,7 +248,7 @@ def _row_q4_0(wt, r, out):
             out[r, b, 16 + i] = (v >> 4) - 8
 
 
-@njit(inline="always")
+@lazy_njit(inline="always")
 def _row_q4_1(wt, r, out):
     # [d f16][m f16][qs 16]: nibbles as Q4_0; c = u
     for b in range(wt.shape[1]):
@@ -263,7 +264,7 @@ def _u32(wt, r, b, at):
             | (np.int64(wt[r, b, at + 3]) << 24))
 
 
-@njit(inline="always")
+@lazy_njit(inline="always")
 def _row_q5_0(wt, r, out):
     # [d f16][qh u32][qs 16]: low 4 bits as Q4_0, bit 4 of element e = (qh >> e) & 1; c = q - 16
     for b in range(wt.shape[1]):
@@ -274,7 +275,7 @@ def _row_q5_0(wt, r, out):
             out[r, b, 16 + i] = ((v >> 4) | np.int16(((qh >> (i + 16)) & 1) << 4)) - 16
 
 
-@njit(inline="always")
+@lazy_njit(inline="always")
 def _row_q5_1(wt, r, out):
     # [d f16][m f16][qh u32][qs 16]: as Q5_0; c = q
     for b in range(wt.shape[1]):
@@ -285,7 +286,7 @@ def _row_q5_1(wt, r, out):
             out[r, b, 16 + i] = (v >> 4) | np.int16(((qh >> (i + 16)) & 1) << 4)
 
 
-@njit(inline="always")
+@lazy_njit(inline="always")
 def _row_q8_0(wt, r, out):
     # [d f16][qs i8 32]; c = q
     for b in range(wt.shape[1]):
@@ -293,7 +294,7 @@ def _row_q8_0(wt, r, out):
             out[r, b, i] = np.int8(wt[r, b, 2 + i])
 
 
-@njit(inline="always")
+@lazy_njit(inline="always")
 def _row_q4_k(wt, r, out):
     # [d][dmin][scales 12][qs 128]: element 64c + l (l < 32) low nibble of qs[32c + l],
     # 64c + 32 + l the high nibble; c = q
@@ -305,7 +306,7 @@ def _row_q4_k(wt, r, out):
                 out[r, j, 64 * c + 32 + i] = v >> 4
 
 
-@njit(inline="always")
+@lazy_njit(inline="always")
 def _row_q5_k(wt, r, out):
     # [d][dmin][scales 12][qh 32][qs 128]: element e = 32s + l: low 4 bits nibble s%2 of
     # qs[32(s//2) + l], bit 4 = (qh[l] >> s) & 1; c = q
@@ -318,7 +319,7 @@ def _row_q5_k(wt, r, out):
                 out[r, j, 64 * c + 32 + i] = (v >> 4) | (((hb >> (2 * c + 1)) & 1) << 4)
 
 
-@njit(inline="always")
+@lazy_njit(inline="always")
 def _row_q6_k(wt, r, out):
     # [ql 128][qh 64][scales i8 16][d f16]: e = 128h + 32g + l: low 4 bits nibble g//2 of
     # ql[64h + 32(g%2) + l], high 2 bits (qh[32h + l] >> 2g) & 3; c = q - 32
@@ -339,10 +340,8 @@ def _row_q6_k(wt, r, out):
 # parallel driver (prange over tiles). Keeping the heavy bodies out of the parfor keeps compile
 # time low (about 2 s per tile function, 1 s for the driver, once; cache=True keeps them).
 # =============================================================================================
-# Column tiles. The functions below are the same loop around a different unpacker, written
-# out in full on purpose: with the group/row loops moved into a shared inline helper (which then
-# inlines _dot_cols and rescale_lanes a second level down), numba's generated code ran about 1.6x
-# slower (measured on panel64 Q4_0 GEMV, 4096 x 4096). Every arithmetic piece is still shared:
+# Column tiles: the panel64 nibble kernel reads its panels in place; the others are one loop
+# (_column_tile) around each layout's view and unpacker. Every arithmetic piece is shared:
 # _dot_cols for P, rescale_lanes (dispatch.rescale_step) for y. Lanes past tw compute on zero
 # codes and zero factors and are never stored.
 @njit(cache=True)
@@ -395,246 +394,97 @@ def _tile_panel64_nibble(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, 
                 y[m, t * TILE + j] = yt[m, j]
 
 
-@njit(cache=True)
-def _tile_panel64_int8(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
-    ng = s_t.shape[1]
-    tw = _tile_width(n, t)
-    off = geom[0]
-    wt = _tile_view(w, t, 1, ng, group // 4 * 256)
-    buf = np.zeros((group, TILE), np.int8)  # codes; lanes an unpacker does not fill stay 0
-    h = np.empty(TILE, np.int16)
-    acc = np.empty(TILE, np.int32)
-    yt = np.zeros((a.shape[0], TILE), np.float32)
-    for g in range(ng):
-        _unpack_panel64_int8(wt, g, buf, tw)
-        for m in range(a.shape[0]):
-            _dot_cols(buf, a, m, g * group, group, chunk, TILE, h, acc)
-            asum = A[m, g]
-            offa = np.int32(off * asum)
-            for j in range(TILE):
-                acc[j] = acc[j] - offa
-            if want_p:
+def _column_tile(view, unpack):
+    """A column-tile kernel: ``view(w, t, tw, ng, group)`` is the tile's bytes as ``wt``,
+    ``unpack(wt, g, buf, tw)`` reads group ``g``'s codes of the tile into ``buf[G][64]``.
+
+    A factory rather than one shared inline helper: each kernel it returns is compiled with
+    its view and unpacker as constants, the same code as a hand-written copy (a shared helper
+    inlined a level deeper ran 1.6x slower), while the loop is written once. The cells are
+    lazy kernels, which pickle by name, so numba's cache key for each kernel is stable.
+    """
+
+    @njit(cache=True)
+    def tile(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
+        ng = s_t.shape[1]
+        tw = _tile_width(n, t)
+        off = geom[0]
+        wt = view(w, t, tw, ng, group)
+        buf = np.zeros((group, TILE), np.int8)  # codes; lanes an unpacker does not fill stay 0
+        h = np.empty(TILE, np.int16)
+        acc = np.empty(TILE, np.int32)
+        yt = np.zeros((a.shape[0], TILE), np.float32)
+        for g in range(ng):
+            unpack(wt, g, buf, tw)
+            for m in range(a.shape[0]):
+                _dot_cols(buf, a, m, g * group, group, chunk, TILE, h, acc)
+                asum = A[m, g]
+                offa = np.int32(off * asum)
+                for j in range(TILE):
+                    acc[j] = acc[j] - offa
+                if want_p:
+                    for j in range(tw):
+                        P[m, t * TILE + j, g] = acc[j]
+                if want_y:
+                    rescale_lanes(yt[m], acc, asum, s_t[t, g], o_t[t, g], da[m, (g * group) // 32], kind, TILE)
+        if want_y:
+            for m in range(a.shape[0]):
                 for j in range(tw):
-                    P[m, t * TILE + j, g] = acc[j]
-            if want_y:
-                rescale_lanes(yt[m], acc, asum, s_t[t, g], o_t[t, g], da[m, (g * group) // 32], kind, TILE)
-    if want_y:
-        for m in range(a.shape[0]):
-            for j in range(tw):
-                y[m, t * TILE + j] = yt[m, j]
+                    y[m, t * TILE + j] = yt[m, j]
+
+    return tile
 
 
-@njit(cache=True)
-def _tile_x8_q4_0(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
-    ng = s_t.shape[1]
-    tw = _tile_width(n, t)
-    off = geom[0]
-    wt = _tile_view(w, 8 * t, tw // 8, ng, 144)
-    buf = np.zeros((group, TILE), np.int8)  # codes; lanes an unpacker does not fill stay 0
-    h = np.empty(TILE, np.int16)
-    acc = np.empty(TILE, np.int32)
-    yt = np.zeros((a.shape[0], TILE), np.float32)
-    for g in range(ng):
-        _unpack_x8_q4_0(wt, g, buf, tw)
-        for m in range(a.shape[0]):
-            _dot_cols(buf, a, m, g * group, group, chunk, TILE, h, acc)
-            asum = A[m, g]
-            offa = np.int32(off * asum)
-            for j in range(TILE):
-                acc[j] = acc[j] - offa
-            if want_p:
-                for j in range(tw):
-                    P[m, t * TILE + j, g] = acc[j]
-            if want_y:
-                rescale_lanes(yt[m], acc, asum, s_t[t, g], o_t[t, g], da[m, (g * group) // 32], kind, TILE)
-    if want_y:
-        for m in range(a.shape[0]):
-            for j in range(tw):
-                y[m, t * TILE + j] = yt[m, j]
+# the tile's bytes per layout: panel64 = one super-block of ng groups of G/4 kg-blocks; the
+# 8-row forms = the tile's tw/8 super-rows of units (blocks, or K-quant super-blocks)
+@lazy_njit(inline="always")
+def _view_panel64_int8(w, t, tw, ng, group):
+    return _tile_view(w, t, 1, ng, group // 4 * 256)
 
 
-@njit(cache=True)
-def _tile_x8_q4_k(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
-    ng = s_t.shape[1]
-    tw = _tile_width(n, t)
-    off = geom[0]
-    wt = _tile_view(w, 8 * t, tw // 8, ng // 8, 1152)
-    buf = np.zeros((group, TILE), np.int8)  # codes; lanes an unpacker does not fill stay 0
-    h = np.empty(TILE, np.int16)
-    acc = np.empty(TILE, np.int32)
-    yt = np.zeros((a.shape[0], TILE), np.float32)
-    for g in range(ng):
-        _unpack_x8_q4_k(wt, g, buf, tw)
-        for m in range(a.shape[0]):
-            _dot_cols(buf, a, m, g * group, group, chunk, TILE, h, acc)
-            asum = A[m, g]
-            offa = np.int32(off * asum)
-            for j in range(TILE):
-                acc[j] = acc[j] - offa
-            if want_p:
-                for j in range(tw):
-                    P[m, t * TILE + j, g] = acc[j]
-            if want_y:
-                rescale_lanes(yt[m], acc, asum, s_t[t, g], o_t[t, g], da[m, (g * group) // 32], kind, TILE)
-    if want_y:
-        for m in range(a.shape[0]):
-            for j in range(tw):
-                y[m, t * TILE + j] = yt[m, j]
+@lazy_njit(inline="always")
+def _view_x8_q4_0(w, t, tw, ng, group):
+    return _tile_view(w, 8 * t, tw // 8, ng, 144)
 
 
-@njit(cache=True)
-def _tile_il8_nibble(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
-    ng = s_t.shape[1]
-    tw = _tile_width(n, t)
-    off = geom[0]
-    wt = _tile_view(w, 8 * t, tw // 8, ng, 128)
-    buf = np.zeros((group, TILE), np.int8)  # codes; lanes an unpacker does not fill stay 0
-    h = np.empty(TILE, np.int16)
-    acc = np.empty(TILE, np.int32)
-    yt = np.zeros((a.shape[0], TILE), np.float32)
-    for g in range(ng):
-        _unpack_il8_nibble(wt, g, buf, tw)
-        for m in range(a.shape[0]):
-            _dot_cols(buf, a, m, g * group, group, chunk, TILE, h, acc)
-            asum = A[m, g]
-            offa = np.int32(off * asum)
-            for j in range(TILE):
-                acc[j] = acc[j] - offa
-            if want_p:
-                for j in range(tw):
-                    P[m, t * TILE + j, g] = acc[j]
-            if want_y:
-                rescale_lanes(yt[m], acc, asum, s_t[t, g], o_t[t, g], da[m, (g * group) // 32], kind, TILE)
-    if want_y:
-        for m in range(a.shape[0]):
-            for j in range(tw):
-                y[m, t * TILE + j] = yt[m, j]
+@lazy_njit(inline="always")
+def _view_x8_q4_k(w, t, tw, ng, group):
+    return _tile_view(w, 8 * t, tw // 8, ng // 8, 1152)
 
 
-@njit(cache=True)
-def _tile_il8_int8(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
-    ng = s_t.shape[1]
-    tw = _tile_width(n, t)
-    off = geom[0]
-    wt = _tile_view(w, 8 * t, tw // 8, ng, 256)
-    buf = np.zeros((group, TILE), np.int8)  # codes; lanes an unpacker does not fill stay 0
-    h = np.empty(TILE, np.int16)
-    acc = np.empty(TILE, np.int32)
-    yt = np.zeros((a.shape[0], TILE), np.float32)
-    for g in range(ng):
-        _unpack_il8_int8(wt, g, buf, tw)
-        for m in range(a.shape[0]):
-            _dot_cols(buf, a, m, g * group, group, chunk, TILE, h, acc)
-            asum = A[m, g]
-            offa = np.int32(off * asum)
-            for j in range(TILE):
-                acc[j] = acc[j] - offa
-            if want_p:
-                for j in range(tw):
-                    P[m, t * TILE + j, g] = acc[j]
-            if want_y:
-                rescale_lanes(yt[m], acc, asum, s_t[t, g], o_t[t, g], da[m, (g * group) // 32], kind, TILE)
-    if want_y:
-        for m in range(a.shape[0]):
-            for j in range(tw):
-                y[m, t * TILE + j] = yt[m, j]
+@lazy_njit(inline="always")
+def _view_il8_nibble(w, t, tw, ng, group):
+    return _tile_view(w, 8 * t, tw // 8, ng, 128)
+
+
+@lazy_njit(inline="always")
+def _view_il8_int8(w, t, tw, ng, group):
+    return _tile_view(w, 8 * t, tw // 8, ng, 256)
+
+
+_tile_panel64_int8 = _column_tile(_view_panel64_int8, _unpack_panel64_int8)
+_tile_x8_q4_0 = _column_tile(_view_x8_q4_0, _unpack_x8_q4_0)
+_tile_x8_q4_k = _column_tile(_view_x8_q4_k, _unpack_x8_q4_k)
+_tile_il8_nibble = _column_tile(_view_il8_nibble, _unpack_il8_nibble)
+_tile_il8_int8 = _column_tile(_view_il8_int8, _unpack_il8_int8)
 
 
 # rowmajor: geom = [row_bytes, blocks per row]
-@njit(cache=True)
-def _tile_rowmajor_q4_0(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
-    tw = _tile_width(n, t)
-    wt = _tile_view(w, TILE * t, tw, geom[1], geom[0] // geom[1])
-    codes = np.empty((TILE, geom[1], a.shape[1] // geom[1]), np.int16)
-    pt = np.zeros((a.shape[0], s_t.shape[1], TILE), np.int32)  # lanes past tw stay 0
-    for r in range(tw):
-        _row_q4_0(wt, r, codes)
-    _rows_partials(codes.reshape(TILE, a.shape[1]), tw, a, group, pt)
-    _rows_finish(pt, tw, t, A, s_t, o_t, da, kind, group, P, y, want_p, want_y)
+def _row_tile(decode):
+    """A row-tile kernel: ``decode(wt, r, codes)`` writes row ``r``'s signed codes."""
 
+    @njit(cache=True)
+    def tile(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
+        tw = _tile_width(n, t)
+        wt = _tile_view(w, TILE * t, tw, geom[1], geom[0] // geom[1])
+        codes = np.empty((TILE, geom[1], a.shape[1] // geom[1]), np.int16)
+        pt = np.zeros((a.shape[0], s_t.shape[1], TILE), np.int32)  # lanes past tw stay 0
+        for r in range(tw):
+            decode(wt, r, codes)
+        _rows_partials(codes.reshape(TILE, a.shape[1]), tw, a, group, pt)
+        _rows_finish(pt, tw, t, A, s_t, o_t, da, kind, group, P, y, want_p, want_y)
 
-@njit(cache=True)
-def _tile_rowmajor_q4_1(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
-    tw = _tile_width(n, t)
-    wt = _tile_view(w, TILE * t, tw, geom[1], geom[0] // geom[1])
-    codes = np.empty((TILE, geom[1], a.shape[1] // geom[1]), np.int16)
-    pt = np.zeros((a.shape[0], s_t.shape[1], TILE), np.int32)  # lanes past tw stay 0
-    for r in range(tw):
-        _row_q4_1(wt, r, codes)
-    _rows_partials(codes.reshape(TILE, a.shape[1]), tw, a, group, pt)
-    _rows_finish(pt, tw, t, A, s_t, o_t, da, kind, group, P, y, want_p, want_y)
-
-
-@njit(cache=True)
-def _tile_rowmajor_q5_0(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
-    tw = _tile_width(n, t)
-    wt = _tile_view(w, TILE * t, tw, geom[1], geom[0] // geom[1])
-    codes = np.empty((TILE, geom[1], a.shape[1] // geom[1]), np.int16)
-    pt = np.zeros((a.shape[0], s_t.shape[1], TILE), np.int32)  # lanes past tw stay 0
-    for r in range(tw):
-        _row_q5_0(wt, r, codes)
-    _rows_partials(codes.reshape(TILE, a.shape[1]), tw, a, group, pt)
-    _rows_finish(pt, tw, t, A, s_t, o_t, da, kind, group, P, y, want_p, want_y)
-
-
-@njit(cache=True)
-def _tile_rowmajor_q5_1(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
-    tw = _tile_width(n, t)
-    wt = _tile_view(w, TILE * t, tw, geom[1], geom[0] // geom[1])
-    codes = np.empty((TILE, geom[1], a.shape[1] // geom[1]), np.int16)
-    pt = np.zeros((a.shape[0], s_t.shape[1], TILE), np.int32)  # lanes past tw stay 0
-    for r in range(tw):
-        _row_q5_1(wt, r, codes)
-    _rows_partials(codes.reshape(TILE, a.shape[1]), tw, a, group, pt)
-    _rows_finish(pt, tw, t, A, s_t, o_t, da, kind, group, P, y, want_p, want_y)
-
-
-@njit(cache=True)
-def _tile_rowmajor_q8_0(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
-    tw = _tile_width(n, t)
-    wt = _tile_view(w, TILE * t, tw, geom[1], geom[0] // geom[1])
-    codes = np.empty((TILE, geom[1], a.shape[1] // geom[1]), np.int16)
-    pt = np.zeros((a.shape[0], s_t.shape[1], TILE), np.int32)  # lanes past tw stay 0
-    for r in range(tw):
-        _row_q8_0(wt, r, codes)
-    _rows_partials(codes.reshape(TILE, a.shape[1]), tw, a, group, pt)
-    _rows_finish(pt, tw, t, A, s_t, o_t, da, kind, group, P, y, want_p, want_y)
-
-
-@njit(cache=True)
-def _tile_rowmajor_q4_k(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
-    tw = _tile_width(n, t)
-    wt = _tile_view(w, TILE * t, tw, geom[1], geom[0] // geom[1])
-    codes = np.empty((TILE, geom[1], a.shape[1] // geom[1]), np.int16)
-    pt = np.zeros((a.shape[0], s_t.shape[1], TILE), np.int32)  # lanes past tw stay 0
-    for r in range(tw):
-        _row_q4_k(wt, r, codes)
-    _rows_partials(codes.reshape(TILE, a.shape[1]), tw, a, group, pt)
-    _rows_finish(pt, tw, t, A, s_t, o_t, da, kind, group, P, y, want_p, want_y)
-
-
-@njit(cache=True)
-def _tile_rowmajor_q5_k(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
-    tw = _tile_width(n, t)
-    wt = _tile_view(w, TILE * t, tw, geom[1], geom[0] // geom[1])
-    codes = np.empty((TILE, geom[1], a.shape[1] // geom[1]), np.int16)
-    pt = np.zeros((a.shape[0], s_t.shape[1], TILE), np.int32)  # lanes past tw stay 0
-    for r in range(tw):
-        _row_q5_k(wt, r, codes)
-    _rows_partials(codes.reshape(TILE, a.shape[1]), tw, a, group, pt)
-    _rows_finish(pt, tw, t, A, s_t, o_t, da, kind, group, P, y, want_p, want_y)
-
-
-@njit(cache=True)
-def _tile_rowmajor_q6_k(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
-    tw = _tile_width(n, t)
-    wt = _tile_view(w, TILE * t, tw, geom[1], geom[0] // geom[1])
-    codes = np.empty((TILE, geom[1], a.shape[1] // geom[1]), np.int16)
-    pt = np.zeros((a.shape[0], s_t.shape[1], TILE), np.int32)  # lanes past tw stay 0
-    for r in range(tw):
-        _row_q6_k(wt, r, codes)
-    _rows_partials(codes.reshape(TILE, a.shape[1]), tw, a, group, pt)
-    _rows_finish(pt, tw, t, A, s_t, o_t, da, kind, group, P, y, want_p, want_y)
+    return tile
 
 
 # the driver: one parallel loop over tiles for every table row; the tile function comes in as a
@@ -748,9 +598,9 @@ def _signed_code_max(t):
 
 
 #: rowmajor: the row decoder of each type (the standard GGUF block layouts)
-_ROW_TILES = {"Q4_0": _tile_rowmajor_q4_0, "Q4_1": _tile_rowmajor_q4_1, "Q5_0": _tile_rowmajor_q5_0,
-              "Q5_1": _tile_rowmajor_q5_1, "Q8_0": _tile_rowmajor_q8_0, "Q4_K": _tile_rowmajor_q4_k,
-              "Q5_K": _tile_rowmajor_q5_k, "Q6_K": _tile_rowmajor_q6_k}
+_ROW_TILES = {t: _row_tile(dec) for t, dec in (
+    ("Q4_0", _row_q4_0), ("Q4_1", _row_q4_1), ("Q5_0", _row_q5_0), ("Q5_1", _row_q5_1),
+    ("Q8_0", _row_q8_0), ("Q4_K", _row_q4_k), ("Q5_K", _row_q5_k), ("Q6_K", _row_q6_k))}
 
 
 def _specs():
