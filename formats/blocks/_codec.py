@@ -26,6 +26,16 @@ READONLY_F32 = numba.types.Array(numba.float32, 1, "C", readonly=True)
 READONLY_U16 = numba.types.Array(numba.uint16, 1, "C", readonly=True)
 
 
+@lazy_njit(inline="always")
+def k_scale_min(blk, s):
+    """Sub-block ``s``'s 6-bit ``(sc, m)`` from a Q4_K/Q5_K block (scales at bytes 4..15;
+    the packing is drawn in ``_bits.k_scale_parts``)."""
+    if s < 4:
+        return np.int32(blk[4 + s]) & 63, np.int32(blk[8 + s]) & 63
+    return ((np.int32(blk[8 + s]) & 15) | ((np.int32(blk[s]) >> 6) << 4),
+            (np.int32(blk[8 + s]) >> 4) | ((np.int32(blk[4 + s]) >> 6) << 4))
+
+
 def parallel_dequantize(range_kernel, words=READONLY_U8, chunk: int = CHUNK_BLOCKS):
     """The parallel twin of a dequantize range kernel: ``prange`` over chunks of ``chunk`` units.
 

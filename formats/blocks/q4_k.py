@@ -46,6 +46,7 @@ from ._codec import (
     run_quantize,
     parallel_dequantize,
     parallel_quantize,
+    k_scale_min,
 )
 from .f16 import f16_bits_ref, f16_to_f32, f32_to_f16_bits
 from .f32 import f32_bits
@@ -78,12 +79,7 @@ def _dequantize_range(b, y, b0, b1, qk):
         d = f16_to_f32(np.int64(blk[0]) | (np.int64(blk[1]) << 8))
         dmin = f16_to_f32(np.int64(blk[2]) | (np.int64(blk[3]) << 8))
         for s in range(8):
-            if s < 4:
-                sc = np.int32(blk[4 + s]) & 63
-                m = np.int32(blk[8 + s]) & 63
-            else:
-                sc = (np.int32(blk[8 + s]) & 15) | ((np.int32(blk[s]) >> 6) << 4)
-                m = (np.int32(blk[8 + s]) >> 4) | ((np.int32(blk[4 + s]) >> 6) << 4)
+            sc, m = k_scale_min(blk, s)
             ds = d * np.float32(sc)
             ms = dmin * np.float32(m)
             qs = blk[16 + 32 * (s >> 1):16 + 32 * (s >> 1) + 32]

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..types import Q5_K as QTYPE
 from ._bits import BlockPlan, Field, f16_word, k_scale_parts
-from ._codec import CHUNK_BLOCKS, READONLY_U8, as_blocks, out_shape, run_dequantize, parallel_dequantize
+from ._codec import CHUNK_BLOCKS, READONLY_U8, as_blocks, out_shape, run_dequantize, parallel_dequantize, k_scale_min
 from .f16 import f16_to_f32
 from .._jit import lazy_njit
 
@@ -49,12 +49,7 @@ def _dequantize_range(b, y, b0, b1, qk):
         d = f16_to_f32(np.int64(blk[0]) | (np.int64(blk[1]) << 8))
         dmin = f16_to_f32(np.int64(blk[2]) | (np.int64(blk[3]) << 8))
         for s in range(8):
-            if s < 4:
-                sc = np.int32(blk[4 + s]) & 63
-                m = np.int32(blk[8 + s]) & 63
-            else:
-                sc = (np.int32(blk[8 + s]) & 15) | ((np.int32(blk[s]) >> 6) << 4)
-                m = (np.int32(blk[8 + s]) >> 4) | ((np.int32(blk[4 + s]) >> 6) << 4)
+            sc, m = k_scale_min(blk, s)
             ds = d * np.float32(sc)
             ms = dmin * np.float32(m)
             ql = blk[48 + 32 * (s >> 1):48 + 32 * (s >> 1) + 32]
