@@ -28,8 +28,8 @@ def render_result(result) -> str:
     if result.dry_run:
         out.append(f"dry run: {len(plan.tensors)} tensors planned, nothing read or written")
     else:
-        rate = plan.bytes_in / result.seconds / 1e6 if result.seconds else 0.0
-        out.append(f"wrote {result.bundle} in {result.seconds:.2f} s ({rate:.0f} MB/s of source)")
+        rate = plan.bytes_in / result.seconds if result.seconds else 0.0
+        out.append(f"wrote {result.bundle} in {result.seconds:.2f} s ({human_bytes(rate)}/s of source)")
     out.append(f"bytes in {human_bytes(plan.bytes_in)}, out {human_bytes(plan.bytes_out)}; "
                f"layouts: {counts}; {fb} tensor(s) not in the requested layout '{plan.layout}' (see ledger)")
     return "\n".join(out)
