@@ -656,11 +656,14 @@ def _compiled(tile: Callable):
         if config.DISABLE_JIT:
             wap = tile
         else:
-            from numba.core.types.function_type import CompileResultWAP
-
             log.debug("compiling (or loading from numba's cache) %s", tile.__name__)
             tile.compile(_TSIG.args)
-            wap = CompileResultWAP(tile.overloads[_TSIG.args])
+            try:  # numba-internal (checked on 0.59-0.68); the dispatcher itself also works
+                from numba.core.types.function_type import CompileResultWAP
+            except ImportError:  # pragma: no cover - depends on the numba release
+                wap = tile
+            else:
+                wap = CompileResultWAP(tile.overloads[_TSIG.args])
         _READY[tile] = wap
     return wap
 
