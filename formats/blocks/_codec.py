@@ -113,6 +113,14 @@ def as_blocks(blocks, qtype: GGMLType) -> np.ndarray:
     return np.ascontiguousarray(blocks)
 
 
+def ref_fields(blocks, qtype: GGMLType, plan) -> tuple[dict[str, np.ndarray], tuple[int, ...]]:
+    """For the numpy references: the blocks' fields by ``plan`` and the f32 output shape."""
+    b = as_blocks(blocks, qtype)
+    shape = out_shape(b, qtype)
+    n = b.shape[0] if b.ndim == 2 else 1
+    return plan.to_fields(b, n, shape[-1]), shape
+
+
 def out_shape(b: np.ndarray, qtype: GGMLType) -> tuple[int, ...]:
     """The f32 shape ``b`` (checked by :func:`as_blocks`) decodes to."""
     k = b.shape[-1] // qtype.type_size * qtype.block_size

@@ -30,15 +30,14 @@ from ._codec import (
     LANES,
     READONLY_F32,
     READONLY_U8,
-    as_blocks,
     as_rows_f32,
     bytes_shape,
     load_lanes,
-    out_shape,
     run_dequantize,
     run_quantize,
     parallel_dequantize,
     parallel_quantize,
+    ref_fields,
 )
 from .f16 import f16_bits_ref, f16_to_f32, f32_to_f16_bits
 from .f32 import cvtt_i32, cvtt_i32_ref, low_i8
@@ -79,14 +78,11 @@ def dequantize(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
 
 def dequantize_ref(blocks: np.ndarray) -> np.ndarray:
     """numpy reference from the bit fields."""
-    b = as_blocks(blocks, QTYPE)
-    n = b.shape[0] if b.ndim == 2 else 1
-    k = out_shape(b, QTYPE)[-1]
-    f = to_fields(b, n, k)
+    f, shape = ref_fields(blocks, QTYPE, PLAN)
     d = f["d"].view("<f2").astype(np.float32).repeat(32, axis=1)
     q = f["codes"].astype(np.float32) - np.float32(8)
     with np.errstate(invalid="ignore", over="ignore"):
-        return (d * q).reshape(out_shape(b, QTYPE))
+        return (d * q).reshape(shape)
 
 
 # ---- quantize ------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..types import Q4_1 as QTYPE
 from ._bits import BlockPlan, Field, f16_word, nibble_codes
-from ._codec import READONLY_U8, as_blocks, out_shape, run_dequantize, parallel_dequantize
+from ._codec import READONLY_U8, run_dequantize, parallel_dequantize, ref_fields
 from .f16 import f16_to_f32
 from .f32 import add_first_nan
 from .._jit import lazy_njit
@@ -60,11 +60,8 @@ def dequantize(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
 
 def dequantize_ref(blocks: np.ndarray) -> np.ndarray:
     """numpy reference from the bit fields."""
-    b = as_blocks(blocks, QTYPE)
-    n = b.shape[0] if b.ndim == 2 else 1
-    k = out_shape(b, QTYPE)[-1]
-    f = to_fields(b, n, k)
+    f, shape = ref_fields(blocks, QTYPE, PLAN)
     with np.errstate(invalid="ignore", over="ignore"):
         d = f["d"].view("<f2").astype(np.float32).repeat(32, axis=1)
         m = f["m"].view("<f2").astype(np.float32).repeat(32, axis=1)
-        return (d * f["codes"].astype(np.float32) + m).reshape(out_shape(b, QTYPE))
+        return (d * f["codes"].astype(np.float32) + m).reshape(shape)

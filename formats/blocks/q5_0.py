@@ -17,7 +17,7 @@ import numpy as np
 
 from ..types import Q5_0 as QTYPE
 from ._bits import BlockPlan, Field, f16_word, nibble_codes, qh_bit
-from ._codec import READONLY_U8, as_blocks, out_shape, run_dequantize, parallel_dequantize
+from ._codec import READONLY_U8, run_dequantize, parallel_dequantize, ref_fields
 from .f16 import f16_to_f32
 from .._jit import lazy_njit
 
@@ -62,11 +62,8 @@ def dequantize(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
 
 def dequantize_ref(blocks: np.ndarray) -> np.ndarray:
     """numpy reference from the bit fields."""
-    b = as_blocks(blocks, QTYPE)
-    n = b.shape[0] if b.ndim == 2 else 1
-    k = out_shape(b, QTYPE)[-1]
-    f = to_fields(b, n, k)
+    f, shape = ref_fields(blocks, QTYPE, PLAN)
     with np.errstate(invalid="ignore", over="ignore"):
         d = f["d"].view("<f2").astype(np.float32).repeat(32, axis=1)
         q = f["codes"].astype(np.float32) - np.float32(16)
-        return (d * q).reshape(out_shape(b, QTYPE))
+        return (d * q).reshape(shape)

@@ -18,7 +18,14 @@ import numpy as np
 
 from ..types import Q5_K as QTYPE
 from ._bits import BlockPlan, Field, f16_word, k_scale_parts
-from ._codec import CHUNK_BLOCKS, READONLY_U8, as_blocks, out_shape, run_dequantize, parallel_dequantize, k_scale_min
+from ._codec import (
+    CHUNK_BLOCKS,
+    READONLY_U8,
+    run_dequantize,
+    parallel_dequantize,
+    k_scale_min,
+    ref_fields,
+)
 from .f16 import f16_to_f32
 from .._jit import lazy_njit
 
@@ -71,13 +78,10 @@ def dequantize(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
 
 def dequantize_ref(blocks: np.ndarray) -> np.ndarray:
     """numpy reference from the bit fields."""
-    b = as_blocks(blocks, QTYPE)
-    n = b.shape[0] if b.ndim == 2 else 1
-    k = out_shape(b, QTYPE)[-1]
-    f = to_fields(b, n, k)
+    f, shape = ref_fields(blocks, QTYPE, PLAN)
     with np.errstate(invalid="ignore", over="ignore"):
         d = f["d"].view("<f2").astype(np.float32).repeat(8, axis=1)
         dmin = f["dmin"].view("<f2").astype(np.float32).repeat(8, axis=1)
         ds = (d * f["sc"].astype(np.float32)).repeat(32, axis=1)
         ms = (dmin * f["m"].astype(np.float32)).repeat(32, axis=1)
-        return (ds * f["codes"].astype(np.float32) - ms).reshape(out_shape(b, QTYPE))
+        return (ds * f["codes"].astype(np.float32) - ms).reshape(shape)
