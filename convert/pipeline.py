@@ -196,6 +196,9 @@ def run(ckpt: Checkpoint, plan: Plan, out: str | os.PathLike, force: bool = Fals
     with BundleWriter(out, force=force) as writer:
         source_hashes = _hash_sources(ckpt)
         progress.start(len(plan.tensors), plan.bytes_in)
+        # numba's start-up (~0.5 s) only pays for itself on big jobs; small ones stay in numpy
+        jit = repack.expect_bytes(sum(tp.info.nbytes for tp in plan.tensors if tp.decision.action != "copy"))
+        log.debug("repack kernels: %s", "numba" if jit else "numpy where it has a packer")
         jobs = max(1, int(jobs))
 
         def finish(tp: TensorPlan, produced) -> None:

@@ -23,12 +23,12 @@ from types import ModuleType
 from ..formats import types as _types
 from ..formats.errors import UnsupportedError
 from . import ggml_x8, il8_int8, il8_nibble, panel64, rowmajor
-from ._common import RegionSpec
+from ._common import JIT_PAYOFF_BYTES, RegionSpec, expect_bytes
 
 LAYOUTS: dict[str, ModuleType] = {m.NAME: m for m in (rowmajor, panel64, ggml_x8, il8_nibble, il8_int8)}
 assert len(LAYOUTS) == 5, "duplicate layout name"
 
-__all__ = ["LAYOUTS", "RegionSpec", "get", "names", "describe"]
+__all__ = ["LAYOUTS", "RegionSpec", "get", "names", "describe", "expect_bytes", "JIT_PAYOFF_BYTES"]
 
 
 def names() -> list[str]:

@@ -7,6 +7,7 @@ Nothing here knows a particular layout; the layout modules (``rowmajor.py``, ``p
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -184,6 +185,35 @@ def aligned_words(flat: np.ndarray) -> np.ndarray:
         tmp[...] = flat
         flat = tmp
     return flat.view(np.uint64)
+
+
+# ---- numba or numpy ------------------------------------------------------------------------
+#: Bytes of weights from which numba's start-up pays for itself. Importing numba and its first
+#: kernel call (loading the typing registries, even from a warm cache) cost about 0.45 s per
+#: process on the 2-core reference machine; the numpy packers of the simple block types
+#: (panel64 Q4_0/Q4_1/Q8_0) are slower than the kernels by about 1 ns per byte. So a job that
+#: repacks less than this stays in numpy and never loads numba (measured in
+#: benchmarks/bench_convert.py and benchmarks/bench_repack.py).
+JIT_PAYOFF_BYTES = 512 * 2**20
+
+
+def jit_loaded() -> bool:
+    """Whether numba is already loaded in this process (its start-up is then paid)."""
+    return "numba" in sys.modules
+
+
+def prefer_jit(nbytes: int) -> bool:
+    """Run a numba kernel rather than an equivalent numpy packer for ``nbytes`` of blocks?"""
+    return jit_loaded() or nbytes >= JIT_PAYOFF_BYTES
+
+
+def expect_bytes(total: int) -> bool:
+    """Tell the packers that a job will repack ``total`` bytes: from :data:`JIT_PAYOFF_BYTES`
+    on, numba is loaded now, so every tensor of the job uses the compiled kernels (one tensor
+    alone is rarely big enough to decide it). Returns whether the kernels will be used."""
+    if total >= JIT_PAYOFF_BYTES and not jit_loaded():
+        import numba  # noqa: F401  (loaded once; prefer_jit sees it from now on)
+    return jit_loaded()
 
 
 # ---- f16 <-> f32 --------------------------------------------------------------------------

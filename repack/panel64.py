@@ -143,7 +143,10 @@ def pack(blocks, n: int, k: int, qtype, out: dict[str, np.ndarray] | None = None
     raw = C.as_blocks(NAME, blocks, t, n, k)
     regions = C.out_regions(NAME, out, plan(t, n, k))
     fast = _FAST_PACK.get(t.name)
-    if fast:
+    plain = _NUMPY_PACK.get(t.name)
+    if plain and not C.prefer_jit(raw.nbytes):
+        plain(raw, t, n, k, regions)
+    elif fast:
         fast(raw, t, n, k, regions)
         _fill_pads(regions, t, n)
     else:
@@ -333,6 +336,70 @@ def _unpack_q8_0(r, t, n, k, raw):
     _k()._q8_0_unpack(r["panels"].reshape(-1).view(np.uint32), r["d"].reshape(-1), n, geo.ng, raw.reshape(-1))
 
 
+# -- numpy packers of the 32-element block types (no JIT: see _common.JIT_PAYOFF_BYTES) -------
+_CHUNK_BYTES = 1 << 18  # source bytes per step: keeps the temporaries in L2
+
+
+def _super_block_steps(geo: Geometry, n: int, row_bytes: int):
+    """(first super-block, end super-block, first row, end row) steps of about _CHUNK_BYTES."""
+    step = max(1, _CHUNK_BYTES // (CHANNELS * row_bytes))
+    for s0 in range(0, geo.sb, step):
+        s1 = min(geo.sb, s0 + step)
+        yield s0, s1, s0 * CHANNELS, min(n, s1 * CHANNELS)
+
+
+def _header_fields(b3: np.ndarray, names, geo: Geometry, out: dict[str, np.ndarray]) -> None:
+    """The f16 fields at the head of each block (d; d, m) -> their [SB][ng][64] regions."""
+    head = np.ascontiguousarray(b3[:, :, :2 * len(names)]).view(np.uint16)
+    for i, name in enumerate(names):
+        out[name][...] = _to_channel_order(head[:, :, i], geo, np.uint16)
+
+
+def _np_pack_q4_small(raw, t, n, k, out):
+    # A Q4_0/Q4_1 block's 16 code bytes, read as 4 little-endian uint32 words w[0..3]:
+    # word i holds bytes 4i..4i+3 = codes (4i+j) in the low nibbles and (16+4i+j) in the high:
+    #
+    #   w[i] bits: 31..28 27..24 23..20 19..16 15..12 11..8  7..4   3..0
+    #              c16+3  c3     c16+2  c2     c16+1  c1     c16+0  c0     (c = code at 4i + ...)
+    #
+    # kg-block q < 4 (K 4q..4q+3) is the low nibbles of w[q] gathered into one u16 panel word
+    # (bits 0, 4, 8, 12 = K offsets 0..3: the layout drawn at the top); q >= 4 the high ones.
+    geo = geometry(t, n, k)
+    head = t.type_size - 16
+    b3 = raw.reshape(n, geo.ng, t.type_size)
+    panels = out["panels"].reshape(-1).view(np.uint16).reshape(geo.sb, geo.ng, geo.kq, CHANNELS)
+    pad = pad_code(t) * 0x11111111
+    for s0, s1, r0, r1 in _super_block_steps(geo, n, geo.ng * t.type_size):
+        w = np.empty(((s1 - s0) * CHANNELS, geo.ng, 4), np.uint32)
+        w[:r1 - r0] = np.ascontiguousarray(b3[r0:r1, :, head:]).view(np.uint32)
+        w[r1 - r0:] = pad
+        wt = w.reshape(s1 - s0, CHANNELS, geo.ng, 4).transpose(0, 2, 3, 1)  # [sb, ng, i, channel]
+        low = wt & 0xF
+        low |= (wt >> 4) & 0xF0
+        low |= (wt >> 8) & 0xF00
+        low |= (wt >> 12) & 0xF000
+        panels[s0:s1, :, :4] = low
+        high = (wt >> 4) & 0xF
+        high |= (wt >> 8) & 0xF0
+        high |= (wt >> 12) & 0xF00
+        high |= (wt >> 16) & 0xF000
+        panels[s0:s1, :, 4:] = high
+    _header_fields(b3, [name for name, _, _ in _SCALES[t.name]], geo, out)
+
+
+def _np_pack_q8_0(raw, t, n, k, out):
+    # A Q8_0 block's 32 int8 codes are 8 groups of 4 consecutive K: exactly the 4 bytes a
+    # channel owns in each kg-block (code_offset 0), so the panels are a transpose of uint32s.
+    geo = geometry(t, n, k)
+    b3 = raw.reshape(n, geo.ng, t.type_size)
+    panels = out["panels"].reshape(-1).view(np.uint32).reshape(geo.sb, geo.ng, geo.kq, CHANNELS)
+    for s0, s1, r0, r1 in _super_block_steps(geo, n, geo.ng * t.type_size):
+        w = np.zeros(((s1 - s0) * CHANNELS, geo.ng, geo.kq), np.uint32)
+        w[:r1 - r0] = np.ascontiguousarray(b3[r0:r1, :, 2:]).view(np.uint32)
+        panels[s0:s1] = w.reshape(s1 - s0, CHANNELS, geo.ng, geo.kq).transpose(0, 2, 3, 1)
+    _header_fields(b3, ["d"], geo, out)
+
+
 # -- table-driven int8 panels (Q5_0, Q5_1, Q5_K, Q6_K): the codec's bit table drives one kernel -
 def _field_table(t, name: str) -> tuple[np.ndarray, int]:
     """int64 [count, 8] = (byte, shift, mask, dst) x 2 parts of one codec field, and its count."""
@@ -396,6 +463,7 @@ def _unpack_int8_table(r, t, n, k, raw):
 _FAST_PACK = {"Q4_0": _pack_q4_small, "Q4_1": _pack_q4_small, "Q4_K": _pack_q4_k, "Q8_0": _pack_q8_0,
               "Q5_0": _pack_int8_table, "Q5_1": _pack_int8_table, "Q5_K": _pack_int8_table,
               "Q6_K": _pack_int8_table}
+_NUMPY_PACK = {"Q4_0": _np_pack_q4_small, "Q4_1": _np_pack_q4_small, "Q8_0": _np_pack_q8_0}
 _FAST_UNPACK = {"Q4_0": _unpack_q4_small, "Q4_1": _unpack_q4_small, "Q4_K": _unpack_q4_k, "Q8_0": _unpack_q8_0,
                 "Q5_0": _unpack_int8_table, "Q5_1": _unpack_int8_table, "Q5_K": _unpack_int8_table,
                 "Q6_K": _unpack_int8_table}

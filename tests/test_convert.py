@@ -309,6 +309,22 @@ def test_smollm2_round_trip(tmp_path, smollm2):
 
 
 @pytest.mark.real
+def test_small_job_stays_in_numpy_and_matches_the_kernels(tmp_path, smollm2):
+    # below JIT_PAYOFF_BYTES a fresh process never loads numba (the numpy packers run) ...
+    out = tmp_path / "np.ppk"
+    code = ("import sys; from panelpack.convert import convert; "
+            f"convert({str(smollm2)!r}, {str(out)!r}); "
+            "sys.exit(3 if 'numba' in sys.modules else 0)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr or "numba was loaded for a small job"
+    # ... and its bundle is the kernels' bundle, file for file
+    assert "numba" in sys.modules and repack.expect_bytes(0)
+    jit = convert(smollm2, tmp_path / "jit.ppk").bundle
+    a, b = Bundle(out), Bundle(jit)
+    assert [t["sha256"] for t in a.manifest["tensors"]] == [t["sha256"] for t in b.manifest["tensors"]]
+
+
+@pytest.mark.real
 @pytest.mark.slow
 def test_gemma_round_trip(tmp_path, gemma):
     res = convert(gemma, tmp_path / "g.ppk", jobs=2)

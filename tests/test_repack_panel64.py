@@ -175,6 +175,34 @@ def test_fast_kernels_match_the_references(qtype, n, k, rng):
     assert np.array_equal(P.unpack(fast, n, k, qtype), raw)
 
 
+@pytest.mark.parametrize("qtype, n, k", [
+    ("Q4_0", 64, 128), ("Q4_0", 70, 512), ("Q4_0", 3, 96), ("Q4_0", 2000, 576),  # several steps
+    ("Q4_1", 70, 96), ("Q4_1", 1, 512), ("Q4_1", 1100, 1024),
+    ("Q8_0", 70, 96), ("Q8_0", 128, 256), ("Q8_0", 1, 32), ("Q8_0", 900, 1024),
+])
+def test_numpy_packers_match_the_references(qtype, n, k, rng, monkeypatch):
+    raw = random_blocks(qtype, n, k, rng)
+    ref = P.pack_ref(raw, n, k, qtype)
+    monkeypatch.setattr(P.C, "prefer_jit", lambda nbytes: False)
+    calls, packer = [], P._NUMPY_PACK[qtype]
+    monkeypatch.setitem(P._NUMPY_PACK, qtype, lambda *a: calls.append(1) or packer(*a))
+    plain = P.pack(raw, n, k, qtype)
+    assert calls == [1]  # the numpy packer ran, not the kernel
+    assert list(plain) == list(ref)
+    for name in ref:
+        assert np.array_equal(plain[name].view(np.uint8), ref[name].view(np.uint8)), name
+
+
+def test_numba_is_used_from_the_payoff_size_or_once_loaded(monkeypatch):
+    from panelpack.repack import _common
+
+    monkeypatch.setattr(_common, "jit_loaded", lambda: False)
+    assert not _common.prefer_jit(_common.JIT_PAYOFF_BYTES - 1)
+    assert _common.prefer_jit(_common.JIT_PAYOFF_BYTES)
+    monkeypatch.setattr(_common, "jit_loaded", lambda: True)
+    assert _common.prefer_jit(0)
+
+
 def test_the_fast_paths_are_the_ones_exercised():
     assert set(P._FAST_PACK) == {t.name for t in P.SOURCE_TYPES} == set(P._FAST_UNPACK)
     for name in ("_q4_0_pack_w", "_q4_0_unpack_w", "_q4_pack_b", "_q4_unpack_b", "_q4_k_pack", "_q4_k_unpack",
