@@ -47,6 +47,8 @@ def _args():
     p.add_argument("--rounds", type=int, default=5, help="rounds; each runs every contender's block once")
     p.add_argument("--repeats", type=int, default=20, help="timed calls per block")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--settle", type=float, default=0.3,
+                   help="seconds of idle before each block (OpenBLAS workers spin ~0.1 s after a call)")
     p.add_argument("--omp-wait", choices=["passive", "active", "default"], default="default",
                    help="OMP_WAIT_POLICY for numba's omp workers; default = unset (GOMP spins briefly, "
                         "then sleeps)")
@@ -138,6 +140,7 @@ def main():
             # compete with the other's), block order rotated every round
             for name in names[rnd % len(names):] + names[:rnd % len(names)]:
                 fn = contenders[name]
+                time.sleep(ARGS.settle)  # let the previous contender's spinning workers go idle
                 fn()  # wake the thread pool
                 for _ in range(ARGS.repeats):
                     s = time.perf_counter()

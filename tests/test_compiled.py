@@ -19,6 +19,7 @@ from builders import random_blocks
 from panelpack.formats import blocks as B
 from panelpack.formats import types as T
 from panelpack.formats.errors import BadInputError, UnsupportedError
+from panelpack.verify import _simd
 from panelpack.verify import compiled as C
 from panelpack.verify import dispatch as D
 from test_il8_kernels import REF_PACKERS as IL8_PACKERS
@@ -159,6 +160,52 @@ def test_extreme_codes_and_activations(qname, rng):
         a[1, ::2] = -val if val != -128 else 127
         P, _ = prep.partials(a)
         assert np.array_equal(P, D.standard_partials(blocks, n, k, qname, a)[0]), val
+
+
+# ---- the AVX2 panel64 nibble kernel (verify/_simd.py) against its references ------------------
+needs_avx2 = pytest.mark.skipif(not _simd.AVAILABLE, reason="numba does not target AVX2 here")
+
+
+@needs_avx2
+def test_nibble_group_dot_against_numpy_reference(rng):
+    from numba import njit
+
+    @njit
+    def call(w, woff, a, aoff, acc):
+        _simd.nibble_group_dot(w, woff, a, aoff, acc)
+
+    w = rng.integers(0, 256, 5 * 1024 + 7, dtype=np.uint8)
+    a = rng.integers(-128, 128, 200, dtype=np.int8)  # aoff multiples of 4: pair order keeps 4-runs
+    cases = [(w, 1024 * i + off, a, aoff) for i, off, aoff in ((0, 0, 0), (1, 3, 8), (3, 7, 168))]
+    assert np.array_equal(_simd.pair_order(np.arange(8, dtype=np.int8)[None])[0], [0, 2, 1, 3, 4, 6, 5, 7])
+    worst = np.full(1024, 0xFF, np.uint8)  # every code 15 against a = -128 and 127: the int16 bound
+    cases += [(worst, 0, np.full(32, v, np.int8), 0) for v in (-128, 127)]
+    for wb, woff, ab, aoff in cases:
+        acc = np.full(70, -1, np.int32)
+        call(wb, woff, _simd.pair_order(ab[None, :len(ab) // 4 * 4])[0], aoff, acc)
+        assert np.array_equal(acc[:64], _simd.nibble_group_dot_ref(wb, woff, ab, aoff)), (woff, aoff)
+        assert np.all(acc[64:] == -1)  # writes exactly 64 lanes
+    assert acc[0] == 15 * 127 * 32
+
+
+@needs_avx2
+@pytest.mark.parametrize("qname", ["Q4_0", "Q4_1", "Q4_K"])
+def test_avx2_and_portable_nibble_kernels_agree(qname, rng):
+    import dataclasses
+
+    n, k = 136, 512
+    blocks = random_blocks(qname, n, k, rng)
+    prep = C.prepare("panel64", ref_pack_panel64(blocks, n, k, qname), n, k, qname)
+    assert prep.spec.kernel is C._tile_panel64_nibble_avx2  # the default where AVX2 runs
+    portable = dataclasses.replace(prep, spec=dataclasses.replace(prep.spec, kernel=C._tile_panel64_nibble,
+                                                                  activations=None))
+    x = rng.standard_normal((3, k)).astype(np.float32)
+    x[1] *= 1e3
+    a, da = D.quantize_activations(x)
+    a[2, :40] = -128  # partials() takes any int8
+    for p_fast, p_port in zip(prep.run(a, da), portable.run(a, da)):
+        assert np.array_equal(np.asarray(p_fast).view(np.uint32), np.asarray(p_port).view(np.uint32))
+    assert np.array_equal(prep.run(a, da)[0], D.standard_partials(blocks, n, k, qname, a)[0])
 
 
 def test_panel64_reference_reader_matches_codes(rng):

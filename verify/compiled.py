@@ -45,6 +45,7 @@ from ..formats import types as _types
 from ..formats._jit import lazy_njit
 from ..formats.errors import BadInputError, UnsupportedError
 from . import dispatch as _d
+from . import _simd
 from . import il8 as _il8
 from .dispatch import rescale_lanes
 
@@ -379,19 +380,57 @@ def _tile_panel64_nibble(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, 
                                  + np.int16(v >> np.uint16(12)) * a3)
                 for j in range(TILE):
                     acc[j] += h[j]
-            asum = A[m, g]
-            offa = np.int32(off * asum)
-            for j in range(TILE):
-                acc[j] = acc[j] - offa
-            if want_p:
-                for j in range(tw):
-                    P[m, t * TILE + j, g] = acc[j]
-            if want_y:
-                rescale_lanes(yt[m], acc, asum, s_t[t, g], o_t[t, g], da[m, k0 // 32], kind, TILE)
+            _nibble_group_done(acc, t, g, m, tw, off, A, s_t, o_t, da, kind, k0, P, yt, want_p, want_y)
+    _tile_done(yt, t, tw, y, want_y)
+
+
+@njit(inline="always")
+def _nibble_group_done(acc, t, g, m, tw, off, A, s_t, o_t, da, kind, k0, P, yt, want_p, want_y):
+    """A nibble tile's group ``g`` for row ``m``, once ``acc`` holds ``Σ u·a``: subtract
+    ``off·A`` (raw codes), store ``P`` and/or add the group's rescale into ``yt``."""
+    asum = A[m, g]
+    offa = np.int32(off * asum)
+    for j in range(TILE):
+        acc[j] = acc[j] - offa
+    if want_p:
+        for j in range(tw):
+            P[m, t * TILE + j, g] = acc[j]
     if want_y:
-        for m in range(a.shape[0]):
+        rescale_lanes(yt[m], acc, asum, s_t[t, g], o_t[t, g], da[m, k0 // 32], kind, TILE)
+
+
+@njit(inline="always")
+def _tile_done(yt, t, tw, y, want_y):
+    if want_y:
+        for m in range(yt.shape[0]):
             for j in range(tw):
                 y[m, t * TILE + j] = yt[m, j]
+
+
+if _simd.AVAILABLE:
+    _nibble_group_dot = _simd.nibble_group_dot
+
+    @njit(cache=True)
+    def _tile_panel64_nibble_avx2(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
+        # The same partials as _tile_panel64_nibble, one group of 64 channels per call of the
+        # vpmaddubsw sequence in _simd (exact: see there). Nibble types all have G = 32; ``a``
+        # arrives in _simd.pair_order (KernelSpec.activations), which only this kernel reads.
+        ng = s_t.shape[1]
+        tw = _tile_width(n, t)
+        off = geom[0]
+        k = a.shape[1]
+        af = a.reshape(-1)
+        acc = np.empty(TILE, np.int32)
+        yt = np.zeros((a.shape[0], TILE), np.float32)
+        for g in range(ng):
+            k0 = g * group
+            base = (t * ng + g) * (group * 32)  # 32 bytes per K of a 64-channel nibble tile
+            for m in range(a.shape[0]):
+                _nibble_group_dot(w, base, af, m * k + k0, acc)
+                _nibble_group_done(acc, t, g, m, tw, off, A, s_t, o_t, da, kind, k0, P, yt, want_p, want_y)
+        _tile_done(yt, t, tw, y, want_y)
+else:
+    _tile_panel64_nibble_avx2 = None
 
 
 def _column_tile(view, unpack):
@@ -582,6 +621,7 @@ class KernelSpec:
     geom: Callable  # (t, n, k) -> int64 constants the kernel reads
     code_max: int  # max |value| the unpacker puts in buf (bounds the int16 runs)
     row_multiple: int = 1
+    activations: Callable | None = None  # a -> the int8 [M, K] the kernel reads, if not a itself
 
 
 def _geom_offset(off):
@@ -603,12 +643,21 @@ _ROW_TILES = {t: _row_tile(dec) for t, dec in (
     ("Q8_0", _row_q8_0), ("Q4_K", _row_q4_k), ("Q5_K", _row_q5_k), ("Q6_K", _row_q6_k))}
 
 
+def _nibble_tile(t):
+    """(tile function, activation order) of panel64 nibble panels: the AVX2 kernel where it
+    runs (G = 32), else the portable one."""
+    if _tile_panel64_nibble_avx2 is not None and t.group == _simd.GROUP:
+        return _tile_panel64_nibble_avx2, _simd.pair_order
+    return _tile_panel64_nibble, None
+
+
 def _specs():
     rows = []
     for t in _types.INTEGER_FORM:
         if t.code_bits == 4:  # nibble panels hold the raw code u; the kernel subtracts code_offset
-            rows.append(KernelSpec("panel64", t.name, _tile_panel64_nibble, _panel64_bytes, _panel64_scales,
-                                   _geom_offset(t.code_offset), 15))
+            tile, order = _nibble_tile(t)
+            rows.append(KernelSpec("panel64", t.name, tile, _panel64_bytes, _panel64_scales,
+                                   _geom_offset(t.code_offset), 15, activations=order))
         else:  # int8 panels hold c = code - code_offset
             rows.append(KernelSpec("panel64", t.name, _tile_panel64_int8, _panel64_bytes, _panel64_scales,
                                    _geom_offset(0), _signed_code_max(t)))
@@ -658,14 +707,38 @@ def _compiled(tile: Callable):
         else:
             log.debug("compiling (or loading from numba's cache) %s", tile.__name__)
             tile.compile(_TSIG.args)
-            try:  # numba-internal (checked on 0.59-0.68); the dispatcher itself also works
-                from numba.core.types.function_type import CompileResultWAP
-            except ImportError:  # pragma: no cover - depends on the numba release
-                wap = tile
-            else:
-                wap = CompileResultWAP(tile.overloads[_TSIG.args])
+            wap_class = _typed_wap_class()
+            wap = tile if wap_class is None else wap_class(tile.overloads[_TSIG.args])
         _READY[tile] = wap
     return wap
+
+
+_WAP_CLASS: list = []
+
+
+def _typed_wap_class():
+    """numba's ``CompileResultWAP`` with its numba type computed once (None if numba lacks it).
+
+    The driver's dispatcher types every argument on every call; for a ``CompileResultWAP`` that
+    means rebuilding its signature and FunctionType, about 25 us a call (measured), more than a
+    small tile's work. The subclass registers a ``typeof`` that returns the stored type.
+    """
+    if not _WAP_CLASS:
+        try:  # numba-internal (checked on 0.59-0.68); the dispatcher itself also works
+            from numba.core.types.function_type import CompileResultWAP
+        except ImportError:  # pragma: no cover - depends on the numba release
+            _WAP_CLASS.append(None)
+        else:
+            from numba.extending import typeof_impl
+
+            class TypedWAP(CompileResultWAP):
+                def __init__(self, cres):
+                    super().__init__(cres)
+                    self.numba_type = types.FunctionType(self.signature())
+
+            typeof_impl.register(TypedWAP)(lambda val, c: val.numba_type)
+            _WAP_CLASS.append(TypedWAP)
+    return _WAP_CLASS[0]
 
 
 def spec(layout: str, qtype) -> KernelSpec:
@@ -721,7 +794,8 @@ class Prepared:
         # loses its core for a while does not hold the whole call up
         previous = numba.set_parallel_chunksize(_TILES_PER_GRAB)
         try:
-            _driver()(_compiled(self.spec.kernel), self.weights, self.geom, a, A, self.s_t, self.o_t, da,
+            a_k = a if self.spec.activations is None else self.spec.activations(a)
+            _driver()(_compiled(self.spec.kernel), self.weights, self.geom, a_k, A, self.s_t, self.o_t, da,
                       _d.SCHEME_KIND[t.scheme], t.group, chunk, self.n, P, y, want_p, want_y)
         finally:
             numba.set_parallel_chunksize(previous)

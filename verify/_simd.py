@@ -1,0 +1,142 @@
+"""Hand-placed x86 SIMD for the hottest compiled kernel: panel64 nibble partials (AVX2).
+
+numba's auto-vectoriser turns the portable panel64 nibble loop (``compiled._tile_panel64_nibble``)
+into ``vpmullw`` on int16 lanes: about 15 instructions per 64 multiply-adds. x86 has a
+byte-level multiply-add, ``vpmaddubsw`` (unsigned byte x signed byte, adjacent pairs summed to
+int16), that does the same work in about 8, but LLVM only finds it in loop shapes our kernel
+cannot take. :func:`nibble_group_dot` writes the one group's loop directly in LLVM IR (a numba
+``@intrinsic``), so it is inlined into the compiled tile function like any other code.
+
+What one call computes (``G = 32``: every nibble type of panel64, Q4_0, Q4_1 and Q4_K)::
+
+    acc[c] = Σ_{kk < 32} u(c, kk) · a[aoff + kk]        c < 64 channels, u the raw 4-bit code
+
+from the group's 8 kg-blocks of 128 bytes at ``w[woff:]`` (the panel64 nibble layout, see
+``repack/panel64.py``)::
+
+    kg-block q (K = 4q .. 4q+3), 32-byte slice s (channels 16s .. 16s+15):
+      byte 2c'   = u(k0) | u(k1) << 4          c' = c - 16s,  k0..k3 = 4q .. 4q+3
+      byte 2c'+1 = u(k2) | u(k3) << 4
+
+      x      = 32 bytes                 [ k1|k0 , k3|k2 , k1|k0 , k3|k2 , ... ]  (high|low)
+      lo     = x & 0x0F                 [   k0  ,   k2  ,   k0  ,   k2  , ... ]
+      hi     = (x >> 4) & 0x0F          [   k1  ,   k3  ,   k1  ,   k3  , ... ]
+      pat_lo = (a[k0], a[k2]) x 16      pat_hi = (a[k1], a[k3]) x 16   (pair_order: 2-byte loads)
+      vpmaddubsw(lo, pat_lo) + vpmaddubsw(hi, pat_hi) = 16 int16 lanes: Σ_{j<4} u(kj)·a[kj]
+
+Exactness: one ``vpmaddubsw`` lane is at most 2·15·128 = 3840 in magnitude (never saturates);
+four kg-blocks summed in int16 stay within 4·2·3840 = 30720 <= 32767; the two halves of the
+group are widened to int32 before they are added. So ``acc`` is the exact int32 sum, whatever
+the int8 activations (including -128). :func:`nibble_group_dot_ref` is the numpy statement of
+the same sum; the tests compare them, and the kernels built on both.
+
+:data:`AVAILABLE` says whether numba compiles for a CPU with AVX2 (the host, or
+``NUMBA_CPU_NAME``/``NUMBA_CPU_FEATURES`` when they are set); elsewhere (Arm, old x86, the JIT
+disabled) the portable kernel runs, with the same results.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+GROUP = 32  # K per call: the scale group of every panel64 nibble type
+KG_BLOCKS = GROUP // 4
+KG_BYTES = 128  # one kg-block: 4 K x 64 channels of 4 bits
+CHANNELS = 64
+
+
+def _target_has_avx2() -> bool:
+    from numba.core import config
+
+    if config.DISABLE_JIT:
+        return False
+    if config.CPU_NAME:  # an explicit target (portable caches): trust only its feature string
+        return "+avx2" in (config.CPU_FEATURES or "").split(",")
+    import llvmlite.binding as ll
+
+    return bool(ll.get_host_cpu_features().get("avx2", False))
+
+
+AVAILABLE: bool = _target_has_avx2()
+
+
+def pair_order(a: np.ndarray) -> np.ndarray:
+    """int8 [M, K] activations with each run of 4 reordered (x0, x2, x1, x3): the byte pairs
+    that multiply a kg-block's low nibbles (k0, k2) and high nibbles (k1, k3), so each pattern
+    register is one 2-byte broadcast load."""
+    m, k = a.shape
+    src = a.reshape(m, k // 4, 4)
+    out = np.empty_like(src)
+    out[:, :, 0], out[:, :, 1], out[:, :, 2], out[:, :, 3] = src[:, :, 0], src[:, :, 2], src[:, :, 1], src[:, :, 3]
+    return out.reshape(m, k)
+
+
+def nibble_group_dot_ref(w: np.ndarray, woff: int, a: np.ndarray, aoff: int) -> np.ndarray:
+    """int64 [64]: ``Σ_kk u(c, kk)·a[aoff + kk]`` over one group's 1024 panel bytes (numpy)."""
+    g = np.asarray(w[woff:woff + KG_BLOCKS * KG_BYTES], np.uint8).reshape(KG_BLOCKS, CHANNELS, 2)
+    u = np.empty((KG_BLOCKS, CHANNELS, 4), np.int64)
+    u[..., 0], u[..., 1] = g[..., 0] & 15, g[..., 0] >> 4
+    u[..., 2], u[..., 3] = g[..., 1] & 15, g[..., 1] >> 4
+    av = np.asarray(a[aoff:aoff + GROUP], np.int64).reshape(KG_BLOCKS, 4)
+    return np.einsum("qcj,qj->c", u, av)
+
+
+def _build():
+    from llvmlite import ir
+    from numba import types
+    from numba.core import cgutils
+    from numba.extending import intrinsic
+
+    i8, i16, i32, i64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
+    v32i8, v16i16, v16i32 = ir.VectorType(i8, 32), ir.VectorType(i16, 16), ir.VectorType(i32, 16)
+
+    @intrinsic
+    def nibble_group_dot(typingctx, w, woff, a, aoff, acc):
+        """``acc[0:64] = Σ_kk u(c, kk)·x[kk]`` (int32) for the group at byte ``woff`` of ``w``
+        (uint8, 1-D), where ``a[aoff:aoff + 32]`` (int8, 1-D) holds the group's activations ``x``
+        in pair order (:func:`pair_order`). No bounds checks: the caller's geometry guarantees
+        ``woff + 1024 <= len(w)``, ``aoff + 32 <= len(a)``, ``len(acc) >= 64``."""
+        sig = types.void(w, woff, a, aoff, acc)
+
+        def codegen(context, builder, signature, args):
+            w_arr, w_off, a_arr, a_off, acc_arr = args
+            wd = context.make_array(signature.args[0])(context, builder, w_arr).data
+            ad = context.make_array(signature.args[2])(context, builder, a_arr).data
+            cd = context.make_array(signature.args[4])(context, builder, acc_arr).data
+            pmadd = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(v16i16, [v32i8, v32i8]), "llvm.x86.avx2.pmadd.ub.sw")
+            wbase = builder.gep(wd, [w_off])
+            abase = builder.gep(ad, [a_off])
+            low4 = ir.Constant(v32i8, [15] * 32)
+            four = ir.Constant(v32i8, [4] * 32)
+            splat = ir.Constant(ir.VectorType(i32, 16), [0] * 16)
+
+            def pair(at):  # the 2 bytes at abase + at, repeated x 16 (one vpbroadcastw)
+                p = builder.bitcast(builder.gep(abase, [ir.Constant(i64, at)]), i16.as_pointer())
+                vec = builder.insert_element(ir.Constant(v16i16, None), builder.load(p, align=1), ir.Constant(i32, 0))
+                return builder.bitcast(builder.shuffle_vector(vec, ir.Constant(v16i16, None), splat), v32i8)
+
+            pats = [(pair(4 * q), pair(4 * q + 2)) for q in range(KG_BLOCKS)]
+            for s in range(CHANNELS // 16):
+                halves = []
+                for half in range(2):
+                    total = None
+                    for q in range(4 * half, 4 * half + 4):
+                        p = builder.gep(wbase, [ir.Constant(i64, q * KG_BYTES + 32 * s)])
+                        x = builder.load(builder.bitcast(p, v32i8.as_pointer()), align=1)
+                        lo = builder.and_(x, low4)
+                        hi = builder.and_(builder.lshr(x, four), low4)
+                        t = builder.add(builder.call(pmadd, [lo, pats[q][0]]), builder.call(pmadd, [hi, pats[q][1]]))
+                        total = t if total is None else builder.add(total, t)
+                    halves.append(builder.sext(total, v16i32))
+                dst = builder.bitcast(builder.gep(cd, [ir.Constant(i64, 16 * s)]), v16i32.as_pointer())
+                builder.store(builder.add(halves[0], halves[1]), dst, align=4)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return nibble_group_dot
+
+
+#: the intrinsic (callable from numba code only), or None where it cannot run
+nibble_group_dot = _build() if AVAILABLE else None
