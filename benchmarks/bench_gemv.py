@@ -5,8 +5,9 @@
     python benchmarks/bench_gemv.py --type q4_k --rounds 8 --repeats 30
 
 Each round runs a block of ``--repeats`` consecutive calls per contender, the block order
-rotating from round to round (load from other processes hits every contender alike, and one
-contender's idle worker threads do not compete with another's calls). The table reports the
+rotating from round to round (load from other processes hits every contender alike). Before
+each block the process idles ``--settle`` seconds: OpenBLAS workers spin for a while after a
+call, and without the pause they steal the second vCPU from whichever contender runs next. The table reports the
 median, minimum and 90th percentile over all timed calls, and ratios of medians. Contenders,
 all with their weights prepared beforehand:
 

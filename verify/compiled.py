@@ -9,8 +9,10 @@ is bit-identical with the standard dispatch; the tests check both.
 
 How ``P`` is formed, per tile and group ``g``:
 
-* **panel64 nibble panels** (Q4_0, Q4_1, Q4_K): read in place, each 128-byte kg-block as 64
-  u16 words (one per channel, 4 codes at bits 0/4/8/12), multiply-added in int16 lanes;
+* **panel64 nibble panels** (Q4_0, Q4_1, Q4_K): read in place. Where numba targets AVX2, one
+  ``vpmaddubsw`` sequence per group (:mod:`panelpack.verify._simd`); elsewhere each 128-byte
+  kg-block as 64 u16 words (one per channel, 4 codes at bits 0/4/8/12), multiply-added in
+  int16 lanes. Both give the same exact int32 partials (tested against each other);
 * **column tiles** (panel64 int8 panels, ``ggml-x8``, ``il8-nibble``, ``il8-int8``): an unpacker
   writes the group's codes for the 64 channels to ``buf[G][64]`` (int8), then
   ``P[:, tile, g] = Σ_k buf[k]·a[m, k]`` runs over the 64 lanes (:func:`_dot_cols`);
