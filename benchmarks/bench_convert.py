@@ -32,8 +32,9 @@ Sections (``--sections``, default all three):
     kernel reports them. Reference rows: the same command with ``--dry-run`` (interpreter +
     imports + plan: the floor) and llama.cpp quantizing the same file to Q4_0.
 
-``demo``  ``python -m panelpack demo --no-verify`` and ``python -m panelpack demo`` (the
-    README's main command), each once with an empty ``NUMBA_CACHE_DIR`` (cold: every kernel
+``demo``  ``python -m panelpack demo`` (the README's main command: convert, ledger, structure
+    check) and ``python -m panelpack demo --verify all`` (plus the emulated leaves and
+    compiled kernels), each once with an empty ``NUMBA_CACHE_DIR`` (cold: every kernel
     compiled; Python's own ``__pycache__`` is whatever the installation has), then
     ``--demo-warm-runs`` times with the cache the cold runs filled.
 
@@ -476,7 +477,7 @@ def section_demo(args, env: dict, workdir: Path) -> str:
     lines = ["## panelpack demo (README's main command), cold and warm numba cache",
              f"load average before: {loadavg()}"]
     rows = []
-    variants = [("demo --no-verify", ["--no-verify"]), ("demo (convert + ledger + verify)", [])]
+    variants = [("demo (convert + ledger + structure check)", []), ("demo --verify all", ["--verify", "all"])]
     for name, extra in variants:
         rmtree(cold_cache)
         cold_cache.mkdir(parents=True)
@@ -494,10 +495,10 @@ def section_demo(args, env: dict, workdir: Path) -> str:
     rmtree(cold_cache)
     lines.append(table(rows, ("command", "cold wall s", "cold cpu s", "cold RSS MB",
                               f"warm wall s (median of {args.demo_warm_runs})", "warm cpu s")))
-    convert_only, full = float(rows[0][1]), float(rows[1][1])
-    lines.append(f"target (convert + ledger under 30 s on a fresh machine: demo --no-verify, cold): "
-                 f"{convert_only:.1f} s ({'meets' if convert_only < 30 else 'misses'}); "
-                 f"with verify: {full:.1f} s")
+    main_cmd, full = float(rows[0][1]), float(rows[1][1])
+    lines.append(f"target (README's main command, convert + ledger, under 30 s on a fresh machine: demo, cold): "
+                 f"{main_cmd:.1f} s ({'meets' if main_cmd < 30 else 'misses'}); "
+                 f"with --verify all (compiles the emulators): {full:.1f} s")
     lines.append(f"load average after: {loadavg()}")
     return "\n".join(lines)
 

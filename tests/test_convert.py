@@ -272,6 +272,21 @@ def test_full_disk_leaves_nothing(tmp_path, tiny_gguf, monkeypatch):
 
 
 # -- the CLI ------------------------------------------------------------------------------
+def test_cli_demo_verify_levels(tmp_path):
+    out = tmp_path / "d.ppk"
+    r = CliRunner().invoke(main, ["demo", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "model.layers.0.self_attn.q_proj.weight" in r.output  # the ledger
+    assert "levels structure;" in r.output and f"panelpack verify {out} --level all" in r.output
+    r = CliRunner().invoke(main, ["demo", "-o", str(out), "--verify", "lossless"])
+    assert r.exit_code == 0 and "levels structure+lossless;" in r.output, r.output
+    r = CliRunner().invoke(main, ["demo", "-o", str(out), "--no-verify"])
+    assert r.exit_code == 0 and "verify OK" not in r.output
+    assert Bundle(out).manifest["tensors"]
+    r = CliRunner().invoke(main, ["demo", "-o", str(out), "--verify", "bogus"])
+    assert r.exit_code == 2
+
+
 def test_cli_convert_json_and_exit_codes(tmp_path, tiny_gguf):
     r = CliRunner().invoke(main, ["convert", str(tiny_gguf), "-o", str(tmp_path / "c.ppk"), "--json"])
     assert r.exit_code == 0, r.output
