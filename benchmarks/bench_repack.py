@@ -6,7 +6,10 @@ Every case runs single-threaded (numba kernels are serial) on random blocks; out
 preallocated and reused (``out=``), as the converter writes into the bundle's file. Each
 repeat measures ``np.copyto`` of the source bytes and the operation back to back, so a noisy
 machine disturbs both; the table shows medians of wall time (GB/s of *source* bytes) and the
-median of the per-repeat ratios (operation speed / copy speed). Targets:
+median of the per-repeat ratios (operation speed / copy speed). ``--engine jit`` (default)
+measures the numba kernels, as a big conversion runs them; ``--engine numpy`` the numpy
+packers that jobs under ``repack.JIT_PAYOFF_BYTES`` use instead (panel64 Q4_0/Q4_1/Q8_0 pack;
+the other cases have no numpy packer and run their kernels either way). Targets:
 Q4_0 -> panel64 and -> ggml-x8 >= 4 GB/s (>= 0.35x copy), unpack at least as fast;
 Q4_K -> panel64 >= 2 GB/s.
 """
@@ -61,14 +64,23 @@ def main(argv=None):
     ap.add_argument("--cases", default="", help="comma-separated layout:type, e.g. panel64:Q4_0")
     ap.add_argument("--cpu-time", action="store_true",
                     help="time with this thread's CPU time instead of wall time (steadier on a shared machine)")
+    ap.add_argument("--engine", choices=["jit", "numpy"], default="jit",
+                    help="numba kernels, or the numpy packers small jobs use (see the module docstring)")
     args = ap.parse_args(argv)
+    if args.engine == "jit":
+        repack.expect_bytes(repack.JIT_PAYOFF_BYTES)  # loads numba: every packer runs its kernel
+    else:
+        from panelpack.repack import _common
+
+        _common.prefer_jit = lambda nbytes: False
     global CLOCK
     CLOCK = time.thread_time if args.cpu_time else time.perf_counter
     cases = [tuple(c.split(":")) for c in args.cases.split(",")] if args.cases else CASES
     rng = np.random.default_rng(0)
     n, k = args.n, args.k
     clock = "thread CPU time" if args.cpu_time else "wall time"
-    print(f"[{n}, {k}] random blocks, {args.repeat} repeats, {clock}, load average {os.getloadavg()[0]:.2f}")
+    print(f"[{n}, {k}] random blocks, {args.repeat} repeats, {clock}, engine {args.engine},"
+          f" load average {os.getloadavg()[0]:.2f}")
     print(f"{'layout':<11} {'type':<5} {'MB':>7} {'copy GB/s':>10} {'pack GB/s':>10} {'x copy':>7} "
           f"{'unpack GB/s':>12} {'x copy':>7}")
     for layout, qname in cases:

@@ -190,11 +190,12 @@ def aligned_words(flat: np.ndarray) -> np.ndarray:
 # ---- numba or numpy ------------------------------------------------------------------------
 #: Bytes of weights from which numba's start-up pays for itself. Importing numba and its first
 #: kernel call (loading the typing registries, even from a warm cache) cost about 0.45 s per
-#: process on the 2-core reference machine; the numpy packers of the simple block types
-#: (panel64 Q4_0/Q4_1/Q8_0) are slower than the kernels by about 1 ns per byte. So a job that
-#: repacks less than this stays in numpy and never loads numba (measured in
-#: benchmarks/bench_convert.py and benchmarks/bench_repack.py).
-JIT_PAYOFF_BYTES = 512 * 2**20
+#: process on the 2-core reference machine. The numpy packers of the simple block types
+#: (panel64 Q4_0/Q4_1: 0.35-0.45 GB/s against the kernels' 0.9-4.8; Q8_0: about 1 GB/s, the
+#: same as its kernel) lose at most ~2 ns per byte, so below about 256 MiB numpy is faster
+#: overall and the job never loads numba (benchmarks/bench_repack.py --engine numpy|jit,
+#: benchmarks/bench_convert.py).
+JIT_PAYOFF_BYTES = 256 * 2**20
 
 
 def jit_loaded() -> bool:
