@@ -20,7 +20,8 @@ Kernel paths (the ledger's ``path`` column):
 ``sme2.gemm.luti4_smopa``   emulated SME2 GEMM leaf (``sme2.gemm.ld1b_smopa`` for int8 panels)
 ``neon.panel``              emulated NEON path reading the same panels
 ``il8.gemm``                the 8-row interleaved kernel (``ggml-x8``, ``il8-*``)
-``compiled.<layout>``       the fast compiled kernel, all rows
+``compiled.<layout>``       the fast compiled kernel, all rows (``compiled.panel64.avx2``: the
+                            AVX2 variant of the panel64 nibble kernel, where numba targets AVX2)
 ==========================  ===============================================================
 
 Emulated leaves run on ``sample`` sampled super-blocks (64 rows each); compiled kernels on
@@ -320,11 +321,11 @@ def _agreement(b: Bundle, t: dict[str, Any], blocks: Optional[np.ndarray], v: Te
         # --- the compiled kernel on the advertised layout, all rows ------------------------
         if prep is not None:
             P_c, A_c, y_c = prep.run(a, da, want_p=want_p)
-            _add_path(v, f"compiled.{layout}")
+            _add_path(v, prep.spec.path)
             if y_std is not None:
-                pairs = [(f"compiled.{layout} y", y_c, y_std)]
+                pairs = [(f"{prep.spec.path} y", y_c, y_std)]
                 if want_p:
-                    pairs.insert(0, (f"compiled.{layout} P", P_c, P_std))
+                    pairs.insert(0, (f"{prep.spec.path} P", P_c, P_std))
                 for what, got, want in pairs:
                     d = _first_diff(what, got, want)
                     if d:

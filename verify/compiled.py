@@ -624,6 +624,12 @@ class KernelSpec:
     code_max: int  # max |value| the unpacker puts in buf (bounds the int16 runs)
     row_multiple: int = 1
     activations: Callable | None = None  # a -> the int8 [M, K] the kernel reads, if not a itself
+    variant: str = ""  # which implementation runs, for ledgers ("avx2"; "" = the portable one)
+
+    @property
+    def path(self) -> str:
+        """The kernel path's name in verification ledgers: ``compiled.<layout>[.<variant>]``."""
+        return f"compiled.{self.layout}" + (f".{self.variant}" if self.variant else "")
 
 
 def _geom_offset(off):
@@ -646,20 +652,20 @@ _ROW_TILES = {t: _row_tile(dec) for t, dec in (
 
 
 def _nibble_tile(t):
-    """(tile function, activation order) of panel64 nibble panels: the AVX2 kernel where it
-    runs (G = 32), else the portable one."""
+    """(tile function, activation order, variant) of panel64 nibble panels: the AVX2 kernel
+    where it runs (G = 32), else the portable one."""
     if _tile_panel64_nibble_avx2 is not None and t.group == _simd.GROUP:
-        return _tile_panel64_nibble_avx2, _simd.pair_order
-    return _tile_panel64_nibble, None
+        return _tile_panel64_nibble_avx2, _simd.pair_order, "avx2"
+    return _tile_panel64_nibble, None, ""
 
 
 def _specs():
     rows = []
     for t in _types.INTEGER_FORM:
         if t.code_bits == 4:  # nibble panels hold the raw code u; the kernel subtracts code_offset
-            tile, order = _nibble_tile(t)
+            tile, order, variant = _nibble_tile(t)
             rows.append(KernelSpec("panel64", t.name, tile, _panel64_bytes, _panel64_scales,
-                                   _geom_offset(t.code_offset), 15, activations=order))
+                                   _geom_offset(t.code_offset), 15, activations=order, variant=variant))
         else:  # int8 panels hold c = code - code_offset
             rows.append(KernelSpec("panel64", t.name, _tile_panel64_int8, _panel64_bytes, _panel64_scales,
                                    _geom_offset(0), _signed_code_max(t)))
