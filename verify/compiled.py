@@ -382,14 +382,15 @@ def _tile_panel64_nibble(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, 
                                  + np.int16(v >> np.uint16(12)) * a3)
                 for j in range(TILE):
                     acc[j] += h[j]
-            _nibble_group_done(acc, t, g, m, tw, off, A, s_t, o_t, da, kind, k0, P, yt, want_p, want_y)
+            _group_done(acc, t, g, m, tw, off, A, s_t, o_t, da, kind, k0, P, yt, want_p, want_y)
     _tile_done(yt, t, tw, y, want_y)
 
 
 @njit(inline="always")
-def _nibble_group_done(acc, t, g, m, tw, off, A, s_t, o_t, da, kind, k0, P, yt, want_p, want_y):
-    """A nibble tile's group ``g`` for row ``m``, once ``acc`` holds ``Σ u·a``: subtract
-    ``off·A`` (raw codes), store ``P`` and/or add the group's rescale into ``yt``."""
+def _group_done(acc, t, g, m, tw, off, A, s_t, o_t, da, kind, k0, P, yt, want_p, want_y):
+    """A column tile's group ``g`` for row ``m``, once ``acc`` holds ``Σ u·a``: subtract
+    ``off·A`` (raw codes; ``off`` 0 for signed ones), store ``P`` and/or add the group's
+    rescale into ``yt``."""
     asum = A[m, g]
     offa = np.int32(off * asum)
     for j in range(TILE):
@@ -403,6 +404,7 @@ def _nibble_group_done(acc, t, g, m, tw, off, A, s_t, o_t, da, kind, k0, P, yt, 
 
 @njit(inline="always")
 def _tile_done(yt, t, tw, y, want_y):
+    """Store a column tile's ``tw`` finished outputs from ``yt`` into ``y``."""
     if want_y:
         for m in range(yt.shape[0]):
             for j in range(tw):
@@ -429,7 +431,7 @@ if _simd.AVAILABLE:
             base = (t * ng + g) * (group * 32)  # 32 bytes per K of a 64-channel nibble tile
             for m in range(a.shape[0]):
                 _nibble_group_dot(w, base, af, m * k + k0, acc)
-                _nibble_group_done(acc, t, g, m, tw, off, A, s_t, o_t, da, kind, k0, P, yt, want_p, want_y)
+                _group_done(acc, t, g, m, tw, off, A, s_t, o_t, da, kind, k0, P, yt, want_p, want_y)
         _tile_done(yt, t, tw, y, want_y)
 else:
     _tile_panel64_nibble_avx2 = None
@@ -459,19 +461,8 @@ def _column_tile(view, unpack):
             unpack(wt, g, buf, tw)
             for m in range(a.shape[0]):
                 _dot_cols(buf, a, m, g * group, group, chunk, TILE, h, acc)
-                asum = A[m, g]
-                offa = np.int32(off * asum)
-                for j in range(TILE):
-                    acc[j] = acc[j] - offa
-                if want_p:
-                    for j in range(tw):
-                        P[m, t * TILE + j, g] = acc[j]
-                if want_y:
-                    rescale_lanes(yt[m], acc, asum, s_t[t, g], o_t[t, g], da[m, (g * group) // 32], kind, TILE)
-        if want_y:
-            for m in range(a.shape[0]):
-                for j in range(tw):
-                    y[m, t * TILE + j] = yt[m, j]
+                _group_done(acc, t, g, m, tw, off, A, s_t, o_t, da, kind, g * group, P, yt, want_p, want_y)
+        _tile_done(yt, t, tw, y, want_y)
 
     return tile
 
