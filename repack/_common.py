@@ -7,6 +7,7 @@ Nothing here knows a particular layout; the layout modules (``rowmajor.py``, ``p
 
 from __future__ import annotations
 
+import importlib
 import sys
 from dataclasses import dataclass
 from typing import Mapping
@@ -213,7 +214,7 @@ def expect_bytes(total: int) -> bool:
     on, numba is loaded now, so every tensor of the job uses the compiled kernels (one tensor
     alone is rarely big enough to decide it). Returns whether the kernels will be used."""
     if total >= JIT_PAYOFF_BYTES and not jit_loaded():
-        import numba  # noqa: F401  (loaded once; prefer_jit sees it from now on)
+        importlib.import_module("numba")  # loaded for its start-up only; prefer_jit sees it from now on
     return jit_loaded()
 
 
