@@ -62,13 +62,13 @@ def main(verbose: int) -> None:
 @command
 def inspect(path: str, as_json: bool) -> None:
     """Show the architecture, type histogram and tensor table of a GGUF, safetensors file or HF folder."""
-    from panelpack.formats import inspect as inspect_mod
+    from panelpack.formats import describe
 
-    doc = inspect_mod.describe(path)
+    doc = describe.describe(path)
     if as_json:
         echo_json(doc)
     else:
-        click.echo(inspect_mod.render(doc))
+        click.echo(describe.render(doc))
 
 
 @main.command()

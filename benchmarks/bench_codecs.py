@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import ggml_ref  # noqa: E402  (tests/ggml_ref.py: ctypes access to libggml-base.so)
 
 from panelpack.formats import blocks  # noqa: E402
-from panelpack.formats import types as T  # noqa: E402
+from panelpack.formats import qtypes  # noqa: E402
 
 DEQUANT_TYPES = ["f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q5_k", "q6_k"]
 
@@ -97,7 +97,7 @@ def bench_quantize(x: np.ndarray, runs: int, skip_gguf_py: bool) -> None:
     nthreads = numba.config.NUMBA_NUM_THREADS
     have_ggml = ggml_ref.available()
     for name in ("q4_0", "q8_0", "q4_k"):
-        t = T.get(name)
+        t = qtypes.get(name)
         mod = t.codec_module
         xs = x if name != "q4_k" else x[: max(64, x.shape[0] // 8)]  # Q4_K: ~60 MB/s in C
         if have_ggml:
@@ -128,7 +128,7 @@ def bench_dequantize(x: np.ndarray, runs: int, skip_gguf_py: bool) -> None:
     t_copy = median_time(lambda: np.copyto(out, src), runs)
     summary = []
     for name in DEQUANT_TYPES:
-        t = T.get(name)
+        t = qtypes.get(name)
         raw = _encode(x, name)
         rows = [("np.copyto (f32, same size)", t_copy)]
         rows.append(("panelpack, 1 thread", median_time(with_threads(1, lambda: blocks.dequantize(raw, name, n, k, out=out)), runs)))
@@ -154,8 +154,8 @@ def bench_dequantize(x: np.ndarray, runs: int, skip_gguf_py: bool) -> None:
 def _encode(x: np.ndarray, name: str) -> np.ndarray:
     """Valid blocks of ``name`` holding (roughly) ``x``: quantized by us where we can, else
     Q8_0-like random fields from tests/builders.py."""
-    t = T.get(name)
-    if t.quantize or not t.quantized:
+    t = qtypes.get(name)
+    if t.can_quantize or not t.quantized:
         return blocks.quantize(x, name)
     from builders import random_blocks
 

@@ -416,7 +416,7 @@ def section_rss(args, env: dict, workdir: Path, llama: Optional[str], llama_note
     src = Path(src)
     from panelpack.formats import gguf
 
-    with gguf.open(src) as g:
+    with gguf.open_file(src) as g:
         big = max(g.tensors, key=lambda t: t.nbytes)
         largest = (big.name, big.type.name, tuple(big.shape), big.nbytes)
     bound = 3 * largest[3] + 300 * MB

@@ -69,7 +69,7 @@ from gguf.quants import dequantize as gguf_dequantize  # noqa: E402
 from gguf.quants import quantize as gguf_quantize  # noqa: E402
 
 from panelpack.formats.errors import BadInputError  # noqa: E402
-from panelpack.formats import types as T  # noqa: E402
+from panelpack.formats import qtypes  # noqa: E402
 from panelpack.verify import compiled as C  # noqa: E402
 
 
@@ -102,7 +102,7 @@ def panel64_regions(blocks, n, k, t):
 
 def main():
     numba.set_num_threads(ARGS.threads)
-    t = T.get(ARGS.type)
+    t = qtypes.get(ARGS.type)
     n, k = ARGS.n, ARGS.k
     rng = np.random.default_rng(ARGS.seed)
     print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, numba {numba.__version__},"

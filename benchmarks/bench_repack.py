@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 from panelpack import repack
-from panelpack.formats import types as T
+from panelpack.formats import qtypes
 
 CASES = [
     ("panel64", "Q4_0"), ("ggml-x8", "Q4_0"), ("panel64", "Q4_K"), ("ggml-x8", "Q4_K"),
@@ -85,7 +85,7 @@ def main(argv=None):
           f"{'unpack GB/s':>12} {'x copy':>7}")
     for layout, qname in cases:
         mod = repack.get(layout)
-        t = T.get(qname)
+        t = qtypes.get(qname)
         if mod.refuse(t, n, k):
             print(f"{layout:<11} {qname:<5} refused: {mod.refuse(t, n, k)}")
             continue

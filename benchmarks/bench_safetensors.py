@@ -75,10 +75,10 @@ def bench_file(path: str, runs: int) -> None:
 
 
 def bench_describe(path: str, runs: int) -> None:
-    from panelpack.formats import inspect as inspect_mod
+    from panelpack.formats import describe
 
-    t = _median_time(lambda: inspect_mod.describe(path), runs)
-    doc = inspect_mod.describe(path)
+    t = _median_time(lambda: describe.describe(path), runs)
+    doc = describe.describe(path)
     print(f"  describe {path}: {t * 1e3:.1f} ms ({doc['totals']['tensors']} tensors)")
 
 

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from .. import repack
-from ..formats import types as T
+from ..formats import qtypes
 from ..formats.bundle import Bundle
 from ..formats.errors import BadInputError, FormatError, OutputError
 
@@ -66,7 +66,7 @@ def _unrestorable(b: Bundle, layout_doc: dict[str, Any]) -> list[str]:
             problems.append(f"{rec['name']}: re-quantized {rec['type']} -> {t['type']}; the source blocks are gone")
             continue
         lay = repack.get(t["layout"])
-        if not lay.invertible(T.get(t["type"])):
+        if not lay.invertible(qtypes.get(t["type"])):
             problems.append(f"{rec['name']}: layout {t['layout']} is not invertible for {t['type']}")
     return problems
 
@@ -132,7 +132,7 @@ def export_gguf(bundle: str | os.PathLike, out: str | os.PathLike, force: bool =
             for rec in order:
                 t = by_name[rec["name"]]
                 fill(data_offset + rec["offset"])
-                qt = T.get(t["type"])
+                qt = qtypes.get(t["type"])
                 n, k = _nk(t["shape"])
                 blocks = repack.get(t["layout"]).unpack(b.regions(t), n, k, qt)
                 data = memoryview(np.ascontiguousarray(blocks).reshape(-1).view(np.uint8))

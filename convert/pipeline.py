@@ -23,7 +23,7 @@ import numpy as np
 
 from .. import __version__, repack
 from ..formats import blocks as codecs
-from ..formats import types as T
+from ..formats import qtypes
 from ..formats.bundle import BundleWriter, hash_async, sha256_file
 from ..formats.common import Checkpoint
 from .plan import Plan, TensorPlan
@@ -54,7 +54,7 @@ def _sha256(a: np.ndarray) -> str:
     return hashlib.sha256(memoryview(np.ascontiguousarray(a).reshape(-1).view(np.uint8))).hexdigest()
 
 
-def _as_f32(raw: np.ndarray, t: T.GGMLType, n: int, k: int) -> np.ndarray:
+def _as_f32(raw: np.ndarray, t: qtypes.GGMLType, n: int, k: int) -> np.ndarray:
     return codecs.dequantize(raw, t, n, k).reshape(n, k)
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
 from .. import repack
-from ..formats import types as T
+from ..formats import qtypes
 from ..formats.bundle import check_tensor_name, dtype_name, layout_regions, tensor_file_name
 from ..formats.common import Checkpoint, TensorInfo
 from ..formats.errors import BadInputError
@@ -58,8 +58,8 @@ class Plan:
     source_kind: str
     source_path: str
     layout: str
-    quant: Optional[T.GGMLType]
-    requant: Optional[T.GGMLType]
+    quant: Optional[qtypes.GGMLType]
+    requant: Optional[qtypes.GGMLType]
     tensors: list[TensorPlan]
 
     @property
@@ -93,7 +93,7 @@ class Plan:
         }
 
 
-def region_plan(layout_name: str, qtype: T.GGMLType, info: TensorInfo) -> tuple[list, dict]:
+def region_plan(layout_name: str, qtype: qtypes.GGMLType, info: TensorInfo) -> tuple[list, dict]:
     """``[(region, dtype name, shape)]`` and params of ``info`` written as ``qtype`` in a layout."""
     lay = repack.get(layout_name)
     specs = [(r.name, dtype_name(r.dtype), tuple(r.shape)) for r in lay.plan(qtype, info.n, info.k)]

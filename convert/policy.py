@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from ..formats import types as T
+from ..formats import qtypes
 from ..formats.common import TensorInfo
 from ..formats.errors import BadInputError, UnsupportedError
 from .. import repack
@@ -47,17 +47,17 @@ _EMBEDDING_PATTERNS = [
     )
 ]
 
-_FLOATS = (T.F32, T.F16, T.BF16)
+_FLOATS = (qtypes.F32, qtypes.F16, qtypes.BF16)
 
 #: Options accepted for ``--quant`` (HF sources) and ``--requant`` (GGUF sources).
-QUANT_CHOICES = tuple(t.lower for t in T.QUANTIZABLE)
+QUANT_CHOICES = tuple(t.lower for t in qtypes.QUANTIZABLE)
 
 
 @dataclass(frozen=True)
 class Decision:
     role: str  # "matmul", "embedding", "vector", "tensor"
     action: str  # "repack", "quantize", "requantize", "copy"
-    target_type: T.GGMLType  # the type of the blocks written
+    target_type: qtypes.GGMLType  # the type of the blocks written
     layout: str  # layout written
     reason: Optional[str]  # why the written layout/type differs from the request (None: as requested)
 
@@ -72,20 +72,20 @@ def role_of(info: TensorInfo) -> str:
     return "matmul"
 
 
-def parse_quant(name: Optional[str], option: str) -> Optional[T.GGMLType]:
+def parse_quant(name: Optional[str], option: str) -> Optional[qtypes.GGMLType]:
     if name is None:
         return None
-    t = T.get(name)
-    if t not in T.QUANTIZABLE:
+    t = qtypes.get(name)
+    if t not in qtypes.QUANTIZABLE:
         raise UnsupportedError(f"{option} {name}: panelpack quantizes to {', '.join(QUANT_CHOICES)}")
     return t
 
 
-def _k_fits(t: T.GGMLType, k: int) -> bool:
+def _k_fits(t: qtypes.GGMLType, k: int) -> bool:
     return k % t.block_size == 0
 
 
-def _layout_or_rowmajor(layout_name: str, t: T.GGMLType, n: int, k: int) -> tuple[str, Optional[str]]:
+def _layout_or_rowmajor(layout_name: str, t: qtypes.GGMLType, n: int, k: int) -> tuple[str, Optional[str]]:
     lay = repack.get(layout_name)
     why = lay.refuse(t, n, k)
     if why is None:
@@ -93,8 +93,8 @@ def _layout_or_rowmajor(layout_name: str, t: T.GGMLType, n: int, k: int) -> tupl
     return "rowmajor", why
 
 
-def decide(info: TensorInfo, source_kind: str, layout: str, quant: Optional[T.GGMLType],
-           requant: Optional[T.GGMLType]) -> Decision:
+def decide(info: TensorInfo, source_kind: str, layout: str, quant: Optional[qtypes.GGMLType],
+           requant: Optional[qtypes.GGMLType]) -> Decision:
     """The decision for one tensor (pure; no data read)."""
     role = role_of(info)
     st = info.type
@@ -128,9 +128,9 @@ def decide(info: TensorInfo, source_kind: str, layout: str, quant: Optional[T.GG
         return Decision(role, "copy", st, "rowmajor", reason)
     notes = []
     if not _k_fits(target, k):
-        if target == T.Q4_K and k % T.Q8_0.block_size == 0:
+        if target == qtypes.Q4_K and k % qtypes.Q8_0.block_size == 0:
             notes.append(f"K={k} is not a multiple of 256 for Q4_K: quantized to Q8_0 instead")
-            target = T.Q8_0
+            target = qtypes.Q8_0
         else:
             return Decision(role, "copy", st, "rowmajor",
                             f"K={k} is not a multiple of the {target.name} block size {target.block_size}: kept as stored")

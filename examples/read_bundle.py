@@ -13,7 +13,7 @@ import sys
 
 import numpy as np
 
-from panelpack.formats import types
+from panelpack.formats import qtypes
 from panelpack.formats.bundle import Bundle
 from panelpack.verify import compiled
 
@@ -29,7 +29,7 @@ def main(path: str, name: str | None) -> None:
     if "zt0" in t["params"]:
         print("  ZT0:", bytes(t["params"]["zt0"][:16]).hex(" "), "...")
     x = np.random.default_rng(0).standard_normal((1, k)).astype(np.float32)
-    y = compiled.matmul(t["layout"], regions, n, k, types.get(t["type"]), x)
+    y = compiled.matmul(t["layout"], regions, n, k, qtypes.get(t["type"]), x)
     print(f"  y = W·x: {y.shape}, first values {np.round(y[0, :4], 4).tolist()}")
 
 

@@ -36,7 +36,7 @@ from typing import Any, Iterable, Mapping, Optional
 import numpy as np
 
 from .errors import BadInputError, FormatError, OutputError
-from . import types as _types
+from . import qtypes
 
 log = logging.getLogger(__name__)
 
@@ -488,7 +488,7 @@ class Bundle:
             if not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in t["shape"]):
                 raise FormatError(f"shape {t['shape']!r} must be positive integers", path=mpath, where=where)
             try:
-                _types.get(t["type"])
+                qtypes.get(t["type"])
             except BadInputError as e:
                 raise FormatError(e.detail, path=mpath, where=where) from None
             if t["bytes"] < 0:

@@ -54,7 +54,7 @@ def open_checkpoint(path: str | os.PathLike) -> Checkpoint:
     if head[:4] == _GGUF_MAGIC:
         from . import gguf  # lazily: most commands open one kind only
 
-        return gguf.open(p)
+        return gguf.open_file(p)
     if name.endswith(INDEX_SUFFIX):
         return HFCheckpoint(os.path.dirname(os.path.abspath(p)), index=os.path.basename(p))
     if name.endswith(".safetensors") or _looks_like_safetensors(head, size):

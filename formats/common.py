@@ -18,7 +18,7 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 
 from .errors import BadInputError
-from .types import GGMLType
+from .qtypes import GGMLType
 
 
 @dataclass(frozen=True)

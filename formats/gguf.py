@@ -20,7 +20,7 @@ File layout (everything little-endian; offsets absolute unless said otherwise)::
     ..   zero padding up to a multiple of `alignment` (general.alignment, default 32)
     data_offset:  tensor data; each tensor at data_offset + offset, zero-padded to alignment
 
-Reading is lazy: ``open()`` maps the file, walks the key/value section and the tensor table
+Reading is lazy: ``open_file()`` maps the file, walks the key/value section and the tensor table
 and validates every count, length and offset against the bytes that actually remain before
 it loops or allocates. Scalar values are decoded at once; arrays are only *located*
 (:class:`GGUFArray`), and decode when asked. Arrays of fixed-size items are skipped in O(1);
@@ -36,7 +36,6 @@ source file, which is how :func:`copy_gguf` reproduces a GGUF exactly.
 
 from __future__ import annotations
 
-import builtins
 import logging
 import os
 import struct
@@ -47,10 +46,10 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from . import types as ggml_types
+from . import qtypes
 from .common import Checkpoint, TensorInfo
 from .errors import BadInputError, FormatError, OutputError, UnsupportedError
-from .types import GGMLType
+from .qtypes import GGMLType
 
 logger = logging.getLogger(__name__)
 
@@ -719,10 +718,10 @@ class GGUFFile(Checkpoint):
                         raise p.fail(f"dimension ne[{j}] = {d} is invalid (must be 1 .. 2^63-1)", where)
                 raise p.fail(f"element count of ne={list(ne)} overflows int64", where)
             type_id = u32(mv, pos)[0]
-            t = ggml_types.BY_ID.get(type_id)
+            t = qtypes.BY_ID.get(type_id)
             if t is None:
                 try:
-                    ggml_types.get(type_id)
+                    qtypes.get(type_id)
                 except UnsupportedError as e:
                     raise UnsupportedError(e.detail, self.path, where) from None
             if ne[0] % t.block_size:
@@ -840,7 +839,7 @@ class GGUFFile(Checkpoint):
         return f"GGUFFile({self.path!r}, v{self.version}, {len(self.kv_infos)} kv, {len(self._tensors)} tensors)"
 
 
-def open(path: str | os.PathLike) -> GGUFFile:  # noqa: A001 - the module's reader entry point
+def open_file(path: str | os.PathLike) -> GGUFFile:
     """Open and validate a GGUF v2/v3 file (lazy: no tensor data or array is read)."""
     return GGUFFile(path)
 
@@ -1110,7 +1109,7 @@ class GGUFStreamWriter:
         if not 1 <= len(dims) <= MAX_DIMS or any(d < 1 for d in dims):
             raise BadInputError(f"ne={list(dims)}: need 1 to {MAX_DIMS} dims, each >= 1", path=self.path, where=where)
         try:
-            t = ggml_types.get(type)
+            t = qtypes.get(type)
         except UnsupportedError as e:
             raise UnsupportedError(e.detail, path=self.path, where=where) from None
         if dims[0] % t.block_size:
@@ -1157,7 +1156,7 @@ class GGUFStreamWriter:
                 raise BadInputError(f"data at offset {b.offset} overlaps tensor {a.name!r}",
                                     path=self.path, where=f"tensor {b.name!r}")
         try:
-            self._f = builtins.open(self.path, "wb")
+            self._f = open(self.path, "wb")
             n = 0
             for part in self._header_bytes():
                 n += self._f.write(part)
@@ -1266,7 +1265,7 @@ def copy_gguf(src: str | os.PathLike | GGUFFile, dst: str | os.PathLike) -> None
     """Rewrite ``src`` to ``dst`` through :class:`GGUFStreamWriter`: metadata pairs copied
     verbatim, the tensor table and data in the source's order. For a file laid out as ggml and
     gguf-py write them (zero padding, data padded to the alignment), the copy is byte-identical."""
-    g = src if isinstance(src, GGUFFile) else open(src)
+    g = src if isinstance(src, GGUFFile) else open_file(src)
     try:
         w = GGUFStreamWriter(dst, alignment=g.alignment, version=g.version)
         for key in g.kv_infos:

@@ -65,10 +65,10 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from . import types
+from . import qtypes
 from .common import Checkpoint, TensorInfo
 from .errors import BadInputError, FormatError, OutputError, UnsupportedError
-from .types import GGMLType
+from .qtypes import GGMLType
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ _U64_LIMIT = 1 << 64  # offsets, element counts and byte sizes are usize (u64) i
 
 # safetensors dtype -> the registry type of the same name.
 _REGISTRY_DTYPES = ("F64", "F32", "F16", "BF16", "I64", "I32", "I16", "I8")
-# safetensors dtype -> numpy dtype of one element, for the plain (non-registry) types.
+# safetensors dtype -> numpy dtype of one element, for the plain (non-registry) qtypes.
 # 8-bit floats have no numpy dtype: they are read as their raw bits, like BF16.
 _PLAIN_DTYPES = {
     "U64": "<u8",
@@ -102,7 +102,7 @@ PLAIN_TYPES: dict[str, GGMLType] = {
     name: GGMLType(-1, name, 1, np.dtype(dt).itemsize, numpy_dtype=dt) for name, dt in _PLAIN_DTYPES.items()
 }
 #: Every safetensors dtype this reader accepts -> the GGMLType its TensorInfo carries.
-DTYPES: dict[str, GGMLType] = {**{n: types.get(n) for n in _REGISTRY_DTYPES}, **PLAIN_TYPES}
+DTYPES: dict[str, GGMLType] = {**{n: qtypes.get(n) for n in _REGISTRY_DTYPES}, **PLAIN_TYPES}
 
 
 def is_plain(t: GGMLType) -> bool:

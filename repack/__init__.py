@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from ..formats import types as _types
+from ..formats import qtypes
 from ..formats.errors import UnsupportedError
 from . import ggml_x8, il8_int8, il8_nibble, panel64, rowmajor
 from ._common import JIT_PAYOFF_BYTES, RegionSpec, expect_bytes
@@ -49,7 +49,7 @@ def describe() -> list[dict]:
     out = []
     for mod in LAYOUTS.values():
         types = sorted(mod.SOURCE_TYPES, key=lambda t: t.id)
-        any_type = mod.SOURCE_TYPES == frozenset(_types.TYPES)
+        any_type = mod.SOURCE_TYPES == frozenset(qtypes.TYPES)
         out.append({
             "name": mod.NAME,
             "any_type": any_type,

@@ -14,7 +14,7 @@ from typing import Mapping
 
 import numpy as np
 
-from ..formats import types as _types
+from ..formats import qtypes
 from ..formats.errors import BadInputError, UnsupportedError
 
 # ---- regions ------------------------------------------------------------------------------
@@ -54,14 +54,14 @@ def shape_reason(n, k) -> str | None:
     return None
 
 
-def type_reason(t: _types.GGMLType, layout: str, accepted) -> str | None:
+def type_reason(t: qtypes.GGMLType, layout: str, accepted) -> str | None:
     if t in accepted:
         return None
     names = ", ".join(x.name for x in sorted(accepted, key=lambda x: x.id))
     return f"type {t.name} is not accepted by {layout} (accepts {names})"
 
 
-def k_reason(t: _types.GGMLType, k: int) -> str | None:
+def k_reason(t: qtypes.GGMLType, k: int) -> str | None:
     if k % t.block_size:
         return f"K={k} is not a multiple of the {t.name} block size {t.block_size}"
     return None
@@ -80,9 +80,9 @@ def first_reason(*reasons: str | None) -> str | None:
     return None
 
 
-def accepted(name: str, refuse, qtype, n, k) -> _types.GGMLType:
+def accepted(name: str, refuse, qtype, n, k) -> qtypes.GGMLType:
     """Resolve ``qtype`` and raise UnsupportedError with the layout's refusal, if any."""
-    t = _types.get(qtype)
+    t = qtypes.get(qtype)
     reason = refuse(t, n, k)
     if reason:
         raise UnsupportedError(f"layout {name}: {reason}")
@@ -90,7 +90,7 @@ def accepted(name: str, refuse, qtype, n, k) -> _types.GGMLType:
 
 
 # ---- input checks -------------------------------------------------------------------------
-def as_blocks(layout_name: str, blocks, t: _types.GGMLType, n: int, k: int) -> np.ndarray:
+def as_blocks(layout_name: str, blocks, t: qtypes.GGMLType, n: int, k: int) -> np.ndarray:
     """The source as a C-contiguous uint8 ``[n, row_bytes]`` array (a view when possible)."""
     if not isinstance(blocks, np.ndarray):
         try:
@@ -166,7 +166,7 @@ def out_regions(layout_name: str, out: Mapping[str, np.ndarray] | None, plan: li
     return res
 
 
-def out_blocks(layout_name: str, out: np.ndarray | None, t: _types.GGMLType, n: int, k: int) -> np.ndarray:
+def out_blocks(layout_name: str, out: np.ndarray | None, t: qtypes.GGMLType, n: int, k: int) -> np.ndarray:
     """A fresh uint8 [n, row_bytes] array, or ``out`` checked to be exactly that (writable)."""
     shape = (n, t.row_bytes(k))
     if out is None:
@@ -261,7 +261,7 @@ def dequant_integer_form(c: np.ndarray, s: np.ndarray, o: np.ndarray | None = No
     return v.reshape(n, k)
 
 
-def dequant_from_fields(t: _types.GGMLType, c: np.ndarray, fields: Mapping[str, np.ndarray]) -> np.ndarray:
+def dequant_from_fields(t: qtypes.GGMLType, c: np.ndarray, fields: Mapping[str, np.ndarray]) -> np.ndarray:
     """Dequantize from the integer code ``c`` and the raw scale fields (codec field names).
 
     ``fields`` holds per-group arrays ``[n, k/G]`` and, for K-quants, per-super-block arrays
@@ -272,7 +272,7 @@ def dequant_from_fields(t: _types.GGMLType, c: np.ndarray, fields: Mapping[str, 
         return dequant_integer_form(c, f16_bits_to_f32(fields["d"]))
     if scheme == "scale_min":
         return dequant_integer_form(c, f16_bits_to_f32(fields["d"]), f16_bits_to_f32(fields["m"]), +1)
-    per = _types.QK_K // t.group  # groups per super-block
+    per = qtypes.QK_K // t.group  # groups per super-block
     d = np.repeat(f16_bits_to_f32(fields["d"]), per, axis=1)
     if scheme == "k_scale_min":
         dmin = np.repeat(f16_bits_to_f32(fields["dmin"]), per, axis=1)
@@ -285,7 +285,7 @@ def dequant_from_fields(t: _types.GGMLType, c: np.ndarray, fields: Mapping[str, 
     raise UnsupportedError(f"type {t.name} has no integer form")  # pragma: no cover - registry guards
 
 
-def plain_dequantize(t: _types.GGMLType, raw: np.ndarray, n: int, k: int) -> np.ndarray:
+def plain_dequantize(t: qtypes.GGMLType, raw: np.ndarray, n: int, k: int) -> np.ndarray:
     """F32 / F16 / BF16 bytes to f32 ``[n, k]`` (numpy's widening, as gguf-py)."""
     if t.name == "F32":
         return raw.reshape(-1).view("<f4").reshape(n, k).astype(np.float32, copy=True)
@@ -326,13 +326,13 @@ def pack_scales12(sc: np.ndarray, m: np.ndarray) -> np.ndarray:
     return np.concatenate([b0, b1, b2], axis=-1).astype(np.uint8)
 
 
-def codec_fields(t: _types.GGMLType, raw: np.ndarray, n: int, k: int) -> dict[str, np.ndarray]:
+def codec_fields(t: qtypes.GGMLType, raw: np.ndarray, n: int, k: int) -> dict[str, np.ndarray]:
     from ..formats import blocks as _blocks
 
     return _blocks.to_fields(raw, t, n, k)
 
 
-def codec_from_fields(t: _types.GGMLType, fields: dict[str, np.ndarray], n: int, k: int) -> np.ndarray:
+def codec_from_fields(t: qtypes.GGMLType, fields: dict[str, np.ndarray], n: int, k: int) -> np.ndarray:
     from ..formats import blocks as _blocks
 
     return _blocks.from_fields(fields, t, n, k)

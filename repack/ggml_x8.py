@@ -32,11 +32,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..formats import types as _types
+from ..formats import qtypes
 from . import _common as C
 
 NAME = "ggml-x8"
-SOURCE_TYPES = frozenset({_types.Q4_0, _types.Q4_K})
+SOURCE_TYPES = frozenset({qtypes.Q4_0, qtypes.Q4_K})
 ROW_MULTIPLE = 8
 TARGET = {"isa": "x86-avx2", "runtime": "llama.cpp CPU repack", "interleave_bytes": 8}
 DESCRIPTION = "llama.cpp block_q4_0x8 / block_q4_Kx8 (8 rows, 8-byte interleave), as built at load time"
@@ -46,13 +46,13 @@ _BYTES = {"Q4_0": 8 * 18, "Q4_K": 8 * 144}  # bytes per (sr, block) = 8 source b
 
 
 def refuse(qtype, n, k) -> str | None:
-    t = _types.get(qtype)
+    t = qtypes.get(qtype)
     return C.first_reason(C.shape_reason(n, k), C.type_reason(t, NAME, SOURCE_TYPES), C.k_reason(t, k),
                           C.n_reason(n, ROW_MULTIPLE))
 
 
 def invertible(qtype) -> bool:
-    return _types.get(qtype) in SOURCE_TYPES
+    return qtypes.get(qtype) in SOURCE_TYPES
 
 
 def plan(qtype, n: int, k: int) -> list[C.RegionSpec]:

@@ -19,25 +19,25 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..formats import types as _types
+from ..formats import qtypes
 from ..formats.errors import BadInputError
 from . import _common as C
 
 NAME = "il8-int8"
-SOURCE_TYPES = frozenset({_types.Q4_0})
+SOURCE_TYPES = frozenset({qtypes.Q4_0})
 ROW_MULTIPLE = 8
 TARGET = {"isa": "aarch64-neon", "runtime": "seed CPU backend, 8-row interleaved Q4_0 GEMM (aarch64 form)"}
 DESCRIPTION = "8-row interleaved int8 codes (u-8) + f32 scales (seed aarch64 form)"
 
 
 def refuse(qtype, n, k) -> str | None:
-    t = _types.get(qtype)
+    t = qtypes.get(qtype)
     return C.first_reason(C.shape_reason(n, k), C.type_reason(t, NAME, SOURCE_TYPES), C.k_reason(t, k),
                           C.n_reason(n, ROW_MULTIPLE))
 
 
 def invertible(qtype) -> bool:
-    return _types.get(qtype) in SOURCE_TYPES
+    return qtypes.get(qtype) in SOURCE_TYPES
 
 
 def plan(qtype, n: int, k: int) -> list[C.RegionSpec]:

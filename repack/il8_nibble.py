@@ -26,25 +26,25 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..formats import types as _types
+from ..formats import qtypes
 from ..formats.errors import UnsupportedError
 from . import _common as C
 
 NAME = "il8-nibble"
-SOURCE_TYPES = frozenset({_types.Q4_0, _types.Q4_K})
+SOURCE_TYPES = frozenset({qtypes.Q4_0, qtypes.Q4_K})
 ROW_MULTIPLE = 8
 TARGET = {"isa": "x86-avx2", "runtime": "seed CPU backend, 8-row interleaved Q4 GEMM (x86 form)"}
 DESCRIPTION = "8-row interleaved nibbles + f32 scales (seed x86 form); Q4_K bakes d*sc, dmin*m"
 
 
 def refuse(qtype, n, k) -> str | None:
-    t = _types.get(qtype)
+    t = qtypes.get(qtype)
     return C.first_reason(C.shape_reason(n, k), C.type_reason(t, NAME, SOURCE_TYPES), C.k_reason(t, k),
                           C.n_reason(n, ROW_MULTIPLE))
 
 
 def invertible(qtype) -> bool:
-    return _types.get(qtype) == _types.Q4_0
+    return qtypes.get(qtype) == qtypes.Q4_0
 
 
 def plan(qtype, n: int, k: int) -> list[C.RegionSpec]:

@@ -44,12 +44,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..formats import types as _types
+from ..formats import qtypes
 from . import _common as C
 
 NAME = "panel64"
-_T = _types
-SOURCE_TYPES = frozenset({_T.Q4_0, _T.Q4_1, _T.Q4_K, _T.Q5_0, _T.Q5_1, _T.Q5_K, _T.Q6_K, _T.Q8_0})
+SOURCE_TYPES = frozenset({qtypes.Q4_0, qtypes.Q4_1, qtypes.Q4_K, qtypes.Q5_0, qtypes.Q5_1, qtypes.Q5_K, qtypes.Q6_K, qtypes.Q8_0})
 ROW_MULTIPLE = 1
 TARGET = {"isa": "sme2", "svl_bits": 512}
 DESCRIPTION = "SME2 64-channel panels at SVL 512 (LUTI4 nibble panels or int8 panels), lossless"
@@ -79,15 +78,15 @@ class Geometry(NamedTuple):
 
 
 def geometry(qtype, n: int, k: int) -> Geometry:
-    t = _types.get(qtype)
+    t = qtypes.get(qtype)
     sb = -(-n // CHANNELS)
     return Geometry(t.group, k // t.group, t.group // 4, sb, sb * CHANNELS,
-                    k // _types.QK_K if t.block_size == _types.QK_K else 0, t.code_bits == 4)
+                    k // qtypes.QK_K if t.block_size == qtypes.QK_K else 0, t.code_bits == 4)
 
 
 def zt0_table(qtype) -> bytes:
     """The 64-byte ZT0 table of a nibble type: byte 4i = int8 value of code i, others 0."""
-    t = _types.get(qtype)
+    t = qtypes.get(qtype)
     z = np.zeros(64, np.uint8)
     z[0::4] = (np.arange(16) - t.code_offset).astype(np.int8).view(np.uint8)
     return z.tobytes()
@@ -95,18 +94,18 @@ def zt0_table(qtype) -> bytes:
 
 def pad_code(qtype) -> int:
     """The stored code of a pad channel (its table/integer value is 0)."""
-    t = _types.get(qtype)
+    t = qtypes.get(qtype)
     return t.code_offset if t.code_bits == 4 else 0
 
 
 # ---- the layout surface -------------------------------------------------------------------
 def refuse(qtype, n, k) -> str | None:
-    t = _types.get(qtype)
+    t = qtypes.get(qtype)
     return C.first_reason(C.shape_reason(n, k), C.type_reason(t, NAME, SOURCE_TYPES), C.k_reason(t, k))
 
 
 def invertible(qtype) -> bool:
-    return _types.get(qtype) in SOURCE_TYPES
+    return qtypes.get(qtype) in SOURCE_TYPES
 
 
 def plan(qtype, n: int, k: int) -> list[C.RegionSpec]:

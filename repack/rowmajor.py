@@ -12,24 +12,24 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..formats import types as _types
+from ..formats import qtypes
 from ..formats.errors import UnsupportedError
 from . import _common as C
 
 NAME = "rowmajor"
-SOURCE_TYPES = frozenset(_types.TYPES)
+SOURCE_TYPES = frozenset(qtypes.TYPES)
 ROW_MULTIPLE = 1
 TARGET = {"isa": "any"}
 DESCRIPTION = "source rows unchanged (fallback; any type)"
 
 
 def refuse(qtype, n, k) -> str | None:
-    t = _types.get(qtype)
+    t = qtypes.get(qtype)
     return C.first_reason(C.shape_reason(n, k), C.k_reason(t, k))
 
 
 def invertible(qtype) -> bool:
-    _types.get(qtype)
+    qtypes.get(qtype)
     return True
 
 

@@ -29,7 +29,7 @@ from typing import Any, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-from panelpack.formats import types as ggml_types
+from panelpack.formats import qtypes
 from panelpack.formats.gguf import GGUFStreamWriter, GGUFValueType
 
 VT = GGUFValueType
@@ -179,7 +179,7 @@ def random_blocks(qtype: Any, n: int, k: int, rng: np.random.Generator) -> np.nd
     Quantized types: every field random (see :data:`BLOCK_FIELDS`). F32/F16/BF16: standard
     normal values stored in the type, as raw bytes.
     """
-    t = ggml_types.get(qtype)
+    t = qtypes.get(qtype)
     if k % t.block_size:
         raise ValueError(f"k={k} is not a multiple of the {t.name} block size {t.block_size}")
     nb = k // t.block_size
@@ -202,7 +202,7 @@ def random_blocks(qtype: Any, n: int, k: int, rng: np.random.Generator) -> np.nd
 
 def block_field(blocks: np.ndarray, qtype: Any, name: str) -> np.ndarray:
     """Raw bytes of one field of every block: uint8 ``[rows, blocks_per_row, field_bytes]``."""
-    t = ggml_types.get(qtype)
+    t = qtypes.get(qtype)
     fields = BLOCK_FIELDS[t.name]
     rows = blocks.reshape(blocks.shape[0], -1, t.type_size)
     start = 0
@@ -241,7 +241,7 @@ class BuiltGGUF:
 
 def _as_stored(name: str, qtype: Any, data: np.ndarray) -> tuple[np.ndarray, tuple[int, ...]]:
     """(uint8 rows, numpy shape) for a tensor given as raw bytes or as float values."""
-    t = ggml_types.get(qtype)
+    t = qtypes.get(qtype)
     data = np.asarray(data)
     if data.dtype == np.uint8:  # raw bytes, last axis = row bytes
         row_bytes = data.shape[-1]
@@ -291,7 +291,7 @@ def build_gguf(
     for name, (qtype, data) in tensors.items():
         raw, shape = _as_stored(name, qtype, data)
         w.add_tensor_info(name, shape, qtype)
-        built.types[name] = ggml_types.get(qtype).name
+        built.types[name] = qtypes.get(qtype).name
         built.shapes[name] = tuple(int(d) for d in shape)
         built.raw[name] = raw.reshape(-1, raw.shape[-1]) if raw.ndim > 1 else raw.reshape(1, -1)
     with w:

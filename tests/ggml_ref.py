@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from panelpack.formats import types as T
+from panelpack.formats import qtypes
 
 
 class _TypeTraits(ctypes.Structure):
@@ -82,7 +82,7 @@ def available() -> bool:
 
 
 def traits(qtype) -> _TypeTraits:
-    return lib().ggml_get_type_traits(T.get(qtype).id).contents
+    return lib().ggml_get_type_traits(qtypes.get(qtype).id).contents
 
 
 def quantize(x: np.ndarray, qtype, threads: int = 1) -> np.ndarray:
@@ -91,7 +91,7 @@ def quantize(x: np.ndarray, qtype, threads: int = 1) -> np.ndarray:
     ``threads`` > 1 splits the rows across Python threads (ctypes drops the GIL; ggml's
     quantizers are thread-safe and rows are independent), for the big slow tests.
     """
-    t = T.get(qtype)
+    t = qtypes.get(qtype)
     x = np.ascontiguousarray(x, np.float32)
     if x.ndim == 1:
         x = x.reshape(1, -1)
@@ -117,7 +117,7 @@ def quantize(x: np.ndarray, qtype, threads: int = 1) -> np.ndarray:
 
 def dequantize(raw: np.ndarray, qtype, n: int, k: int) -> np.ndarray:
     """ggml's ``to_float`` for the type: f32 ``[n, k]``."""
-    t = T.get(qtype)
+    t = qtypes.get(qtype)
     raw = np.ascontiguousarray(raw, np.uint8).reshape(-1)
     assert raw.size == n * t.row_bytes(k)
     if not traits(t).to_float:  # F32: ggml has no conversion, the bytes are the values

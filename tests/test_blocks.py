@@ -14,11 +14,11 @@ from gguf.quants import dequantize as gguf_dequantize
 import ggml_ref
 from builders import random_blocks
 from panelpack.formats import blocks
-from panelpack.formats import types as T
+from panelpack.formats import qtypes
 from panelpack.formats.errors import BadInputError, UnsupportedError
 
-DECODABLE = [t.lower for t in T.DECODABLE]
-QUANTIZED = [t.lower for t in T.DECODABLE if t.quantized]
+DECODABLE = [t.lower for t in qtypes.DECODABLE]
+QUANTIZED = [t.lower for t in qtypes.DECODABLE if t.quantized]
 
 #: f16 words at the edges: +-0, min/max subnormal, min normal, 1, max, inf, quiet and
 #: signalling NaNs with payloads.
@@ -39,7 +39,7 @@ def bits(a: np.ndarray) -> np.ndarray:
 
 def gguf_ref(raw: np.ndarray, name: str, n: int, k: int) -> np.ndarray:
     with np.errstate(all="ignore"):
-        return gguf_dequantize(raw.reshape(n, -1), GGMLQuantizationType(T.get(name).id)).reshape(n, k)
+        return gguf_dequantize(raw.reshape(n, -1), GGMLQuantizationType(qtypes.get(name).id)).reshape(n, k)
 
 
 def assert_same_bits(a, b):
@@ -51,7 +51,7 @@ def assert_same_bits(a, b):
 
 def with_f16_words(raw: np.ndarray, name: str, rng) -> np.ndarray:
     """Overwrite every f16 scale field of every block with edge words (cycled)."""
-    t = T.get(name)
+    t = qtypes.get(name)
     mod = codec(name)
     n = raw.shape[0]
     k = raw.shape[1] // t.type_size * t.block_size
@@ -209,7 +209,7 @@ def test_golden_block(name):
 # ---- random blocks, edge scales: fast == ref == gguf-py ---------------------------------------
 @pytest.mark.parametrize("name", DECODABLE)
 def test_random_blocks_match_reference_and_gguf(name, rng):
-    t = T.get(name)
+    t = qtypes.get(name)
     n, k = 5, 2 * max(t.block_size, 256)
     raw = random_blocks(name, n, k, rng)
     mod = codec(name)
@@ -222,7 +222,7 @@ def test_random_blocks_match_reference_and_gguf(name, rng):
 @pytest.mark.parametrize("name", DECODABLE)
 def test_arbitrary_bytes_match_gguf(name, rng):
     """Every bit pattern (NaN/inf scales, sNaN payloads, unused codes) decodes like gguf-py."""
-    t = T.get(name)
+    t = qtypes.get(name)
     n, k = 3, 4 * max(t.block_size, 64)
     raw = rng.integers(0, 256, (n, t.row_bytes(k)), dtype=np.uint8)
     mod = codec(name)
@@ -232,7 +232,7 @@ def test_arbitrary_bytes_match_gguf(name, rng):
 
 @pytest.mark.parametrize("name", QUANTIZED)
 def test_edge_f16_scales(name, rng):
-    t = T.get(name)
+    t = qtypes.get(name)
     n, k = 6, 2 * t.block_size * 8
     raw = with_f16_words(random_blocks(name, n, k, rng), name, rng)
     mod = codec(name)
@@ -291,7 +291,7 @@ def test_ggml_to_float_agrees_on_finite_blocks(rng):
     if not ggml_ref.available():
         pytest.skip("libggml-python is not installed")
     for name in DECODABLE:
-        t = T.get(name)
+        t = qtypes.get(name)
         tr = ggml_ref.traits(t)
         assert (tr.blck_size, tr.type_size) == (t.block_size, t.type_size), name
         n, k = 4, 2 * max(t.block_size, 256)
@@ -302,7 +302,7 @@ def test_ggml_to_float_agrees_on_finite_blocks(rng):
 # ---- shapes, out=, generic dispatch, errors ---------------------------------------------------
 @pytest.mark.parametrize("name", DECODABLE)
 def test_flat_input_gives_flat_output(name, rng):
-    t = T.get(name)
+    t = qtypes.get(name)
     raw = random_blocks(name, 2, 2 * t.block_size * 4, rng)
     y2 = codec(name).dequantize(raw)
     y1 = codec(name).dequantize(raw.reshape(-1))
@@ -314,7 +314,7 @@ def test_flat_input_gives_flat_output(name, rng):
 def test_large_input_takes_parallel_path(name, rng):
     from panelpack.formats.blocks._codec import PARALLEL_MIN_ELEMENTS
 
-    T.get(name)  # a known type
+    qtypes.get(name)  # a known type
     k = 4096
     n = PARALLEL_MIN_ELEMENTS // k + 3
     raw = random_blocks(name, n, k, rng)
@@ -328,7 +328,7 @@ def test_large_input_takes_parallel_path(name, rng):
 def test_generic_dequantize_dispatch(rng):
     raw = random_blocks("q5_0", 3, 64, rng)
     assert_same_bits(blocks.dequantize(raw.reshape(-1), "q5_0", 3, 64), gguf_ref(raw, "q5_0", 3, 64))
-    assert_same_bits(blocks.dequantize(raw.tobytes(), T.Q5_0.id, 3, 64), gguf_ref(raw, "q5_0", 3, 64))
+    assert_same_bits(blocks.dequantize(raw.tobytes(), qtypes.Q5_0.id, 3, 64), gguf_ref(raw, "q5_0", 3, 64))
     x = rng.standard_normal((2, 8)).astype(np.float32)
     assert_same_bits(blocks.dequantize(x, "f32", 2, 8), x)  # a typed array is read as bytes
 
@@ -362,11 +362,11 @@ def test_unsupported_is_a_bad_input_error():
 
 
 def test_every_codec_has_the_surface():
-    for t in T.DECODABLE:
+    for t in qtypes.DECODABLE:
         mod = t.codec_module
         for fn in ("dequantize", "dequantize_ref"):
             assert callable(getattr(mod, fn)), (t.name, fn)
-        if t.quantize:
+        if t.can_quantize:
             assert callable(mod.quantize) and callable(mod.quantize_ref), t.name
         if t.quantized:
             assert callable(mod.to_fields) and callable(mod.from_fields), t.name

@@ -14,8 +14,8 @@ from gguf.quants import dequantize as gguf_dequantize
 
 import ggml_ref
 from panelpack.formats import blocks
-from panelpack.formats import gguf as pgguf
-from panelpack.formats import types as T
+from panelpack.formats import gguf as gguf
+from panelpack.formats import qtypes
 
 pytestmark = pytest.mark.real
 
@@ -27,7 +27,7 @@ BIG = 1 << 16  # elements: tensors above this are sampled
 
 @pytest.fixture(scope="module", params=["smollm2", "gemma"])
 def model(request):
-    with pgguf.open(request.getfixturevalue(request.param)) as f:
+    with gguf.open_file(request.getfixturevalue(request.param)) as f:
         yield request.param, f
 
 
@@ -45,7 +45,7 @@ def sample(n: int, seed: int) -> np.ndarray:
     return np.unique(np.concatenate([np.arange(16), np.arange(n - 16, n), rng.choice(n, SAMPLE_ROWS - 32)]))
 
 
-def gguf_py(raw: np.ndarray, t: T.GGMLType, n: int, k: int) -> np.ndarray:
+def gguf_py(raw: np.ndarray, t: qtypes.GGMLType, n: int, k: int) -> np.ndarray:
     return gguf_dequantize(raw, GGMLQuantizationType(t.id)).reshape(n, k)
 
 
@@ -117,7 +117,7 @@ def test_real_weights_quantize_like_ggml_full(model):
     total = {q: 0 for q in differing}
     for name, w in matmul_weights(f):
         for qname in differing:
-            t = T.get(qname)
+            t = qtypes.get(qname)
             ours = blocks.quantize(w, qname).reshape(-1, t.type_size)
             want = ggml_ref.quantize(w, qname, threads=2).reshape(-1, t.type_size)
             differing[qname] += int((ours != want).any(axis=1).sum())

@@ -17,7 +17,7 @@ import pytest
 
 from builders import random_blocks
 from panelpack.formats import blocks as B
-from panelpack.formats import types as T
+from panelpack.formats import qtypes
 from panelpack.formats.errors import BadInputError, UnsupportedError
 from panelpack.verify import _simd
 from panelpack.verify import compiled as C
@@ -35,7 +35,7 @@ PANEL_SCALES = {  # scheme -> (group fields, super-block fields)
 
 # ---- reference packer (test helper; SPEC §5 closed forms) ----------------------------------
 def ref_pack_panel64(blocks, n, k, qtype):
-    t = T.get(qtype)
+    t = qtypes.get(qtype)
     f = B.to_fields(blocks, t, n, k)
     g_ = t.group
     sb = -(-n // 64)
@@ -101,7 +101,7 @@ def _check(layout, qname, n, k, ms, rng):
 
 
 def _ks(qname):
-    return (256, 512) if T.get(qname).block_size == 256 else (32, 96, 256)
+    return (256, 512) if qtypes.get(qname).block_size == 256 else (32, 96, 256)
 
 
 # ---- the table ------------------------------------------------------------------------------
@@ -113,7 +113,7 @@ def test_table_covers_every_layout_and_type():
 def test_int16_runs_never_overflow():
     # the run chosen for the worst case of each row still fits int16, and Q8_0 needs int32
     for sp in C.KERNELS.values():
-        t = T.get(sp.qtype)
+        t = qtypes.get(sp.qtype)
         run = C._chunk(t.group, sp.code_max, 128)
         assert run == 0 or run * sp.code_max * 128 <= 32767
     assert C._chunk(32, 128, 127) == 0
@@ -148,7 +148,7 @@ def test_interleaved_match_standard(form, rng):
 def test_extreme_codes_and_activations(qname, rng):
     """Codes at both ends of their range against a = ±127 / -128: the int16 runs must hold."""
     n, k = 64, 256
-    t = T.get(qname)
+    t = qtypes.get(qname)
     f = B.to_fields(random_blocks(qname, n, k, rng), t, n, k)
     lo, hi = (-128, 127) if t.code_bits == 8 else (0, (1 << t.code_bits) - 1)
     codes = np.where(rng.random((n, k)) < 0.5, lo, hi)
@@ -308,7 +308,7 @@ def test_real_tensors_agree(model, request):
     with open_checkpoint(path) as ck:
         picked = {}
         for info in ck.tensors:
-            t = T.get(info.type)
+            t = qtypes.get(info.type)
             if t.scheme and len(info.shape) == 2 and t.name not in picked and info.shape[0] <= 4096:
                 picked[t.name] = info
         assert picked, "no quantized matrix found"

@@ -21,7 +21,7 @@ from panelpack.convert import convert, plan
 from panelpack.convert.example import CONFIG, write_tiny_llama
 from panelpack.convert.export import export_gguf
 from panelpack.formats import blocks as codecs
-from panelpack.formats import types as T
+from panelpack.formats import qtypes
 from panelpack.formats.bundle import Bundle
 from panelpack.formats.errors import BadInputError, FormatError, OutputError, UnsupportedError
 
@@ -90,9 +90,9 @@ def test_hf_quantized_values_match_the_codec(tmp_path, tiny_hf):
             if t["action"] != "quantize":
                 continue
             n, k = t["shape"]
-            x = codecs.dequantize(ck.raw(t["name"]), T.BF16, n, k).reshape(n, k)
-            want = codecs.dequantize(codecs.quantize(x, T.get(t["type"])), t["type"], n, k).reshape(n, k)
-            got = repack.get(t["layout"]).dequantize(b.regions(t), n, k, T.get(t["type"]))
+            x = codecs.dequantize(ck.raw(t["name"]), qtypes.BF16, n, k).reshape(n, k)
+            want = codecs.dequantize(codecs.quantize(x, qtypes.get(t["type"])), t["type"], n, k).reshape(n, k)
+            got = repack.get(t["layout"]).dequantize(b.regions(t), n, k, qtypes.get(t["type"]))
             assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), t["name"]
             assert t["ledger"]["error"]["rel_rms"] < 0.2
 

@@ -16,7 +16,7 @@ from gguf.quants import quantize as gguf_quantize
 import ggml_ref
 from builders import random_blocks
 from panelpack.formats import blocks as B
-from panelpack.formats import types as T
+from panelpack.formats import qtypes
 from panelpack.formats.errors import BadInputError, UnsupportedError
 from panelpack.verify import dispatch as D
 
@@ -182,7 +182,7 @@ def test_hand_computed_product(qname):
     assert np.array_equal(a[0], x.astype(np.int8)) and (da == 1).all()
     P, A = D.standard_partials(blocks, n, k, qname, a)
     c = B.integer_codes(fields, qname)
-    g = T.get(qname).group
+    g = qtypes.get(qname).group
     assert np.array_equal(P[0], (c.reshape(n, k // g, g)[:, :, 0] * 127) * (np.arange(k // g) * g % 32 == 0))
     assert np.array_equal(A[0], np.where(np.arange(k // g) * g % 32 == 0, 127, 0))
 
@@ -240,7 +240,7 @@ def test_numba_path_matches_numpy_reference(qname, rng):
         assert np.array_equal(_bits(y), _bits(D.standard_matmul_ref(blocks, n, k, qname, x)))
         a, _ = D.quantize_activations(x)
         c, _, _ = D.integer_form(blocks, n, k, qname)
-        g = T.get(qname).group
+        g = qtypes.get(qname).group
         assert np.array_equal(D.partials_from_codes(c, a, g), D.partials_ref(c, a, g))
 
 
@@ -248,7 +248,7 @@ def test_numba_path_matches_numpy_reference(qname, rng):
 def test_scale_factors_reproduce_gguf_dequantize(qname, rng):
     """``s·c`` (``+ o`` for Q4_1/Q5_1, ``− o`` for K-quants) is gguf-py's dequantized value, bit for bit."""
     n, k = 8, 512
-    t = T.get(qname)
+    t = qtypes.get(qname)
     blocks = random_blocks(qname, n, k, rng)
     c, s, o = D.integer_form(blocks, n, k, qname)
     g = t.group

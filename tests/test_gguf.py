@@ -34,7 +34,7 @@ from builders import (
     random_blocks,
     tiny_llama_gguf,
 )
-from panelpack.formats import gguf, types
+from panelpack.formats import gguf, qtypes
 from panelpack.formats.errors import BadInputError, OutputError, UnsupportedError
 from panelpack.formats.gguf import GGUFArray, GGUFStreamWriter
 from panelpack.formats.gguf import GGUFValueType as VT
@@ -73,7 +73,7 @@ def golden_file_bytes() -> bytes:
 
 def test_golden_hand_packed(tmp_path):
     path = write(tmp_path / "g.gguf", golden_file_bytes())
-    with gguf.open(path) as f:
+    with gguf.open_file(path) as f:
         # 24 header + 45 + 21 (pairs) + 41 + 41 (tensor infos) = 172, padded to 192
         assert (f.version, f.alignment, f.data_offset) == (3, 32, 192)
         assert f.kv_section == (24, 90) and f.tensor_table == (90, 172)
@@ -97,7 +97,7 @@ def test_writer_reproduces_golden_bytes(tmp_path):
     w = GGUFStreamWriter(path, arch="llama")
     w.add_kv("x.u32", 7, VT.UINT32)
     assert w.add_tensor_info("t", (2, 4), "F32") == 0
-    assert w.add_tensor_info("q", ne=(32, 1), type=types.Q8_0) == 32
+    assert w.add_tensor_info("q", ne=(32, 1), type=qtypes.Q8_0) == 32
     w.write_header()
     assert w.data_offset == 192
     w.write_tensor_data("t", np.arange(8, dtype="<f4").reshape(2, 4))
@@ -126,7 +126,7 @@ def test_scalar_roundtrip(tmp_path, vtype, value, pytype):
     w.add_kv("k", value, vtype)
     w.write_header()
     w.close()
-    with gguf.open(path) as f:
+    with gguf.open_file(path) as f:
         got = f.metadata["k"]
         assert got == value and type(got) is pytype
         assert f.kv_infos["k"].vtype == vtype
@@ -149,7 +149,7 @@ def test_array_roundtrip(tmp_path, item_type, values):
     w.add_kv("after", 1, VT.UINT8)
     w.write_header()
     w.close()
-    with gguf.open(path) as f:
+    with gguf.open_file(path) as f:
         a = f.metadata["arr"]
         assert isinstance(a, GGUFArray) and a.item_type == item_type and len(a) == len(values)
         assert a.tolist() == values and a == values and list(a) == values
@@ -178,7 +178,7 @@ def test_nested_and_empty_arrays(tmp_path):
     w.write_header()
     w.close()
     inner = pack_array(VT.INT32, [1, 2]), pack_array(VT.INT32, [3])
-    with gguf.open(path) as f:
+    with gguf.open_file(path) as f:
         n = f.metadata["nested"]
         assert n.item_type == VT.ARRAY and n.tolist() == [[1, 2], [3]]
         assert isinstance(n[1], GGUFArray) and n[1].tolist() == [3]
@@ -208,7 +208,7 @@ def test_type_inference(tmp_path):
         "list_int": VT.INT64, "list_str": VT.STRING, "nd_f32": VT.FLOAT32, "nd_u64": VT.UINT64, "nd_bool": VT.BOOL,
         "np_i8": VT.INT8, "nd_u8": VT.UINT8, "nd_be": VT.INT32, "nd_str": VT.STRING,
     }
-    with gguf.open(path) as f:
+    with gguf.open_file(path) as f:
         for k, vt in expect.items():
             info = f.kv_infos[k]
             assert (info.item_type if info.vtype == VT.ARRAY else info.vtype) == vt, k
@@ -271,7 +271,7 @@ def test_versions_and_alignment(tmp_path, rng, version, alignment):
     blocks = {t: random_blocks(t, 3, 256, rng) for t in ("F32", "Q4_K", "Q8_0")}
     built = build_gguf(tmp_path / "v.gguf", {f"w.{t}": (t, b) for t, b in blocks.items()},
                        {"general.name": "v"}, alignment=alignment, version=version)
-    with gguf.open(built.path) as f:
+    with gguf.open_file(built.path) as f:
         assert f.version == version and f.alignment == alignment
         assert ("general.alignment" in f.metadata) == (alignment != 32)
         assert f.data_offset % alignment == 0
@@ -283,7 +283,7 @@ def test_versions_and_alignment(tmp_path, rng, version, alignment):
 
 def test_raw_is_zero_copy_and_read_only(tmp_path, rng):
     built = tiny_llama_gguf(tmp_path / "t.gguf")
-    f = gguf.open(built.path)
+    f = gguf.open_file(built.path)
     name = "blk.0.attn_q.weight"
     raw = f.raw(name)
     assert isinstance(raw, np.memmap) and raw.dtype == np.uint8
@@ -304,7 +304,7 @@ def test_raw_is_zero_copy_and_read_only(tmp_path, rng):
 
 def test_tiny_llama_contents(tmp_path):
     built = tiny_llama_gguf(tmp_path / "t.gguf")
-    with gguf.open(built.path) as f:
+    with gguf.open_file(built.path) as f:
         assert f.kind == "gguf" and f.architecture == "llama"
         assert f.hyperparameters() == {
             "n_layer": 2, "n_embd": 256, "n_head": 4, "n_head_kv": 2, "n_ff": 512, "n_ctx": 256,
@@ -324,7 +324,7 @@ def test_hyperparameters_defaults(tmp_path):
     built = build_gguf(tmp_path / "h.gguf", {}, {
         "llama.attention.head_count": KV(8, VT.UINT32), "llama.vocab_size": KV(77, VT.UINT32),
     })
-    with gguf.open(built.path) as f:
+    with gguf.open_file(built.path) as f:
         h = f.hyperparameters()
         assert h["n_head"] == 8 and h["n_head_kv"] == 8 and h["n_vocab"] == 77 and h["n_layer"] is None
 
@@ -359,7 +359,7 @@ def test_lazy_string_array_with_hostile_strings(tmp_path, rng):
     w.write_header()
     w.close()
     texts = [s.decode("utf-8", "surrogateescape") for s in strings]
-    with gguf.open(path) as f:
+    with gguf.open_file(path) as f:
         a = f.metadata["s"]
         assert f.metadata["z"] == 3
         assert a.tolist() == texts
@@ -371,7 +371,7 @@ def test_lazy_string_array_with_hostile_strings(tmp_path, rng):
         w2.add_kv("copy", a)  # a GGUFArray is copied as stored
         w2.write_header()
         w2.close()
-        with gguf.open(tmp_path / "s2.gguf") as g:
+        with gguf.open_file(tmp_path / "s2.gguf") as g:
             assert g.metadata["s"] == a and g.metadata["copy"] == a
 
 
@@ -460,7 +460,7 @@ def test_writer_streams_in_chunks_and_out_of_declaration_order(tmp_path, rng):
     w.write_tensor_data("a", a[:1], partial=True)
     w.write_tensor_data("a", a[1:], partial=True)
     w.close()
-    with gguf.open(path) as f:
+    with gguf.open_file(path) as f:
         assert [t.name for t in f.tensors] == ["a", "b"]
         assert f.tensor("a").offset == f.data_offset + 128
         np.testing.assert_array_equal(f.raw("a"), a.reshape(-1))
@@ -570,7 +570,7 @@ def test_copy_synthetic_byte_exact(tmp_path):
 def test_random_blocks_are_valid(rng, qtype):
     import gguf as ggufpy
 
-    t = types.get(qtype)
+    t = qtypes.get(qtype)
     k = 512
     blocks = random_blocks(qtype, 9, k, rng)
     assert blocks.dtype == np.uint8 and blocks.shape == (9, t.row_bytes(k)) and blocks.flags.c_contiguous
@@ -631,7 +631,7 @@ def compare_with_ggml(path: Path, full_string_arrays: bool = True) -> None:
     ctx = lib.gguf_init_from_file(os.fsencode(path), _InitParams(True, None))
     assert ctx, "ggml refused the file"
     try:
-        f = gguf.open(path)
+        f = gguf.open_file(path)
         assert f.version == lib.gguf_get_version(ctx)
         assert f.alignment == lib.gguf_get_alignment(ctx)
         assert f.data_offset == lib.gguf_get_data_offset(ctx)
@@ -684,7 +684,7 @@ def test_gemma_matches_ggml(gemma):
 
 @pytest.mark.real
 def test_gemma_hyperparameters(gemma):
-    with gguf.open(gemma) as f:
+    with gguf.open_file(gemma) as f:
         assert f.architecture == "gemma3"
         assert f.hyperparameters() == {
             "n_layer": 18, "n_embd": 640, "n_head": 4, "n_head_kv": 1, "n_ff": 2048, "n_ctx": 32768,
@@ -698,7 +698,7 @@ def compare_with_gguf_py(path: Path, sample_tensor_bytes: bool = True) -> None:
     import gguf as ggufpy
 
     r = ggufpy.GGUFReader(str(path))
-    f = gguf.open(path)
+    f = gguf.open_file(path)
     assert f.alignment == r.alignment and f.data_offset == r.data_offset
     fields = {k: v for k, v in r.fields.items() if not k.startswith("GGUF.")}
     assert list(f.metadata) == list(fields)

@@ -42,7 +42,7 @@ def expect(tmp_path, blob: bytes, exc: type, *fragments: str) -> BadInputError:
     path = tmp_path / "hostile.gguf"
     path.write_bytes(blob)
     with pytest.raises(exc) as info:
-        gguf.open(path)
+        gguf.open_file(path)
     msg = str(info.value)
     assert str(path) in msg, msg
     for frag in fragments:
@@ -53,7 +53,7 @@ def expect(tmp_path, blob: bytes, exc: type, *fragments: str) -> BadInputError:
 def test_the_base_file_is_valid(tmp_path):
     path = tmp_path / "ok.gguf"
     path.write_bytes(valid())
-    with gguf.open(path) as f:
+    with gguf.open_file(path) as f:
         assert [t.name for t in f.tensors] == ["t", "q"]
 
 
@@ -268,7 +268,7 @@ def test_every_truncation_is_caught(tmp_path):
     for n in range(len(blob)):
         path.write_bytes(blob[:n])
         with pytest.raises(BadInputError) as info:
-            gguf.open(path)
+            gguf.open_file(path)
         assert str(path) in str(info.value)
 
 
@@ -283,7 +283,7 @@ def test_random_corruption_never_escapes(tmp_path, flips):
     path = tmp_path / "fuzz.gguf"
     path.write_bytes(bytes(blob))
     try:
-        f = gguf.open(path)
+        f = gguf.open_file(path)
     except BadInputError as e:
         assert str(path) in str(e)
         return

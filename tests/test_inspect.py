@@ -19,7 +19,7 @@ from safetensors import safe_open
 from safetensors.numpy import save_file
 
 from panelpack.cli import main
-from panelpack.formats import inspect as inspect_mod
+from panelpack.formats import describe
 from panelpack.formats.checkpoint import open_checkpoint
 from panelpack.formats.errors import BadInputError, FormatError, UnsupportedError
 from panelpack.formats.safetensors import HFCheckpoint, SafetensorsFile
@@ -55,7 +55,7 @@ def check_doc_invariants(doc) -> None:
 
 
 def check_render(doc) -> str:
-    text = inspect_mod.render(doc)
+    text = describe.render(doc)
     lines = text.splitlines()
     assert lines[0].startswith("source") and doc["source"]["kind"] in lines[0]
     # the histogram is listed largest first, then a total row
@@ -94,7 +94,7 @@ def test_single_file_mixed_dtypes(tmp_path, rng):
         str(path),
         metadata={"format": "pt"},
     )
-    doc = inspect_mod.describe(path)
+    doc = describe.describe(path)
     check_doc_invariants(doc)
     assert doc["source"]["kind"] == "safetensors" and doc["source"]["path"] == str(path)
     assert doc["source"]["files"] == [{"path": str(path), "bytes": path.stat().st_size}]
@@ -114,7 +114,7 @@ def test_single_file_mixed_dtypes(tmp_path, rng):
 def test_bf16_file(tmp_path, rng):
     path = tmp_path / "bf.safetensors"
     save_bf16(path, {"a": rng.integers(0, 1 << 16, (8, 4), dtype=np.uint16)})
-    doc = inspect_mod.describe(path)
+    doc = describe.describe(path)
     check_doc_invariants(doc)
     assert doc["types"] == [{"type": "BF16", "count": 1, "elements": 32, "bytes": 64, "share": 1.0}]
     assert doc["totals"]["bits_per_weight"] == 16.0
@@ -124,7 +124,7 @@ def test_bf16_file(tmp_path, rng):
 def test_sharded_folder(tmp_path, rng):
     folder = tmp_path / "m"
     arrays = make_sharded(folder, rng, n_shards=2, per_shard=2)
-    doc = inspect_mod.describe(folder)
+    doc = describe.describe(folder)
     check_doc_invariants(doc)
     assert doc["source"]["kind"] == "hf"
     names = [f["path"].rsplit("/", 1)[1] for f in doc["source"]["files"]]
@@ -148,7 +148,7 @@ def test_describe_reads_no_tensor_data(tmp_path, rng, monkeypatch):
         raise AssertionError("describe() must not map tensor data")
 
     monkeypatch.setattr(np, "memmap", no_memmap)
-    doc = inspect_mod.describe(folder)
+    doc = describe.describe(folder)
     assert doc["totals"]["tensors"] == 6
     with pytest.raises(AssertionError, match="must not map"):  # the guard is live
         with HFCheckpoint(folder) as ck:
@@ -156,7 +156,7 @@ def test_describe_reads_no_tensor_data(tmp_path, rng, monkeypatch):
 
 
 def test_human_bytes():
-    h = inspect_mod.human_bytes
+    h = describe.human_bytes
     assert [h(0), h(1023), h(1024), h(1536), h(90868376), h(3 << 30), h(5 << 40)] == [
         "0 B",
         "1023 B",
@@ -173,7 +173,7 @@ def test_human_bytes():
 
 @pytest.mark.real
 def test_minilm(minilm):
-    doc = inspect_mod.describe(minilm)
+    doc = describe.describe(minilm)
     check_doc_invariants(doc)
     with safe_open(str(minilm / "model.safetensors"), framework="numpy") as f:
         want = collections.Counter(f.get_slice(k).get_dtype() for k in f.keys())
@@ -190,7 +190,7 @@ def test_minilm(minilm):
 
 @pytest.mark.real
 def test_smollm2(smollm2):
-    doc = inspect_mod.describe(smollm2)
+    doc = describe.describe(smollm2)
     check_doc_invariants(doc)
     assert doc["source"]["kind"] == "gguf"
     assert doc["totals"]["tensors"] == 272
@@ -209,7 +209,7 @@ def test_smollm2(smollm2):
 
 @pytest.mark.real
 def test_gemma(gemma):
-    doc = inspect_mod.describe(gemma)
+    doc = describe.describe(gemma)
     check_doc_invariants(doc)
     assert doc["totals"]["tensors"] == sum(GEMMA_TYPES.values()) == 236
     assert _counts(doc) == GEMMA_TYPES
@@ -242,7 +242,7 @@ def _reader_view(path):
 @pytest.mark.parametrize("which", ["smollm2", "gemma"])
 def test_gguf_against_gguf_reader(request, which):
     path = request.getfixturevalue(which)
-    doc = inspect_mod.describe(path)
+    doc = describe.describe(path)
     _, tensors, fields = _reader_view(path)
     assert doc["tensors"] == tensors  # names, numpy-order shapes, types, bytes, in file order
     assert _counts(doc) == dict(collections.Counter(t["type"] for t in tensors))
@@ -335,7 +335,7 @@ def test_cli_inspect_text_and_json(tmp_path, rng):
     assert r.output.startswith("source") and "layers.1.w0.weight" in r.output
     r = runner.invoke(main, ["inspect", str(folder), "--json"])
     assert r.exit_code == 0, r.output
-    assert json.loads(r.stdout) == inspect_mod.describe(folder)
+    assert json.loads(r.stdout) == describe.describe(folder)
 
 
 @pytest.mark.real

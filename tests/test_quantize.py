@@ -21,9 +21,9 @@ from hypothesis.extra import numpy as hnp
 
 import ggml_ref
 from panelpack.formats import blocks
-from panelpack.formats import types as T
+from panelpack.formats import qtypes
 
-QUANTIZABLE = [t.lower for t in T.QUANTIZABLE]
+QUANTIZABLE = [t.lower for t in qtypes.QUANTIZABLE]
 GGUF_PY_QUANTIZES = ["q4_0", "q8_0"]  # gguf-py cannot quantize Q4_K
 
 needs_ggml = pytest.mark.skipif(not ggml_ref.available(), reason="libggml-python is not installed")
@@ -35,11 +35,11 @@ def codec(name):
 
 def gguf_py(x: np.ndarray, name: str) -> np.ndarray:
     with np.errstate(all="ignore"):
-        return gguf_quantize(x, GGMLQuantizationType(T.get(name).id))
+        return gguf_quantize(x, GGMLQuantizationType(qtypes.get(name).id))
 
 
 def block_rows(a: np.ndarray, name: str) -> np.ndarray:
-    return a.reshape(-1, T.get(name).type_size)
+    return a.reshape(-1, qtypes.get(name).type_size)
 
 
 def assert_same_bytes(a: np.ndarray, b: np.ndarray, name: str):
@@ -242,7 +242,7 @@ def test_parallel_path_equals_serial(name, rng):
 
 @pytest.mark.parametrize("name", QUANTIZABLE)
 def test_shapes_and_round_trip(name, rng):
-    t = T.get(name)
+    t = qtypes.get(name)
     x = rng.standard_normal((3, 512)).astype(np.float32)
     q = codec(name).quantize(x)
     assert q.shape == (3, t.row_bytes(512)) and q.dtype == np.uint8
@@ -260,7 +260,7 @@ def test_shapes_and_round_trip(name, rng):
 def test_plain_types_quantize_like_gguf_py(name, rng):
     x = rng.standard_normal((2, 64)).astype(np.float32)
     x[0, :4] = [np.nan, np.inf, -0.0, 1e-40]
-    t = T.get(name)
+    t = qtypes.get(name)
     got = blocks.quantize(x, name)
     assert got.shape == (2, t.row_bytes(64))
     want = gguf_py(x, name)
@@ -276,7 +276,7 @@ def test_kernels_run_without_jit(tmp_path, rng):
     x[1, 40] = -np.inf
     np.save(tmp_path / "x.npy", x)
     raws = {}
-    for t in T.DECODABLE:
+    for t in qtypes.DECODABLE:
         raws[t.lower] = np.random.default_rng(t.id).integers(0, 256, (2, t.row_bytes(256)), dtype=np.uint8)
     np.savez(tmp_path / "raw.npz", **raws)
     script = textwrap.dedent(

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from builders import random_blocks
 from panelpack import repack
 from panelpack.formats import blocks as B
-from panelpack.formats import types as T
+from panelpack.formats import qtypes
 from panelpack.formats.errors import BadInputError, UnsupportedError
 from panelpack.repack import _common as C
 
@@ -24,7 +24,7 @@ QUANT = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"]
 
 def reference_dequantize(raw, qtype, n, k):
     """The codec's dequantize (bit-identical with gguf-py), or gguf-py itself until it exists."""
-    t = T.get(qtype)
+    t = qtypes.get(qtype)
     if hasattr(t.codec_module, "dequantize"):
         return B.dequantize(raw, t, n, k)
     import gguf
@@ -34,7 +34,7 @@ def reference_dequantize(raw, qtype, n, k):
 
 def finite_blocks(qtype, n, k, rng):
     """Random blocks whose f16 scales are finite (so dequantized values compare bit for bit)."""
-    t = T.get(qtype)
+    t = qtypes.get(qtype)
     raw = random_blocks(t, n, k, rng)
     f = B.to_fields(raw, t, n, k)
     for name in ("d", "dmin", "m"):
@@ -73,7 +73,7 @@ def test_describe_is_json_and_complete():
     d = repack.describe()
     json.dumps(d)
     by = {x["name"]: x for x in d}
-    assert by["rowmajor"]["any_type"] and len(by["rowmajor"]["source_types"]) == len(T.TYPES)
+    assert by["rowmajor"]["any_type"] and len(by["rowmajor"]["source_types"]) == len(qtypes.TYPES)
     assert by["panel64"]["source_types"] == ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"]
     assert by["panel64"]["row_multiple"] == 1 and by["panel64"]["target"] == {"isa": "sme2", "svl_bits": 512}
     assert by["ggml-x8"]["row_multiple"] == 8 and by["ggml-x8"]["k_multiple"] == {"Q4_0": 32, "Q4_K": 256}
@@ -123,7 +123,7 @@ def test_panel64_never_refuses_on_n():
 @pytest.mark.parametrize("layout", list(repack.LAYOUTS))
 def test_pack_returns_regions_in_plan_order_with_plan_dtype_and_shape(layout, rng):
     mod = repack.get(layout)
-    qtype = "Q4_K" if T.Q4_K in mod.SOURCE_TYPES else "Q4_0"
+    qtype = "Q4_K" if qtypes.Q4_K in mod.SOURCE_TYPES else "Q4_0"
     n, k = 16, 512
     plan = mod.plan(qtype, n, k)
     regions = mod.pack(random_blocks(qtype, n, k, rng), n, k, qtype)
@@ -255,7 +255,7 @@ CASES = [(mod.NAME, t.name) for mod in repack.LAYOUTS.values() for t in sorted(m
 @st.composite
 def shapes(draw, layout, qtype):
     mod = repack.get(layout)
-    t = T.get(qtype)
+    t = qtypes.get(qtype)
     m = mod.ROW_MULTIPLE
     n = m * draw(st.integers(1, 200 // m))
     k = t.block_size * draw(st.integers(1, max(1, 1024 // t.block_size)))
@@ -294,14 +294,14 @@ def test_dequantize_matches_gguf_py_even_with_nan_and_inf_scales(layout, qtype):
     mod = repack.get(layout)
     rng = np.random.default_rng(11)
     n, k = 16, 512
-    raw = rng.integers(0, 256, (n, T.get(qtype).row_bytes(k)), dtype=np.uint8)  # any f16 bits
+    raw = rng.integers(0, 256, (n, qtypes.get(qtype).row_bytes(k)), dtype=np.uint8)  # any f16 bits
     f = B.to_fields(raw, qtype, n, k)
     for name in ("d", "dmin", "m"):
         if name in f and f[name].dtype == np.uint16:
             f[name][:4, 0] = [0x7C01, 0xFE00, 0x7C00, 0xFC00]  # sNaN, -qNaN, +inf, -inf
     raw = B.from_fields(f, qtype, n, k)
     with np.errstate(all="ignore"):
-        want = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType(T.get(qtype).id)).reshape(n, k)
+        want = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType(qtypes.get(qtype).id)).reshape(n, k)
         got = mod.dequantize(mod.pack(raw, n, k, qtype), n, k, qtype)
     assert not np.isfinite(want).all()  # the case is exercised
     assert same_bits(got, want)

@@ -117,10 +117,10 @@ def test_bytes_equal_what_ggml_builds_at_load_time(qtype, n, k, rng):
     repack = _ggml_cpu_repack()
     if repack is None:
         pytest.skip("libggml-python's libggml-cpu.so is not installed")
-    from panelpack.formats import types as T
+    from panelpack.formats import qtypes
 
     raw = random_blocks(qtype, n, k, rng)
-    theirs = repack(raw, T.get(qtype).id, n, k)
+    theirs = repack(raw, qtypes.get(qtype).id, n, k)
     if np.array_equal(theirs, raw.reshape(-1)):
         pytest.skip("this CPU/build of ggml does not repack (no AVX2 8x8 kernels)")
     assert np.array_equal(X.pack(raw, n, k, qtype)["blocks"].reshape(-1), theirs)

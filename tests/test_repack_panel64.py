@@ -8,7 +8,7 @@ import pytest
 
 from builders import random_blocks
 from panelpack.formats import blocks as B
-from panelpack.formats import types as T
+from panelpack.formats import qtypes
 from panelpack.repack import _panel64_kernels as K
 from panelpack.repack import panel64 as P
 
@@ -18,7 +18,7 @@ INT8 = ["Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q8_0"]
 
 def blocks_with_codes(qtype, codes, rng):
     """Blocks of ``qtype`` whose integer codes are ``codes`` [n, k] (scales random)."""
-    t = T.get(qtype)
+    t = qtypes.get(qtype)
     n, k = codes.shape
     f = B.to_fields(random_blocks(t, n, k, rng), t, n, k)
     f["codes"] = codes.astype(f["codes"].dtype)
@@ -97,7 +97,7 @@ def closed_form(n, k, G, nibble):
 @pytest.mark.parametrize("qtype", NIBBLE + INT8)
 @pytest.mark.parametrize("n", [1, 64, 70, 130])
 def test_every_weight_lands_at_its_closed_form_address(qtype, n, rng):
-    t = T.get(qtype)
+    t = qtypes.get(qtype)
     k = 2 * t.block_size
     nn, kk = np.meshgrid(np.arange(n), np.arange(k), indexing="ij")
     span = 1 << t.code_bits
@@ -124,7 +124,7 @@ def test_every_weight_lands_at_its_closed_form_address(qtype, n, rng):
 
 @pytest.mark.parametrize("qtype", NIBBLE + INT8)
 def test_pad_channels_hold_the_zero_code_and_zero_scales(qtype, rng):
-    t = T.get(qtype)
+    t = qtypes.get(qtype)
     n, k = 70, t.block_size
     reg = P.pack(random_blocks(t, n, k, rng), n, k, t)
     panels = reg["panels"]
@@ -144,7 +144,7 @@ def test_pad_channels_hold_the_zero_code_and_zero_scales(qtype, rng):
 
 @pytest.mark.parametrize("qtype", NIBBLE + INT8)
 def test_scale_regions_are_the_source_fields_in_channel_order(qtype, rng):
-    t = T.get(qtype)
+    t = qtypes.get(qtype)
     n, k = 70, 2 * t.block_size
     raw = random_blocks(t, n, k, rng)
     f = B.to_fields(raw, t, n, k)

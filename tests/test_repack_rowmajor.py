@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 
 from builders import random_blocks
-from panelpack.formats import types as T
+from panelpack.formats import qtypes
 from panelpack.formats.errors import UnsupportedError
 from panelpack.repack import rowmajor as R
 
 
 @pytest.mark.parametrize("qtype", ["F32", "F16", "BF16", "Q4_0", "Q6_K", "Q2_K", "IQ4_XS", "I32"])
 def test_identity_for_every_type(qtype, rng):
-    t = T.get(qtype)
+    t = qtypes.get(qtype)
     n, k = 3, 2 * t.block_size
     raw = rng.integers(0, 256, (n, t.row_bytes(k)), dtype=np.uint8)
     reg = R.pack(raw, n, k, t)
@@ -43,7 +43,7 @@ def test_plain_types_dequantize_as_numpy_widens(qtype, rng):
 
 
 def test_types_without_a_codec_are_copied_but_not_decoded(rng):
-    raw = rng.integers(0, 256, (2, T.get("Q2_K").row_bytes(256)), dtype=np.uint8)
+    raw = rng.integers(0, 256, (2, qtypes.get("Q2_K").row_bytes(256)), dtype=np.uint8)
     reg = R.pack(raw, 2, 256, "Q2_K")
     with pytest.raises(UnsupportedError, match=r"layout rowmajor: type Q2_K \(id 10\) has no codec"):
         R.dequantize(reg, 2, 256, "Q2_K")

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from safetensors import TensorSpec, safe_open, serialize_file
 from safetensors.numpy import save_file
 
-from panelpack.formats import types
+from panelpack.formats import qtypes
 from panelpack.formats.errors import BadInputError, FormatError, OutputError, UnsupportedError
 from panelpack.formats.safetensors import (
     DTYPES,
@@ -129,7 +129,7 @@ def test_every_numpy_dtype_matches_library(tmp_path, rng):
             if reg is None:
                 assert is_plain(t) and t is PLAIN_TYPES[st_name] and t.codec is None
             else:
-                assert t is types.get(reg) and not is_plain(t)
+                assert t is qtypes.get(reg) and not is_plain(t)
 
 
 def test_tensors_come_in_data_order(tmp_path):
@@ -160,7 +160,7 @@ def test_bf16_raw_bits_match_library(tmp_path, rng):
     lib = dict(safetensors.deserialize(path.read_bytes()))
     with SafetensorsFile(path) as f:
         info = f.tensor("w")
-        assert info.type is types.BF16 and info.shape == (4, 32) and info.nbytes == 256
+        assert info.type is qtypes.BF16 and info.shape == (4, 32) and info.nbytes == 256
         got = f.array("w")
         assert got.dtype == np.uint16
         np.testing.assert_array_equal(got, bits)
@@ -190,12 +190,12 @@ def test_bf16_to_f32_is_exact():
 
 def test_plain_types_stay_out_of_the_registry():
     for name, t in PLAIN_TYPES.items():
-        assert name not in types.BY_NAME
+        assert name not in qtypes.BY_NAME
         assert t.id == -1 and t.block_size == 1 and t.codec is None
         with pytest.raises(UnsupportedError):
             t.codec_module
     for name in ("F64", "F32", "F16", "BF16", "I64", "I32", "I16", "I8"):
-        assert DTYPES[name] is types.BY_NAME[name]
+        assert DTYPES[name] is qtypes.BY_NAME[name]
 
 
 def test_8bit_float_is_read_as_raw_bits(tmp_path):
@@ -343,7 +343,7 @@ def test_hf_sharded_bf16(tmp_path, rng):
     arrays = make_sharded(tmp_path / "m", rng, n_shards=2, dtype=np.uint16)
     with HFCheckpoint(tmp_path / "m") as ck:
         for name, want in arrays.items():
-            assert ck.tensor(name).type is types.BF16
+            assert ck.tensor(name).type is qtypes.BF16
             np.testing.assert_array_equal(ck.array(name), want)
 
 
@@ -634,7 +634,7 @@ def test_writer_bf16_matches_library_bytes(tmp_path, rng):
     save_bf16(theirs, bits)
     assert ours.read_bytes() == theirs.read_bytes()
     with SafetensorsFile(ours) as f:
-        assert f.tensor("w").type is types.BF16
+        assert f.tensor("w").type is qtypes.BF16
         np.testing.assert_array_equal(f.array("w"), bits["w"])
 
 

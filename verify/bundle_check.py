@@ -48,7 +48,7 @@ import numpy as np
 from .. import repack
 from ..formats import archive
 from ..formats import blocks as codecs
-from ..formats import types as T
+from ..formats import qtypes
 from ..formats.bundle import Bundle, dtype_name
 from ..formats.errors import BadInputError
 from ..formats.text import table
@@ -179,7 +179,7 @@ def _check_layout_contract(t: dict[str, Any]) -> list[str]:
         lay = repack.get(t["layout"])
     except BadInputError as e:
         return [e.detail]
-    qt = T.get(t["type"])
+    qt = qtypes.get(t["type"])
     n, k = _nk(t["shape"])
     why = lay.refuse(qt, n, k)
     if why:
@@ -206,7 +206,7 @@ def _sha(a: np.ndarray) -> str:
 def _lossless(b: Bundle, t: dict[str, Any], v: TensorVerdict) -> Optional[np.ndarray]:
     """Restore the standard blocks and check them; returns the blocks (None when not invertible)."""
     lay = repack.get(t["layout"])
-    qt = T.get(t["type"])
+    qt = qtypes.get(t["type"])
     n, k = _nk(t["shape"])
     if not lay.invertible(qt):
         v.levels["lossless"] = f"skipped: {t['layout']} is not invertible for {qt.name}"
@@ -250,7 +250,7 @@ def _first_diff(name: str, got: np.ndarray, want: np.ndarray, rows: Optional[np.
     return f"{name} [{where}] = {got[idx]!r}, standard {want[idx]!r}"
 
 
-def _panel_scale_fields(regions: dict[str, np.ndarray], n: int, qt: T.GGMLType) -> dict[str, np.ndarray]:
+def _panel_scale_fields(regions: dict[str, np.ndarray], n: int, qt: qtypes.GGMLType) -> dict[str, np.ndarray]:
     """Panel scale regions ``[SB][groups][64]`` as codec-style fields ``[n, groups]``."""
     out = {}
     for name, r in regions.items():
@@ -275,7 +275,7 @@ def _agreement(b: Bundle, t: dict[str, Any], blocks: Optional[np.ndarray], v: Te
                rng: np.random.Generator, sample: int, svl_bits: int) -> None:
     from . import compiled, dispatch, il8, leaves
 
-    qt = T.get(t["type"])
+    qt = qtypes.get(t["type"])
     n, k = _nk(t["shape"])
     if qt.scheme is None or len(t["shape"]) != 2:
         v.skipped = f"{qt.name} {'x'.join(map(str, t['shape']))}: not a quantized matrix, no integer kernel"

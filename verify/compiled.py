@@ -43,7 +43,7 @@ import numba
 from numba import config, njit, prange, types
 
 from ..formats import blocks as _blocks
-from ..formats import types as _types
+from ..formats import qtypes
 from ..formats._jit import lazy_njit
 from ..formats.errors import BadInputError, UnsupportedError
 from . import dispatch as _d
@@ -544,7 +544,7 @@ def _region(regions: Mapping[str, np.ndarray], layout: str, qname: str, name: st
 def _panel64_geometry(t, n, k):
     sb = -(-n // TILE)
     ng = k // t.group
-    return sb, ng, k // _types.QK_K
+    return sb, ng, k // qtypes.QK_K
 
 
 #: panel64 scale regions per scheme: name -> (dtype, per "group" or "super" [SB][x][64])
@@ -652,7 +652,7 @@ def _nibble_tile(t):
 
 def _specs():
     rows = []
-    for t in _types.INTEGER_FORM:
+    for t in qtypes.INTEGER_FORM:
         if t.code_bits == 4:  # nibble panels hold the raw code u; the kernel subtracts code_offset
             tile, order, variant = _nibble_tile(t)
             rows.append(KernelSpec("panel64", t.name, tile, _panel64_bytes, _panel64_scales,
@@ -766,7 +766,7 @@ class Prepared:
     """A tensor ready for the compiled kernels: its bytes and per-tile f32 rescale factors."""
 
     layout: str
-    qtype: _types.GGMLType
+    qtype: qtypes.GGMLType
     n: int
     k: int
     spec: KernelSpec

@@ -48,7 +48,7 @@ import numpy as np
 from numba import njit, types
 
 from ..formats import blocks as _blocks
-from ..formats import types as _types
+from ..formats import qtypes
 from ..formats.errors import BadInputError, UnsupportedError
 from ..formats._jit import lazy_njit
 
@@ -63,9 +63,9 @@ SCHEME_KIND: dict[str, int] = {"scale": SCALE, "scale_min": SCALE_MIN, "k_scale"
                                "k_scale_min": K_SCALE_MIN}
 
 
-def qtype_of(qtype) -> _types.GGMLType:
+def qtype_of(qtype) -> qtypes.GGMLType:
     """The registry entry of a type with an integer form (SPEC §3), or UnsupportedError."""
-    t = _types.get(qtype)
+    t = qtypes.get(qtype)
     if t.scheme is None:
         raise UnsupportedError(f"type {t.name} has no integer form; the standard dispatch does not apply")
     return t
@@ -107,7 +107,7 @@ def quantize_activations(x) -> tuple[np.ndarray, np.ndarray]:
     """
     xr, _ = _as_activation_rows(x)
     m, k = xr.shape
-    q = _types.Q8_0.codec_module.quantize(xr).reshape(m, k // QK8, 2 + QK8)
+    q = qtypes.Q8_0.codec_module.quantize(xr).reshape(m, k // QK8, 2 + QK8)
     a = np.ascontiguousarray(q[:, :, 2:]).view(np.int8).reshape(m, k)
     da = _f16(np.ascontiguousarray(q[:, :, :2]).view("<u2").reshape(m, k // QK8))
     return a, da
@@ -142,7 +142,7 @@ def group_sums(a: np.ndarray, group: int) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------
 def check_blocks(blocks, n: int, k: int, qtype) -> np.ndarray:
     """``blocks`` as uint8 ``[n, row_bytes]`` (a view when possible), or BadInputError."""
-    t = _types.get(qtype)
+    t = qtypes.get(qtype)
     if n < 1 or k < 1 or k % t.block_size:
         raise BadInputError(f"{t.name} matrix [{n}, {k}]: K must be a positive multiple of {t.block_size}")
     raw = np.asarray(blocks)
@@ -241,7 +241,7 @@ def _scales_scale_min(fields, t):
 
 
 def _scales_k_scale_min(fields, t):
-    per = _types.QK_K // t.group
+    per = qtypes.QK_K // t.group
     d = _per_group(_f16(fields["d"]), per)
     dmin = _per_group(_f16(fields["dmin"]), per)
     # f32 × f32, each product rounded once (numpy does not fuse)
@@ -249,7 +249,7 @@ def _scales_k_scale_min(fields, t):
 
 
 def _scales_k_scale(fields, t):
-    per = _types.QK_K // t.group
+    per = qtypes.QK_K // t.group
     s = _per_group(_f16(fields["d"]), per) * fields["scale"].astype(np.int8).astype(np.float32)
     return s, np.zeros_like(s)
 
@@ -413,7 +413,7 @@ def dequantize_f64(blocks, n: int, k: int, qtype) -> np.ndarray:
     from gguf import GGMLQuantizationType
     from gguf.quants import dequantize
 
-    t = _types.get(qtype)
+    t = qtypes.get(qtype)
     raw = check_blocks(blocks, n, k, t)
     return dequantize(raw, GGMLQuantizationType(t.id)).astype(np.float64).reshape(n, k)
 

@@ -46,7 +46,7 @@ from typing import Callable, Mapping
 import numpy as np
 from numba import njit, types
 
-from ..formats import types as _types
+from ..formats import qtypes
 from ..formats.errors import BadInputError, UnsupportedError
 from ..repack._common import unpack_scales12
 from . import dispatch as _d
@@ -253,7 +253,7 @@ def il8_partials(layout: str, regions, n: int, k: int, qtype, a) -> tuple[np.nda
     f = form(layout, qtype, n, k)
     reg = region_bytes(f, regions, n, k)
     a8 = _d.check_codes_activations(a, k)
-    t = _types.get(qtype)
+    t = qtypes.get(qtype)
     out = np.empty((a8.shape[0], n, k // t.group), np.int32)
     f.kernel(reg[next(iter(f.regions))], a8, f.offset, out)
     return out, _d.group_sums(a8, t.group)

@@ -11,20 +11,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import types as _types
+from .. import qtypes
 from ..errors import BadInputError, UnsupportedError
 
 
 def codec(qtype):
     """The codec module of a type (by GGMLType, id or name)."""
-    return _types.get(qtype).codec_module
+    return qtypes.get(qtype).codec_module
 
 
 def to_fields(raw: np.ndarray, qtype, n: int, k: int) -> dict[str, np.ndarray]:
     """Split ``[n, k]`` worth of blocks into integer codes and raw scale fields (lossless)."""
     mod = codec(qtype)
     if not hasattr(mod, "to_fields"):
-        raise UnsupportedError(f"type {_types.get(qtype).name} has no block fields")
+        raise UnsupportedError(f"type {qtypes.get(qtype).name} has no block fields")
     return mod.to_fields(raw, n, k)
 
 
@@ -32,13 +32,13 @@ def from_fields(fields: dict[str, np.ndarray], qtype, n: int, k: int) -> np.ndar
     """Inverse of :func:`to_fields`: uint8 ``[n, row_bytes]``, byte for byte."""
     mod = codec(qtype)
     if not hasattr(mod, "from_fields"):
-        raise UnsupportedError(f"type {_types.get(qtype).name} has no block fields")
+        raise UnsupportedError(f"type {qtypes.get(qtype).name} has no block fields")
     return mod.from_fields(fields, n, k)
 
 
 def integer_codes(fields: dict[str, np.ndarray], qtype) -> np.ndarray:
     """The signed integer weight code ``c`` of SPEC §3 (``code - code_offset``), int16 ``[n, k]``."""
-    t = _types.get(qtype)
+    t = qtypes.get(qtype)
     if t.scheme is None:
         raise UnsupportedError(f"type {t.name} has no integer form")
     return fields["codes"].astype(np.int16) - np.int16(t.code_offset)
@@ -50,7 +50,7 @@ def dequantize(raw, qtype, n: int, k: int, out: np.ndarray | None = None) -> np.
     ``raw``: the bytes (any C-contiguous array or buffer; read as uint8), exactly
     ``n * row_bytes(k)`` of them. ``out``: optional f32 ``[n, k]`` array to write into.
     """
-    t = _types.get(qtype)
+    t = qtypes.get(qtype)
     mod = codec(t)
     n, k = int(n), int(k)
     if n < 0 or k < 0:
@@ -72,10 +72,10 @@ def dequantize(raw, qtype, n: int, k: int, out: np.ndarray | None = None) -> np.
 def quantize(x: np.ndarray, qtype) -> np.ndarray:
     """Encode f32 ``[n, k]`` (1-D: one row) as ``qtype`` blocks, uint8 ``[n, row_bytes]``,
     byte-identical with ggml's reference quantizer of that type."""
-    t = _types.get(qtype)
+    t = qtypes.get(qtype)
     mod = codec(t)
-    if t.quantized and not t.quantize or not hasattr(mod, "quantize"):
-        known = ", ".join(q.name for q in _types.QUANTIZABLE)
+    if t.quantized and not t.can_quantize or not hasattr(mod, "quantize"):
+        known = ", ".join(q.name for q in qtypes.QUANTIZABLE)
         raise UnsupportedError(f"panelpack cannot quantize into {t.name} (it can: {known}, F32, F16, BF16)")
     if isinstance(x, np.ndarray) and x.ndim == 1:
         x = x.reshape(1, -1)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import BadInputError
-from ..types import GGMLType
+from ..qtypes import GGMLType
 
 
 @dataclass(frozen=True)

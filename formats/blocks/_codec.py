@@ -11,7 +11,7 @@ import numba
 import numpy as np
 
 from ..errors import BadInputError
-from ..types import GGMLType
+from ..qtypes import GGMLType
 from .._jit import lazy_njit
 
 #: Inputs with fewer elements than this run on the calling thread (a parallel launch costs

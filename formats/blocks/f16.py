@@ -23,7 +23,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from ..types import F16 as QTYPE
+from ..qtypes import F16 as QTYPE
 from ._codec import (
     CHUNK_BLOCKS,
     READONLY_U16,

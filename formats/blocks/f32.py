@@ -20,7 +20,7 @@ import numpy as np
 from numba import types as nbt
 from numba.extending import intrinsic
 
-from ..types import F32 as QTYPE
+from ..qtypes import F32 as QTYPE
 from ._codec import as_blocks, as_rows_f32, bytes_shape, check_out, out_shape
 from .._jit import lazy_njit
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from ..types import Q4_0 as QTYPE
+from ..qtypes import Q4_0 as QTYPE
 from ._bits import BlockPlan, Field, f16_word, nibble_codes
 from ._codec import (
     LANES,

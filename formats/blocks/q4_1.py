@@ -16,7 +16,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from ..types import Q4_1 as QTYPE
+from ..qtypes import Q4_1 as QTYPE
 from ._bits import BlockPlan, Field, f16_word, nibble_codes
 from ._codec import READONLY_U8, run_dequantize, parallel_dequantize, ref_fields
 from .f16 import f16_to_f32

@@ -31,7 +31,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from ..types import Q4_K as QTYPE
+from ..qtypes import Q4_K as QTYPE
 from ._bits import BlockPlan, Field, f16_word, k_scale_parts
 from ._codec import (
     CHUNK_BLOCKS,

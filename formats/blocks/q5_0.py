@@ -15,7 +15,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from ..types import Q5_0 as QTYPE
+from ..qtypes import Q5_0 as QTYPE
 from ._bits import BlockPlan, Field, f16_word, nibble_codes, qh_bit
 from ._codec import READONLY_U8, run_dequantize, parallel_dequantize, ref_fields
 from .f16 import f16_to_f32

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from ..types import Q6_K as QTYPE
+from ..qtypes import Q6_K as QTYPE
 from ._bits import BlockPlan, Field, f16_word, whole_byte
 from ._codec import (
     CHUNK_BLOCKS,

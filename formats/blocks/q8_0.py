@@ -22,7 +22,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from ..types import Q8_0 as QTYPE
+from ..qtypes import Q8_0 as QTYPE
 from ._bits import BlockPlan, Field, f16_word, whole_byte
 from ._codec import (
     LANES,

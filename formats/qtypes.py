@@ -33,7 +33,7 @@ class GGMLType:
     type_size: int  # bytes per block
     codec: Optional[str] = None  # module name under panelpack.formats.blocks, None: size only
     numpy_dtype: Optional[str] = None  # for plain element types: the numpy dtype of one element
-    quantize: bool = False  # the codec can quantize f32 into this type
+    can_quantize: bool = False  # the codec can quantize f32 into this type
     group: Optional[int] = None  # K elements per scale group in the standard dispatch (SPEC §3)
     code_bits: Optional[int] = None  # bits of the integer code
     code_offset: int = 0  # c = code - code_offset  (Q4_0: 8, Q5_0: 16, Q6_K: 32)
@@ -80,7 +80,7 @@ def _t(id, name, block_size, type_size, **kw) -> GGMLType:
 TYPES: tuple[GGMLType, ...] = (
     _t(0,  "F32",     1,     4,                              codec="f32",  numpy_dtype="<f4"),
     _t(1,  "F16",     1,     2,                              codec="f16",  numpy_dtype="<f2"),
-    _t(2,  "Q4_0",    QK,    2 + QK // 2,                    codec="q4_0", quantize=True,
+    _t(2,  "Q4_0",    QK,    2 + QK // 2,                    codec="q4_0", can_quantize=True,
        group=32, code_bits=4, code_offset=8, scheme="scale"),
     _t(3,  "Q4_1",    QK,    2 + 2 + QK // 2,                codec="q4_1",
        group=32, code_bits=4, code_offset=0, scheme="scale_min"),
@@ -88,12 +88,12 @@ TYPES: tuple[GGMLType, ...] = (
        group=32, code_bits=5, code_offset=16, scheme="scale"),
     _t(7,  "Q5_1",    QK,    2 + 2 + 4 + QK // 2,            codec="q5_1",
        group=32, code_bits=5, code_offset=0, scheme="scale_min"),
-    _t(8,  "Q8_0",    QK,    2 + QK,                         codec="q8_0", quantize=True,
+    _t(8,  "Q8_0",    QK,    2 + QK,                         codec="q8_0", can_quantize=True,
        group=32, code_bits=8, code_offset=0, scheme="scale"),
-    _t(9,  "Q8_1",    QK,    4 + 4 + QK),
+    _t(9,  "Q8_1",    QK,    2 + 2 + QK),  # ggml block_q8_1: half d, half s, 32 x int8
     _t(10, "Q2_K",    QK_K,  QK_K // 16 + QK_K // 4 + 2 + 2),
     _t(11, "Q3_K",    QK_K,  QK_K // 8 + QK_K // 4 + 12 + 2),
-    _t(12, "Q4_K",    QK_K,  2 + 2 + 12 + QK_K // 2,         codec="q4_k", quantize=True,
+    _t(12, "Q4_K",    QK_K,  2 + 2 + 12 + QK_K // 2,         codec="q4_k", can_quantize=True,
        group=32, code_bits=4, code_offset=0, scheme="k_scale_min"),
     _t(13, "Q5_K",    QK_K,  2 + 2 + 12 + QK_K // 8 + QK_K // 2, codec="q5_k",
        group=32, code_bits=5, code_offset=0, scheme="k_scale_min"),
@@ -145,7 +145,7 @@ Q6_K = BY_NAME["Q6_K"]
 
 #: Types panelpack can decode (every codec), and those it can quantize into.
 DECODABLE = tuple(t for t in TYPES if t.codec)
-QUANTIZABLE = tuple(t for t in TYPES if t.quantize)
+QUANTIZABLE = tuple(t for t in TYPES if t.can_quantize)
 #: Quantized types with an integer form (the standard dispatch of SPEC §3 applies).
 INTEGER_FORM = tuple(t for t in TYPES if t.scheme)
 
