@@ -246,8 +246,9 @@ def verify(bundle, level, report_path, seed, sample, svl_bits, names):
     else:
         click.echo(rep.render())
         if report_path:
-            with open(report_path, "w", encoding="utf-8") as f:
-                json.dump(rep.to_json(), f, indent=2)
+            from panelpack.formats import atomic
+
+            atomic.write_bytes(report_path, (json.dumps(rep.to_json(), indent=2) + "\n").encode(), force=True)
     if not rep.ok:
         sys.exit(EXIT_VERIFY_FAILED)
 
@@ -290,10 +291,6 @@ def demo(out, source, layout, quant, verify_level, no_verify):
     if verify_level != "all":
         click.echo(f"next: panelpack verify {out} --level all   (integer partials of the emulated SME2/NEON "
                    "leaves and compiled kernels against the standard dispatch)")
-
-
-def run() -> None:  # pragma: no cover - console entry for tooling that wants a plain function
-    main(prog_name="panelpack")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -17,7 +17,6 @@ import hashlib
 import json
 import logging
 import os
-import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,9 +24,9 @@ from typing import Any
 import numpy as np
 
 from .. import repack
-from ..formats import qtypes
+from ..formats import atomic, qtypes
 from ..formats.bundle import Bundle
-from ..formats.errors import BadInputError, FormatError, OutputError
+from ..formats.errors import BadInputError, FormatError
 
 log = logging.getLogger(__name__)
 
@@ -91,12 +90,7 @@ def export_gguf(bundle: str | os.PathLike, out: str | os.PathLike, force: bool =
         listed = "; ".join(problems[:12]) + (f"; ... and {len(problems) - 12} more" if len(problems) > 12 else "")
         raise BadInputError(f"cannot restore {len(problems)} tensor(s) to the source GGUF: {listed}", path=b.path)
 
-    out = Path(out)
-    if out.exists() and not force:
-        raise OutputError(f"{out}: already exists (pass --force to replace it)")
-    if not out.parent.is_dir():
-        raise OutputError(f"{out.parent}: output folder does not exist")
-    tmp = out.parent / f".{out.name}.partial-{os.getpid()}-{secrets.token_hex(4)}"
+    out = atomic.check_target(out, force)
     data_offset, file_size = layout_doc["data_offset"], layout_doc["file_size"]
     gaps = {a: b_ for a, b_ in layout_doc.get("nonzero_gaps", [])}
     gap_bytes = (b.path / "source" / "gguf-gaps.bin").read_bytes() if gaps else b""
@@ -108,52 +102,42 @@ def export_gguf(bundle: str | os.PathLike, out: str | os.PathLike, force: bool =
     h = hashlib.sha256()
     by_name = {t["name"]: t for t in b.tensors}
     order = sorted(layout_doc["tensors"], key=lambda r: r["offset"])
-    try:
-        with open(tmp, "wb") as f:
-            head = header_path.read_bytes()
-            if len(head) != data_offset:
-                raise FormatError(f"gguf-header.bin is {len(head)} bytes, expected {data_offset}", path=b.path)
-            f.write(head)
-            h.update(head)
-            cur = data_offset
+    with atomic.atomic_file(out, force=force) as f:
+        head = header_path.read_bytes()
+        if len(head) != data_offset:
+            raise FormatError(f"gguf-header.bin is {len(head)} bytes, expected {data_offset}", path=b.path)
+        f.write(head)
+        h.update(head)
+        cur = data_offset
 
-            def fill(upto: int) -> None:
-                nonlocal cur
-                while cur < upto:
-                    if cur in gap_pos:
-                        chunk = gap_pos[cur][: upto - cur]
-                    else:
-                        nxt = min([a for a in gap_pos if a > cur] + [upto])
-                        chunk = bytes(nxt - cur)
-                    f.write(chunk)
-                    h.update(chunk)
-                    cur += len(chunk)
+        def fill(upto: int) -> None:
+            nonlocal cur
+            while cur < upto:
+                if cur in gap_pos:
+                    chunk = gap_pos[cur][: upto - cur]
+                else:
+                    nxt = min([a for a in gap_pos if a > cur] + [upto])
+                    chunk = bytes(nxt - cur)
+                f.write(chunk)
+                h.update(chunk)
+                cur += len(chunk)
 
-            for rec in order:
-                t = by_name[rec["name"]]
-                fill(data_offset + rec["offset"])
-                qt = qtypes.get(t["type"])
-                n, k = _nk(t["shape"])
-                blocks = repack.get(t["layout"]).unpack(b.regions(t), n, k, qt)
-                data = memoryview(np.ascontiguousarray(blocks).reshape(-1).view(np.uint8))
-                want = t.get("blocks_sha256")
-                got = hashlib.sha256(data).hexdigest()
-                if want and got != want:
-                    raise FormatError(f"tensor {t['name']!r}: restored blocks do not match the hash recorded at conversion "
-                                      f"(bundle damaged; run `panelpack verify`)", path=b.path)
-                f.write(data)
-                h.update(data)
-                cur += len(data)
-            fill(file_size)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, out)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise OutputError(f"writing {out}: {e.strerror or e}") from None
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+        for rec in order:
+            t = by_name[rec["name"]]
+            fill(data_offset + rec["offset"])
+            qt = qtypes.get(t["type"])
+            n, k = _nk(t["shape"])
+            blocks = repack.get(t["layout"]).unpack(b.regions(t), n, k, qt)
+            data = memoryview(np.ascontiguousarray(blocks).reshape(-1).view(np.uint8))
+            want = t.get("blocks_sha256")
+            got = atomic.sha256_bytes(data)
+            if want and got != want:
+                raise FormatError(f"tensor {t['name']!r}: restored blocks do not match the hash recorded at conversion "
+                                  f"(bundle damaged; run `panelpack verify`)", path=b.path)
+            f.write(data)
+            h.update(data)
+            cur += len(data)
+        fill(file_size)
     files = src.get("files") or [{}]
     res = ExportResult(out, len(order), file_size, h.hexdigest(), files[0].get("sha256"), time.perf_counter() - t0)
     if not res.identical:

@@ -8,7 +8,6 @@ window moves on.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -24,7 +23,8 @@ import numpy as np
 from .. import __version__, repack
 from ..formats import blocks as codecs
 from ..formats import qtypes
-from ..formats.bundle import BundleWriter, hash_async, sha256_file
+from ..formats.atomic import sha256_bytes, sha256_file
+from ..formats.bundle import BundleWriter, hash_async
 from ..formats.common import Checkpoint
 from .plan import Plan, TensorPlan
 
@@ -50,10 +50,6 @@ class TensorResult:
     error: Optional[dict[str, float]] = None  # quantization error added, when quantized
 
 
-def _sha256(a: np.ndarray) -> str:
-    return hashlib.sha256(memoryview(np.ascontiguousarray(a).reshape(-1).view(np.uint8))).hexdigest()
-
-
 def _as_f32(raw: np.ndarray, t: qtypes.GGMLType, n: int, k: int) -> np.ndarray:
     return codecs.dequantize(raw, t, n, k).reshape(n, k)
 
@@ -69,14 +65,14 @@ def convert_tensor(ckpt: Checkpoint, tp: TensorPlan) -> tuple[dict[str, np.ndarr
     info, d = tp.info, tp.decision
     n, k = info.n, info.k
     raw = ckpt.raw(info.name)
-    source_hash = hash_async(_sha256, raw)  # on a hash thread, while this one converts
+    source_hash = hash_async(sha256_bytes, raw)  # on a hash thread, while this one converts
     err = blocks_hash = None
     if d.action in ("repack", "copy"):
         blocks = raw.reshape(n, -1) if info.type.quantized else raw
     elif d.action in ("quantize", "requantize"):
         x = _as_f32(raw, info.type, n, k)
         blocks = codecs.quantize(x, d.target_type)
-        blocks_hash = hash_async(_sha256, blocks)
+        blocks_hash = hash_async(sha256_bytes, blocks)
         err = _error(_as_f32(blocks, d.target_type, n, k), x)
         del x
     else:  # pragma: no cover - the policy produces only the actions above

@@ -15,15 +15,14 @@ from __future__ import annotations
 
 import logging
 import os
-import secrets
-import shutil
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import zstandard
 
-from .errors import BadInputError, FormatError, OutputError
+from . import atomic
+from .errors import BadInputError, FormatError
 
 log = logging.getLogger(__name__)
 
@@ -82,16 +81,13 @@ def pack(bundle_dir: str | os.PathLike, out: str | os.PathLike, force: bool = Fa
     root = Path(bundle_dir)
     if not (root / "manifest.json").is_file():
         raise BadInputError("not a bundle directory (no manifest.json)", path=root)
-    out = Path(out)
-    if out.exists() and not force:
-        raise OutputError(f"{out}: already exists (pass --force to replace it)")
+    out = atomic.check_target(out, force)
     entries = _entries(root)
-    tmp = out.parent / f".{out.name}.partial-{os.getpid()}-{secrets.token_hex(4)}"
     threads = threads if threads != 0 else 1
     cctx = zstandard.ZstdCompressor(level=level, threads=threads)
     bytes_in = 0
-    try:
-        with open(tmp, "wb") as raw, cctx.stream_writer(raw, closefd=False) as zw:
+    with atomic.atomic_file(out, force=force) as raw:
+        with cctx.stream_writer(raw, closefd=False) as zw:
             with tarfile.open(fileobj=zw, mode="w|", format=tarfile.PAX_FORMAT) as tar:
                 for p in entries:
                     ti = _tarinfo(root, p)
@@ -102,15 +98,6 @@ def pack(bundle_dir: str | os.PathLike, out: str | os.PathLike, force: bool = Fa
                             tar.addfile(ti, f)
                         bytes_in += ti.size
             zw.flush(zstandard.FLUSH_FRAME)
-            raw.flush()
-            os.fsync(raw.fileno())
-        os.replace(tmp, out)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise OutputError(f"writing {out}: {e.strerror or e}") from None
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
     res = ArchiveResult(out, sum(1 for p in entries if p.is_file()), bytes_in, out.stat().st_size)
     log.info("packed %s: %d files, %d -> %d bytes", out, res.files, res.bytes_in, res.bytes_out)
     return res
@@ -130,50 +117,33 @@ def unpack(archive: str | os.PathLike, out: str | os.PathLike, force: bool = Fal
         raise BadInputError("no such archive", path=archive)
     if not is_archive(archive):
         raise FormatError("not a zstd-compressed bundle archive (bad magic)", path=archive)
-    out = Path(out)
-    if out.exists() and not force:
-        raise OutputError(f"{out}: already exists (pass --force to replace it)")
-    tmp = out.parent / f".{out.name}.partial-{os.getpid()}-{secrets.token_hex(4)}"
+    out = atomic.check_target(out, force)
     files = bytes_total = 0
     try:
-        tmp.mkdir(parents=True)
-        dctx = zstandard.ZstdDecompressor()
-        with open(archive, "rb") as raw, dctx.stream_reader(raw) as zr:
-            with tarfile.open(fileobj=zr, mode="r|") as tar:
-                for m in tar:
-                    rel = _safe_member_path(m.name, archive)
-                    dst = tmp / rel
-                    if m.isdir():
-                        dst.mkdir(parents=True, exist_ok=True)
-                    elif m.isreg():
-                        dst.parent.mkdir(parents=True, exist_ok=True)
-                        src = tar.extractfile(m)
-                        with open(dst, "wb") as f:
-                            while True:
-                                chunk = src.read(_CHUNK)
-                                if not chunk:
-                                    break
-                                f.write(chunk)
-                        files += 1
-                        bytes_total += m.size
-                    else:
-                        raise FormatError(f"member {m.name!r} is not a regular file or folder", path=archive)
-        if not (tmp / "manifest.json").is_file():
-            raise FormatError("archive holds no manifest.json: not a bundle", path=archive)
-        old = None
-        if out.exists():
-            old = out.parent / f".{out.name}.old-{os.getpid()}-{secrets.token_hex(4)}"
-            os.rename(out, old)
-        os.rename(tmp, out)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        with atomic.atomic_dir(out, force=force) as tmp:
+            dctx = zstandard.ZstdDecompressor()
+            with open(archive, "rb") as raw, dctx.stream_reader(raw) as zr:
+                with tarfile.open(fileobj=zr, mode="r|") as tar:
+                    for m in tar:
+                        rel = _safe_member_path(m.name, archive)
+                        dst = tmp / rel
+                        if m.isdir():
+                            dst.mkdir(parents=True, exist_ok=True)
+                        elif m.isreg():
+                            dst.parent.mkdir(parents=True, exist_ok=True)
+                            src = tar.extractfile(m)
+                            with open(dst, "wb") as f:
+                                while True:
+                                    chunk = src.read(_CHUNK)
+                                    if not chunk:
+                                        break
+                                    f.write(chunk)
+                            files += 1
+                            bytes_total += m.size
+                        else:
+                            raise FormatError(f"member {m.name!r} is not a regular file or folder", path=archive)
+            if not (tmp / "manifest.json").is_file():
+                raise FormatError("archive holds no manifest.json: not a bundle", path=archive)
     except (tarfile.TarError, zstandard.ZstdError, EOFError) as e:
-        shutil.rmtree(tmp, ignore_errors=True)
         raise FormatError(f"corrupt archive: {e}", path=archive) from None
-    except OSError as e:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise OutputError(f"unpacking into {out}: {e.strerror or e}") from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return ArchiveResult(out, files, bytes_total, bytes_total)

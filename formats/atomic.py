@@ -29,6 +29,8 @@ import shutil
 from pathlib import Path
 from typing import IO, Iterator, Optional
 
+import numpy as np
+
 from .errors import OutputError
 
 log = logging.getLogger(__name__)
@@ -53,7 +55,7 @@ def _owner_alive(name: str, prefix: str) -> bool:
     return True
 
 
-def _remove(path: Path) -> None:
+def remove_quietly(path: Path) -> None:
     """Remove a file or a folder tree; log (never raise) when it cannot be removed."""
     try:
         if path.is_dir() and not path.is_symlink():
@@ -80,7 +82,7 @@ def sweep_stale(target: str | os.PathLike) -> int:
         for p in entries:
             if p.name.startswith(prefix) and not _owner_alive(p.name, prefix):
                 log.info("removing stale %s left by a killed run: %s", kind, p)
-                _remove(p)
+                remove_quietly(p)
                 removed += 1
     return removed
 
@@ -130,11 +132,11 @@ def check_target(target: str | os.PathLike, force: bool) -> Path:
         if not force:
             raise OutputError(f"{target}: already exists (use --force to replace it)")
     if not target.parent.is_dir():
-        raise OutputError(f"{target}: the folder {target.parent} does not exist")
+        raise OutputError(f"{target}: cannot write: the folder {target.parent} does not exist")
     return target
 
 
-def _commit(tmp: Path, target: Path, force: bool) -> None:
+def publish(tmp: Path, target: Path, force: bool) -> None:
     """Rename ``tmp`` to ``target``. Without ``force`` an existing target is never replaced
     (another writer that finished first wins; this one fails with "already exists"). With
     ``force`` the existing target is moved aside first, so the target is always one complete
@@ -180,11 +182,11 @@ def _commit(tmp: Path, target: Path, force: bool) -> None:
             if e.errno in (errno.ENOTEMPTY, errno.EEXIST):
                 # a racing forced writer put its own output there first: move it aside again
                 if old is not None:
-                    _remove(old)
+                    remove_quietly(old)
                 continue
             raise
         if old is not None:
-            _remove(old)
+            remove_quietly(old)
         return
     raise OutputError(f"{target}: gave up replacing it: other writers keep replacing it too")
 
@@ -203,15 +205,15 @@ def atomic_dir(target: str | os.PathLike, *, force: bool = False) -> Iterator[Pa
     try:
         yield tmp
         fsync_tree(tmp)
-        _commit(tmp, target, force)
+        publish(tmp, target, force)
         fsync_dir(target.parent)
     except OSError as e:
-        _remove(tmp)
+        remove_quietly(tmp)
         if isinstance(e, OutputError):
             raise
         raise output_error(e, target) from None
     except BaseException:
-        _remove(tmp)
+        remove_quietly(tmp)
         raise
 
 
@@ -232,15 +234,15 @@ def atomic_file(target: str | os.PathLike, *, force: bool = False, mode: str = "
             yield f
             f.flush()
             os.fsync(f.fileno())
-        _commit(tmp, target, force)
+        publish(tmp, target, force)
         fsync_dir(target.parent)
     except OSError as e:
-        _remove(tmp)
+        remove_quietly(tmp)
         if isinstance(e, OutputError):
             raise
         raise output_error(e, target) from None
     except BaseException:
-        _remove(tmp)
+        remove_quietly(tmp)
         raise
 
 
@@ -255,7 +257,9 @@ HASH_CHUNK = 16 << 20
 
 
 def sha256_bytes(data) -> str:
-    """sha256 of a bytes-like object or a contiguous array (no copy)."""
+    """sha256 of a bytes-like object or of an array's bytes (no copy when it is contiguous)."""
+    if isinstance(data, np.ndarray):
+        data = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
     if not isinstance(data, (bytes, bytearray)):
         data = memoryview(data).cast("B")
     return hashlib.sha256(data).hexdigest()

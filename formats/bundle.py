@@ -21,13 +21,11 @@ verifier to report.
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import logging
 import os
 import re
-import secrets
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +34,8 @@ from typing import Any, Iterable, Mapping, Optional
 import numpy as np
 
 from .errors import BadInputError, FormatError, OutputError
-from . import qtypes
+from . import atomic, qtypes
+from .atomic import sha256_bytes, sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -92,21 +91,6 @@ def tensor_file_name(index: int, name: str) -> str:
     return f"{TENSOR_DIR}/{index:05d}-{safe[:160]}.bin"
 
 
-def sha256_file(path: str | os.PathLike) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while True:
-            chunk = f.read(_HASH_CHUNK)
-            if not chunk:
-                break
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def sha256_bytes(data) -> str:
-    return hashlib.sha256(memoryview(data).cast("B") if not isinstance(data, bytes) else data).hexdigest()
-
-
 def _align(x: int, a: int = ALIGN) -> int:
     return (x + a - 1) // a * a
 
@@ -141,54 +125,6 @@ def layout_regions(specs: Iterable[tuple[str, str, tuple[int, ...]]]) -> tuple[l
 # =========================================================================================
 # Writing
 # =========================================================================================
-def _partial_prefix(out: Path) -> str:
-    return f".{out.name}.partial-"
-
-
-def _remove_stale_partials(out: Path) -> None:
-    """Remove partial directories left by killed writers (their pid no longer runs)."""
-    prefix = _partial_prefix(out)
-    try:
-        entries = list(out.parent.iterdir())
-    except OSError:
-        return
-    for p in entries:
-        if not p.name.startswith(prefix):
-            continue
-        pid_s = p.name[len(prefix):].split("-", 1)[0]
-        try:
-            pid = int(pid_s)
-            os.kill(pid, 0)
-            continue  # still running: not ours to remove
-        except ProcessLookupError:
-            pass
-        except (ValueError, PermissionError):
-            continue
-        log.info("removing stale partial bundle %s", p)
-        shutil.rmtree(p, ignore_errors=True)
-
-
-def _output_error(e: OSError, what: str) -> OutputError:
-    if e.errno == errno.ENOSPC:
-        return OutputError(f"{what}: no space left on device")
-    if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        return OutputError(f"{what}: permission denied (read-only folder?)")
-    return OutputError(f"{what}: {e.strerror or e}")
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 _HASH_POOL: list = []
 
 
@@ -207,10 +143,6 @@ def _done(value):
     f: Future = Future()
     f.set_result(value)
     return f
-
-
-def _digest(data) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def _file_digest(layout: list[Region], views: list) -> str:
@@ -286,23 +218,18 @@ class BundleWriter:
     """
 
     def __init__(self, out: str | os.PathLike, force: bool = False):
-        self.out = Path(out)
+        self.out = atomic.check_target(out, force)
         self.force = force
-        if self.out.exists() and not force:
-            raise OutputError(f"{self.out}: already exists (pass --force to replace it)")
         if self.out.exists() and not self.out.is_dir():
             raise OutputError(f"{self.out}: exists and is not a bundle directory")
-        parent = self.out.parent if str(self.out.parent) else Path(".")
-        if not parent.is_dir():
-            raise OutputError(f"{parent}: output folder does not exist")
-        _remove_stale_partials(self.out)
-        self.tmp = parent / f"{_partial_prefix(self.out)}{os.getpid()}-{secrets.token_hex(4)}"
+        atomic.sweep_stale(self.out)
+        self.tmp = atomic.temp_name(self.out)
         try:
             (self.tmp / TENSOR_DIR).mkdir(parents=True)
             (self.tmp / SOURCE_DIR).mkdir()
         except OSError as e:
-            shutil.rmtree(self.tmp, ignore_errors=True)
-            raise _output_error(e, f"cannot create the bundle in {parent}") from None
+            atomic.remove_quietly(self.tmp)
+            raise atomic.output_error(e, self.out, "cannot create the bundle") from None
         self._done = False
         self._unsynced: list[Path] = []  # tensor files written, fsynced together in commit()
         self.tensors: list[dict[str, Any]] = []
@@ -326,7 +253,7 @@ class BundleWriter:
         # the file hash and the region hashes run on the hash threads (hashlib releases the
         # GIL) while this thread writes the same bytes; a file that is one region at offset 0
         # (row-major blocks) has one hash for both
-        region_hashes = [hash_async(_digest, v) if known is None else _done(known)
+        region_hashes = [hash_async(sha256_bytes, v) if known is None else _done(known)
                          for v, known in zip(views, list(known_hashes or ()) + [None] * len(views))]
         file_hash = region_hashes[0] if len(views) == 1 else hash_async(_file_digest, layout, views)
         path = self.tmp / rel
@@ -340,7 +267,7 @@ class BundleWriter:
                     pos = reg.offset + reg.nbytes
             self._unsynced.append(path)
         except OSError as e:
-            raise _output_error(e, f"writing {path}") from None
+            raise atomic.output_error(e, path) from None
         return {
             "file": rel,
             "bytes": size,
@@ -365,7 +292,7 @@ class BundleWriter:
                     f.flush()
                     os.fsync(f.fileno())
         except OSError as e:
-            raise _output_error(e, f"writing {dst}") from None
+            raise atomic.output_error(e, dst) from None
         entry = {"file": f"{SOURCE_DIR}/{Path(*parts).as_posix()}", "bytes": dst.stat().st_size, "sha256": sha256_file(dst)}
         self.side_files.append(entry)
         return entry
@@ -386,27 +313,21 @@ class BundleWriter:
                 f.flush()
                 os.fsync(f.fileno())
             for d in (self.tmp / TENSOR_DIR, self.tmp / SOURCE_DIR, self.tmp):
-                _fsync_dir(d)
-            old = None
-            if self.out.exists():
-                if not self.force:  # appeared while we were writing
-                    raise OutputError(f"{self.out}: already exists (pass --force to replace it)")
-                old = self.out.parent / f"{_partial_prefix(self.out)}{os.getpid()}-old-{secrets.token_hex(4)}"
-                os.rename(self.out, old)
-            os.rename(self.tmp, self.out)
-            _fsync_dir(self.out.parent)
-            if old is not None:
-                shutil.rmtree(old, ignore_errors=True)
+                atomic.fsync_dir(d)
+            atomic.publish(self.tmp, self.out, self.force)
+            atomic.fsync_dir(self.out.parent)
         except OSError as e:
             self.abort()
-            raise _output_error(e, f"finishing {self.out}") from None
+            if isinstance(e, OutputError):
+                raise
+            raise atomic.output_error(e, self.out, "cannot finish the bundle") from None
         self._done = True
         log.info("wrote bundle %s", self.out)
         return self.out
 
     def abort(self) -> None:
         if not self._done:
-            shutil.rmtree(self.tmp, ignore_errors=True)
+            atomic.remove_quietly(self.tmp)
             self._done = True
 
     def __enter__(self) -> "BundleWriter":
@@ -599,7 +520,7 @@ def _bad_regions(path: Path, t: dict[str, Any]) -> str:
             if "sha256" not in r:
                 continue
             f.seek(r["offset"])
-            if hashlib.sha256(f.read(r["bytes"])).hexdigest() != r["sha256"]:
+            if sha256_bytes(f.read(r["bytes"])) != r["sha256"]:
                 bad.append(rname)
     return f" (damaged region: {', '.join(bad)})" if bad else " (damage outside the regions: padding)"
 

@@ -40,13 +40,14 @@ import logging
 import os
 import struct
 from dataclasses import dataclass
+from pathlib import Path
 from enum import IntEnum
 from types import MappingProxyType
 from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from . import qtypes
+from . import atomic, qtypes
 from .common import Checkpoint, TensorInfo
 from .errors import BadInputError, FormatError, OutputError, UnsupportedError
 from .qtypes import GGMLType
@@ -990,7 +991,10 @@ class GGUFStreamWriter:
     ``write_tensor_data(name, data)`` for every tensor in data order (the declaration order
     unless explicit offsets say otherwise), then ``close()``. ``close()`` before every tensor is
     complete removes the partial file and raises :class:`OutputError`: a file never claims
-    more data than it holds. Atomic replacement of an existing file is the caller's job.
+    more data than it holds. The bytes go to a temporary file beside ``path``
+    (:mod:`formats.atomic`), which ``close()`` fsyncs and renames to ``path``: a killed writer
+    never leaves a truncated GGUF at the target. An existing ``path`` is replaced only with
+    ``force=True`` (the default, as for ``open(path, "wb")``).
 
     Tensor data is padded to ``alignment`` after every tensor, the last one included, as
     ggml's and gguf-py's writers do. If ``arch`` is given, ``general.architecture`` is the
@@ -999,8 +1003,10 @@ class GGUFStreamWriter:
     """
 
     def __init__(self, path: str | os.PathLike, arch: str | None = None, alignment: int = DEFAULT_ALIGNMENT,
-                 version: int = 3):
+                 version: int = 3, force: bool = True):
         self.path = os.fspath(path)
+        self.force = force
+        self._tmp: Path | None = None
         if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
             raise BadInputError(f"alignment {alignment!r} is not a power of two", path=self.path)
         if version not in SUPPORTED_VERSIONS:
@@ -1155,8 +1161,11 @@ class GGUFStreamWriter:
             if b.offset < a.offset + a.nbytes:
                 raise BadInputError(f"data at offset {b.offset} overlaps tensor {a.name!r}",
                                     path=self.path, where=f"tensor {b.name!r}")
+        target = atomic.check_target(self.path, self.force)
+        atomic.sweep_stale(target)
+        self._tmp = atomic.temp_name(target)
         try:
-            self._f = open(self.path, "wb")
+            self._f = open(self._tmp, "wb")
             n = 0
             for part in self._header_bytes():
                 n += self._f.write(part)
@@ -1229,22 +1238,27 @@ class GGUFStreamWriter:
         try:
             end = _align(self._pos, self.alignment)
             self._f.write(bytes(end - self._pos))
+            self._f.flush()
+            os.fsync(self._f.fileno())
             self._f.close()
+            self._f = None
+            atomic.publish(self._tmp, Path(self.path), self.force)
         except OSError as e:
             self._abort()
-            raise OutputError(f"{self.path}: cannot write: {e.strerror or e}") from None
-        self._f = None
+            if isinstance(e, OutputError):
+                raise
+            raise atomic.output_error(e, self.path) from None
+        self._tmp = None
         self._state = "closed"
 
     def _abort(self) -> None:
-        """Close and remove whatever was written."""
+        """Close and remove whatever was written (the temporary; the target is untouched)."""
         if self._f is not None:
             self._f.close()
             self._f = None
-            try:
-                os.unlink(self.path)
-            except FileNotFoundError:
-                pass
+        if self._tmp is not None:
+            atomic.remove_quietly(self._tmp)
+            self._tmp = None
         self._state = "closed"
 
     def abort(self) -> None:

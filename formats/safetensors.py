@@ -65,9 +65,9 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from . import qtypes
+from . import atomic, qtypes
 from .common import Checkpoint, TensorInfo
-from .errors import BadInputError, FormatError, OutputError, UnsupportedError
+from .errors import BadInputError, FormatError, UnsupportedError
 from .qtypes import GGMLType
 
 log = logging.getLogger(__name__)
@@ -454,8 +454,8 @@ def save_file(
     ``tensors`` maps a name to an array (dtype inferred: float32 -> F32, uint16 -> U16, ...) or
     to ``(dtype, array)`` for the raw-bit dtypes, e.g. ``("BF16", uint16_bits)``. Layout as the
     reference writer: data sorted by dtype (widest first) then name; compact JSON header with
-    ``__metadata__`` first, padded with spaces to a multiple of 8 bytes. The file is written to
-    ``<path>.partial`` and renamed into place.
+    ``__metadata__`` first, padded with spaces to a multiple of 8 bytes. Written atomically
+    (:func:`formats.atomic.atomic_file`); an existing file is replaced.
     """
     path = os.fspath(path)
     items = []
@@ -495,20 +495,11 @@ def save_file(
     blob = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     blob += b" " * (-len(blob) % 8)
 
-    tmp = path + ".partial"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(_LEN.pack(len(blob)))
-            f.write(blob)
-            for _, _, arr in items:
-                f.write(arr.reshape(-1).view(np.uint8).data)
-        os.replace(tmp, path)
-    except OSError as e:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise OutputError(f"{path}: cannot write: {e.strerror or e}") from None
+    with atomic.atomic_file(path, force=True) as f:
+        f.write(_LEN.pack(len(blob)))
+        f.write(blob)
+        for _, _, arr in items:
+            f.write(arr.reshape(-1).view(np.uint8).data)
 
 
 # -- a Hugging Face folder ---------------------------------------------------------------------

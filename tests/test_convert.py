@@ -254,6 +254,7 @@ def test_existing_output_untouched_without_force(tmp_path, tiny_gguf):
 def test_full_disk_leaves_nothing(tmp_path, tiny_gguf, monkeypatch):
     import errno
 
+    from panelpack.formats import atomic
     from panelpack.formats import bundle as B
 
     real = B.BundleWriter.write_tensor
@@ -262,7 +263,7 @@ def test_full_disk_leaves_nothing(tmp_path, tiny_gguf, monkeypatch):
     def write_tensor(self, *a, **kw):
         calls["n"] += 1
         if calls["n"] == 3:
-            raise B._output_error(OSError(errno.ENOSPC, "No space left on device"), "writing tensor")
+            raise atomic.output_error(OSError(errno.ENOSPC, "No space left on device"), "tensor")
         return real(self, *a, **kw)
 
     monkeypatch.setattr(B.BundleWriter, "write_tensor", write_tensor)

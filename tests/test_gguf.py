@@ -521,10 +521,11 @@ def test_writer_never_leaves_a_short_file(tmp_path, rng):
     with pytest.raises(BadInputError, match="already called"):
         w.write_header()
     w.write_tensor_data("a", random_blocks("Q8_0", 2, 32, rng))
-    assert path.exists()
+    # the bytes go to a temporary beside the target, never to the target itself
+    assert not path.exists() and [p.name for p in tmp_path.iterdir()][0].startswith(".short.gguf.partial-")
     with pytest.raises(OutputError, match="1 of 2 tensors incomplete .*'b'.*removed"):
         w.close()
-    assert not path.exists()
+    assert not path.exists() and list(tmp_path.iterdir()) == []
     with pytest.raises(BadInputError, match="closed"):
         w.write_tensor_data("b", bytes(68))
 
@@ -533,7 +534,7 @@ def test_writer_never_leaves_a_short_file(tmp_path, rng):
             w2.add_tensor_info("a", (2, 32), "Q8_0")
             w2.write_header()
             raise RuntimeError("boom")
-    assert not path.exists()
+    assert not path.exists() and list(tmp_path.iterdir()) == []
 
     w3 = GGUFStreamWriter(path)
     with pytest.raises(OutputError, match="before write_header"):
