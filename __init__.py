@@ -1,9 +1,54 @@
 """panelpack: offline conversion and weight repacking of quantized LLM checkpoints.
 
+The front door for pipelines (each name is loaded on first use, so ``import panelpack`` stays
+cheap: no numpy-heavy module and no numba until a function runs)::
+
+    import panelpack
+    plan = panelpack.plan("model.gguf", layout="panel64")          # metadata only
+    result = panelpack.convert("model.gguf", "model.ppk")          # -> ConvertResult
+    report = panelpack.verify("model.ppk", level="all")            # -> Report (report.ok)
+    panelpack.export("model.ppk", "back.gguf")                     # -> ExportResult
+    with panelpack.open_checkpoint("model-hf/") as ckpt: ...       # GGUF, safetensors, HF folder
+    bundle = panelpack.open_bundle("model.ppk")                    # typed manifest, mapped regions
+    panelpack.layouts()                                            # the layout registry, described
+
+Every result object renders itself (``.render()`` for people, ``.to_json()`` for programs).
+
 Subpackages: ``panelpack.formats`` (type registry, codecs, GGUF/safetensors/bundle files),
 ``panelpack.repack`` (layouts), ``panelpack.verify`` (reference runtime and agreement checks),
-``panelpack.convert`` (the pipeline). Importing ``panelpack`` itself is cheap: nothing heavy
-(numba kernels) is loaded until a subpackage that needs it is imported.
+``panelpack.convert`` (the pipeline). ``panelpack.convert`` and ``panelpack.verify`` are both
+the subpackage and the function: calling the package runs its main function.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 __version__ = "0.1.0"
+
+#: front-door name -> (module, attribute; None: the module itself, which is callable)
+_FRONT: dict[str, tuple[str, str | None]] = {
+    "convert": ("panelpack.convert", None),
+    "plan": ("panelpack.convert", "plan"),
+    "export": ("panelpack.convert", "export"),
+    "verify": ("panelpack.verify", None),
+    "open_checkpoint": ("panelpack.formats.checkpoint", "open_checkpoint"),
+    "open_bundle": ("panelpack.formats.bundle", "open_bundle"),
+    "layouts": ("panelpack.repack", "describe"),
+}
+
+__all__ = ["__version__", *_FRONT]
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module, attr = _FRONT[name]
+    except KeyError:
+        raise AttributeError(f"module 'panelpack' has no attribute {name!r}") from None
+    mod = importlib.import_module(module)
+    return mod if attr is None else getattr(mod, attr)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_FRONT))

@@ -1,8 +1,8 @@
 """The converter's public API: ``convert()``, ``export()``, and the result objects.
 
-    from panelpack.convert import convert
-    result = convert("SmolLM2-135M-Instruct.Q4_1.gguf", "smollm2.ppk", layout="panel64")
-    print(result.summary())
+    import panelpack
+    result = panelpack.convert("SmolLM2-135M-Instruct.Q4_1.gguf", "smollm2.ppk", layout="panel64")
+    print(result.render())
 
 The ``panelpack convert``/``export`` commands are thin shells over these functions.
 """
@@ -10,6 +10,8 @@ The ``panelpack convert``/``export`` commands are thin shells over these functio
 from __future__ import annotations
 
 import os
+import sys
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -44,7 +46,7 @@ class ConvertResult:
 
     @property
     def ledger(self) -> list[dict[str, Any]]:
-        errors = {r.entry["name"]: r.error for r in self.tensors}
+        errors = {r.entry.name: r.error for r in self.tensors}
         out = []
         for t in self.plan.tensors:
             row = {"name": t.name, "shape": list(t.info.shape), "source_type": t.info.type.name,
@@ -53,6 +55,12 @@ class ConvertResult:
                 row["error"] = errors[t.name]
             out.append(row)
         return out
+
+    def render(self) -> str:
+        """The ledger table and the summary lines, as ``panelpack convert`` prints them."""
+        from .report import render_result
+
+        return render_result(self)
 
     def to_json(self) -> dict[str, Any]:
         doc = self.plan.to_json()
@@ -100,3 +108,14 @@ def export(bundle: str | os.PathLike, out: str | os.PathLike, force: bool = Fals
     from .export import export_gguf
 
     return export_gguf(bundle, out, force=force)
+
+
+class _ConvertPackage(types.ModuleType):
+    """``panelpack.convert(...)`` is :func:`convert`: the subpackage and the front-door
+    function share the name, so calling the package runs the function."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> ConvertResult:
+        return convert(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _ConvertPackage

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from .. import repack
-from ..formats import atomic, qtypes
+from ..formats import atomic
 from ..formats.bundle import Bundle
 from ..formats.errors import BadInputError, FormatError
 
@@ -55,18 +55,17 @@ class ExportResult:
 
 def _unrestorable(b: Bundle, layout_doc: dict[str, Any]) -> list[str]:
     problems = []
-    have = {t["name"]: t for t in b.tensors}
+    have = {t.name: t for t in b.tensors}
     for rec in layout_doc["tensors"]:
         t = have.get(rec["name"])
         if t is None:
             problems.append(f"{rec['name']}: not in the bundle (converted with --include/--exclude?)")
             continue
-        if t["type"] != rec["type"]:
-            problems.append(f"{rec['name']}: re-quantized {rec['type']} -> {t['type']}; the source blocks are gone")
+        if t.type != rec["type"]:
+            problems.append(f"{rec['name']}: re-quantized {rec['type']} -> {t.type}; the source blocks are gone")
             continue
-        lay = repack.get(t["layout"])
-        if not lay.invertible(qtypes.get(t["type"])):
-            problems.append(f"{rec['name']}: layout {t['layout']} is not invertible for {t['type']}")
+        if not repack.get(t.layout).invertible(t.qtype):
+            problems.append(f"{rec['name']}: layout {t.layout} is not invertible for {t.type}")
     return problems
 
 
@@ -100,7 +99,7 @@ def export_gguf(bundle: str | os.PathLike, out: str | os.PathLike, force: bool =
         gap_pos[a] = gap_bytes[pos:pos + (b_ - a)]
         pos += b_ - a
     h = hashlib.sha256()
-    by_name = {t["name"]: t for t in b.tensors}
+    by_name = {t.name: t for t in b.tensors}
     order = sorted(layout_doc["tensors"], key=lambda r: r["offset"])
     with atomic.atomic_file(out, force=force) as f:
         head = header_path.read_bytes()
@@ -125,14 +124,13 @@ def export_gguf(bundle: str | os.PathLike, out: str | os.PathLike, force: bool =
         for rec in order:
             t = by_name[rec["name"]]
             fill(data_offset + rec["offset"])
-            qt = qtypes.get(t["type"])
-            n, k = _nk(t["shape"])
-            blocks = repack.get(t["layout"]).unpack(b.regions(t), n, k, qt)
+            n, k = t.nk
+            blocks = repack.get(t.layout).unpack(b.regions(t), n, k, t.qtype)
             data = memoryview(np.ascontiguousarray(blocks).reshape(-1).view(np.uint8))
-            want = t.get("blocks_sha256")
+            want = t.blocks_sha256
             got = atomic.sha256_bytes(data)
             if want and got != want:
-                raise FormatError(f"tensor {t['name']!r}: restored blocks do not match the hash recorded at conversion "
+                raise FormatError(f"tensor {t.name!r}: restored blocks do not match the hash recorded at conversion "
                                   f"(bundle damaged; run `panelpack verify`)", path=b.path)
             f.write(data)
             h.update(data)
@@ -144,10 +142,3 @@ def export_gguf(bundle: str | os.PathLike, out: str | os.PathLike, force: bool =
         log.warning("exported %s differs from the source sha256", out)
     return res
 
-
-def _nk(shape: list[int]) -> tuple[int, int]:
-    k = shape[-1] if shape else 1
-    n = 1
-    for d in shape[:-1]:
-        n *= d
-    return n, k

@@ -24,7 +24,8 @@ from .. import __version__, repack
 from ..formats import blocks as codecs
 from ..formats import qtypes
 from ..formats.atomic import sha256_bytes, sha256_file
-from ..formats.bundle import BundleWriter, hash_async
+from ..formats import bundle
+from ..formats.bundle import BundleWriter, TensorEntry, hash_async
 from ..formats.common import Checkpoint
 from .plan import Plan, TensorPlan
 
@@ -46,7 +47,7 @@ class Progress:
 
 @dataclass
 class TensorResult:
-    entry: dict[str, Any]  # the manifest entry
+    entry: TensorEntry  # the manifest entry
     error: Optional[dict[str, float]] = None  # quantization error added, when quantized
 
 
@@ -170,12 +171,15 @@ def _hash_sources(ckpt: Checkpoint) -> "Future":
     return fut
 
 
-def _source_block(ckpt: Checkpoint, files: list[dict[str, Any]]) -> dict[str, Any]:
+def _source_block(ckpt: Checkpoint, files: list[dict[str, Any]], plan: Plan) -> dict[str, Any]:
+    selected = {tp.name for tp in plan.tensors}
     return {
         "kind": ckpt.kind,
         "path": os.path.basename(os.path.normpath(ckpt.path)),
         "architecture": ckpt.architecture,
         "files": files,
+        "tensor_list": bundle.source_tensor_list(ckpt.tensors),
+        "excluded": [t.name for t in ckpt.tensors if t.name not in selected],
     }
 
 
@@ -201,21 +205,12 @@ def run(ckpt: Checkpoint, plan: Plan, out: str | os.PathLike, force: bool = Fals
             regions, extra, err = produced
             # row-major blocks are the standard blocks themselves: their hash is known
             known = [extra["blocks_sha256"]] if tp.decision.layout == "rowmajor" else None
-            fileinfo = writer.write_tensor(tp.index, tp.name, regions, known_hashes=known)
+            written = writer.write_tensor(tp.index, tp.name, regions, known_hashes=known)
             d = tp.decision
-            entry = {
-                "name": tp.name,
-                "shape": list(tp.info.shape),
-                "source_type": tp.info.type.name,
-                "type": d.target_type.name,
-                "role": d.role,
-                "action": d.action,
-                "layout": d.layout,
-                **fileinfo,
-                "params": tp.params,
-                **extra,
-                "ledger": dict(tp.ledger, **({"error": err} if err else {})),
-            }
+            entry = TensorEntry.create(
+                tp.name, tp.info.shape, d.target_type.name, d.layout, written, tp.params,
+                dict(tp.ledger, **({"error": err} if err else {})),
+                source_type=tp.info.type.name, role=d.role, action=d.action, **extra)
             results.append(TensorResult(entry, err))
             progress.tensor_done(tp.name, tp.info.nbytes)
 
@@ -239,11 +234,11 @@ def run(ckpt: Checkpoint, plan: Plan, out: str | os.PathLike, force: bool = Fals
         else:
             _hf_side_files(ckpt, writer)
         manifest = {
-            "format": "panelpack.bundle",
-            "version": 1,
+            "format": bundle.FORMAT,
+            "version": bundle.VERSION,
             "created_by": f"panelpack {__version__}",
             "target": _target(plan),
-            "source": _source_block(ckpt, source_hashes.result()),
+            "source": _source_block(ckpt, source_hashes.result(), plan),
             "model": ckpt.hyperparameters(),
             "options": {"layout": plan.layout, "quant": plan.quant.name if plan.quant else None,
                         "requant": plan.requant.name if plan.requant else None},

@@ -13,23 +13,22 @@ import sys
 
 import numpy as np
 
-from panelpack.formats import qtypes
 from panelpack.formats.bundle import Bundle
 from panelpack.verify import compiled
 
 
 def main(path: str, name: str | None) -> None:
     b = Bundle(path)
-    t = b.tensor(name) if name else next(x for x in b.tensors if x["layout"] == "panel64")
-    n, k = t["shape"]
+    t = b.tensor(name) if name else next(x for x in b.tensors if x.layout == "panel64")
+    n, k = t.nk
     regions = b.regions(t)  # name -> np.memmap view, typed and shaped as the manifest says
-    print(f"{t['name']}: {t['type']} [{n}, {k}] in {t['layout']}, file {t['file']}")
+    print(f"{t.name}: {t.type} [{n}, {k}] in {t.layout}, file {t.file}")
     for rname, r in regions.items():
-        print(f"  region {rname:7s} {str(r.dtype):7s} {list(r.shape)}  offset {t['regions'][rname]['offset']}")
-    if "zt0" in t["params"]:
-        print("  ZT0:", bytes(t["params"]["zt0"][:16]).hex(" "), "...")
+        print(f"  region {rname:7s} {str(r.dtype):7s} {list(r.shape)}  offset {t.regions[rname].offset}")
+    if "zt0" in t.params:
+        print("  ZT0:", bytes(t.params["zt0"][:16]).hex(" "), "...")
     x = np.random.default_rng(0).standard_normal((1, k)).astype(np.float32)
-    y = compiled.matmul(t["layout"], regions, n, k, qtypes.get(t["type"]), x)
+    y = compiled.matmul(t.layout, regions, n, k, t.qtype, x)
     print(f"  y = W·x: {y.shape}, first values {np.round(y[0, :4], 4).tolist()}")
 
 

@@ -27,7 +27,7 @@ import logging
 import os
 import re
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
 
@@ -97,14 +97,174 @@ def _align(x: int, a: int = ALIGN) -> int:
 
 @dataclass(frozen=True)
 class Region:
+    """One region of a tensor file: ``nbytes`` bytes of ``dtype`` at ``offset`` (64-aligned)."""
+
     name: str
     offset: int
     nbytes: int
     dtype: str  # manifest dtype name
     shape: tuple[int, ...]
+    sha256: Optional[str] = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"offset": self.offset, "bytes": self.nbytes, "dtype": self.dtype, "shape": list(self.shape)}
+        d: dict[str, Any] = {"offset": self.offset, "bytes": self.nbytes, "dtype": self.dtype, "shape": list(self.shape)}
+        if self.sha256 is not None:
+            d["sha256"] = self.sha256
+        return d
+
+    @property
+    def np_dtype(self) -> np.dtype:
+        return np.dtype(DTYPES[self.dtype])
+
+    @classmethod
+    def from_json(cls, name: str, r: Any, mpath: Path, where: str) -> "Region":
+        if not isinstance(r, dict):
+            raise FormatError("must be an object", path=mpath, where=where)
+        for key, typ in _REQUIRED_REGION_KEYS.items():
+            if not isinstance(r.get(key), typ) or isinstance(r.get(key), bool):
+                raise FormatError(f"field {key!r} missing or not {typ.__name__}", path=mpath, where=where)
+        if r["dtype"] not in DTYPES:
+            raise FormatError(f"unknown dtype {r['dtype']!r}", path=mpath, where=where)
+        if r["offset"] < 0 or r["bytes"] < 0:
+            raise FormatError("negative offset or size", path=mpath, where=where)
+        if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in r["shape"]):
+            raise FormatError("shape must be non-negative integers", path=mpath, where=where)
+        want = int(np.prod(r["shape"], dtype=np.int64)) * np.dtype(DTYPES[r["dtype"]]).itemsize
+        if want != r["bytes"]:
+            raise FormatError(f"shape {r['shape']} of {r['dtype']} is {want} bytes, region says {r['bytes']}",
+                              path=mpath, where=where)
+        sha = r.get("sha256")
+        if sha is not None and not (isinstance(sha, str) and _HEX64.match(sha)):
+            raise FormatError("field 'sha256' is not 64 hex digits", path=mpath, where=where)
+        return cls(name, r["offset"], r["bytes"], r["dtype"], tuple(r["shape"]), sha)
+
+
+@dataclass(frozen=True)
+class TensorFile:
+    """What :meth:`BundleWriter.write_tensor` wrote: the file's name, size, hash and regions."""
+
+    file: str
+    bytes: int
+    sha256: str
+    regions: Mapping[str, Region]
+
+
+@dataclass(frozen=True)
+class TensorEntry:
+    """One tensor of the manifest (docs/FORMAT.md, "Bundle"): where its bytes are, what they
+    are, and the ledger of the decision that produced them. Built once (:meth:`create` in the
+    converter, :meth:`from_json` when a bundle is read); everything else reads its fields."""
+
+    name: str
+    shape: tuple[int, ...]
+    type: str  # the GGML type name of the blocks written
+    layout: str  # the layout name (repack.LAYOUTS)
+    file: str
+    bytes: int
+    sha256: str
+    regions: Mapping[str, Region]
+    params: Mapping[str, Any]
+    ledger: Mapping[str, Any]
+    source_type: Optional[str] = None
+    role: Optional[str] = None
+    action: Optional[str] = None
+    source_sha256: Optional[str] = None  # sha256 of the tensor's bytes in the source checkpoint
+    blocks_sha256: Optional[str] = None  # sha256 of the row-major blocks before the layout
+    extra: Mapping[str, Any] = field(default_factory=dict)  # fields of newer writers, kept as read
+
+    @classmethod
+    def create(cls, name: str, shape: Iterable[int], type: str, layout: str, written: TensorFile,
+               params: Mapping[str, Any], ledger: Mapping[str, Any], **optional: Any) -> "TensorEntry":
+        return cls(name=name, shape=tuple(int(d) for d in shape), type=type, layout=layout, file=written.file,
+                   bytes=written.bytes, sha256=written.sha256, regions=dict(written.regions), params=dict(params),
+                   ledger=dict(ledger), **optional)
+
+    # -- derived --------------------------------------------------------------------------
+    @property
+    def qtype(self) -> qtypes.GGMLType:
+        return qtypes.get(self.type)
+
+    @property
+    def nk(self) -> tuple[int, int]:
+        """``(n, k)``: rows (all outer dimensions) and the innermost dimension."""
+        k = self.shape[-1] if self.shape else 1
+        n = 1
+        for d in self.shape[:-1]:
+            n *= d
+        return n, k
+
+    # TRANSITIONAL: dict-style reads for verify/bundle_check.py until it reads fields
+    def __getitem__(self, key: str) -> Any:
+        return self.to_json()[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.to_json().get(key, default)
+
+    # -- JSON -----------------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {}
+        for key in _ENTRY_ORDER:
+            value = getattr(self, key)
+            if value is None and key in _OPTIONAL_KEYS:
+                continue
+            if key == "shape":
+                value = list(value)
+            elif key == "regions":
+                value = {n: r.to_json() for n, r in value.items()}
+            elif key in ("params", "ledger"):
+                value = dict(value)
+            d[key] = value
+        d.update(self.extra)
+        return d
+
+    @classmethod
+    def from_json(cls, t: Any, mpath: Path, index: int) -> "TensorEntry":
+        where = f"tensors[{index}]"
+        if not isinstance(t, dict):
+            raise FormatError("must be an object", path=mpath, where=where)
+        for key, typ in _REQUIRED_TENSOR_KEYS.items():
+            if key not in t:
+                raise FormatError(f"missing field {key!r}", path=mpath, where=where)
+            if not isinstance(t[key], typ) or (typ is int and isinstance(t[key], bool)):
+                raise FormatError(f"field {key!r} must be {typ.__name__}", path=mpath, where=where)
+        name = t["name"]
+        where = f"tensor {name!r}"
+        check_tensor_name(name, where=f"{mpath}: {where}")
+        f = t["file"]
+        fparts = f.split("/")
+        if len(fparts) != 2 or fparts[0] != TENSOR_DIR or not _SAFE_FILE.match(fparts[1]) or fparts[1] in (".", ".."):
+            raise FormatError(f"file {f!r} is not a plain name under {TENSOR_DIR}/", path=mpath, where=where)
+        if not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in t["shape"]):
+            raise FormatError(f"shape {t['shape']!r} must be positive integers", path=mpath, where=where)
+        try:
+            qtypes.get(t["type"])
+        except BadInputError as e:
+            raise FormatError(e.detail, path=mpath, where=where) from None
+        if t["bytes"] < 0:
+            raise FormatError("negative byte count", path=mpath, where=where)
+        for key in ("sha256", "source_sha256", "blocks_sha256"):
+            v = t.get(key)
+            if v is not None and not (isinstance(v, str) and _HEX64.match(v)):
+                raise FormatError(f"field {key!r} is not 64 hex digits", path=mpath, where=where)
+        for key in ("source_type", "role", "action"):
+            if t.get(key) is not None and not isinstance(t[key], str):
+                raise FormatError(f"field {key!r} must be str", path=mpath, where=where)
+        regions = {rname: Region.from_json(rname, r, mpath, f"{where} region {rname!r}")
+                   for rname, r in t["regions"].items()}
+        led = t["ledger"]
+        if not all(k in led for k in ("requested", "written", "reason")):
+            raise FormatError("ledger needs requested, written and reason", path=mpath, where=where)
+        known = {k: t[k] for k in _ENTRY_ORDER if k in t}
+        known["shape"] = tuple(t["shape"])
+        known["regions"] = regions
+        return cls(**known, extra={k: v for k, v in t.items() if k not in _ENTRY_ORDER})
+
+
+_ENTRY_ORDER = ("name", "shape", "source_type", "type", "role", "action", "layout", "file", "bytes", "sha256",
+                "regions", "params", "source_sha256", "blocks_sha256", "ledger")
+_OPTIONAL_KEYS = frozenset({"source_type", "role", "action", "source_sha256", "blocks_sha256"})
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_LOSSLESS_ACTIONS = frozenset({"repack", "copy"})
 
 
 def layout_regions(specs: Iterable[tuple[str, str, tuple[int, ...]]]) -> tuple[list[Region], int]:
@@ -157,18 +317,38 @@ def _file_digest(layout: list[Region], views: list) -> str:
     return h.hexdigest()
 
 
+#: The manifest's last member: the sha256 of every byte of manifest.json before it
+#: (docs/FORMAT.md, "Manifest checksum"). Any byte changed anywhere in the file is caught.
+CHECKSUM_KEY = "manifest_sha256"
+_CHECKSUM_TAIL = re.compile(rb',\n "' + CHECKSUM_KEY.encode() + rb'": "([0-9a-f]{64})"\n\}\n\Z')
+
+
 def manifest_text(doc: dict[str, Any]) -> str:
     """The manifest as JSON: one top-level key per line and one line per tensor (readable and
-    diffable, and written by json's C encoder, which pretty-printing would bypass)."""
+    diffable, and written by json's C encoder, which pretty-printing would bypass), sealed
+    with :data:`CHECKSUM_KEY` as the last member."""
     enc = json.JSONEncoder(allow_nan=False, separators=(", ", ": "))
     lines = []
     for key, value in doc.items():
+        if key == CHECKSUM_KEY:
+            continue
         if isinstance(value, list) and value and all(isinstance(x, dict) for x in value):
             items = ",\n".join("  " + enc.encode(x) for x in value)
             lines.append(f" {enc.encode(key)}: [\n{items}\n ]")
         else:
             lines.append(f" {enc.encode(key)}: {enc.encode(value)}")
-    return "{\n" + ",\n".join(lines) + "\n}\n"
+    body = "{\n" + ",\n".join(lines)
+    return body + f',\n "{CHECKSUM_KEY}": "{sha256_bytes(body.encode("utf-8"))}"\n}}\n'
+
+
+def manifest_checksum_problem(text: bytes) -> Optional[str]:
+    """None when ``text`` (the bytes of manifest.json) carries a checksum that matches it."""
+    m = _CHECKSUM_TAIL.search(text)
+    if m is None:
+        return f"manifest.json does not end with its {CHECKSUM_KEY!r} checksum (damaged, or edited by hand)"
+    if sha256_bytes(text[:m.start()]) != m.group(1).decode():
+        return "manifest.json does not match its own checksum: it was changed after it was written"
+    return None
 
 
 def _syncfs(folder: Path) -> bool:
@@ -237,9 +417,9 @@ class BundleWriter:
 
     # -- tensors --------------------------------------------------------------------------
     def write_tensor(self, index: int, name: str, regions: Mapping[str, np.ndarray],
-                     known_hashes: Optional[list[Optional[str]]] = None) -> dict[str, Any]:
-        """Write one tensor file from its regions (in order); returns the manifest fields
-        ``file``, ``bytes``, ``sha256``, ``regions``. ``known_hashes`` may give the sha256 of
+                     known_hashes: Optional[list[Optional[str]]] = None) -> TensorFile:
+        """Write one tensor file from its regions (in order); returns its
+        :class:`TensorFile` (``file``, ``bytes``, ``sha256``, ``regions``). ``known_hashes`` may give the sha256 of
         some regions already computed by the caller (e.g. row-major blocks = source bytes)."""
         rel = tensor_file_name(index, name)
         specs = []
@@ -268,12 +448,8 @@ class BundleWriter:
             self._unsynced.append(path)
         except OSError as e:
             raise atomic.output_error(e, path) from None
-        return {
-            "file": rel,
-            "bytes": size,
-            "sha256": file_hash.result(),
-            "regions": {r.name: dict(r.to_json(), sha256=hx.result()) for r, hx in zip(layout, region_hashes)},
-        }
+        return TensorFile(rel, size, file_hash.result(),
+                          {r.name: replace(r, sha256=hx.result()) for r, hx in zip(layout, region_hashes)})
 
     # -- side files -----------------------------------------------------------------------
     def add_source_file(self, rel_name: str, data: bytes | None = None, src: str | os.PathLike | None = None) -> dict:
@@ -301,6 +477,7 @@ class BundleWriter:
     def commit(self, manifest: dict[str, Any]) -> Path:
         """Write ``manifest.json``, fsync, and rename the bundle into place."""
         doc = dict(manifest)
+        doc["tensors"] = [t.to_json() if isinstance(t, TensorEntry) else t for t in doc.get("tensors", [])]
         doc.setdefault("format", FORMAT)
         doc.setdefault("version", VERSION)
         doc.setdefault("source_files", self.side_files)
@@ -360,7 +537,7 @@ class Bundle:
             raise FormatError("no manifest.json: not a panelpack bundle", path=self.path)
         try:
             with open(mpath, "rb") as f:
-                text = f.read(64 << 20 + 1)
+                text = f.read((64 << 20) + 1)
             if len(text) > (64 << 20):
                 raise FormatError("manifest.json is larger than 64 MiB", path=mpath)
             self.manifest = json.loads(text.decode("utf-8"), object_pairs_hook=_no_duplicates(mpath))
@@ -369,7 +546,9 @@ class Bundle:
         except json.JSONDecodeError as e:
             raise FormatError(f"invalid JSON: {e.msg} at line {e.lineno} column {e.colno}", path=mpath) from None
         self._validate(mpath)
-        self._by_name = {t["name"]: t for t in self.manifest["tensors"]}
+        self._by_name = {t.name: t for t in self.entries}
+        #: why the manifest cannot be trusted (its checksum), or None
+        self.manifest_problem = manifest_checksum_problem(text)
 
     # -- schema -----------------------------------------------------------------------------
     def _validate(self, mpath: Path) -> None:
@@ -384,56 +563,18 @@ class Bundle:
         if not isinstance(tensors, list):
             raise FormatError("field 'tensors' must be a list", path=mpath)
         seen_names, seen_files = set(), set()
+        entries = []
         for i, t in enumerate(tensors):
-            where = f"tensors[{i}]"
-            if not isinstance(t, dict):
-                raise FormatError("must be an object", path=mpath, where=where)
-            for key, typ in _REQUIRED_TENSOR_KEYS.items():
-                if key not in t:
-                    raise FormatError(f"missing field {key!r}", path=mpath, where=where)
-                if not isinstance(t[key], typ) or (typ is int and isinstance(t[key], bool)):
-                    raise FormatError(f"field {key!r} must be {typ.__name__}", path=mpath, where=where)
-            name = t["name"]
-            where = f"tensor {name!r}"
-            check_tensor_name(name, where=f"{mpath}: {where}")
-            if name in seen_names:
+            e = TensorEntry.from_json(t, mpath, i)
+            where = f"tensor {e.name!r}"
+            if e.name in seen_names:
                 raise FormatError("listed twice", path=mpath, where=where)
-            seen_names.add(name)
-            f = t["file"]
-            fparts = f.split("/")
-            if len(fparts) != 2 or fparts[0] != TENSOR_DIR or not _SAFE_FILE.match(fparts[1]) or fparts[1] in (".", ".."):
-                raise FormatError(f"file {f!r} is not a plain name under {TENSOR_DIR}/", path=mpath, where=where)
-            if f in seen_files:
-                raise FormatError(f"file {f!r} is used by two tensors", path=mpath, where=where)
-            seen_files.add(f)
-            if not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in t["shape"]):
-                raise FormatError(f"shape {t['shape']!r} must be positive integers", path=mpath, where=where)
-            try:
-                qtypes.get(t["type"])
-            except BadInputError as e:
-                raise FormatError(e.detail, path=mpath, where=where) from None
-            if t["bytes"] < 0:
-                raise FormatError("negative byte count", path=mpath, where=where)
-            for rname, r in t["regions"].items():
-                rwhere = f"{where} region {rname!r}"
-                if not isinstance(r, dict):
-                    raise FormatError("must be an object", path=mpath, where=rwhere)
-                for key, typ in _REQUIRED_REGION_KEYS.items():
-                    if not isinstance(r.get(key), typ) or isinstance(r.get(key), bool):
-                        raise FormatError(f"field {key!r} missing or not {typ.__name__}", path=mpath, where=rwhere)
-                if r["dtype"] not in DTYPES:
-                    raise FormatError(f"unknown dtype {r['dtype']!r}", path=mpath, where=rwhere)
-                if r["offset"] < 0 or r["bytes"] < 0:
-                    raise FormatError("negative offset or size", path=mpath, where=rwhere)
-                if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in r["shape"]):
-                    raise FormatError("shape must be non-negative integers", path=mpath, where=rwhere)
-                want = int(np.prod(r["shape"], dtype=np.int64)) * np.dtype(DTYPES[r["dtype"]]).itemsize
-                if want != r["bytes"]:
-                    raise FormatError(f"shape {r['shape']} of {r['dtype']} is {want} bytes, region says {r['bytes']}",
-                                      path=mpath, where=rwhere)
-            led = t["ledger"]
-            if not all(k in led for k in ("requested", "written", "reason")):
-                raise FormatError("ledger needs requested, written and reason", path=mpath, where=where)
+            seen_names.add(e.name)
+            if e.file in seen_files:
+                raise FormatError(f"file {e.file!r} is used by two tensors", path=mpath, where=where)
+            seen_files.add(e.file)
+            entries.append(e)
+        self.entries: list[TensorEntry] = entries
         side = m.get("source_files", [])
         if not isinstance(side, list):
             raise FormatError("field 'source_files' must be a list", path=mpath)
@@ -447,62 +588,97 @@ class Bundle:
 
     # -- access -----------------------------------------------------------------------------
     @property
-    def tensors(self) -> list[dict[str, Any]]:
-        return self.manifest["tensors"]
+    def tensors(self) -> list[TensorEntry]:
+        return self.entries
 
-    def tensor(self, name: str) -> dict[str, Any]:
+    def tensor(self, name: str) -> TensorEntry:
         try:
             return self._by_name[name]
         except KeyError:
             raise BadInputError(f"no tensor named {name!r} in the bundle", path=self.path) from None
 
-    def file_path(self, entry: dict[str, Any]) -> Path:
-        return self.path / entry["file"]
+    def file_path(self, entry: TensorEntry) -> Path:
+        return self.path / entry.file
 
     def regions(self, name_or_entry) -> dict[str, np.ndarray]:
         """Read-only memory-mapped views of a tensor's regions, typed and shaped."""
         t = self.tensor(name_or_entry) if isinstance(name_or_entry, str) else name_or_entry
         path = self.file_path(t)
         size = path.stat().st_size if path.exists() else -1
-        if size != t["bytes"]:
-            raise FormatError(f"file is {size} bytes, manifest says {t['bytes']}", path=path)
+        if size != t.bytes:
+            raise FormatError(f"file is {size} bytes, manifest says {t.bytes}", path=path)
         mm = np.memmap(path, dtype=np.uint8, mode="r") if size > 0 else np.zeros(0, np.uint8)
         out = {}
-        for rname, r in t["regions"].items():
-            if r["offset"] + r["bytes"] > size:
-                raise FormatError(f"region {rname!r} ends at {r['offset'] + r['bytes']}, past the file end {size}", path=path)
-            view = mm[r["offset"]:r["offset"] + r["bytes"]]
-            out[rname] = view.view(np.dtype(DTYPES[r["dtype"]])).reshape(r["shape"])
+        for rname, r in t.regions.items():
+            if r.offset + r.nbytes > size:
+                raise FormatError(f"region {rname!r} ends at {r.offset + r.nbytes}, past the file end {size}", path=path)
+            view = mm[r.offset:r.offset + r.nbytes]
+            out[rname] = view.view(r.np_dtype).reshape(r.shape)
         return out
+
+    # -- completeness against the source --------------------------------------------------
+    def completeness_problems(self) -> list[tuple[str, str]]:
+        """Tensors the source had (and the conversion selected) that the manifest lacks, and
+        entries the source never had, from the source tensor list the converter recorded."""
+        src = self.manifest.get("source")
+        if src is None:  # not made from a checkpoint (a hand-built bundle): nothing to compare
+            return []
+        listed = src.get("tensor_list") if isinstance(src, dict) else None
+        if listed is None:
+            return [(MANIFEST, "the manifest records no source tensor list: completeness cannot be proven")]
+        try:
+            tensors = listed["tensors"]
+            names = [t["name"] for t in tensors]
+            ok = listed["count"] == len(tensors) and listed["sha256"] == sha256_bytes(_canonical(tensors))
+        except (KeyError, TypeError):
+            return [(MANIFEST, "the source tensor list is malformed")]
+        if not ok:
+            return [(MANIFEST, "the source tensor list does not match its own count and sha256")]
+        excluded = set(src.get("excluded", []))
+        want = [n for n in names if n not in excluded]
+        have = {t.name for t in self.entries}
+        problems = [(n, "in the source but missing from the bundle") for n in want if n not in have]
+        problems += [(n, "in the bundle but not in the source tensor list") for n in sorted(have - set(names))]
+        problems += [(n, "excluded at conversion, yet in the bundle") for n in sorted(have & excluded)]
+        return problems
 
     # -- structure check (verify level "structure") ----------------------------------------
     def check_structure(self, hashes: bool = True) -> list[tuple[str, str]]:
         """Problems with the files as ``(where, message)``; empty when all is well."""
         problems: list[tuple[str, str]] = []
+        if self.manifest_problem:
+            problems.append((MANIFEST, self.manifest_problem))
+        problems.extend(self.completeness_problems())
         for t in self.tensors:
+            if t.action in _LOSSLESS_ACTIONS and t.source_sha256 != t.blocks_sha256:
+                problems.append((t.name, f"action {t.action!r} keeps the source blocks, but blocks_sha256 differs "
+                                         "from source_sha256"))
             path = self.file_path(t)
-            where = t["name"]
+            where = t.name
             if not path.is_file():
-                problems.append((where, f"file {t['file']} is missing"))
+                problems.append((where, f"file {t.file} is missing"))
                 continue
             size = path.stat().st_size
-            if size != t["bytes"]:
-                problems.append((where, f"file {t['file']} is {size} bytes, manifest says {t['bytes']}"))
+            if size != t.bytes:
+                problems.append((where, f"file {t.file} is {size} bytes, manifest says {t.bytes}"))
                 continue
             end = 0
-            for rname, r in sorted(t["regions"].items(), key=lambda kv: kv[1]["offset"]):
-                if r["offset"] % ALIGN:
-                    problems.append((where, f"region {rname!r} offset {r['offset']} is not a multiple of {ALIGN}"))
-                if r["offset"] < end:
+            for rname, r in sorted(t.regions.items(), key=lambda kv: kv[1].offset):
+                if r.offset % ALIGN:
+                    problems.append((where, f"region {rname!r} offset {r.offset} is not a multiple of {ALIGN}"))
+                if r.offset < end:
                     problems.append((where, f"region {rname!r} overlaps the previous region"))
-                if r["offset"] + r["bytes"] > size:
-                    problems.append((where, f"region {rname!r} ends past the end of {t['file']}"))
-                end = max(end, r["offset"] + r["bytes"])
+                if r.offset + r.nbytes > size:
+                    problems.append((where, f"region {rname!r} ends past the end of {t.file}"))
+                end = max(end, r.offset + r.nbytes)
             if hashes:
-                got = sha256_file(path)
-                if got != t["sha256"]:
-                    problems.append((where, f"sha256 of {t['file']} is {got[:16]}..., manifest says {t['sha256'][:16]}..."
-                                            + _bad_regions(path, t)))
+                got, bad = _file_and_region_hashes(path, t)
+                if got != t.sha256:
+                    problems.append((where, f"sha256 of {t.file} is {got[:16]}..., manifest says {t.sha256[:16]}..."
+                                            + (f" (damaged region: {', '.join(bad)})" if bad
+                                               else " (damage outside the regions: padding)")))
+                elif bad:
+                    problems.append((where, f"region sha256 of {', '.join(bad)} does not match the manifest"))
         for s in self.manifest.get("source_files", []):
             path = self.path / s["file"]
             if not path.is_file():
@@ -512,17 +688,26 @@ class Bundle:
         return problems
 
 
-def _bad_regions(path: Path, t: dict[str, Any]) -> str:
-    """Name the regions whose own sha256 no longer matches (where the damage is)."""
-    bad = []
-    with open(path, "rb") as f:
-        for rname, r in t["regions"].items():
-            if "sha256" not in r:
-                continue
-            f.seek(r["offset"])
-            if sha256_bytes(f.read(r["bytes"])) != r["sha256"]:
-                bad.append(rname)
-    return f" (damaged region: {', '.join(bad)})" if bad else " (damage outside the regions: padding)"
+def _file_and_region_hashes(path: Path, t: TensorEntry) -> tuple[str, list[str]]:
+    """The file's sha256 and the names of the regions whose own sha256 does not match, from
+    one read of the file (the region hashes run on the hash threads)."""
+    size = path.stat().st_size
+    mm = np.memmap(path, dtype=np.uint8, mode="r") if size else np.zeros(0, np.uint8)
+    checks = [(rname, r, hash_async(sha256_bytes, memoryview(mm[r.offset:r.offset + r.nbytes])))
+              for rname, r in t.regions.items() if r.sha256 is not None]
+    whole = sha256_bytes(memoryview(mm)) if size else sha256_bytes(b"")
+    return whole, [rname for rname, r, fut in checks if fut.result() != r.sha256]
+
+
+def source_tensor_list(ckpt_tensors: Iterable[Any]) -> dict[str, Any]:
+    """What the manifest records of the source's tensors: names, types and shapes in order,
+    their count and the sha256 of that list (so a removed or renamed entry is caught)."""
+    listed = [{"name": t.name, "type": t.type.name, "shape": list(t.shape)} for t in ckpt_tensors]
+    return {"count": len(listed), "sha256": sha256_bytes(_canonical(listed)), "tensors": listed}
+
+
+def _canonical(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode()
 
 
 def _no_duplicates(path):

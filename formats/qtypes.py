@@ -120,6 +120,7 @@ TYPES: tuple[GGMLType, ...] = (
     _t(39, "MXFP4",   QK,    1 + QK // 2),
     _t(40, "NVFP4",   64,    4 + 64 // 2),
     _t(41, "Q1_0",    128,   2 + 128 // 8),
+    _t(42, "Q2_0",    64,    2 + 64 // 4),
 )
 # fmt: on
 
@@ -127,9 +128,11 @@ BY_ID: dict[int, GGMLType] = {t.id: t for t in TYPES}
 BY_NAME: dict[str, GGMLType] = {t.name: t for t in TYPES}
 assert len(BY_ID) == len(TYPES) and len(BY_NAME) == len(TYPES), "duplicate type in TYPES"
 
-# Ids 31-33 were the pre-interleaved Q4_0_4_4/Q4_0_4_8/Q4_0_8_8 file types, removed from GGUF
-# in favour of load-time repacking. Readers report them by name; panelpack never writes them.
-REMOVED_IDS: dict[int, str] = {31: "Q4_0_4_4", 32: "Q4_0_4_8", 33: "Q4_0_8_8"}
+# Ids 4-5 were Q4_2/Q4_3 (deprecated long ago); 31-33 and 36-38 were the pre-interleaved
+# Q4_0_x_x/IQ4_NL_x_x file types, removed from GGUF in favour of load-time repacking. Readers
+# report them by name; panelpack never writes them.
+REMOVED_IDS: dict[int, str] = {4: "Q4_2", 5: "Q4_3", 31: "Q4_0_4_4", 32: "Q4_0_4_8", 33: "Q4_0_8_8",
+                               36: "IQ4_NL_4_4", 37: "IQ4_NL_4_8", 38: "IQ4_NL_8_8"}
 
 F32 = BY_NAME["F32"]
 F16 = BY_NAME["F16"]
@@ -159,7 +162,7 @@ def get(t: "GGMLType | int | str") -> GGMLType:
         if found is None:
             if int(t) in REMOVED_IDS:
                 raise UnsupportedError(
-                    f"type id {int(t)} ({REMOVED_IDS[int(t)]}) is a removed pre-interleaved GGUF type"
+                    f"type id {int(t)} ({REMOVED_IDS[int(t)]}) is a removed GGUF type"
                 )
             raise UnsupportedError(f"unknown ggml type id {int(t)}")
         return found

@@ -170,3 +170,28 @@ def test_sigkill_leaves_nothing_at_the_target_and_the_next_run_cleans_up(tmp_pat
     assert _names(outdir) == [target.name]
     if command == "export":
         assert target.read_bytes() == src.read_bytes()
+
+
+@pytest.mark.parametrize("command", ["export", "pack", "verify-json", "convert"])
+def test_unwritable_folder_is_one_clear_line(tmp_path, small_bundle, command):
+    """A read-only folder: exit 2 and one line naming the target, never an OSError from the
+    clean-up (root ignores folder modes, so /sys stands in: it refuses even root)."""
+    from click.testing import CliRunner
+
+    from panelpack.cli import main
+
+    src, bundle = small_bundle
+    if os.geteuid() == 0:
+        folder = Path("/sys")
+    else:  # pragma: no cover - non-root runs
+        folder = tmp_path / "ro"
+        folder.mkdir()
+        folder.chmod(0o555)
+    args = {"export": ["export", str(bundle), "-o", str(folder / "x.gguf")],
+            "pack": ["pack", str(bundle), "-o", str(folder / "x.ppk.tar.zst")],
+            "verify-json": ["verify", str(bundle), "--level", "structure", "--json", str(folder / "r.json")],
+            "convert": ["convert", str(src), "-o", str(folder / "x.ppk"), "--no-progress"]}[command]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 2, r.output
+    assert "permission denied" in r.output and r.exception is None or isinstance(r.exception, SystemExit)
+    assert "Traceback" not in r.output

@@ -16,8 +16,8 @@ from panelpack.formats.errors import BadInputError, FormatError, OutputError
 
 
 def _entry(info, name="w", shape=(4, 32)):
-    return {"name": name, "shape": list(shape), "source_type": "Q4_0", "type": "Q4_0", "layout": "rowmajor",
-            **info, "params": {}, "ledger": {"requested": "rowmajor", "written": "rowmajor", "reason": None}}
+    return B.TensorEntry.create(name, shape, "Q4_0", "rowmajor", info, {},
+                                {"requested": "rowmajor", "written": "rowmajor", "reason": None}, source_type="Q4_0")
 
 
 def _write(tmp_path, regions=None, name="w"):
@@ -34,12 +34,13 @@ def test_regions_are_64_aligned_and_read_back(tmp_path):
     out = _write(tmp_path)
     b = B.Bundle(out)
     t = b.tensor("w")
-    assert {k: v for k, v in t["regions"]["a"].items() if k != "sha256"} == {"offset": 0, "bytes": 5, "dtype": "u8", "shape": [5]}
-    assert t["regions"]["b"]["offset"] == 64 and t["bytes"] == 64 + 24
+    a = t.regions["a"]
+    assert (a.offset, a.nbytes, a.dtype, a.shape) == (0, 5, "u8", (5,)) and len(a.sha256) == 64
+    assert t.regions["b"].offset == 64 and t.bytes == 64 + 24
     r = b.regions("w")
     np.testing.assert_array_equal(r["a"], np.arange(5))
     np.testing.assert_array_equal(r["b"], np.arange(6, dtype=np.float32).reshape(2, 3))
-    raw = (out / t["file"]).read_bytes()
+    raw = (out / t.file).read_bytes()
     assert raw[5:64] == bytes(59)  # zero padding between regions
     assert b.check_structure() == []
     assert not [p for p in tmp_path.iterdir() if ".partial-" in p.name]
@@ -65,7 +66,7 @@ def test_existing_output_needs_force(tmp_path):
     with B.BundleWriter(out, force=True) as w:
         info = w.write_tensor(0, "v", {"a": np.ones(3, np.uint8)})
         w.commit({"tensors": [_entry(info, "v")]})
-    assert [t["name"] for t in B.Bundle(out).tensors] == ["v"]
+    assert [t.name for t in B.Bundle(out).tensors] == ["v"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.ppk"]
 
 
@@ -137,7 +138,7 @@ def test_missing_output_folder(tmp_path):
 def test_structure_check_finds_corruption(tmp_path):
     out = _write(tmp_path)
     b = B.Bundle(out)
-    f = out / b.tensor("w")["file"]
+    f = out / b.tensor("w").file
     data = bytearray(f.read_bytes())
     data[70] ^= 1
     f.write_bytes(bytes(data))

@@ -76,7 +76,7 @@ def test_hf_q4k_panel64_ledger(tmp_path, tiny_hf):
     assert b.manifest["model"]["n_embd"] == CONFIG["hidden_size"]
     assert {s["file"] for s in b.manifest["source_files"]} >= {"source/config.json", "source/tokenizer.json"}
     t = b.tensor("lm_head.weight")
-    assert t["params"]["padded_n"] == 512 and all(r["offset"] % 64 == 0 for r in t["regions"].values())
+    assert t.params["padded_n"] == 512 and all(r.offset % 64 == 0 for r in t.regions.values())
 
 
 def test_hf_quantized_values_match_the_codec(tmp_path, tiny_hf):
@@ -87,14 +87,14 @@ def test_hf_quantized_values_match_the_codec(tmp_path, tiny_hf):
     b = Bundle(res.bundle)
     with open_checkpoint(tiny_hf) as ck:
         for t in b.tensors:
-            if t["action"] != "quantize":
+            if t.action != "quantize":
                 continue
-            n, k = t["shape"]
-            x = codecs.dequantize(ck.raw(t["name"]), qtypes.BF16, n, k).reshape(n, k)
-            want = codecs.dequantize(codecs.quantize(x, qtypes.get(t["type"])), t["type"], n, k).reshape(n, k)
-            got = repack.get(t["layout"]).dequantize(b.regions(t), n, k, qtypes.get(t["type"]))
-            assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), t["name"]
-            assert t["ledger"]["error"]["rel_rms"] < 0.2
+            n, k = t.shape
+            x = codecs.dequantize(ck.raw(t.name), qtypes.BF16, n, k).reshape(n, k)
+            want = codecs.dequantize(codecs.quantize(x, t.qtype), t.type, n, k).reshape(n, k)
+            got = repack.get(t.layout).dequantize(b.regions(t), n, k, t.qtype)
+            assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), t.name
+            assert t.ledger["error"]["rel_rms"] < 0.2
 
 
 @pytest.mark.parametrize("layout", ["ggml-x8", "il8-nibble", "il8-int8", "rowmajor"])

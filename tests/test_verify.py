@@ -14,6 +14,7 @@ from builders import tiny_llama_gguf
 from panelpack.cli import main
 from panelpack.convert import convert
 from panelpack.formats import archive
+from panelpack.formats.bundle import manifest_text
 from panelpack.formats.errors import BadInputError, FormatError
 from panelpack.verify import _simd, bundle_check
 
@@ -38,7 +39,8 @@ def _manifest(b: Path) -> dict:
 
 
 def _write_manifest(b: Path, m: dict) -> None:
-    (b / "manifest.json").write_text(json.dumps(m, indent=1))
+    """Write an edited manifest sealed with a valid checksum, as a buggy writer would."""
+    (b / "manifest.json").write_text(manifest_text(m))
 
 
 def _entry(m: dict, name: str) -> dict:

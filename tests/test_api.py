@@ -1,0 +1,64 @@
+"""The front door: ``import panelpack`` is cheap and offers the pipeline's functions; every
+result renders itself; the manifest is typed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+
+import panelpack
+from panelpack.formats.bundle import Region, TensorEntry
+
+from builders import build_gguf, random_blocks
+
+
+def test_import_is_cheap():
+    code = "import sys, panelpack; print(sorted(m for m in ('numpy', 'numba', 'click') if m in sys.modules))"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert r.stdout.strip() == "[]"
+
+
+def test_front_door_names():
+    for name in ("convert", "plan", "verify", "export", "open_checkpoint", "open_bundle", "layouts"):
+        assert callable(getattr(panelpack, name)), name
+        assert name in dir(panelpack)
+    assert [d["name"] for d in panelpack.layouts()][:2] == ["rowmajor", "panel64"]
+
+
+def test_pipeline_through_the_front_door(tmp_path):
+    rng = np.random.default_rng(3)
+    src = tmp_path / "m.gguf"
+    build_gguf(src, {"blk.0.ffn_up.weight": ("Q4_0", random_blocks("Q4_0", 64, 256, rng)),
+                     "blk.0.attn_norm.weight": ("F32", rng.standard_normal(256).astype(np.float32))},
+               {"general.name": "m"})
+    plan = panelpack.plan(src)
+    assert [t.name for t in plan.tensors] == ["blk.0.ffn_up.weight", "blk.0.attn_norm.weight"]
+    res = panelpack.convert(src, tmp_path / "m.ppk")
+    assert "blk.0.ffn_up.weight" in res.render() and json.loads(json.dumps(res.to_json()))["bundle"]
+    rep = panelpack.verify(tmp_path / "m.ppk", level="lossless")
+    assert rep.ok and "verify OK" in rep.render() and rep.to_json()["ok"] is True
+    exp = panelpack.export(tmp_path / "m.ppk", tmp_path / "back.gguf")
+    assert exp.identical and "byte-identical" in exp.render()
+    assert (tmp_path / "back.gguf").read_bytes() == src.read_bytes()
+    b = panelpack.open_bundle(tmp_path / "m.ppk")
+    t = b.tensor("blk.0.ffn_up.weight")
+    assert isinstance(t, TensorEntry) and t.layout == "panel64" and t.nk == (64, 256)
+    assert all(isinstance(r, Region) and r.offset % 64 == 0 for r in t.regions.values())
+    with panelpack.open_checkpoint(src) as ck:
+        assert ck.tensor("blk.0.ffn_up.weight").shape == (64, 256)
+
+
+def test_manifest_json_round_trips_through_the_typed_entries(tmp_path):
+    rng = np.random.default_rng(4)
+    src = tmp_path / "m.gguf"
+    build_gguf(src, {"w": ("Q8_0", random_blocks("Q8_0", 8, 64, rng))}, {"general.name": "m"})
+    panelpack.convert(src, tmp_path / "m.ppk", layout="rowmajor")
+    raw = json.loads((tmp_path / "m.ppk" / "manifest.json").read_text())
+    b = panelpack.open_bundle(tmp_path / "m.ppk")
+    assert [t.to_json() for t in b.tensors] == raw["tensors"]
+    assert list(raw["tensors"][0]) == ["name", "shape", "source_type", "type", "role", "action", "layout", "file",
+                                       "bytes", "sha256", "regions", "params", "source_sha256", "blocks_sha256",
+                                       "ledger"]
