@@ -195,3 +195,47 @@ def test_unwritable_folder_is_one_clear_line(tmp_path, small_bundle, command):
     assert r.exit_code == 2, r.output
     assert "permission denied" in r.output and r.exception is None or isinstance(r.exception, SystemExit)
     assert "Traceback" not in r.output
+
+
+def _race(n: int, fn) -> list:
+    barrier = threading.Barrier(n)
+    results: list = [None] * n
+
+    def run(i: int) -> None:
+        barrier.wait()
+        try:
+            fn(i)
+            results[i] = "ok"
+        except OutputError as e:
+            results[i] = str(e)
+        except Exception as e:  # pragma: no cover - reported by the assertion
+            results[i] = repr(e)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return results
+
+
+def test_concurrent_unpacks_and_converts_to_one_target(tmp_path, small_bundle):
+    """Without --force exactly the writers that found no target succeed and the rest say
+    "already exists"; with --force all succeed and the target is one complete bundle."""
+    from panelpack.convert import convert
+    from panelpack.formats import archive
+    from panelpack.formats.bundle import Bundle
+
+    src, bundle = small_bundle
+    arc = tmp_path / "s.tar.zst"
+    archive.pack(bundle, arc)
+    out = tmp_path / "race"
+    out.mkdir()
+    results = _race(4, lambda i: archive.unpack(arc, out / "u.ppk"))
+    assert results.count("ok") == 1 and all(r == "ok" or "already exists" in r for r in results), results
+    results = _race(4, lambda i: archive.unpack(arc, out / "u.ppk", force=True))
+    assert results == ["ok"] * 4 and Bundle(out / "u.ppk").check_structure() == []
+    results = _race(3, lambda i: convert(src, out / "c.ppk", force=True))
+    assert results == ["ok"] * 3, results
+    assert Bundle(out / "c.ppk").check_structure() == []
+    assert _names(out) == ["c.ppk", "u.ppk"]
