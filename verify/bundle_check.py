@@ -282,7 +282,7 @@ def _agreement(b: Bundle, t: dict[str, Any], blocks: Optional[np.ndarray], v: Te
     sb_pick = _sample_superblocks(n, sample, rng)
     rows_pick = leaves.sb_channels(sb_pick, n)
     if blocks is not None:
-        std = compiled.prepare("rowmajor", {"blocks": blocks}, n, k, qt)
+        std = compiled.prepare(repack.rowmajor.NAME, {"blocks": blocks}, n, k, qt)
         # the scalar standard dispatch on the sampled rows guards the fast reference
         c_ref, s_ref, o_ref = dispatch.integer_form(np.ascontiguousarray(blocks.reshape(n, -1)[rows_pick]),
                                                     len(rows_pick), k, qt)

@@ -44,7 +44,7 @@ from __future__ import annotations
 import importlib
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, cast
 
 import numpy as np
 
@@ -73,7 +73,7 @@ class Sample:
     a: np.ndarray  # int8 [M, k] quantized activations
     da: np.ndarray  # f32 [M, k/32] their scales
     A: np.ndarray  # int32 [M, K/G] group sums of a
-    sbs: np.ndarray  # sampled 64-row super-blocks (emulated leaves)
+    sbs: Any  # int64 array: the sampled 64-row super-blocks (emulated leaves)
     rows: np.ndarray  # their channels
     svl_bits: int
 
@@ -139,7 +139,7 @@ def _named(module: str, name: str) -> Callable[..., Any]:
 
 # ---- the emulated runtime paths --------------------------------------------------------------
 def _panel_leaves_accept(layout: str, t: qtypes.GGMLType) -> bool:
-    return t.scheme is not None and t.group % 16 == 0
+    return t.scheme is not None and (t.group or 0) % 16 == 0
 
 
 def _panel_leaves(s: Sample) -> list[PathResult]:
@@ -148,7 +148,7 @@ def _panel_leaves(s: Sample) -> list[PathResult]:
     from . import compiled, dispatch, leaves, neon
 
     t = s.qtype
-    G = t.group
+    G = cast(int, t.group)
     nibble = t.code_bits == 4
     zt0 = np.asarray(s.params.get("zt0", [0] * 64), dtype=np.uint8) if nibble else None
     panels = compiled.panel64_code_bytes(t, s.regions, s.n, s.k, s.layout)
@@ -211,7 +211,7 @@ def _blocks_runner(hook: Callable[..., Any]) -> Runner:
 
         blocks = np.ascontiguousarray(hook(s.regions, s.n, s.k, s.qtype), np.uint8).reshape(s.n, -1)
         P, _, y = compiled.prepare(rowmajor.NAME, {"blocks": blocks}, s.n, s.k, s.qtype).run(s.a, s.da)
-        return [(f"reader.{s.layout}.blocks", P, y, None)]
+        return [(f"reader.{s.layout}.blocks", cast(np.ndarray, P), y, None)]
 
     return Runner("reader.blocks", _hook_accept, run)
 
@@ -221,7 +221,7 @@ def _integer_form_runner(hook: Callable[..., Any]) -> Runner:
         from . import dispatch
 
         c, sc, of = hook(s.regions, s.n, s.k, s.qtype)
-        P = dispatch.partials_from_codes(np.asarray(c), s.a, s.qtype.group)
+        P = dispatch.partials_from_codes(np.asarray(c), s.a, cast(int, s.qtype.group))
         y = dispatch.rescale(P, s.A, np.asarray(sc, np.float32), np.asarray(of, np.float32), s.da, s.qtype)
         return [(f"reader.{s.layout}.integer_form", P, y, None)]
 
