@@ -15,6 +15,7 @@ import sys
 import click
 
 from panelpack import __version__
+from panelpack import cli_choices as choices
 from panelpack.formats.errors import EXIT_BAD_INPUT, EXIT_VERIFY_FAILED, PanelpackError
 
 log = logging.getLogger("panelpack")
@@ -142,10 +143,11 @@ def _install_sigterm() -> None:
 @main.command()
 @click.argument("source", type=click.Path(exists=False))
 @click.option("-o", "--out", "out", type=click.Path(), help="Bundle directory to write (OUT.ppk).")
-@click.option("--layout", default="panel64", show_default=True,
-              help="panel64 | ggml-x8 | il8-nibble | il8-int8 | rowmajor (see `panelpack layouts`).")
-@click.option("--quant", default=None, help="HF sources: quantize 2-D matmul weights to q4_0 | q4_k | q8_0.")
-@click.option("--requant", default=None, help="GGUF sources: re-quantize what the layout cannot take (q4_0 | q4_k | q8_0).")
+@click.option("--layout", default="panel64", show_default=True, type=choices.LAYOUT,
+              help="Target layout (see `panelpack layouts`).")
+@click.option("--quant", default=None, type=choices.QUANT, help="HF sources: quantize 2-D matmul weights to this type.")
+@click.option("--requant", default=None, type=choices.QUANT,
+              help="GGUF sources: re-quantize what the layout cannot take to this type.")
 @click.option("--include", multiple=True, metavar="GLOB", help="Only tensors whose name matches (repeatable).")
 @click.option("--exclude", multiple=True, metavar="GLOB", help="Skip tensors whose name matches (repeatable).")
 @click.option("-j", "--jobs", default=1, show_default=True, type=click.IntRange(1, 64), help="Tensors converted in parallel.")
@@ -220,7 +222,7 @@ def unpack(archive_path, out, force):
 
 @main.command()
 @click.argument("bundle", type=click.Path(exists=False))
-@click.option("--level", type=click.Choice(["structure", "lossless", "agreement", "all"]), default="all",
+@click.option("--level", type=choices.LEVEL, default="all",
               show_default=True, help="What to prove (structure always runs).")
 @click.option("--json", "report_path", type=click.Path(), default=None, metavar="REPORT",
               help="Also write the full report as JSON to REPORT ('-' for stdout instead of the table).")
@@ -258,10 +260,9 @@ def verify(bundle, level, report_path, seed, sample, svl_bits, names):
               help="Bundle directory to write (replaced if it exists).")
 @click.option("--source", "source", default=None, type=click.Path(),
               help="Where to write the generated HF checkpoint (default: a temporary folder).")
-@click.option("--layout", default="panel64", show_default=True)
-@click.option("--quant", default="q4_k", show_default=True)
-@click.option("--verify", "verify_level", default="structure", show_default=True,
-              type=click.Choice(("none", "structure", "lossless", "agreement", "all")),
+@click.option("--layout", default="panel64", show_default=True, type=choices.LAYOUT)
+@click.option("--quant", default="q4_k", show_default=True, type=choices.QUANT)
+@click.option("--verify", "verify_level", default="structure", show_default=True, type=choices.DEMO_LEVEL,
               help="Verification level to run on the bundle afterwards. 'all' adds the emulated SME2 and "
                    "NEON leaves and the compiled kernels; the first run on a machine compiles them (tens of "
                    "seconds), later runs take about a second.")

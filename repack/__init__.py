@@ -25,10 +25,36 @@ from ..formats.errors import UnsupportedError
 from . import ggml_x8, il8_int8, il8_nibble, panel64, rowmajor
 from ._common import JIT_PAYOFF_BYTES, RegionSpec, expect_bytes
 
-LAYOUTS: dict[str, ModuleType] = {m.NAME: m for m in (rowmajor, panel64, ggml_x8, il8_nibble, il8_int8)}
-assert len(LAYOUTS) == 5, "duplicate layout name"
+LAYOUTS: dict[str, ModuleType] = {}
 
-__all__ = ["LAYOUTS", "RegionSpec", "get", "names", "describe", "expect_bytes", "JIT_PAYOFF_BYTES"]
+#: what every layout module offers (docs/DEVELOPING.md); ``register`` checks it is there
+SURFACE = ("NAME", "SOURCE_TYPES", "ROW_MULTIPLE", "TARGET", "DESCRIPTION",
+           "refuse", "invertible", "plan", "params", "pack", "unpack", "dequantize")
+
+__all__ = ["LAYOUTS", "RegionSpec", "get", "names", "describe", "register", "expect_bytes", "JIT_PAYOFF_BYTES"]
+
+
+def register(module: ModuleType) -> ModuleType:
+    """Add a layout module to :data:`LAYOUTS` under its ``NAME`` (lower case, ``-`` not ``_``).
+
+    Refuses a module that lacks part of the surface or whose name is taken, so a layout is
+    listed once. Everything else (``convert``, ``verify``, the CLI's choices) reads LAYOUTS.
+    """
+    missing = [a for a in SURFACE if not hasattr(module, a)]
+    if missing:
+        raise TypeError(f"layout module {module.__name__} lacks {', '.join(missing)}")
+    name = module.NAME
+    if not isinstance(name, str) or name != name.strip().lower().replace("_", "-"):
+        raise ValueError(f"layout name {name!r} must be lower case with '-' (as get() normalises)")
+    if name in LAYOUTS:
+        raise ValueError(f"layout name {name!r} is already registered (by {LAYOUTS[name].__name__})")
+    LAYOUTS[name] = module
+    return module
+
+
+for _mod in (rowmajor, panel64, ggml_x8, il8_nibble, il8_int8):
+    register(_mod)
+del _mod
 
 
 def names() -> list[str]:

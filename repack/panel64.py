@@ -53,6 +53,9 @@ ROW_MULTIPLE = 1
 TARGET = {"isa": "sme2", "svl_bits": 512}
 DESCRIPTION = "SME2 64-channel panels at SVL 512 (LUTI4 nibble panels or int8 panels), lossless"
 CHANNELS = 64
+KG = 4  # consecutive K per kg-block
+NIBBLE_KG_BYTES = CHANNELS * KG // 2  # 128: one nibble kg-block
+INT8_KG_BYTES = CHANNELS * KG  # 256: one int8 kg-block
 
 # Scale regions per type: (region = codec field name, dtype, "group" | "super")
 _SCALES: dict[str, tuple[tuple[str, str, str], ...]] = {
@@ -112,9 +115,9 @@ def plan(qtype, n: int, k: int) -> list[C.RegionSpec]:
     t = C.accepted(NAME, refuse, qtype, n, k)
     geo = geometry(t, n, k)
     if geo.nibble:
-        out = [C.region("panels", "uint8", (geo.sb, geo.ng, geo.kq, 128))]
+        out = [C.region("panels", "uint8", (geo.sb, geo.ng, geo.kq, NIBBLE_KG_BYTES))]
     else:
-        out = [C.region("panels", "int8", (geo.sb, geo.ng, geo.kq, 256))]
+        out = [C.region("panels", "int8", (geo.sb, geo.ng, geo.kq, INT8_KG_BYTES))]
     for name, dtype, per in _SCALES[t.name]:
         out.append(C.region(name, dtype, (geo.sb, geo.ng if per == "group" else geo.nsb, CHANNELS)))
     return out

@@ -39,10 +39,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..repack import panel64 as _panel64
+
 GROUP = 32  # K per call: the scale group of every panel64 nibble type
-KG_BLOCKS = GROUP // 4
-KG_BYTES = 128  # one kg-block: 4 K x 64 channels of 4 bits
-CHANNELS = 64
+# panel64's geometry, read from the layout module (never restated here)
+KG_BLOCKS = GROUP // _panel64.KG
+KG_BYTES = _panel64.NIBBLE_KG_BYTES  # one kg-block: 4 K x 64 channels of 4 bits
+CHANNELS = _panel64.CHANNELS
 
 
 def _target_has_avx2() -> bool:

@@ -220,7 +220,7 @@ def _lossless(b: Bundle, t: dict[str, Any], v: TensorVerdict) -> Optional[np.nda
         v.levels["lossless"] = "failed"
         return blocks
     # (rowmajor regions are the blocks themselves: their hash is the whole proof)
-    if qt.codec is not None and qt.quantized and t["layout"] != "rowmajor":
+    if qt.codec is not None and qt.quantized and not _verifier(t["layout"]).regions_are_blocks:
         got = lay.dequantize(regions, n, k, qt)
         ref = codecs.dequantize(blocks, qt, n, k).reshape(n, k)
         gb, rb = got.view(np.uint32), ref.view(np.uint32)
@@ -250,20 +250,8 @@ def _first_diff(name: str, got: np.ndarray, want: np.ndarray, rows: Optional[np.
     return f"{name} [{where}] = {got[idx]!r}, standard {want[idx]!r}"
 
 
-def _panel_scale_fields(regions: dict[str, np.ndarray], n: int, qt: qtypes.GGMLType) -> dict[str, np.ndarray]:
-    """Panel scale regions ``[SB][groups][64]`` as codec-style fields ``[n, groups]``."""
-    out = {}
-    for name, r in regions.items():
-        if name == "panels":
-            continue
-        arr = np.asarray(r)
-        sb, g, ch = arr.shape
-        out[name] = np.ascontiguousarray(arr.transpose(0, 2, 1).reshape(sb * ch, g)[:n])
-    return out
-
-
 def _sample_superblocks(n: int, sample: int, rng: np.random.Generator) -> np.ndarray:
-    sbs = (n + 63) // 64
+    sbs = -(-n // repack.panel64.CHANNELS)  # the emulated leaves' super-blocks
     if sample <= 0 or sample >= sbs:
         return np.arange(sbs, dtype=np.int64)
     pick = set(rng.choice(sbs, size=sample, replace=False).tolist())
@@ -273,7 +261,8 @@ def _sample_superblocks(n: int, sample: int, rng: np.random.Generator) -> np.nda
 
 def _agreement(b: Bundle, t: dict[str, Any], blocks: Optional[np.ndarray], v: TensorVerdict,
                rng: np.random.Generator, sample: int, svl_bits: int) -> None:
-    from . import compiled, dispatch, il8, leaves
+    from . import compiled, dispatch, leaves
+    from .registry import Sample
 
     qt = qtypes.get(t["type"])
     n, k = _nk(t["shape"])
@@ -283,6 +272,7 @@ def _agreement(b: Bundle, t: dict[str, Any], blocks: Optional[np.ndarray], v: Te
         return
     layout = t["layout"]
     lay = repack.get(layout)
+    ver = _verifier(layout)
     regions = b.regions(t)
     m_big = int(rng.integers(16, 65))
     xs = [rng.standard_normal((1, k)).astype(np.float32), rng.standard_normal((m_big, k)).astype(np.float32)]
@@ -292,11 +282,19 @@ def _agreement(b: Bundle, t: dict[str, Any], blocks: Optional[np.ndarray], v: Te
     sb_pick = _sample_superblocks(n, sample, rng)
     rows_pick = leaves.sb_channels(sb_pick, n)
     if blocks is not None:
-        std = compiled.prepare("rowmajor", {"blocks": blocks}, n, k, qt)
+        std = compiled.prepare(repack.rowmajor.NAME, {"blocks": blocks}, n, k, qt)
         # the scalar standard dispatch on the sampled rows guards the fast reference
         c_ref, s_ref, o_ref = dispatch.integer_form(np.ascontiguousarray(blocks.reshape(n, -1)[rows_pick]),
                                                     len(rows_pick), k, qt)
-    prep = compiled.prepare(layout, regions, n, k, qt) if layout != "rowmajor" else None
+    # the layout's own readers (verify/registry.py): its compiled kernel (rowmajor's is the
+    # standard dispatch itself) and its runtime paths
+    has_kernel = ver.kernel_spec(qt) is not None and not ver.regions_are_blocks
+    prep = compiled.prepare(layout, regions, n, k, qt) if has_kernel else None
+    runners = [r for r in ver.runners if r.accepts(lay.NAME, qt)]
+    if blocks is None and prep is None:
+        v.skipped = f"layout {layout} is not invertible for {qt.name} and has no compiled kernel: no reference"
+        v.levels["agreement"] = "skipped"
+        return
     w64 = lay.dequantize(regions, n, k, qt).astype(np.float64) if n * k <= (64 << 20) else None
     for x in xs:
         m = x.shape[0]
@@ -333,65 +331,56 @@ def _agreement(b: Bundle, t: dict[str, Any], blocks: Optional[np.ndarray], v: Te
             else:  # not invertible: the compiled kernel is the reference for the il8 kernel
                 P_std, A, y_std = P_c, A_c, y_c
                 P_pick = P_c[:, rows_pick] if want_p else None
-        # --- the runtime kernels ---------------------------------------------------------------
-        if layout == "panel64":
-            _panel_paths(v, regions, t, qt, n, k, a, da, A, P_pick, y_std, sb_pick, rows_pick, svl_bits, m)
-        elif layout in ("ggml-x8", "il8-nibble", "il8-int8"):
-            P_i, A_i = il8.il8_partials(layout, regions, n, k, qt, a)
-            s_i, o_i = il8.il8_scales(layout, regions, n, k, qt)
-            y_i = dispatch.rescale(P_i, A_i, s_i, o_i, da, qt)
-            _add_path(v, "il8.gemm")
-            pairs = [("il8.gemm y", y_i, y_std, None)]
-            if P_std is not None:
-                pairs.insert(0, ("il8.gemm P", P_i, P_std, None))
-            elif P_pick is not None:
-                pairs.insert(0, ("il8.gemm P", P_i[:, rows_pick], P_pick, rows_pick))
-            for what, got, want, rows in pairs:
-                d = _first_diff(what, got, want, rows)
-                if d:
-                    v.problems.append(d)
+        # --- the runtime kernels and the layout's declared readers --------------------------
+        sample_ = Sample(layout, regions, qt, n, k, t["params"], a, da, A, sb_pick, rows_pick, svl_bits)
+        for runner in runners:
+            for path, P_r, y_r, rows in runner.run(sample_):
+                _add_path(v, path)
+                for what, got, want, at in _path_pairs(path, P_r, y_r, rows, P_std, P_pick, y_std, rows_pick):
+                    d = _first_diff(what, got, want, at)
+                    if d:
+                        v.problems.append(d)
         # --- sanity: quantization error against f64 ----------------------------------------
         if w64 is not None:
             err = dispatch.sanity_error(y_std, x.astype(np.float64) @ w64.T)
             v.max_error = err if v.max_error is None else max(v.max_error, err)
-    v.levels["agreement"] = "failed" if v.problems else "ok"
+    if v.problems:
+        v.levels["agreement"] = "failed"
+    elif prep is None and not runners and not ver.regions_are_blocks:
+        v.levels["agreement"] = f"ok (standard dispatch on the unpacked blocks only: layout {layout} has no reader of its own)"
+    else:
+        v.levels["agreement"] = "ok"
+
+
+def _verifier(layout: str):
+    from .registry import verifier
+
+    return verifier(layout)
+
+
+def _path_pairs(path, P, y, rows, P_std, P_pick, y_std, rows_pick) -> list[tuple]:
+    """What a runner's ``(P, y)`` is compared with: ``(label, got, want, rows)`` in ledger order.
+
+    A runner on sampled ``rows`` meets the standard partials of those rows and the standard
+    outputs there; an all-rows runner meets the all-rows partials when they were kept, else
+    the sampled ones."""
+    pairs = []
+    if rows is not None:
+        if P_pick is not None:
+            pairs.append((f"{path} P", P, P_pick, rows))
+        pairs.append((f"{path} y", y, y_std[:, rows], rows))
+        return pairs
+    if P_std is not None:
+        pairs.append((f"{path} P", P, P_std, None))
+    elif P_pick is not None:
+        pairs.append((f"{path} P", P[:, rows_pick], P_pick, rows_pick))
+    pairs.append((f"{path} y", y, y_std, None))
+    return pairs
 
 
 def _add_path(v: TensorVerdict, p: str) -> None:
     if p not in v.paths:
         v.paths.append(p)
-
-
-def _panel_paths(v, regions, t, qt, n, k, a, da, A, P_pick, y_std, sb_pick, rows_pick, svl_bits, m) -> None:
-    """The emulated runtime kernels on the sampled super-blocks, against the standard
-    partials of those rows (``P_pick``) and the standard outputs."""
-    from . import dispatch, leaves, neon
-
-    G = qt.group
-    nibble = qt.code_bits == 4
-    zt0 = np.asarray(t["params"].get("zt0", [0] * 64), dtype=np.uint8) if nibble else None
-    panels = np.ascontiguousarray(np.asarray(regions["panels"]).reshape(-1).view(np.uint8))
-    fields = _panel_scale_fields(regions, n, qt)
-    s_p, o_p = dispatch.scale_arrays(fields, qt)
-    s_p, o_p = s_p[rows_pick], o_p[rows_pick]
-    expand = "luti4" if nibble else "ld1b"
-    runs = []
-    if svl_bits != 512:
-        # what a runtime with another vector length would read from the same bytes
-        codes = leaves.read_panels_ref(panels, zt0, n, k, G, nibble, svl_bits=svl_bits)
-        runs.append((f"sme2.svl{svl_bits}.ref", dispatch.partials_ref(codes[rows_pick], a, G)))
-    elif m == 1:
-        runs.append((f"sme2.gemv.{expand}_sdot", leaves.gemv_leaf(panels, zt0, a, n, k, G, nibble, sbs=sb_pick)))
-        runs.append(("neon.panel", neon.neon_leaf(panels, zt0, a, n, k, G, nibble, sbs=sb_pick)))
-    else:
-        runs.append((f"sme2.gemm.{expand}_smopa", leaves.gemm_leaf(panels, zt0, a, n, k, G, nibble, sbs=sb_pick)))
-    for path, P_l in runs:
-        _add_path(v, path)
-        y_l = dispatch.rescale(P_l, A, s_p, o_p, da, qt)
-        for what, got, want in ((f"{path} P", P_l, P_pick), (f"{path} y", y_l, y_std[:, rows_pick])):
-            d = _first_diff(what, got, want, rows_pick)
-            if d:
-                v.problems.append(d)
 
 
 # =========================================================================================

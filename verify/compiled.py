@@ -27,9 +27,13 @@ Entry points: :func:`matmul`, :func:`partials`, and :func:`prepare` (a :class:`P
 the layout's bytes plus the f32 rescale factors laid out per tile, built once, then
 ``.matmul(x)`` / ``.partials(a)`` / ``.run(a, da)`` / ``.matmul_and_partials(x)`` as often as
 wanted).
-:data:`KERNELS` maps ``(layout, type)`` to its tile function; one parallel driver (``prange``
-over tiles) runs them all, taking the tile function as a first-class function value. Tile
-functions and the driver compile on first use and are cached (``cache=True``).
+:data:`KERNELS` maps ``(layout, type)`` to its tile function: the compiled rows of the verifier
+registry (:mod:`panelpack.verify.registry`, keyed by layout name), whose entries name this
+module's kernel factories (:func:`panel64_kernel`, :func:`rowmajor_kernel`, :func:`x8_kernel`,
+:func:`il8_nibble_kernel`, :func:`il8_int8_kernel`). Region names and byte sizes come from each
+layout module's ``plan()`` and constants. One parallel driver (``prange`` over tiles) runs every
+kernel, taking the tile function as a first-class function value. Tile functions and the driver
+compile on first use and are cached (``cache=True``).
 """
 
 from __future__ import annotations
@@ -42,18 +46,21 @@ import numpy as np
 import numba
 from numba import config, njit, prange, types
 
+from .. import repack
 from ..formats import blocks as _blocks
 from ..formats import qtypes
 from ..formats._jit import lazy_njit
 from ..formats.errors import BadInputError, UnsupportedError
+from ..repack import panel64 as _panel64
 from . import dispatch as _d
 from . import _simd
 from . import il8 as _il8
+from . import registry as _registry
 from .dispatch import rescale_lanes
 
 log = logging.getLogger(__name__)
 
-TILE = 64  # output channels per tile (= one panel64 super-block = 8 interleaved super-rows)
+TILE = _panel64.CHANNELS  # output channels per tile (= one panel64 super-block = 8 interleaved super-rows)
 _TILES_PER_GRAB = 2  # dynamic scheduling chunk of the parallel driver
 I16_MAX = 32767
 
@@ -468,30 +475,40 @@ def _column_tile(view, unpack):
 
 
 # the tile's bytes per layout: panel64 = one super-block of ng groups of G/4 kg-blocks; the
-# 8-row forms = the tile's tw/8 super-rows of units (blocks, or K-quant super-blocks)
+# 8-row forms = the tile's tw/8 super-rows of units (blocks, or K-quant super-blocks). Unit sizes
+# are the layouts' own (their plan() and constants, via il8.UNIT_BYTES), frozen in as constants.
+_INT8_KG = _panel64.INT8_KG_BYTES
+_KG = _panel64.KG
+_X8_Q4_0 = _il8.UNIT_BYTES["x8_q4_0"]
+_X8_Q4_K = _il8.UNIT_BYTES["x8_q4_k"]
+_NIBBLE = _il8.UNIT_BYTES["il8_nibble"]
+_INT8 = _il8.UNIT_BYTES["il8_int8"]
+_SR = _il8.ROWS  # rows per super-row
+
+
 @lazy_njit(inline="always")
 def _view_panel64_int8(w, t, tw, ng, group):
-    return _tile_view(w, t, 1, ng, group // 4 * 256)
+    return _tile_view(w, t, 1, ng, group // _KG * _INT8_KG)
 
 
 @lazy_njit(inline="always")
 def _view_x8_q4_0(w, t, tw, ng, group):
-    return _tile_view(w, 8 * t, tw // 8, ng, 144)
+    return _tile_view(w, _SR * t, tw // _SR, ng, _X8_Q4_0)
 
 
 @lazy_njit(inline="always")
 def _view_x8_q4_k(w, t, tw, ng, group):
-    return _tile_view(w, 8 * t, tw // 8, ng // 8, 1152)
+    return _tile_view(w, _SR * t, tw // _SR, ng // 8, _X8_Q4_K)
 
 
 @lazy_njit(inline="always")
 def _view_il8_nibble(w, t, tw, ng, group):
-    return _tile_view(w, 8 * t, tw // 8, ng, 128)
+    return _tile_view(w, _SR * t, tw // _SR, ng, _NIBBLE)
 
 
 @lazy_njit(inline="always")
 def _view_il8_int8(w, t, tw, ng, group):
-    return _tile_view(w, 8 * t, tw // 8, ng, 256)
+    return _tile_view(w, _SR * t, tw // _SR, ng, _INT8)
 
 
 _tile_panel64_int8 = _column_tile(_view_panel64_int8, _unpack_panel64_int8)
@@ -541,37 +558,20 @@ def _region(regions: Mapping[str, np.ndarray], layout: str, qname: str, name: st
     return arr.reshape(-1).view(np.uint8)
 
 
-def _panel64_geometry(t, n, k):
-    sb = -(-n // TILE)
-    ng = k // t.group
-    return sb, ng, k // qtypes.QK_K
+def panel64_code_bytes(t, regions, n, k, layout=_panel64.NAME):
+    """The code panels (nibble or int8; the first region of panel64's plan) as flat uint8."""
+    codes = _panel64.plan(t, n, k)[0]
+    return _region(regions, layout, t.name, codes.name, codes.nbytes)
 
 
-#: panel64 scale regions per scheme: name -> (dtype, per "group" or "super" [SB][x][64])
-PANEL64_SCALES: dict[str, dict[str, tuple[str, str]]] = {
-    "scale": {"d": ("<u2", "group")},
-    "scale_min": {"d": ("<u2", "group"), "m": ("<u2", "group")},
-    "k_scale_min": {"sc": ("u1", "group"), "m": ("u1", "group"), "d": ("<u2", "super"), "dmin": ("<u2", "super")},
-    "k_scale": {"scale": ("i1", "group"), "d": ("<u2", "super")},
-}
-PANEL64_CODES = "panels"  # the code region: nibble panels (4-bit types) or int8 panels
-
-
-def _panel64_bytes(t, regions, n, k, layout="panel64"):
-    sb, ng, nsb = _panel64_geometry(t, n, k)
-    per_kg = 128 if t.code_bits == 4 else 256
-    return _region(regions, layout, t.name, PANEL64_CODES, sb * ng * (t.group // 4) * per_kg)
-
-
-def _panel64_scales(t, regions, n, k, layout="panel64"):
-    """Fields ``[n, ...]`` from the ``[SB][x][64]`` scale regions -> ``(s, o)`` ``[n, ng]``."""
-    sb, ng, nsb = _panel64_geometry(t, n, k)
+def panel64_scale_arrays(t, regions, n, k, layout=_panel64.NAME):
+    """The rescale factors ``(s, o)`` f32 ``[n, ng]`` from panel64's ``[SB][x][64]`` scale
+    regions (every region of its plan after the panels, each named by its codec field)."""
     fields = {}
-    for name, (dt, per) in PANEL64_SCALES[t.scheme].items():
-        x = ng if per == "group" else nsb
-        raw = _region(regions, layout, t.name, name, sb * x * TILE * np.dtype(dt).itemsize)
-        v = raw.view(dt).reshape(sb, x, TILE).transpose(0, 2, 1).reshape(sb * TILE, x)
-        fields[name] = v[:n]
+    for r in _panel64.plan(t, n, k)[1:]:
+        sb, x, ch = r.shape
+        raw = _region(regions, layout, t.name, r.name, r.nbytes)
+        fields[r.name] = raw.view(r.np_dtype.newbyteorder("<")).reshape(sb, x, ch).transpose(0, 2, 1).reshape(sb * ch, x)[:n]
     return _d.scale_arrays(fields, t)
 
 
@@ -585,14 +585,14 @@ def _il8_scales(t, regions, n, k, layout):
     return _il8.il8_scales(layout, regions, n, k, t)
 
 
-def _rowmajor_bytes(t, regions, n, k, layout="rowmajor"):
+def _rowmajor_bytes(t, regions, n, k, layout=repack.rowmajor.NAME):
     return _region(regions, layout, t.name, "blocks", n * t.row_bytes(k))
 
 
 _FIELD_ROWS = 4096  # rows per to_fields call (bounds its temporaries on 262k-row embeddings)
 
 
-def _rowmajor_scales(t, regions, n, k, layout="rowmajor"):
+def _rowmajor_scales(t, regions, n, k, layout=repack.rowmajor.NAME):
     raw = _rowmajor_bytes(t, regions, n, k).reshape(n, t.row_bytes(k))
     s = np.empty((n, k // t.group), np.float32)
     o = np.empty((n, k // t.group), np.float32)
@@ -650,30 +650,50 @@ def _nibble_tile(t):
     return _tile_panel64_nibble, None, ""
 
 
-def _specs():
-    rows = []
-    for t in qtypes.INTEGER_FORM:
-        if t.code_bits == 4:  # nibble panels hold the raw code u; the kernel subtracts code_offset
-            tile, order, variant = _nibble_tile(t)
-            rows.append(KernelSpec("panel64", t.name, tile, _panel64_bytes, _panel64_scales,
-                                   _geom_offset(t.code_offset), 15, activations=order, variant=variant))
-        else:  # int8 panels hold c = code - code_offset
-            rows.append(KernelSpec("panel64", t.name, _tile_panel64_int8, _panel64_bytes, _panel64_scales,
-                                   _geom_offset(0), _signed_code_max(t)))
-        rows.append(KernelSpec("rowmajor", t.name, _ROW_TILES[t.name], _rowmajor_bytes, _rowmajor_scales,
-                               _geom_rows, _signed_code_max(t)))
-    rows += [
-        KernelSpec("ggml-x8", "Q4_0", _tile_x8_q4_0, _il8_bytes, _il8_scales, _geom_offset(0), 8, 8),
-        KernelSpec("ggml-x8", "Q4_K", _tile_x8_q4_k, _il8_bytes, _il8_scales, _geom_offset(0), 15, 8),
-        KernelSpec("il8-nibble", "Q4_0", _tile_il8_nibble, _il8_bytes, _il8_scales, _geom_offset(8), 15, 8),
-        KernelSpec("il8-nibble", "Q4_K", _tile_il8_nibble, _il8_bytes, _il8_scales, _geom_offset(0), 15, 8),
-        KernelSpec("il8-int8", "Q4_0", _tile_il8_int8, _il8_bytes, _il8_scales, _geom_offset(0), 8, 8),
-    ]
-    return {(r.layout, r.qtype): r for r in rows}
+# ---- the kernel factories the verifier registry names, one per layout: (layout, t) -> spec ----
+def panel64_kernel(layout: str, t) -> KernelSpec | None:
+    if t.scheme is None:
+        return None
+    if t.code_bits == 4:  # nibble panels hold the raw code u; the kernel subtracts code_offset
+        tile, order, variant = _nibble_tile(t)
+        return KernelSpec(layout, t.name, tile, panel64_code_bytes, panel64_scale_arrays,
+                          _geom_offset(t.code_offset), 15, activations=order, variant=variant)
+    # int8 panels hold c = code - code_offset
+    return KernelSpec(layout, t.name, _tile_panel64_int8, panel64_code_bytes, panel64_scale_arrays,
+                      _geom_offset(0), _signed_code_max(t))
 
 
-#: (layout, type name) -> how to run it. The only dispatch on layouts and types in this module.
-KERNELS: dict[tuple[str, str], KernelSpec] = _specs()
+def rowmajor_kernel(layout: str, t) -> KernelSpec | None:
+    tile = _ROW_TILES.get(t.name)
+    if tile is None:
+        return None
+    return KernelSpec(layout, t.name, tile, _rowmajor_bytes, _rowmajor_scales, _geom_rows, _signed_code_max(t))
+
+
+def _column_kernel(tiles: dict[str, tuple[Callable, int, int]]) -> Callable[[str, qtypes.GGMLType], KernelSpec | None]:
+    """A factory over ``type name -> (tile function, code offset subtracted, max |code|)``."""
+
+    def factory(layout: str, t) -> KernelSpec | None:
+        row = tiles.get(t.name)
+        if row is None:
+            return None
+        tile, offset, code_max = row
+        return KernelSpec(layout, t.name, tile, _il8_bytes, _il8_scales, _geom_offset(offset), code_max,
+                          repack.get(layout).ROW_MULTIPLE)
+
+    return factory
+
+
+x8_kernel = _column_kernel({"Q4_0": (_tile_x8_q4_0, 0, 8), "Q4_K": (_tile_x8_q4_k, 0, 15)})
+il8_nibble_kernel = _column_kernel({"Q4_0": (_tile_il8_nibble, 8, 15), "Q4_K": (_tile_il8_nibble, 0, 15)})
+il8_int8_kernel = _column_kernel({"Q4_0": (_tile_il8_int8, 0, 8)})
+
+
+def __getattr__(name: str):
+    if name == "KERNELS":  # (layout, type name) -> KernelSpec: the compiled rows of the registry
+        return _registry.compiled_kernels()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 _DRIVER: list = []
 
@@ -742,9 +762,9 @@ def _typed_wap_class():
 
 def spec(layout: str, qtype) -> KernelSpec:
     t = _d.qtype_of(qtype)
-    s = KERNELS.get((layout, t.name))
+    s = _registry.kernel_spec(layout, t)
     if s is None:
-        have = sorted({lay for lay, _ in KERNELS})
+        have = sorted({lay for lay, _ in _registry.compiled_kernels()})
         raise UnsupportedError(f"no compiled kernel for layout {layout!r} with type {t.name} (layouts: {have})")
     return s
 
@@ -889,8 +909,8 @@ def panel64_codes_ref(regions, n: int, k: int, qtype) -> np.ndarray:
     64·((n%64)//16) + 4·(n%16) + k%4`` holds ``c`` itself.
     """
     t = _d.qtype_of(qtype)
-    w = _panel64_bytes(t, regions, n, k)
-    sb, ng, _ = _panel64_geometry(t, n, k)
+    w = panel64_code_bytes(t, regions, n, k)
+    ng = _panel64.geometry(t, n, k).ng
     nn, kk = np.meshgrid(np.arange(n), np.arange(k), indexing="ij")
     kg = ((nn // TILE) * ng + kk // t.group) * (t.group // 4) + (kk % t.group) // 4
     if t.code_bits == 4:

@@ -46,14 +46,37 @@ from typing import Callable, Mapping
 import numpy as np
 from numba import njit, types
 
+from .. import repack
 from ..formats import qtypes
 from ..formats.errors import BadInputError, UnsupportedError
+from ..repack import ggml_x8, il8_int8, il8_nibble
 from ..repack._common import unpack_scales12
 from . import dispatch as _d
+from . import registry as _registry
 from ..formats._jit import lazy_njit
 
-ROWS = 8  # rows per super-row
+ROWS = 8  # rows per super-row: the 8 int32 lanes of every kernel here
 QK = 32
+
+
+def unit_regions(layout: str, qtype, unit: int) -> dict[str, int]:
+    """Region name -> bytes per (super-row, unit of ``unit`` K), read from the layout's plan()."""
+    t = qtypes.get(qtype)
+    units = max(1, t.block_size // unit)  # the shortest K the layout takes: one block
+    return {r.name: r.nbytes // units for r in repack.get(layout).plan(t, ROWS, unit * units)}
+
+
+#: bytes of the code region per (super-row, unit), from the layouts' plans (kernel constants)
+UNIT_BYTES: dict[str, int] = {
+    "x8_q4_0": unit_regions(ggml_x8.NAME, qtypes.Q4_0, QK)["blocks"],  # 144 = block_q4_0x8
+    "x8_q4_k": unit_regions(ggml_x8.NAME, qtypes.Q4_K, qtypes.QK_K)["blocks"],  # 1152 = block_q4_Kx8
+    "il8_nibble": unit_regions(il8_nibble.NAME, qtypes.Q4_0, QK)["qs"],  # 128
+    "il8_int8": unit_regions(il8_int8.NAME, qtypes.Q4_0, QK)["qs"],  # 256
+}
+_X8_Q4_0 = UNIT_BYTES["x8_q4_0"]
+_X8_Q4_K = UNIT_BYTES["x8_q4_k"]
+_NIBBLE = UNIT_BYTES["il8_nibble"]
+_INT8 = UNIT_BYTES["il8_int8"]
 
 # (layout bytes, activations, code offset, out P); inputs read-only so memory-mapped regions work
 _SIG = types.void(
@@ -76,7 +99,7 @@ def _x8_q4_0_partials(w, a, offset, out):
     lanes = np.zeros(ROWS, np.int32)
     for sr in range(out.shape[1] // ROWS):
         for b in range(nb):
-            qs = (sr * nb + b) * 144 + 16
+            qs = (sr * nb + b) * _X8_Q4_0 + 16
             for m in range(m_rows):
                 lanes[:] = 0
                 for h in range(2):
@@ -96,7 +119,7 @@ def _x8_q4_k_partials(w, a, offset, out):
     lanes = np.zeros((ROWS, 8), np.int32)  # [row][sub-block]
     for sr in range(out.shape[1] // ROWS):
         for j in range(nsb):
-            qs = (sr * nsb + j) * 1152 + 128
+            qs = (sr * nsb + j) * _X8_Q4_K + 128
             for m in range(m_rows):
                 lanes[:, :] = 0
                 for h in range(16):
@@ -121,7 +144,7 @@ def _il8_nibble_partials(w, a, offset, out):
     lanes = np.zeros(ROWS, np.int32)
     for sr in range(out.shape[1] // ROWS):
         for b in range(nb):
-            base = (sr * nb + b) * 128
+            base = (sr * nb + b) * _NIBBLE
             for m in range(m_rows):
                 lanes[:] = 0
                 for g in range(8):
@@ -141,7 +164,7 @@ def _il8_int8_partials(w, a, offset, out):
     lanes = np.zeros(ROWS, np.int32)
     for sr in range(out.shape[1] // ROWS):
         for b in range(nb):
-            base = (sr * nb + b) * 256
+            base = (sr * nb + b) * _INT8
             for m in range(m_rows):
                 lanes[:] = 0
                 for g in range(8):
@@ -157,14 +180,14 @@ def _il8_int8_partials(w, a, offset, out):
 # ---- rescale factors from each layout's scale bytes -----------------------------------------
 def _x8_q4_0_scales(reg, n, k):
     nb = k // QK
-    d = reg["blocks"].reshape(n // ROWS, nb, 144)[:, :, :16].copy().view("<u2")  # [SR, nb, 8]
+    d = reg["blocks"].reshape(n // ROWS, nb, _X8_Q4_0)[:, :, :16].copy().view("<u2")  # [SR, nb, 8]
     s = _d._f16(d).transpose(0, 2, 1).reshape(n, nb)
     return s, np.zeros_like(s)
 
 
 def _x8_q4_k_scales(reg, n, k):
     nsb = k // 256
-    blk = reg["blocks"].reshape(n // ROWS, nsb, 1152)
+    blk = reg["blocks"].reshape(n // ROWS, nsb, _X8_Q4_K)
     d = _d._f16(blk[:, :, 0:16].copy().view("<u2"))  # [SR, nsb, 8 rows]
     dmin = _d._f16(blk[:, :, 16:32].copy().view("<u2"))
     sc, mn = unpack_scales12(blk[:, :, 32:128].reshape(n // ROWS, nsb, 8, 12))  # [SR, nsb, sub, row]
@@ -200,26 +223,39 @@ class Il8Form:
     offset: int = 0  # code offset the kernel subtracts (raw-nibble forms)
 
 
-def _form(layout, qtype, unit, regions, kernel, scales, offset=0):
-    return (layout, qtype), Il8Form(layout, qtype, unit, regions, kernel, scales, offset)
+def _forms(rows: dict[str, tuple[int, Callable, Callable, int]]) -> Callable[[str, qtypes.GGMLType], Il8Form | None]:
+    """A form factory (what the verifier registry names per layout) over ``type name ->
+    (unit, kernel, scales, code offset)``; region names and sizes come from the layout's plan()."""
+
+    def factory(layout: str, t) -> Il8Form | None:
+        row = rows.get(t.name)
+        if row is None:
+            return None
+        unit, kernel, scales, offset = row
+        return Il8Form(layout, t.name, unit, unit_regions(layout, t, unit), kernel, scales, offset)
+
+    return factory
 
 
-#: (layout, type) -> how it is read. The single table the entry points dispatch on.
-FORMS: dict[tuple[str, str], Il8Form] = dict([
-    _form("ggml-x8", "Q4_0", 32, {"blocks": 144}, _x8_q4_0_partials, _x8_q4_0_scales),
-    _form("ggml-x8", "Q4_K", 256, {"blocks": 1152}, _x8_q4_k_partials, _x8_q4_k_scales),
-    _form("il8-nibble", "Q4_0", 32, {"qs": 128, "scales": 32}, _il8_nibble_partials, _il8_q4_0_scales, 8),
-    _form("il8-nibble", "Q4_K", 32, {"qs": 128, "dsc": 32, "dmn": 32}, _il8_nibble_partials, _il8_q4_k_scales, 0),
-    _form("il8-int8", "Q4_0", 32, {"qs": 256, "scales": 32}, _il8_int8_partials, _il8_q4_0_scales),
-])
+x8_form = _forms({"Q4_0": (QK, _x8_q4_0_partials, _x8_q4_0_scales, 0),
+                  "Q4_K": (qtypes.QK_K, _x8_q4_k_partials, _x8_q4_k_scales, 0)})
+il8_nibble_form = _forms({"Q4_0": (QK, _il8_nibble_partials, _il8_q4_0_scales, 8),
+                          "Q4_K": (QK, _il8_nibble_partials, _il8_q4_k_scales, 0)})
+il8_int8_form = _forms({"Q4_0": (QK, _il8_int8_partials, _il8_q4_0_scales, 0)})
+
+
+def __getattr__(name: str):
+    if name == "FORMS":  # (layout, type name) -> Il8Form: the interleaved rows of the registry
+        return _registry.interleaved_forms()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def form(layout: str, qtype, n: int, k: int) -> Il8Form:
-    """The table entry for ``(layout, qtype)``, after checking the shape qualifies."""
+    """The registry's form for ``(layout, qtype)``, after checking the shape qualifies."""
     t = _d.qtype_of(qtype)
-    f = FORMS.get((layout, t.name))
+    f = _registry.form(layout, t)
     if f is None:
-        have = ", ".join(f"{lay}/{q}" for lay, q in FORMS)
+        have = ", ".join(f"{lay}/{q}" for lay, q in _registry.interleaved_forms())
         raise UnsupportedError(f"no interleaved kernel for layout {layout!r} with type {t.name} (have {have})")
     if n < ROWS or n % ROWS:
         raise UnsupportedError(f"layout {layout}: N={n} is not a positive multiple of {ROWS}")

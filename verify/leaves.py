@@ -38,6 +38,7 @@ import numpy as np
 from numba import types
 
 from ..formats.errors import BadInputError
+from ..repack import panel64 as _panel64
 from .sme2 import (
     LANES_S,
     VL,
@@ -58,9 +59,11 @@ from .sme2 import (
 )
 from ..formats._jit import lazy_njit
 
-CHANNELS = 64  # output channels per super-block at SVL 512 (4 vectors x 16 int32 lanes)
-NIBBLE_BLOCK = 128  # bytes per nibble kg-block
-INT8_BLOCK = 256  # bytes per int8 kg-block
+# the panel geometry is panel64's own (read, never restated): 64 output channels per
+# super-block at SVL 512 (4 vectors x 16 int32 lanes), 128-byte nibble and 256-byte int8 kg-blocks
+CHANNELS = _panel64.CHANNELS
+NIBBLE_BLOCK = _panel64.NIBBLE_KG_BYTES
+INT8_BLOCK = _panel64.INT8_KG_BYTES
 ROWS = 16  # activation rows per GEMM M-tile (int32 lanes of a tile)
 
 _u8_1d = types.uint8[::1]

@@ -1,0 +1,62 @@
+"""The CLI's option choices, read from the registries (never literal lists).
+
+``--layout`` lists ``repack.LAYOUTS``, ``--quant``/``--requant`` the quantizable types of the
+type registry (``convert.policy.QUANT_CHOICES``), ``--level`` the verifier's ``LEVELS``. A
+registry is imported only when click first needs its names (parsing that option, or rendering
+that command's help), so ``panelpack --help`` stays as cheap as before.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import click
+
+
+class RegistryChoice(click.Choice):
+    """A :class:`click.Choice` whose names come from ``names()``, asked on every use (so a
+    layout registered at run time is a choice too). Case-insensitive; ``_`` and ``-`` are the
+    same when ``dashes`` (as :func:`panelpack.repack.get` reads layout names)."""
+
+    def __init__(self, names: Callable[[], Sequence[str]], dashes: bool = False) -> None:
+        # no super().__init__: it would read the names now
+        self._names = names
+        self._dashes = dashes
+        self.case_sensitive = False
+
+    @property
+    def choices(self) -> tuple[str, ...]:  # type: ignore[override]
+        return tuple(self._names())
+
+    def convert(self, value, param, ctx):
+        if self._dashes and isinstance(value, str):
+            value = value.strip().replace("_", "-")
+        return super().convert(value, param, ctx)
+
+
+def _layouts() -> list[str]:
+    from panelpack import repack
+
+    return repack.names()
+
+
+def _quants() -> tuple[str, ...]:
+    from panelpack.convert.policy import QUANT_CHOICES
+
+    return QUANT_CHOICES
+
+
+def _levels() -> tuple[str, ...]:
+    from panelpack.verify.bundle_check import LEVELS
+
+    return LEVELS
+
+
+def _demo_levels() -> tuple[str, ...]:
+    return ("none",) + tuple(_levels())
+
+
+LAYOUT = RegistryChoice(_layouts, dashes=True)
+QUANT = RegistryChoice(_quants)
+LEVEL = RegistryChoice(_levels)
+DEMO_LEVEL = RegistryChoice(_demo_levels)
