@@ -193,13 +193,6 @@ class TensorEntry:
             n *= d
         return n, k
 
-    # TRANSITIONAL: dict-style reads for verify/bundle_check.py until it reads fields
-    def __getitem__(self, key: str) -> Any:
-        return self.to_json()[key]
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.to_json().get(key, default)
-
     # -- JSON -----------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {}

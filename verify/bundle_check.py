@@ -33,7 +33,6 @@ lossless failure, or a fallback without a reason fails verification (exit 1).
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import tempfile
@@ -48,8 +47,8 @@ import numpy as np
 from .. import repack
 from ..formats import archive
 from ..formats import blocks as codecs
-from ..formats import qtypes
-from ..formats.bundle import Bundle, dtype_name
+from ..formats.atomic import sha256_bytes
+from ..formats.bundle import Bundle, TensorEntry, dtype_name
 from ..formats.errors import BadInputError
 from ..formats.text import table
 
@@ -162,71 +161,60 @@ def open_any(path: str | os.PathLike) -> Iterator[Bundle]:
         yield Bundle(Path(tmp) / "bundle.ppk")
 
 
-def _nk(shape: list[int]) -> tuple[int, int]:
-    k = shape[-1] if shape else 1
-    n = 1
-    for d in shape[:-1]:
-        n *= d
-    return n, k
-
-
 # =========================================================================================
 # structure
 # =========================================================================================
-def _check_layout_contract(t: dict[str, Any]) -> list[str]:
+def _check_layout_contract(t: TensorEntry) -> list[str]:
     """The regions and params the manifest lists are exactly those the layout writes."""
     try:
-        lay = repack.get(t["layout"])
+        lay = repack.get(t.layout)
     except BadInputError as e:
         return [e.detail]
-    qt = qtypes.get(t["type"])
-    n, k = _nk(t["shape"])
+    qt = t.qtype
+    n, k = t.nk
     why = lay.refuse(qt, n, k)
     if why:
-        return [f"layout {t['layout']} cannot hold this tensor: {why}"]
+        return [f"layout {t.layout} cannot hold this tensor: {why}"]
     want = [(r.name, dtype_name(r.dtype), [int(s) for s in r.shape]) for r in lay.plan(qt, n, k)]
-    have = [(name, r["dtype"], r["shape"]) for name, r in t["regions"].items()]
+    have = [(name, r.dtype, list(r.shape)) for name, r in t.regions.items()]
     if want != have:
-        return [f"regions {have} are not what layout {t['layout']} writes for {qt.name} [{n}, {k}]: {want}"]
+        return [f"regions {have} are not what layout {t.layout} writes for {qt.name} [{n}, {k}]: {want}"]
     params = lay.params(qt, n, k)
-    bad = [key for key, v in params.items() if t["params"].get(key) != v]
+    bad = [key for key, v in params.items() if t.params.get(key) != v]
     if bad:
         key = bad[0]
-        return [f"param {key!r} is {t['params'].get(key)!r}, layout {t['layout']} says {params[key]!r}"]
+        return [f"param {key!r} is {t.params.get(key)!r}, layout {t.layout} says {params[key]!r}"]
     return []
 
 
 # =========================================================================================
 # lossless
 # =========================================================================================
-def _sha(a: np.ndarray) -> str:
-    return hashlib.sha256(memoryview(np.ascontiguousarray(a).reshape(-1).view(np.uint8))).hexdigest()
-
-
-def _lossless(b: Bundle, t: dict[str, Any], v: TensorVerdict) -> Optional[np.ndarray]:
+def _lossless(b: Bundle, t: TensorEntry, v: TensorVerdict) -> Optional[np.ndarray]:
     """Restore the standard blocks and check them; returns the blocks (None when not invertible)."""
-    lay = repack.get(t["layout"])
-    qt = qtypes.get(t["type"])
-    n, k = _nk(t["shape"])
+    lay = repack.get(t.layout)
+    qt = t.qtype
+    n, k = t.nk
     if not lay.invertible(qt):
-        v.levels["lossless"] = f"skipped: {t['layout']} is not invertible for {qt.name}"
+        v.levels["lossless"] = f"skipped: {t.layout} is not invertible for {qt.name}"
         return None
     regions = b.regions(t)
     blocks = lay.unpack(regions, n, k, qt)
-    want = t.get("blocks_sha256")
-    if want and _sha(blocks) != want:
-        v.problems.append(f"lossless: blocks restored from {t['layout']} differ from the source blocks "
-                          f"(sha256 {_sha(blocks)[:12]}... != {want[:12]}...)")
+    want = t.blocks_sha256
+    got_sha = sha256_bytes(blocks)
+    if want and got_sha != want:
+        v.problems.append(f"lossless: blocks restored from {t.layout} differ from the source blocks "
+                          f"(sha256 {got_sha[:12]}... != {want[:12]}...)")
         v.levels["lossless"] = "failed"
         return blocks
     # (rowmajor regions are the blocks themselves: their hash is the whole proof)
-    if qt.codec is not None and qt.quantized and not _verifier(t["layout"]).regions_are_blocks:
+    if qt.codec is not None and qt.quantized and not _verifier(t.layout).regions_are_blocks:
         got = lay.dequantize(regions, n, k, qt)
         ref = codecs.dequantize(blocks, qt, n, k).reshape(n, k)
         gb, rb = got.view(np.uint32), ref.view(np.uint32)
         if not np.array_equal(gb, rb):
             r, c = np.argwhere(gb != rb)[0]
-            v.problems.append(f"lossless: dequantize of {t['layout']} differs at (n={r}, k={c}): "
+            v.problems.append(f"lossless: dequantize of {t.layout} differs at (n={r}, k={c}): "
                               f"{got[r, c]!r} != {ref[r, c]!r}")
             v.levels["lossless"] = "failed"
             return blocks
@@ -259,18 +247,18 @@ def _sample_superblocks(n: int, sample: int, rng: np.random.Generator) -> np.nda
     return np.array(sorted(pick), dtype=np.int64)
 
 
-def _agreement(b: Bundle, t: dict[str, Any], blocks: Optional[np.ndarray], v: TensorVerdict,
+def _agreement(b: Bundle, t: TensorEntry, blocks: Optional[np.ndarray], v: TensorVerdict,
                rng: np.random.Generator, sample: int, svl_bits: int) -> None:
     from . import compiled, dispatch, leaves
     from .registry import Sample
 
-    qt = qtypes.get(t["type"])
-    n, k = _nk(t["shape"])
-    if qt.scheme is None or len(t["shape"]) != 2:
-        v.skipped = f"{qt.name} {'x'.join(map(str, t['shape']))}: not a quantized matrix, no integer kernel"
+    qt = t.qtype
+    n, k = t.nk
+    if qt.scheme is None or len(t.shape) != 2:
+        v.skipped = f"{qt.name} {'x'.join(map(str, t.shape))}: not a quantized matrix, no integer kernel"
         v.levels["agreement"] = "skipped"
         return
-    layout = t["layout"]
+    layout = t.layout
     lay = repack.get(layout)
     ver = _verifier(layout)
     regions = b.regions(t)
@@ -332,7 +320,7 @@ def _agreement(b: Bundle, t: dict[str, Any], blocks: Optional[np.ndarray], v: Te
                 P_std, A, y_std = P_c, A_c, y_c
                 P_pick = P_c[:, rows_pick] if want_p else None
         # --- the runtime kernels and the layout's declared readers --------------------------
-        sample_ = Sample(layout, regions, qt, n, k, t["params"], a, da, A, sb_pick, rows_pick, svl_bits)
+        sample_ = Sample(layout, regions, qt, n, k, dict(t.params), a, da, A, sb_pick, rows_pick, svl_bits)
         for runner in runners:
             for path, P_r, y_r, rows in runner.run(sample_):
                 _add_path(v, path)
@@ -401,9 +389,9 @@ def verify(path: str | os.PathLike, level: str = "all", seed: int = 0, sample: i
         verdicts = []
         tensors = b.tensors if names is None else [b.tensor(nm) for nm in names]
         for i, t in enumerate(tensors):
-            led = t["ledger"]
-            v = TensorVerdict(t["name"], t["layout"], t["type"], led.get("requested") or t["layout"], led.get("reason"))
-            v.problems.extend(f"structure: {m}" for m in by_tensor.pop(t["name"], []))
+            led = t.ledger
+            v = TensorVerdict(t.name, t.layout, t.type, led.get("requested") or t.layout, led.get("reason"))
+            v.problems.extend(f"structure: {m}" for m in by_tensor.pop(t.name, []))
             v.problems.extend(f"structure: {m}" for m in _check_layout_contract(t))
             v.levels["structure"] = "failed" if v.problems else "ok"
             if not v.problems:
