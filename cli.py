@@ -181,7 +181,7 @@ def convert(source, out, layout, quant, requant, include, exclude, jobs, dry_run
 @command
 def export(bundle, out, force, as_json):
     """Rebuild the source GGUF, byte for byte, from a GGUF-sourced bundle."""
-    from panelpack.convert.export import export_gguf
+    from panelpack.convert.gguf_export import export_gguf
 
     res = export_gguf(bundle, out, force=force)
     if as_json:

@@ -104,8 +104,8 @@ def convert(source: str | os.PathLike, out: str | os.PathLike | None = None, lay
 
 
 def export(bundle: str | os.PathLike, out: str | os.PathLike, force: bool = False):
-    """Write a GGUF-sourced bundle back to a standard GGUF (see ``export.export_gguf``)."""
-    from .export import export_gguf
+    """Write a GGUF-sourced bundle back to a standard GGUF (see ``gguf_export.export_gguf``)."""
+    from .gguf_export import export_gguf
 
     return export_gguf(bundle, out, force=force)
 

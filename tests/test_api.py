@@ -22,9 +22,18 @@ def test_import_is_cheap():
 
 
 def test_front_door_names():
+    import importlib
+    import pkgutil
+
+    # every submodule loaded first: none may shadow a front-door name (panelpack.convert.export)
+    for pkg in ("panelpack.convert", "panelpack.formats", "panelpack.repack"):
+        for m in pkgutil.iter_modules(importlib.import_module(pkg).__path__):
+            importlib.import_module(f"{pkg}.{m.name}")
     for name in ("convert", "plan", "verify", "export", "open_checkpoint", "open_bundle", "layouts"):
         assert callable(getattr(panelpack, name)), name
         assert name in dir(panelpack)
+    for name in ("convert", "plan", "export"):
+        assert callable(getattr(panelpack.convert, name)), name
     assert [d["name"] for d in panelpack.layouts()][:2] == ["rowmajor", "panel64"]
 
 

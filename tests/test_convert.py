@@ -19,7 +19,7 @@ from panelpack import repack
 from panelpack.cli import main
 from panelpack.convert import convert, plan
 from panelpack.convert.example import CONFIG, write_tiny_llama
-from panelpack.convert.export import export_gguf
+from panelpack.convert.gguf_export import export_gguf
 from panelpack.formats import blocks as codecs
 from panelpack.formats import qtypes
 from panelpack.formats.bundle import Bundle
