@@ -1,0 +1,146 @@
+"""``panelpack convert --target cactus`` without the peer: folder structure, our manifest and
+its checksums, every file readable, GGUF sources (dequantized, q/k back in HF order), panels,
+CLI exit codes. (File-by-file comparison with cactus's converter: test_cactus_oracle_convert.py.)"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from builders import tiny_llama_gguf
+from cactus_models import build_hf
+from panelpack.convert import cactus as target
+from panelpack.formats import cactus, cq
+from panelpack.formats.checkpoint import open_checkpoint
+from panelpack.formats.errors import BadInputError
+from panelpack.repack import cq4_panel
+
+
+@pytest.fixture(scope="module")
+def llama_hf(tmp_path_factory):
+    return build_hf(tmp_path_factory.mktemp("hf") / "llama", "llama")
+
+
+def test_folder_structure_and_manifest(llama_hf, tmp_path):
+    out = tmp_path / "out"
+    r = target.convert_cactus(llama_hf, out, bits=3)
+    names = {p.name for p in out.iterdir()}
+    assert {"config.txt", "hf_config.json", "config.json", "tokenizer.json", "conversion_manifest.json",
+            "weights_manifest.json", "conversion_summary.json", "manifest.json", "token_embeddings.weights",
+            "output_weight.weights", "output_norm.weights", "layer_1_ffn_down.weights"} <= names
+    assert target.check_folder(out) == []
+    cfg = dict(line.split("=", 1) for line in (out / "config.txt").read_text().splitlines())
+    assert cfg["hidden_dim"] == "256" and cfg["model_type"] == "generic" and cfg["attention_kv_heads"] == "2"
+    assert cfg["ffn_intermediate_dim"] == "768" and cfg["rope_theta"] == "10000.0" and cfg["layer_norm_eps"] == "1e-05"
+    f = cactus.read(out / "layer_0_attn_q.weights")
+    assert f.bits == 3 and f.interleaved and not f.orthogonal
+    e = cactus.read(out / "token_embeddings.weights")
+    assert e.orthogonal and e.interleaved and e.bits == 4
+    assert cactus.read(out / "output_norm.weights").kind == "fp16"
+    led = {row["name"]: row for row in r.ledger}
+    assert led["model.layers.0.mlp.up_proj.weight"]["relative_rmse"] < 0.25
+    assert led["model.norm.weight"]["status"] == "fallback"
+    # a corrupted file is found by the checksum check
+    p = out / "layer_0_attn_k.weights"
+    b = bytearray(p.read_bytes())
+    b[-1] ^= 1
+    p.write_bytes(bytes(b))
+    assert target.check_folder(out) == ["layer_0_attn_k.weights: size or sha256 differs from the manifest"]
+
+
+def test_dequantization_tracks_source(llama_hf, tmp_path):
+    out = tmp_path / "out"
+    target.convert_cactus(llama_hf, out, bits=4)
+    with open_checkpoint(llama_hf) as ck:
+        from panelpack.formats.safetensors import bf16_to_f32
+
+        w = bf16_to_f32(np.asarray(ck.array("model.layers.1.mlp.down_proj.weight")))
+    d = cactus.read(out / "layer_1_ffn_down.weights").dequantize()
+    assert cq.relative_rmse(w, d) < 0.12
+
+
+def test_panels_write_cq4p_only_and_match_legacy(llama_hf, tmp_path):
+    legacy, panel = tmp_path / "legacy", tmp_path / "panel"
+    target.convert_cactus(llama_hf, legacy, bits=4)
+    target.convert_cactus(llama_hf, panel, bits=4, panels=True)
+    assert not (panel / "layer_0_attn_q.weights").exists()
+    assert (panel / "token_embeddings.weights").exists()  # orthogonal tables stay legacy
+    for stem in ("layer_0_attn_q", "layer_1_ffn_down", "layer_0_attn_k"):
+        p = cactus.read(panel / f"{stem}.cq4p.weights")
+        lg = cactus.read(legacy / f"{stem}.weights")
+        assert p.lineage == cactus.LINEAGE_PANEL and lg.lineage == cactus.LINEAGE_LEGACY
+        n, kp = p.shape
+        nib = cq4_panel.unpack(p.data, n, kp)
+        mp, ml = p.metadata(), lg.metadata()
+        assert np.array_equal(cactus.panel_nibbles(mp["codebook"]), np.arange(16))
+        assert np.array_equal(nib, lg.indices())
+        assert np.array_equal(mp["norms"], ml["norms"]) and np.array_equal(mp["codebook"], ml["codebook"])
+        assert np.array_equal(p.dequantize(nib), lg.dequantize())
+        fold = mp["folded_norms"]
+        assert np.array_equal(fold.transpose(0, 2, 1).reshape(-1, kp // 128)[:n], ml["norms"].astype(np.float32))
+    assert target.check_folder(panel) == []
+
+
+def test_cq4_panel_pack_matches_closed_form(rng):
+    for n, kp in ((64, 128), (70, 256), (5, 384)):
+        idx = rng.integers(0, 16, size=(n, kp), dtype=np.uint8)
+        p = cq4_panel.pack(idx)
+        assert np.array_equal(p, cq4_panel.pack_ref(idx))
+        assert np.array_equal(cq4_panel.unpack(p, n, kp), idx)
+        sb = -(-n // 64)
+        pad = p.reshape(sb, kp // 4, 64, 2)[-1, :, n - 64 * (sb - 1):]
+        assert not pad.any()  # padded channels hold index 0
+
+
+def _permute(w, n_head):  # llama.cpp's converter: HF rows -> GGUF rows
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def test_gguf_source_dequantized_and_unpermuted(tmp_path):
+    g = tiny_llama_gguf(tmp_path / "t.gguf", n_vocab=128)
+    out = tmp_path / "out"
+    r = target.convert_cactus(g.path, out, bits=4)
+    assert target.check_folder(out) == []
+    led = {row["name"]: row for row in r.ledger}
+    assert led["model.layers.0.self_attn.q_proj.weight"]["note"].startswith("dequantized from")
+    assert "HF order" in led["model.layers.0.self_attn.k_proj.weight"]["note"]
+    from panelpack.formats import blocks
+
+    with open_checkpoint(g.path) as ck:
+        info = ck.tensor("blk.0.attn_q.weight")
+        gg = blocks.dequantize(ck.raw(info.name), info.type, info.n, info.k).reshape(info.shape)
+    q = target._unpermute_rope(gg, 4)
+    assert np.array_equal(_permute(q, 4), gg)
+    d = cactus.read(out / "layer_0_attn_q.weights").dequantize()
+    assert cq.relative_rmse(q, d) < 0.12
+    cfg = (out / "config.txt").read_text()
+    assert "hidden_dim=256\n" in cfg and "model_type=generic\n" in cfg
+    assert json.loads((out / "config.json").read_text())["num_key_value_heads"] == 2
+
+
+def test_cli_exit_codes(llama_hf, tmp_path):
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "panelpack", "convert", *map(str, args)], capture_output=True, text=True)
+
+    ok = run(llama_hf, "-o", tmp_path / "c", "--quant", "cq2", "--target", "cactus", "--json")
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["bits"] == 2
+    again = run(llama_hf, "-o", tmp_path / "c", "--quant", "cq2")
+    assert again.returncode == 2 and "already exists" in again.stderr
+    bad = run(llama_hf, "-o", tmp_path / "d", "--quant", "cq7")
+    assert bad.returncode == 2
+    missing = run(tmp_path / "nope", "-o", tmp_path / "e", "--quant", "cq4")
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
+
+
+def test_rejects_unsupported_family(tmp_path):
+    folder = build_hf(tmp_path / "m", "llama")
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg["model_type"] = "gpt2"
+    (folder / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(BadInputError, match="supports"):
+        target.convert_cactus(folder, tmp_path / "o")
