@@ -511,8 +511,8 @@ def _write_reports(folder: Path, rows: list[dict[str, Any]]) -> None:
     (folder / "conversion_summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True), encoding="utf-8")
 
 
-MANIFEST = "manifest.json"
-MANIFEST_FORMAT = "panelpack-cactus/1"
+MANIFEST = cfile.FOLDER_MANIFEST
+MANIFEST_FORMAT = cfile.FOLDER_MANIFEST_FORMAT
 
 
 def _write_manifest(folder: Path, source: str, result: CactusResult) -> None:
@@ -530,28 +530,9 @@ def _write_manifest(folder: Path, source: str, result: CactusResult) -> None:
 
 
 def check_folder(folder: str | os.PathLike) -> list[str]:
-    """Structure and checksums of a cactus folder written by :func:`convert_cactus`: every file
-    of ``manifest.json`` present with its size and sha256, every tensor file parses. Returns
-    the problems found (empty: all good)."""
-    folder = Path(folder)
-    try:
-        doc = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise BadInputError(f"{folder}: no readable {MANIFEST}: {e}") from None
-    if doc.get("format") != MANIFEST_FORMAT:
-        raise BadInputError(f"{folder}/{MANIFEST}: format {doc.get('format')!r}, expected {MANIFEST_FORMAT!r}")
-    problems = []
-    for name, want in doc.get("files", {}).items():
-        p = folder / name
-        if not p.is_file():
-            problems.append(f"{name}: missing")
-            continue
-        if p.stat().st_size != want["bytes"] or sha256_file(p) != want["sha256"]:
-            problems.append(f"{name}: size or sha256 differs from the manifest")
-            continue
-        if name.endswith((".weights", ".bias")):
-            try:
-                cfile.read(p)
-            except BadInputError as e:
-                problems.append(f"{name}: {e}")
-    return problems
+    """Structure and checksums of a cactus folder written by :func:`convert_cactus` (every file
+    of ``manifest.json`` present with its size and sha256, every tensor file parses). Returns
+    the problems found, ``"file: problem"`` (empty: all good)."""
+    from ..verify.cq_check import structure_problems
+
+    return [f"{w}: {p}" for w, p in structure_problems(folder)]

@@ -68,6 +68,10 @@ LINEAGE_LEGACY = "legacy"
 LINEAGE_PANEL = "panel (cq4p, flag 1<<5 = packed 64-channel panels)"
 LINEAGE_NO_ROTATION = "other lineage (flag 1<<5 = no rotation)"
 
+FOLDER_MANIFEST = "manifest.json"
+FOLDER_MANIFEST_FORMAT = "panelpack-cactus/1"
+"""Our manifest beside a cactus folder's files (checksums and ledger; cactus ignores it)."""
+
 EMBEDDING_STEMS = frozenset({"token_embeddings", "embed_tokens", "embed_tokens_per_layer"})
 """File stems cactus never writes in the interleaved Hadamard form."""
 
