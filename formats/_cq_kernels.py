@@ -183,3 +183,30 @@ def dequantize_hadamard_kernel(idx, norms, scale, left, right, perm, cb, out):
             nrm = norms[row, grp]
             for i in range(g):
                 out[row, k0 + i] = np.float32(left[i] * u[i] * inv_sqrt * nrm) / scale[k0 + i]
+
+
+@lazy_njit(nt.void(nt.float32[:, ::1], _RO_F32, _RO_F64, nt.uint8[:, ::1]), parallel=True, **_KERNEL)
+def nearest_kernel(v, cb, mid, out):
+    """out[r, j] = nearest codebook index of v[r, j] (rows in parallel; ``nearest_group``)."""
+    n = v.shape[0]
+    for r in prange(n):
+        nearest_group(v[r], cb, mid, out[r], 0)
+
+
+@lazy_njit(nt.UniTuple(nt.float64, 2)(_RO_F32_2, _RO_F32_2), parallel=True, **_KERNEL)
+def sq_error_kernel(w, d):
+    """(sum (w - d[:, :K])^2, sum w^2) in f64, rows in parallel (``d`` may be wider: padding)."""
+    n, k = w.shape
+    num = np.zeros(n, np.float64)
+    den = np.zeros(n, np.float64)
+    for r in prange(n):
+        a = 0.0
+        b = 0.0
+        for j in range(k):
+            x = np.float64(w[r, j])
+            e = x - np.float64(d[r, j])
+            a += e * e
+            b += x * x
+        num[r] = a
+        den[r] = b
+    return num.sum(), den.sum()

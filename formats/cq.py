@@ -366,7 +366,8 @@ def quantize_orthogonal(w, bits: int = 4, seed: int = DEFAULT_SEED, input_scale=
                         rotation: Optional[np.ndarray] = None, return_rotated: bool = False):
     """Orthogonal CQ (one group per row, ``G = K``): ``v = (x / ||x||) @ R`` with
     ``R = rotation`` or :func:`orthogonal_rotation`. Norms as cactus (f32 ``np.linalg.norm``
-    of the row, f16); the product in f64 (then f32); indices by cactus's argmin rule."""
+    of the row, f16); the product a float32 BLAS matrix product as cactus's; indices by
+    cactus's argmin rule (``nearest_kernel``)."""
     bits = _check_bits(bits)
     w = _as_matrix(w)
     n, k = w.shape
@@ -376,14 +377,17 @@ def quantize_orthogonal(w, bits: int = 4, seed: int = DEFAULT_SEED, input_scale=
     if r.shape != (k, k):
         raise BadInputError(f"orthogonal CQ rotation must be {k} x {k}, got {r.shape}")
     cb = codebook(k, bits)
+    mid = midpoints(cb)
     nr = np.linalg.norm(work, axis=1).clip(min=NORM_FLOOR).astype(np.float32)
     idx = np.empty((n, k), dtype=np.uint8)
     rotated = np.empty((n if return_rotated else 0, k), dtype=np.float32)
-    r64 = r.astype(np.float64)
-    for s in range(0, n, 1024):
-        e = min(s + 1024, n)
-        v = ((work[s:e] / nr[s:e, None]).astype(np.float64) @ r64).astype(np.float32)
-        idx[s:e] = nearest_ref(v, cb)
+    rc = np.ascontiguousarray(r, dtype=np.float32)
+    from . import _cq_kernels as kern
+
+    for s in range(0, n, 2048):
+        e = min(s + 2048, n)
+        v = np.ascontiguousarray((work[s:e] / nr[s:e, None]) @ rc)  # float32 BLAS, as cactus
+        kern.nearest_kernel(v, cb, mid, idx[s:e])
         if return_rotated:
             rotated[s:e] = v
     cq = CQTensor(idx, nr.astype(np.float16).reshape(n, 1), scale.astype(np.float16), bits, k,
@@ -452,8 +456,21 @@ def dequantize_ref(cq: CQTensor, cb: Optional[np.ndarray] = None, norms: Optiona
 
 
 def relative_rmse(w: np.ndarray, w_hat: np.ndarray) -> float:
-    """||w - w_hat|| / ||w|| (f64), the quality figure the ledger records."""
+    """||w - w_hat|| / ||w|| (sums in f64), the quality figure the ledger records; ``w_hat``
+    may carry K padding columns (ignored)."""
+    from . import _cq_kernels as kern
+
+    a = np.ascontiguousarray(w, dtype=np.float32)
+    b = np.ascontiguousarray(w_hat, dtype=np.float32)
+    if a.ndim != 2 or b.ndim != 2 or b.shape[0] != a.shape[0] or b.shape[1] < a.shape[1]:
+        raise BadInputError(f"relative_rmse: shapes {a.shape} and {b.shape} do not match")
+    num, den = kern.sq_error_kernel(a, b)
+    return float(math.sqrt(num / den)) if den > 0 else 0.0
+
+
+def relative_rmse_ref(w: np.ndarray, w_hat: np.ndarray) -> float:
+    """numpy reference of :func:`relative_rmse`."""
     a = np.asarray(w, dtype=np.float64)
     b = np.asarray(w_hat, dtype=np.float64)[:, : a.shape[1]]
-    den = float(np.sqrt((a * a).sum()))
-    return float(np.sqrt(((a - b) ** 2).sum()) / den) if den > 0 else 0.0
+    den = float((a * a).sum())
+    return float(math.sqrt(((a - b) ** 2).sum() / den)) if den > 0 else 0.0

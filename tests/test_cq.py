@@ -62,6 +62,7 @@ def test_kernel_matches_reference(bits, shape, rng):
     dense = (a.codebook()[a.indices].reshape(shape[0], -1, 128) @ cq.hadamard_rotation().T
              * a.norms.astype(np.float32)[:, :, None]).reshape(shape[0], -1)
     assert np.abs(dense - d).max() < 2e-6 * max(1.0, float(np.abs(d).max()))
+    assert abs(cq.relative_rmse(w, d) - cq.relative_rmse_ref(w, d)) < 1e-9
     # quality: CQ4 keeps ~10% relative RMSE on gaussian weights, each bit fewer roughly doubles it
     assert cq.relative_rmse(w, d) < {1: 0.7, 2: 0.4, 3: 0.22, 4: 0.12}[bits]
 
