@@ -396,7 +396,8 @@ def _write_tensor(path: Path, st: SourceTensor, pol: Policy, panels: bool) -> tu
         name = path.name
     else:
         t = cq.quantize_hadamard(w, pol.bits)
-        extra["relative_rmse"] = round(cq.relative_rmse(w, cq.dequantize(t)), 6)
+        rr = cq.hadamard_relative_rmse(t) if t.k == t.kp else None
+        extra["relative_rmse"] = round(rr if rr is not None else cq.relative_rmse(w, cq.dequantize(t)), 6)
         extra["rotation"] = f"hadamard seed {t.seed}"
         if panels and pol.bits == 4:
             from ..repack import cq4_panel

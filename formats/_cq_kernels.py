@@ -123,12 +123,14 @@ def nearest_group(v, cb, mid, out, o0):
 
 
 @lazy_njit(nt.void(_RO_F32_2, _RO_F32, _RO_F32, _RO_F32, _RO_I64, _RO_F32, _RO_F64,
-                   nt.uint8[:, ::1], nt.float32[:, ::1], nt.float32[:, ::1]),
+                   nt.uint8[:, ::1], nt.float32[:, ::1], nt.float32[:, ::1], nt.float64[:, :, ::1]),
            parallel=True, **_KERNEL)
-def quantize_hadamard_kernel(w, scale, left, right, perm, cb, mid, idx, norms, rotated):
+def quantize_hadamard_kernel(w, scale, left, right, perm, cb, mid, idx, norms, rotated, stats):
     """w f32 [N, Kp] (Kp a multiple of G = len(left)) -> idx u8 [N, Kp], norms f32 [N, Kp/G].
     ``rotated`` [N or 0, Kp]: when it has N rows the rotated unit vectors ``y @ R`` (f32) are
-    stored too (the near-tie accounting reads them)."""
+    stored too (the near-tie accounting reads them). ``stats`` f64 [N, Kp/G, 3] gets, per
+    group, ``(sum v^2, sum v*cb[idx], sum cb[idx]^2)``: with the rotation orthogonal, the
+    group's squared reconstruction error is ``n^2 A - 2 n n16 B + n16^2 C`` (``cq.py``)."""
     n, kp = w.shape
     g = left.shape[0]
     ng = kp // g
@@ -157,6 +159,18 @@ def quantize_hadamard_kernel(w, scale, left, right, perm, cb, mid, idx, norms, r
                 p = perm[j]
                 v[j] = np.float32(t[p] * right[p] * inv_sqrt)
             nearest_group(v, cb, mid, irow, k0)
+            sa = 0.0
+            sb = 0.0
+            sc = 0.0
+            for j in range(g):
+                vj = np.float64(v[j])
+                cj = np.float64(cb[irow[k0 + j]])
+                sa += vj * vj
+                sb += vj * cj
+                sc += cj * cj
+            stats[row, grp, 0] = sa
+            stats[row, grp, 1] = sb
+            stats[row, grp, 2] = sc
             if keep:
                 for j in range(g):
                     rotated[row, k0 + j] = v[j]
