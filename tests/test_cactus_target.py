@@ -144,3 +144,21 @@ def test_rejects_unsupported_family(tmp_path):
     (folder / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(BadInputError, match="supports"):
         target.convert_cactus(folder, tmp_path / "o")
+
+
+@pytest.mark.real
+def test_smollm2_gguf_to_cactus_panels_verifies(smollm2, tmp_path):
+    """The real SmolLM2 Q4_1 GGUF: dequantized, named, K = 576 matmuls fall back to FP16 as
+    cactus's policy says, down_proj (K = 1536) becomes CQ4 panels that verify."""
+    from panelpack.verify.bundle_check import verify
+
+    out = tmp_path / "smol"
+    r = target.convert_cactus(smollm2, out, bits=4, panels=True)
+    led = {row["name"]: row for row in r.ledger}
+    assert led["model.layers.0.mlp.down_proj.weight"]["precision"] == "CQ4"
+    assert led["model.layers.0.self_attn.q_proj.weight"]["precision"] == "FP16"
+    assert led["model.embed_tokens.weight"]["precision"] == "CQ4"  # orthogonal, full width
+    assert (out / "layer_29_ffn_down.cq4p.weights").is_file() and not (out / "output_weight.weights").exists()
+    assert led["model.layers.0.mlp.down_proj.weight"]["relative_rmse"] < 0.2
+    rep = verify(out, "all", sample=1, names=["layer_0_ffn_down.cq4p.weights", "token_embeddings.weights"])
+    assert rep.ok, rep.render()
