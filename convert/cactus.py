@@ -429,6 +429,9 @@ def convert_cactus(source: str | os.PathLike, out: str | os.PathLike, bits: int 
         if kind == "gguf":
             tensors, config = _gguf_sources(ckpt)
         elif kind == "hf":
+            mt0 = str((getattr(ckpt, "config", None) or {}).get("model_type", "")).lower()
+            if mt0 not in FAMILIES:
+                raise UnsupportedError(f"{src}: model_type {mt0!r}: the cactus target supports {sorted(FAMILIES)}")
             tensors, config = _hf_sources(ckpt)
         else:
             raise BadInputError(f"{src}: the cactus target converts an HF folder (config.json + safetensors) or a GGUF file")
