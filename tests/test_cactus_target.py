@@ -162,3 +162,21 @@ def test_smollm2_gguf_to_cactus_panels_verifies(smollm2, tmp_path):
     assert led["model.layers.0.mlp.down_proj.weight"]["relative_rmse"] < 0.2
     rep = verify(out, "all", sample=1, names=["layer_0_ffn_down.cq4p.weights", "token_embeddings.weights"])
     assert rep.ok, rep.render()
+
+
+def test_tokenizer_files_from_the_source(tmp_path):
+    src = build_hf(tmp_path / "hf", "llama")
+    (src / "tokenizer_config.json").write_text(json.dumps({
+        "bos_token": "<s>", "eos_token": {"content": "</s>"}, "unk_token": "<unk>", "model_max_length": 2048,
+        "chat_template": "{{ messages }}"}))
+    out = tmp_path / "out"
+    target.convert_cactus(src, out)
+    cfg = (out / "tokenizer_config.txt").read_text().splitlines()
+    assert cfg[:4] == ["vocab_size=512", "eos_token_id=2", "bos_token_id=1", "unk_token_id=0"]
+    assert "model_type=generic" in cfg and "has_chat_template=true" in cfg and "model_max_length=2048" in cfg
+    sp = json.loads((out / "special_tokens.json").read_text())
+    assert sp["special_tokens"]["2"] == "</s>" and sp["chat_template"] == "{{ messages }}"
+    vocab = (out / "vocab.txt").read_text().splitlines()
+    assert len(vocab) == 512 and vocab[1] == "1\t<s>" and vocab[300] == "300\ttok300"
+    assert (out / "merges.txt").read_text() == "#version: 0.2\n"
+    assert (out / "chat_template.jinja2").read_text() == "{{ messages }}"
