@@ -155,14 +155,21 @@ def _install_sigterm() -> None:
 @click.option("--force", is_flag=True, help="Replace OUT if it exists.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (for pipelines).")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
+@click.option("--target", type=click.Choice(["bundle", "cactus"]), default=None,
+              help="bundle (default) | cactus: a folder the cactus engine loads (--quant cq1..cq4).")
+@click.option("--cactus-panels", is_flag=True, help="cactus target: CQ4 matmul weights as .cq4p.weights panels.")
 @command
-def convert(source, out, layout, quant, requant, include, exclude, jobs, dry_run, force, as_json, no_progress):
-    """Convert a GGUF file or an HF checkpoint into a bundle."""
+def convert(source, out, layout, quant, requant, include, exclude, jobs, dry_run, force, as_json, no_progress,
+            target, cactus_panels):
+    """Convert a GGUF file or an HF checkpoint into a bundle (or a cactus folder)."""
     from panelpack.convert import convert as convert_fn
     from panelpack.convert import report
 
     if out is None and not dry_run:
         raise click.UsageError("missing -o/--out (or use --dry-run)")
+    if target == "cactus" or (quant or "").lower().startswith("cq") or cactus_panels:
+        _convert_cactus(source, out, target, quant, cactus_panels, dry_run, force, as_json)
+        return
     _install_sigterm()
     progress = _TqdmProgress(enabled=not (as_json or no_progress or dry_run) and sys.stderr.isatty())
     result = convert_fn(source, out, layout=layout, quant=quant, requant=requant, include=include,
@@ -171,6 +178,24 @@ def convert(source, out, layout, quant, requant, include, exclude, jobs, dry_run
         echo_json(result.to_json())
     else:
         click.echo(report.render_result(result))
+
+
+def _convert_cactus(source, out, target, quant, panels, dry_run, force, as_json) -> None:
+    """``convert --target cactus``: the cactus folder writer (convert/cactus.py)."""
+    from panelpack.convert.cactus import QUANTS, convert_cactus
+
+    if target == "bundle":
+        raise click.UsageError(f"--quant {quant} / --cactus-panels need --target cactus")
+    q = (quant or "cq4").lower()
+    if q not in QUANTS:
+        raise click.UsageError(f"--target cactus takes --quant {' | '.join(QUANTS)}, got {quant!r}")
+    if dry_run:
+        raise click.UsageError("--dry-run is not available for --target cactus")
+    result = convert_cactus(source, out, bits=QUANTS[q], panels=panels, force=force)
+    if as_json:
+        echo_json(result.to_json())
+    else:
+        click.echo(result.summary())
 
 
 @main.command()

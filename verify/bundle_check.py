@@ -377,6 +377,10 @@ def _add_path(v: TensorVerdict, p: str) -> None:
 def verify(path: str | os.PathLike, level: str = "all", seed: int = 0, sample: int = 2,
            svl_bits: int = 512, names: Optional[list[str]] = None, progress=None) -> Report:
     """Run the verification ``level`` on a bundle directory or ``.ppk.tar.zst`` archive."""
+    from .cq_check import is_cactus_folder, verify_cactus  # a cactus folder (convert --target cactus)
+
+    if is_cactus_folder(path):
+        return verify_cactus(path, level, seed, sample, names, progress)
     if level not in _RUNS:
         raise BadInputError(f"unknown level {level!r} (known: {', '.join(LEVELS)})")
     runs = _RUNS[level]

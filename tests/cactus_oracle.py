@@ -1,0 +1,90 @@
+"""The cactus-compute side of the oracle tests, run in a separate interpreter that has
+cactus-compute 2.2.2 and torch (``pip install -e .[oracle-cactus]``); panelpack's own process
+never imports torch.
+
+``python tests/cactus_oracle.py JOB.json`` runs every operation listed in the job file; each
+writes its result under the job's folder. Operations (``op`` plus arguments):
+
+* ``components`` ``seed, group, out``: cactus's signs/permutation -> npz
+* ``codebook`` ``group, bits, out``: cactus's codebook -> npz
+* ``quantize`` ``inp (npz: w), bits, rotation, out``: ``quantize_hadamard``/``quantize_orthogonal``
+  -> npz indices, norms, input_scale (for orthogonal, ``rotation_npz`` injects our rotation
+  into cactus's rotation cache first, so both sides rotate with the same matrix)
+* ``write`` ``inp (npz: indices, norms, input_scale), bits, rotation, interleaved, out``:
+  ``write_cq_tensor`` -> the file at ``out`` (its stem decides cactus's interleave rule)
+* ``fp16`` ``inp (npz: a), out``: ``save_tensor_with_header(..., precision="FP16")``
+* ``qdq`` ``path, out``: cactus's reader, ``dequantize_path(path, float32)`` -> npz
+* ``convert`` ``model, out, bits``: the whole converter (``cactus.convert.cli.main``)
+* ``time_quantize`` ``n, k, bits, out``: seconds of ``quantize_hadamard`` on a seeded matrix
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def main(job_path: str) -> None:
+    import torch
+    from cactus.convert.quantization import cq as ccq
+
+    job = json.loads(Path(job_path).read_text())
+    torch.set_num_threads(int(job.get("threads", 2)))
+    for op in job["ops"]:
+        kind = op["op"]
+        if kind == "components":
+            left, right, perm = ccq.make_hadamard_components(op["group"], op["seed"])
+            np.savez(op["out"], left=left, right=right, perm=perm)
+        elif kind == "codebook":
+            np.savez(op["out"], cb=ccq.make_codebook(op["group"], op["bits"]))
+        elif kind == "quantize":
+            w = np.load(op["inp"])["w"]
+            if op["rotation"] == "orthogonal":
+                if op.get("rotation_npz"):
+                    r = np.load(op["rotation_npz"])["r"].astype(np.float32)
+                    ccq._ORTHO_CACHE[(int(w.shape[1]), 1234)] = r
+                t = ccq.quantize_orthogonal(w, bits=op["bits"])
+            else:
+                t = ccq.quantize_hadamard(w, op["bits"])
+            np.savez(op["out"], indices=t.indices, norms=t.norms, input_scale=t.input_scale)
+        elif kind == "write":
+            d = np.load(op["inp"])
+            if op["rotation"] == "orthogonal" and op.get("rotation_npz"):
+                r = np.load(op["rotation_npz"])["r"].astype(np.float32)
+                ccq._ORTHO_CACHE[(int(d["indices"].shape[1]), 1234)] = r
+            k = int(d["indices"].shape[1])
+            t = ccq.CQTensor(indices=d["indices"], norms=d["norms"], input_scale=d["input_scale"],
+                             bits=op["bits"], group_size=k if op["rotation"] == "orthogonal" else 128,
+                             rotation_family=op["rotation"], interleaved_4row=bool(op["interleaved"]))
+            ccq.write_cq_tensor(Path(op["out"]), t)
+        elif kind == "fp16":
+            from cactus.convert.cactus_adapters.tensor_io import save_tensor_with_header
+
+            save_tensor_with_header(np.load(op["inp"])["a"], Path(op["out"]), precision="FP16")
+        elif kind == "qdq":
+            from cactus.convert.export.qdq import dequantize_path
+
+            t, _h = dequantize_path(Path(op["path"]), torch.float32, 2048)
+            np.savez(op["out"], w=t.numpy())
+        elif kind == "convert":
+            from cactus.convert.cli import main as cactus_main
+
+            t0 = time.perf_counter()
+            cactus_main(["convert", "--model", op["model"], "--out", op["out"], "--bits", str(op["bits"]),
+                         "--device", "cpu"])
+            Path(op["out"] + ".seconds").write_text(f"{time.perf_counter() - t0:.3f}\n")
+        elif kind == "time_quantize":
+            w = np.random.default_rng(op.get("seed", 0)).standard_normal((op["n"], op["k"])).astype(np.float32)
+            t0 = time.perf_counter()
+            ccq.quantize_hadamard(w, op["bits"])
+            Path(op["out"]).write_text(f"{time.perf_counter() - t0:.4f}\n")
+        else:
+            raise SystemExit(f"unknown oracle op {kind!r}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

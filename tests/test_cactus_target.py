@@ -1,0 +1,182 @@
+"""``panelpack convert --target cactus`` without the peer: folder structure, our manifest and
+its checksums, every file readable, GGUF sources (dequantized, q/k back in HF order), panels,
+CLI exit codes. (File-by-file comparison with cactus's converter: test_cactus_oracle_convert.py.)"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from builders import tiny_llama_gguf
+from cactus_models import build_hf
+from panelpack.convert import cactus as target
+from panelpack.formats import cactus, cq
+from panelpack.formats.checkpoint import open_checkpoint
+from panelpack.formats.errors import BadInputError
+from panelpack.repack import cq4_panel
+
+
+@pytest.fixture(scope="module")
+def llama_hf(tmp_path_factory):
+    return build_hf(tmp_path_factory.mktemp("hf") / "llama", "llama")
+
+
+def test_folder_structure_and_manifest(llama_hf, tmp_path):
+    out = tmp_path / "out"
+    r = target.convert_cactus(llama_hf, out, bits=3)
+    names = {p.name for p in out.iterdir()}
+    assert {"config.txt", "hf_config.json", "config.json", "tokenizer.json", "conversion_manifest.json",
+            "weights_manifest.json", "conversion_summary.json", "manifest.json", "token_embeddings.weights",
+            "output_weight.weights", "output_norm.weights", "layer_1_ffn_down.weights"} <= names
+    assert target.check_folder(out) == []
+    cfg = dict(line.split("=", 1) for line in (out / "config.txt").read_text().splitlines())
+    assert cfg["hidden_dim"] == "256" and cfg["model_type"] == "generic" and cfg["attention_kv_heads"] == "2"
+    assert cfg["ffn_intermediate_dim"] == "768" and cfg["rope_theta"] == "10000.0" and cfg["layer_norm_eps"] == "1e-05"
+    f = cactus.read(out / "layer_0_attn_q.weights")
+    assert f.bits == 3 and f.interleaved and not f.orthogonal
+    e = cactus.read(out / "token_embeddings.weights")
+    assert e.orthogonal and e.interleaved and e.bits == 4
+    assert cactus.read(out / "output_norm.weights").kind == "fp16"
+    led = {row["name"]: row for row in r.ledger}
+    assert led["model.layers.0.mlp.up_proj.weight"]["relative_rmse"] < 0.25
+    assert led["model.norm.weight"]["status"] == "fallback"
+    # a corrupted file is found by the checksum check
+    p = out / "layer_0_attn_k.weights"
+    b = bytearray(p.read_bytes())
+    b[-1] ^= 1
+    p.write_bytes(bytes(b))
+    assert target.check_folder(out) == ["layer_0_attn_k.weights: size or sha256 differs from the manifest"]
+
+
+def test_dequantization_tracks_source(llama_hf, tmp_path):
+    out = tmp_path / "out"
+    target.convert_cactus(llama_hf, out, bits=4)
+    with open_checkpoint(llama_hf) as ck:
+        from panelpack.formats.safetensors import bf16_to_f32
+
+        w = bf16_to_f32(np.asarray(ck.array("model.layers.1.mlp.down_proj.weight")))
+    d = cactus.read(out / "layer_1_ffn_down.weights").dequantize()
+    assert cq.relative_rmse(w, d) < 0.12
+
+
+def test_panels_write_cq4p_only_and_match_legacy(llama_hf, tmp_path):
+    legacy, panel = tmp_path / "legacy", tmp_path / "panel"
+    target.convert_cactus(llama_hf, legacy, bits=4)
+    target.convert_cactus(llama_hf, panel, bits=4, panels=True)
+    assert not (panel / "layer_0_attn_q.weights").exists()
+    assert (panel / "token_embeddings.weights").exists()  # orthogonal tables stay legacy
+    for stem in ("layer_0_attn_q", "layer_1_ffn_down", "layer_0_attn_k"):
+        p = cactus.read(panel / f"{stem}.cq4p.weights")
+        lg = cactus.read(legacy / f"{stem}.weights")
+        assert p.lineage == cactus.LINEAGE_PANEL and lg.lineage == cactus.LINEAGE_LEGACY
+        n, kp = p.shape
+        nib = cq4_panel.unpack(p.data, n, kp)
+        mp, ml = p.metadata(), lg.metadata()
+        assert np.array_equal(cactus.panel_nibbles(mp["codebook"]), np.arange(16))
+        assert np.array_equal(nib, lg.indices())
+        assert np.array_equal(mp["norms"], ml["norms"]) and np.array_equal(mp["codebook"], ml["codebook"])
+        assert np.array_equal(p.dequantize(nib), lg.dequantize())
+        fold = mp["folded_norms"]
+        assert np.array_equal(fold.transpose(0, 2, 1).reshape(-1, kp // 128)[:n], ml["norms"].astype(np.float32))
+    assert target.check_folder(panel) == []
+
+
+def test_cq4_panel_pack_matches_closed_form(rng):
+    for n, kp in ((64, 128), (70, 256), (5, 384)):
+        idx = rng.integers(0, 16, size=(n, kp), dtype=np.uint8)
+        p = cq4_panel.pack(idx)
+        assert np.array_equal(p, cq4_panel.pack_ref(idx))
+        assert np.array_equal(cq4_panel.unpack(p, n, kp), idx)
+        sb = -(-n // 64)
+        pad = p.reshape(sb, kp // 4, 64, 2)[-1, :, n - 64 * (sb - 1):]
+        assert not pad.any()  # padded channels hold index 0
+
+
+def _permute(w, n_head):  # llama.cpp's converter: HF rows -> GGUF rows
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def test_gguf_source_dequantized_and_unpermuted(tmp_path):
+    g = tiny_llama_gguf(tmp_path / "t.gguf", n_vocab=128)
+    out = tmp_path / "out"
+    r = target.convert_cactus(g.path, out, bits=4)
+    assert target.check_folder(out) == []
+    led = {row["name"]: row for row in r.ledger}
+    assert led["model.layers.0.self_attn.q_proj.weight"]["note"].startswith("dequantized from")
+    assert "HF order" in led["model.layers.0.self_attn.k_proj.weight"]["note"]
+    from panelpack.formats import blocks
+
+    with open_checkpoint(g.path) as ck:
+        info = ck.tensor("blk.0.attn_q.weight")
+        gg = blocks.dequantize(ck.raw(info.name), info.type, info.n, info.k).reshape(info.shape)
+    q = target._unpermute_rope(gg, 4)
+    assert np.array_equal(_permute(q, 4), gg)
+    d = cactus.read(out / "layer_0_attn_q.weights").dequantize()
+    assert cq.relative_rmse(q, d) < 0.12
+    cfg = (out / "config.txt").read_text()
+    assert "hidden_dim=256\n" in cfg and "model_type=generic\n" in cfg
+    assert json.loads((out / "config.json").read_text())["num_key_value_heads"] == 2
+
+
+def test_cli_exit_codes(llama_hf, tmp_path):
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "panelpack", "convert", *map(str, args)], capture_output=True, text=True)
+
+    ok = run(llama_hf, "-o", tmp_path / "c", "--quant", "cq2", "--target", "cactus", "--json")
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["bits"] == 2
+    again = run(llama_hf, "-o", tmp_path / "c", "--quant", "cq2")
+    assert again.returncode == 2 and "already exists" in again.stderr
+    bad = run(llama_hf, "-o", tmp_path / "d", "--quant", "cq7")
+    assert bad.returncode == 2
+    missing = run(tmp_path / "nope", "-o", tmp_path / "e", "--quant", "cq4")
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
+
+
+def test_rejects_unsupported_family(tmp_path):
+    folder = build_hf(tmp_path / "m", "llama")
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg["model_type"] = "gpt2"
+    (folder / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(BadInputError, match="supports"):
+        target.convert_cactus(folder, tmp_path / "o")
+
+
+@pytest.mark.real
+def test_smollm2_gguf_to_cactus_panels_verifies(smollm2, tmp_path):
+    """The real SmolLM2 Q4_1 GGUF: dequantized, named, K = 576 matmuls fall back to FP16 as
+    cactus's policy says, down_proj (K = 1536) becomes CQ4 panels that verify."""
+    from panelpack.verify.bundle_check import verify
+
+    out = tmp_path / "smol"
+    r = target.convert_cactus(smollm2, out, bits=4, panels=True)
+    led = {row["name"]: row for row in r.ledger}
+    assert led["model.layers.0.mlp.down_proj.weight"]["precision"] == "CQ4"
+    assert led["model.layers.0.self_attn.q_proj.weight"]["precision"] == "FP16"
+    assert led["model.embed_tokens.weight"]["precision"] == "CQ4"  # orthogonal, full width
+    assert (out / "layer_29_ffn_down.cq4p.weights").is_file() and not (out / "output_weight.weights").exists()
+    assert led["model.layers.0.mlp.down_proj.weight"]["relative_rmse"] < 0.2
+    rep = verify(out, "all", sample=1, names=["layer_0_ffn_down.cq4p.weights", "token_embeddings.weights"])
+    assert rep.ok, rep.render()
+
+
+def test_tokenizer_files_from_the_source(tmp_path):
+    src = build_hf(tmp_path / "hf", "llama")
+    (src / "tokenizer_config.json").write_text(json.dumps({
+        "bos_token": "<s>", "eos_token": {"content": "</s>"}, "unk_token": "<unk>", "model_max_length": 2048,
+        "chat_template": "{{ messages }}"}))
+    out = tmp_path / "out"
+    target.convert_cactus(src, out)
+    cfg = (out / "tokenizer_config.txt").read_text().splitlines()
+    assert cfg[:4] == ["vocab_size=512", "eos_token_id=2", "bos_token_id=1", "unk_token_id=0"]
+    assert "model_type=generic" in cfg and "has_chat_template=true" in cfg and "model_max_length=2048" in cfg
+    sp = json.loads((out / "special_tokens.json").read_text())
+    assert sp["special_tokens"]["2"] == "</s>" and sp["chat_template"] == "{{ messages }}"
+    vocab = (out / "vocab.txt").read_text().splitlines()
+    assert len(vocab) == 512 and vocab[1] == "1\t<s>" and vocab[300] == "300\ttok300"
+    assert (out / "merges.txt").read_text() == "#version: 0.2\n"
+    assert (out / "chat_template.jinja2").read_text() == "{{ messages }}"
