@@ -146,7 +146,7 @@ def _install_sigterm() -> None:
 @click.option("--layout", default="panel64", show_default=True, type=choices.LAYOUT,
               help="Target layout (see `panelpack layouts`).")
 @click.option("--quant", default=None, type=choices.QUANT, help="HF sources: quantize 2-D matmul weights to this type.")
-@click.option("--requant", default=None, type=choices.QUANT,
+@click.option("--requant", default=None, type=choices.REQUANT,
               help="GGUF sources: re-quantize what the layout cannot take to this type.")
 @click.option("--include", multiple=True, metavar="GLOB", help="Only tensors whose name matches (repeatable).")
 @click.option("--exclude", multiple=True, metavar="GLOB", help="Skip tensors whose name matches (repeatable).")

@@ -1,7 +1,7 @@
 """The CLI's option choices, read from the registries (never literal lists).
 
 ``--layout`` lists ``repack.LAYOUTS``, ``--quant``/``--requant`` the quantizable types of the
-type registry (``convert.policy.QUANT_CHOICES``), ``--level`` the verifier's ``LEVELS``. A
+type registry (``convert.policy.QUANT_CHOICES``) and the CQ codes (``convert.cactus.QUANTS``), ``--level`` the verifier's ``LEVELS``. A
 registry is imported only when click first needs its names (parsing that option, or rendering
 that command's help), so ``panelpack --help`` stays as cheap as before.
 """
@@ -40,10 +40,16 @@ def _layouts() -> list[str]:
     return repack.names()
 
 
-def _quants() -> tuple[str, ...]:
+def _requants() -> tuple[str, ...]:
     from panelpack.convert.policy import QUANT_CHOICES
 
-    return QUANT_CHOICES
+    return tuple(QUANT_CHOICES)
+
+
+def _quants() -> tuple[str, ...]:
+    from panelpack.convert.cactus import QUANTS as CQ_QUANTS
+
+    return _requants() + tuple(CQ_QUANTS)
 
 
 def _levels() -> tuple[str, ...]:
@@ -57,6 +63,7 @@ def _demo_levels() -> tuple[str, ...]:
 
 
 LAYOUT = RegistryChoice(_layouts, dashes=True)
-QUANT = RegistryChoice(_quants)
+QUANT = RegistryChoice(_quants)  # --quant: the block types and the CQ codes of --target cactus
+REQUANT = RegistryChoice(_requants)  # --requant: block types only
 LEVEL = RegistryChoice(_levels)
 DEMO_LEVEL = RegistryChoice(_demo_levels)

@@ -213,9 +213,11 @@ def test_cli_choices_come_from_the_registries(tmp_path, tiny_hf, registered):
     assert r.exit_code == 0
     for name in repack.LAYOUTS:
         assert name in r.output
+    from panelpack.convert.cactus import QUANTS as CQ_QUANTS
     from panelpack.convert.policy import QUANT_CHOICES
 
-    assert f"[{'|'.join(QUANT_CHOICES)}]" in r.output
+    assert f"[{'|'.join(QUANT_CHOICES)}|{'|'.join(CQ_QUANTS)}]" in r.output  # --quant
+    assert f"[{'|'.join(QUANT_CHOICES)}]" in r.output  # --requant
     assert f"[{'|'.join(bundle_check.LEVELS)}]" in run(main, ["verify", "--help"]).output
     r = run(main, ["convert", str(tiny_hf), "-o", str(tmp_path / "c.ppk"), "--layout", "TEST_CLI", "--quant", "Q8_0"])
     assert r.exit_code == 0, r.output
