@@ -208,3 +208,94 @@ def _tiny_text(tmp_path):
     p = tmp_path / "t.txt"
     p.write_text("tok17tok300tok42tok499tok256tok128tok77tok78tok79tok80")
     return p
+
+
+# =============================================================================================
+# HF llama and qwen2 against an independent f64 transformer (the f32 path, no quantization)
+# =============================================================================================
+def _bf16_to_f64(bits):
+    return (np.asarray(bits, np.uint32) << 16).view(np.float32).astype(np.float64)
+
+
+def _reference_forward(cfg, w, ids):
+    """A plain HF-convention decoder in f64 (rotate_half RoPE, GQA, SiLU gated FFN, biases)."""
+    h, nh, nkv = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    d = cfg.get("head_dim", h // nh)
+    eps = cfg["rms_norm_eps"]
+    T = len(ids)
+
+    def rms(x, g):
+        return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * g
+
+    inv = cfg["rope_theta"] ** (-np.arange(0, d, 2) / d)
+    ang = np.arange(T)[:, None] * inv[None]
+    cos, sin = np.cos(np.concatenate([ang, ang], 1)), np.sin(np.concatenate([ang, ang], 1))
+
+    def rot(x):  # [T, H, d]
+        x1, x2 = x[..., : d // 2], x[..., d // 2:]
+        return x * cos[:, None] + np.concatenate([-x2, x1], -1) * sin[:, None]
+
+    x = w["model.embed_tokens.weight"][ids]
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        a = rms(x, w[p + "input_layernorm.weight"])
+
+        def proj(n):
+            y = a @ w[p + f"self_attn.{n}_proj.weight"].T
+            return y + w[p + f"self_attn.{n}_proj.bias"] if p + f"self_attn.{n}_proj.bias" in w else y
+
+        q = rot(proj("q").reshape(T, nh, d))
+        k = rot(proj("k").reshape(T, nkv, d))
+        v = proj("v").reshape(T, nkv, d)
+        out = np.zeros((T, nh, d))
+        for hh in range(nh):
+            s = q[:, hh] @ k[:, hh // (nh // nkv)].T / np.sqrt(d)
+            s[np.triu_indices(T, 1)] = -np.inf
+            pr = np.exp(s - s.max(1, keepdims=True))
+            out[:, hh] = (pr / pr.sum(1, keepdims=True)) @ v[:, hh // (nh // nkv)]
+        x = x + out.reshape(T, nh * d) @ w[p + "self_attn.o_proj.weight"].T
+        a = rms(x, w[p + "post_attention_layernorm.weight"])
+        g, u = a @ w[p + "mlp.gate_proj.weight"].T, a @ w[p + "mlp.up_proj.weight"].T
+        x = x + (g / (1 + np.exp(-g)) * u) @ w[p + "mlp.down_proj.weight"].T
+    x = rms(x, w["model.norm.weight"])
+    return x @ w["lm_head.weight"].T
+
+
+def _write_qwen2(folder: Path) -> tuple[dict, dict]:
+    from panelpack.convert.example import CONFIG, f32_to_bf16_bits, tiny_llama_tensors
+    from panelpack.formats.safetensors import save_file
+
+    cfg = dict(CONFIG, model_type="qwen2", architectures=["Qwen2ForCausalLM"], rope_theta=1e6,
+               num_hidden_layers=1)
+    t = tiny_llama_tensors(cfg, seed=7)
+    rng = np.random.default_rng(8)
+    for n in ("q", "k", "v"):
+        rows = t[f"model.layers.0.self_attn.{n}_proj.weight"].shape[0]
+        t[f"model.layers.0.self_attn.{n}_proj.bias"] = f32_to_bf16_bits(rng.normal(0, 0.5, rows).astype(np.float32))
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(cfg))
+    save_file({k: ("BF16", v) for k, v in t.items()}, folder / "model.safetensors")
+    return cfg, {k: _bf16_to_f64(v) for k, v in t.items()}
+
+
+def test_hf_llama_f32_path_matches_reference(tiny):
+    from panelpack.convert.example import CONFIG, tiny_llama_tensors
+
+    w = {k: _bf16_to_f64(v) for k, v in tiny_llama_tensors().items()}
+    want = _reference_forward(CONFIG, w, TINY_IDS)
+    got = Model.open(tiny["src"], "f32").logits(TINY_IDS, chunk=3)
+    np.testing.assert_allclose(got, want, rtol=0, atol=2e-5 * np.abs(want).max())
+
+
+def test_qwen2_biases_f32_and_quantized(tmp_path):
+    cfg, w = _write_qwen2(tmp_path / "qwen2")
+    want = _reference_forward(cfg, w, TINY_IDS)
+    m = Model.open(tmp_path / "qwen2", "f32")
+    assert m.hp.arch.name == "qwen2" and m.layers[0].q_bias is not None
+    got = m.logits(TINY_IDS)
+    np.testing.assert_allclose(got, want, rtol=0, atol=2e-5 * np.abs(want).max())
+    b = convert(tmp_path / "qwen2", tmp_path / "q.ppk", layout="panel64", quant="q8_0").bundle
+    rep = evaluate(b, ids=TINY_IDS, against="standard")
+    assert rep.comparison.identical and rep.ok
+    rep = evaluate(b, ids=TINY_IDS, against="f32", source=tmp_path / "qwen2")
+    assert rep.comparison.mean_kl < 1e-3 and rep.comparison.max_abs < 0.05
