@@ -299,3 +299,12 @@ def test_qwen2_biases_f32_and_quantized(tmp_path):
     assert rep.comparison.identical and rep.ok
     rep = evaluate(b, ids=TINY_IDS, against="f32", source=tmp_path / "qwen2")
     assert rep.comparison.mean_kl < 1e-3 and rep.comparison.max_abs < 0.05
+
+
+def test_verify_level_api(tiny):
+    import panelpack.verify as pv
+
+    rep = pv.eval(tiny["q4_0"], ids=TINY_IDS)
+    assert rep.ok and rep.comparison.identical
+    assert isinstance(pv.generate(tiny["q4_0"], "tok17", n=2), str)
+    assert pv.Model is Model
