@@ -51,7 +51,7 @@ def _ours(bundle, threads):
 def _time_ours(model, ids, n_decode):
     model.reset()
     t0 = time.perf_counter()
-    logits = model.forward(ids)
+    logits = model.forward(ids, last_only=True)  # as llama.cpp without logits_all
     t1 = time.perf_counter()
     tok = int(logits[-1].argmax())
     for _ in range(n_decode):

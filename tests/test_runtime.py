@@ -308,3 +308,11 @@ def test_verify_level_api(tiny):
     assert rep.ok and rep.comparison.identical
     assert isinstance(pv.generate(tiny["q4_0"], "tok17", n=2), str)
     assert pv.Model is Model
+
+
+def test_last_only_prefill(tiny):
+    m = Model.open(tiny["q4_0"])
+    full = m.logits(TINY_IDS, chunk=len(TINY_IDS))
+    m.reset()
+    last = m.forward(TINY_IDS, last_only=True)
+    assert last.shape == (1, full.shape[1]) and np.array_equal(last[0], full[-1])

@@ -181,8 +181,9 @@ class Model:
     def reset(self) -> None:
         self.cache = KVCache()
 
-    def forward(self, tokens) -> np.ndarray:
-        """Append ``tokens`` to the KV cache; their logits f32 ``[M, n_vocab]``."""
+    def forward(self, tokens, last_only: bool = False) -> np.ndarray:
+        """Append ``tokens`` to the KV cache; their logits f32 ``[M, n_vocab]`` (``[1, n_vocab]``,
+        the last position's, with ``last_only``: a prompt's prefill needs no more)."""
         ids = np.asarray(tokens, np.int64).reshape(-1)
         if ids.size == 0:
             return np.zeros((0, self.n_vocab), np.float32)
@@ -200,7 +201,7 @@ class Model:
                 tables[base] = ops.rope_tables(positions, hp.head_dim, base)
             cos, sin = tables[base]
             x = self._layer(i, L, x, pos0, cos, sin)
-        h = ops.rms_norm(x, self.out_norm, hp.eps)
+        h = ops.rms_norm(x[-1:] if last_only else x, self.out_norm, hp.eps)
         return self.output(h)
 
     def _layer(self, i, L: Layer, x, pos0, cos, sin):
@@ -259,7 +260,7 @@ class Model:
         stops = set(self.hp.eos_ids if stop is None else stop)
         rng = np.random.default_rng(seed)
         self.reset()
-        logits = self.forward(ids)[-1]
+        logits = self.forward(ids, last_only=True)[-1]
         for _ in range(n):
             tok = _pick(logits, temp, rng)
             yield tok
