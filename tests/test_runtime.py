@@ -316,3 +316,85 @@ def test_last_only_prefill(tiny):
     m.reset()
     last = m.forward(TINY_IDS, last_only=True)
     assert last.shape == (1, full.shape[1]) and np.array_equal(last[0], full[-1])
+
+
+def _gemma3_reference(cfg, w, ids):
+    """HF Gemma 3 text decoder in f64: (1 + w) norms, √d embedding scale, q/k norms, GELU-tanh,
+    post-attention/post-FFN norms, sliding layers with the local RoPE base and a window."""
+    h, nh, nkv, d = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+    eps, T = cfg["rms_norm_eps"], len(ids)
+
+    def rms(x, g):
+        return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * (1.0 + g)
+
+    def rot(x, base):
+        inv = base ** (-np.arange(0, d, 2) / d)
+        ang = np.arange(T)[:, None] * inv[None]
+        cos, sin = np.cos(np.concatenate([ang, ang], 1)), np.sin(np.concatenate([ang, ang], 1))
+        x1, x2 = x[..., : d // 2], x[..., d // 2:]
+        return x * cos[:, None] + np.concatenate([-x2, x1], -1) * sin[:, None]
+
+    def gelu(x):
+        return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+
+    x = w["model.embed_tokens.weight"][ids] * np.sqrt(h)
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        sliding = (i + 1) % 6 != 0
+        base = cfg["rope_local_base_freq"] if sliding else cfg["rope_theta"]
+        a = rms(x, w[p + "input_layernorm.weight"])
+        q = (a @ w[p + "self_attn.q_proj.weight"].T).reshape(T, nh, d)
+        k = (a @ w[p + "self_attn.k_proj.weight"].T).reshape(T, nkv, d)
+        v = (a @ w[p + "self_attn.v_proj.weight"].T).reshape(T, nkv, d)
+        q = rot(rms(q, w[p + "self_attn.q_norm.weight"]), base)
+        k = rot(rms(k, w[p + "self_attn.k_norm.weight"]), base)
+        out = np.zeros((T, nh, d))
+        tt = np.arange(T)
+        mask = (tt[None, :] > tt[:, None]) | (sliding & (tt[:, None] - tt[None, :] >= cfg["sliding_window"]))
+        for hh in range(nh):
+            s = q[:, hh] @ k[:, hh // (nh // nkv)].T * cfg["query_pre_attn_scalar"] ** -0.5
+            s[mask] = -np.inf
+            pr = np.exp(s - s.max(1, keepdims=True))
+            out[:, hh] = (pr / pr.sum(1, keepdims=True)) @ v[:, hh // (nh // nkv)]
+        o = out.reshape(T, nh * d) @ w[p + "self_attn.o_proj.weight"].T
+        x = x + rms(o, w[p + "post_attention_layernorm.weight"])
+        a = rms(x, w[p + "pre_feedforward_layernorm.weight"])
+        g, u = a @ w[p + "mlp.gate_proj.weight"].T, a @ w[p + "mlp.up_proj.weight"].T
+        f = (gelu(g) * u) @ w[p + "mlp.down_proj.weight"].T
+        x = x + rms(f, w[p + "post_feedforward_layernorm.weight"])
+    return rms(x, w["model.norm.weight"]) @ w["model.embed_tokens.weight"].T
+
+
+def test_gemma3_hf_f32_path_matches_reference(tmp_path):
+    from panelpack.convert.example import f32_to_bf16_bits
+    from panelpack.formats.safetensors import save_file
+
+    cfg = {"model_type": "gemma3_text", "architectures": ["Gemma3ForCausalLM"], "hidden_size": 64,
+           "num_hidden_layers": 6, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32,
+           "intermediate_size": 96, "vocab_size": 300, "rms_norm_eps": 1e-6, "rope_theta": 1e6,
+           "rope_local_base_freq": 1e4, "sliding_window": 4, "query_pre_attn_scalar": 16,
+           "max_position_embeddings": 64, "tie_word_embeddings": True}
+    rng = np.random.default_rng(5)
+    h, d, f = 64, 32, 96
+    shapes = {"model.embed_tokens.weight": (300, h), "model.norm.weight": (h,)}
+    for i in range(6):
+        p = f"model.layers.{i}."
+        shapes.update({p + "input_layernorm.weight": (h,), p + "self_attn.q_proj.weight": (2 * d, h),
+                       p + "self_attn.k_proj.weight": (d, h), p + "self_attn.v_proj.weight": (d, h),
+                       p + "self_attn.o_proj.weight": (h, 2 * d), p + "self_attn.q_norm.weight": (d,),
+                       p + "self_attn.k_norm.weight": (d,), p + "post_attention_layernorm.weight": (h,),
+                       p + "pre_feedforward_layernorm.weight": (h,), p + "post_feedforward_layernorm.weight": (h,),
+                       p + "mlp.gate_proj.weight": (f, h), p + "mlp.up_proj.weight": (f, h),
+                       p + "mlp.down_proj.weight": (h, f)})
+    bits = {n: f32_to_bf16_bits(rng.normal(0, 0.3 if len(s) == 1 else 0.1, s).astype(np.float32))
+            for n, s in shapes.items()}
+    folder = tmp_path / "gemma3"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(cfg))
+    save_file({n: ("BF16", b) for n, b in bits.items()}, folder / "model.safetensors")
+    ids = [2, 17, 250, 3, 99, 5, 140, 7, 8, 200]  # longer than the window of 4
+    want = _gemma3_reference(cfg, {n: _bf16_to_f64(b) for n, b in bits.items()}, ids)
+    m = Model.open(folder, "f32")
+    assert m.hp.is_sliding(0) and not m.hp.is_sliding(5) and m.hp.norm_offset == 1.0
+    got = m.logits(ids, chunk=4)
+    np.testing.assert_allclose(got, want, rtol=0, atol=3e-5 * np.abs(want).max())
