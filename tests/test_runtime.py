@@ -28,8 +28,9 @@ def test_attention_matches_reference(rng, window):
     q = rng.standard_normal((5, 4, 16), dtype=np.float32)
     kc = rng.standard_normal((9, 2, 16), dtype=np.float32)
     vc = rng.standard_normal((9, 2, 16), dtype=np.float32)
-    got = ops.attention(q, kc, vc, 4, 0.25, window)
-    want = ops.attention_ref(q, kc, vc, 4, 0.25, window)
+    kt, vt = np.ascontiguousarray(kc.transpose(1, 2, 0)), np.ascontiguousarray(vc.transpose(1, 0, 2))
+    got = ops.attention(q, kt, vt, 4, 0.25, window)
+    want = ops.attention_ref(q, kt, vt, 4, 0.25, window)
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
 
 
@@ -37,10 +38,14 @@ def test_attention_is_causal(rng):
     q = rng.standard_normal((1, 2, 8), dtype=np.float32)
     kc = rng.standard_normal((6, 1, 8), dtype=np.float32)
     vc = rng.standard_normal((6, 1, 8), dtype=np.float32)
-    a = ops.attention(q, kc[:3], vc[:3], 2, 1.0)
+    def lay(k, v):
+        return np.ascontiguousarray(k.transpose(1, 2, 0)), np.ascontiguousarray(v.transpose(1, 0, 2))
+
+    a = ops.attention(q, *lay(kc, vc), 2, 1.0)
     kc2, vc2 = kc.copy(), vc.copy()
     kc2[3:] = 100.0  # keys after the query's position must not matter
-    b = ops.attention(q, kc2, vc2, 2, 1.0)
+    vc2[3:] = -7.0
+    b = ops.attention(q, *lay(kc2, vc2), 2, 1.0)
     assert np.array_equal(a, b)
 
 

@@ -61,23 +61,29 @@ class Layer:
 
 @dataclass
 class KVCache:
+    """Per layer: keys ``[Hkv, D, cap]`` (transposed for the attention kernel), values
+    ``[Hkv, cap, D]``; positions ``0 .. length - 1`` are filled."""
+
     k: list[np.ndarray] = field(default_factory=list)
     v: list[np.ndarray] = field(default_factory=list)
     length: int = 0
 
     def reserve(self, n_layer: int, need: int, heads: int, dim: int) -> None:
-        have = self.k[0].shape[0] if self.k else 0
+        have = self.k[0].shape[2] if self.k else 0
         if need <= have:
             return
         cap = max(need, 2 * have, 64)
-        for store in (self.k, self.v):
-            for i in range(n_layer):
-                new = np.zeros((cap, heads, dim), np.float32)
-                if i < len(store):
-                    new[:self.length] = store[i][:self.length]
-                    store[i] = new
-                else:
-                    store.append(new)
+        n = self.length
+        for i in range(n_layer):
+            k = np.zeros((heads, dim, cap), np.float32)
+            v = np.zeros((heads, cap, dim), np.float32)
+            if i < len(self.k):
+                k[:, :, :n] = self.k[i][:, :, :n]
+                v[:, :n] = self.v[i][:, :n]
+                self.k[i], self.v[i] = k, v
+            else:
+                self.k.append(k)
+                self.v.append(v)
 
 
 def _matmuls(lins: Sequence[Linear], x: np.ndarray) -> list[np.ndarray]:
@@ -220,11 +226,11 @@ class Model:
             k = ops.rms_norm(k, L.k_norm, hp.eps)
         q = ops.rope(q, cos, sin, hp.rope_pairs)
         k = ops.rope(k, cos, sin, hp.rope_pairs)
-        kc, vc = self.cache.k[i], self.cache.v[i]
-        kc[pos0:pos0 + m] = k
-        vc[pos0:pos0 + m] = v
+        kt, vc = self.cache.k[i], self.cache.v[i]
+        kt[:, :, pos0:pos0 + m] = k.transpose(1, 2, 0)
+        vc[:, pos0:pos0 + m] = v.transpose(1, 0, 2)
         window = hp.sliding_window if hp.is_sliding(i) else 0
-        a = ops.attention(q, kc[:pos0 + m], vc[:pos0 + m], pos0, hp.attn_scale, window)
+        a = ops.attention(q, kt, vc, pos0, hp.attn_scale, window)
         o = L.o(a.reshape(m, hp.n_head * hp.head_dim))
         if L.post_attn_norm is not None:
             o = ops.rms_norm(o, L.post_attn_norm, hp.eps)

@@ -69,14 +69,16 @@ ACTIVATIONS = {"silu": silu, "gelu_tanh": gelu_tanh}
 _F3 = types.Array(types.float32, 3, "C", readonly=True)
 
 
-@lazy_njit(types.void(_F3, _F3, _F3, types.int64, types.float32, types.int64, types.float32[:, :, ::1]),
+@lazy_njit(types.void(_F3, _F3, _F3, types.int64, types.int64, types.float32, types.int64, types.float32[:, :, ::1]),
            parallel=True, cache=True)
-def _attention_kernel(q, kc, vc, pos0, scale, window, out):
+def _attention_kernel(q, kt, vc, length, pos0, scale, window, out):
     """Causal attention for queries at positions ``pos0 + m`` over the cached keys ``0 .. pos0 + m``
-    (the last ``window`` of them when ``window > 0``). GQA: head ``h`` reads kv head
-    ``h // (H / Hkv)``. Scores, softmax and the weighted sum in f32, keys in increasing order."""
+    (the last ``window`` of them when ``window > 0``). Cache layouts: keys ``kt [Hkv, D, cap]``
+    (transposed, so one query element meets consecutive keys), values ``vc [Hkv, cap, D]``.
+    GQA: head ``h`` reads kv head ``h // (H / Hkv)``. Each score is summed over D in order, then
+    scaled; softmax (maximum subtracted) and the weighted sum in f32, keys in increasing order."""
     m_rows, heads, d = q.shape
-    group = heads // kc.shape[1]
+    group = heads // kt.shape[0]
     for job in prange(m_rows * heads):
         m = job // heads
         h = job % heads
@@ -86,16 +88,16 @@ def _attention_kernel(q, kc, vc, pos0, scale, window, out):
         if window > 0 and p - window + 1 > 0:
             lo = p - window + 1
         n = p - lo + 1
-        sc = np.empty(n, np.float32)
+        sc = np.zeros(n, np.float32)
+        for i in range(d):
+            qi = q[m, h, i]
+            for j in range(n):
+                sc[j] += qi * kt[kvh, i, lo + j]
         best = np.float32(-np.inf)
         for j in range(n):
-            acc = np.float32(0.0)
-            for i in range(d):
-                acc += q[m, h, i] * kc[lo + j, kvh, i]
-            acc = acc * scale
-            sc[j] = acc
-            if acc > best:
-                best = acc
+            sc[j] = sc[j] * scale
+            if sc[j] > best:
+                best = sc[j]
         total = np.float32(0.0)
         for j in range(n):
             e = np.float32(np.exp(sc[j] - best))
@@ -106,28 +108,29 @@ def _attention_kernel(q, kc, vc, pos0, scale, window, out):
         for j in range(n):
             w = sc[j] / total
             for i in range(d):
-                out[m, h, i] += w * vc[lo + j, kvh, i]
+                out[m, h, i] += w * vc[kvh, lo + j, i]
 
 
-def attention(q: np.ndarray, kc: np.ndarray, vc: np.ndarray, pos0: int, scale: float, window: int = 0) -> np.ndarray:
-    """``q`` f32 ``[M, H, D]``; caches ``[T, Hkv, D]`` with ``T >= pos0 + M`` -> ``[M, H, D]``."""
+def attention(q: np.ndarray, kt: np.ndarray, vc: np.ndarray, pos0: int, scale: float, window: int = 0) -> np.ndarray:
+    """``q`` f32 ``[M, H, D]``; key cache ``kt [Hkv, D, cap]``, value cache ``vc [Hkv, cap, D]``
+    holding positions ``0 .. pos0 + M - 1`` -> ``[M, H, D]``."""
     out = np.empty(q.shape, np.float32)
-    _attention_kernel(np.ascontiguousarray(q, np.float32), np.ascontiguousarray(kc, np.float32),
-                      np.ascontiguousarray(vc, np.float32), int(pos0), np.float32(scale), int(window), out)
+    _attention_kernel(np.ascontiguousarray(q, np.float32), kt, vc, int(pos0 + q.shape[0]), int(pos0),
+                      np.float32(scale), int(window), out)
     return out
 
 
-def attention_ref(q, kc, vc, pos0: int, scale: float, window: int = 0) -> np.ndarray:
+def attention_ref(q, kt, vc, pos0: int, scale: float, window: int = 0) -> np.ndarray:
     """numpy reference of :func:`attention` (f64 sums: equal to it within f32 rounding)."""
     m_rows, heads, d = q.shape
-    group = heads // kc.shape[1]
+    group = heads // kt.shape[0]
     out = np.zeros(q.shape, np.float64)
     for m in range(m_rows):
         p = pos0 + m
         lo = max(0, p - window + 1) if window > 0 else 0
         for h in range(heads):
-            k = kc[lo:p + 1, h // group].astype(np.float64)
+            k = kt[h // group, :, lo:p + 1].astype(np.float64).T
             s = (k @ q[m, h].astype(np.float64)) * scale
             w = np.exp(s - s.max())
-            out[m, h] = (w / w.sum()) @ vc[lo:p + 1, h // group].astype(np.float64)
+            out[m, h] = (w / w.sum()) @ vc[h // group, lo:p + 1].astype(np.float64)
     return out.astype(np.float32)
