@@ -403,3 +403,12 @@ def test_gemma3_hf_f32_path_matches_reference(tmp_path):
     assert m.hp.is_sliding(0) and not m.hp.is_sliding(5) and m.hp.norm_offset == 1.0
     got = m.logits(ids, chunk=4)
     np.testing.assert_allclose(got, want, rtol=0, atol=3e-5 * np.abs(want).max())
+
+
+def test_against_llama_cpp_needs_the_extra_and_a_gguf(tiny, monkeypatch):
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)  # as if llama-cpp-python were absent
+    with pytest.raises(BadInputError, match="needs --source FILE.gguf"):
+        evaluate(tiny["q4_0"], ids=TINY_IDS, against="llama.cpp")
+    fake = Path(tiny["src"]) / "x.gguf"
+    with pytest.raises(UnsupportedError, match="needs llama-cpp-python"):
+        evaluate(tiny["q4_0"], ids=TINY_IDS, against="llama.cpp", source=fake)
