@@ -48,6 +48,17 @@ PRE_TOKENIZERS: dict[str, tuple[str, ...]] = {
     "qwen2": (_QWEN2,), "stablelm2": (_QWEN2,),
 }
 
+#: token texts llama.cpp takes for end-of-generation markers; it types them CONTROL whatever the
+#: vocabulary says, so they are recognised in text only with parse_special (Gemma's "</s>")
+EOG_TEXTS = frozenset({
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+    "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
+    "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
+    "<｜end▁of▁sentence｜>", "[e~[",
+})
+#: vocabularies holding one of these have an ordinary "</s>" (llama.cpp leaves it NORMAL)
+_NORMAL_S_MARKERS = frozenset({"<|tool_response>", "<|plamo:eos|>"})
+
 #: pre-tokenizers whose words that are whole tokens skip the merges (llama.cpp ``ignore_merges``)
 IGNORE_MERGES = frozenset({"llama3", "llama-bpe", "dbrx", "smaug-bpe"})
 
@@ -108,11 +119,21 @@ class Tokenizer:
         if self.model not in MODELS:
             raise UnsupportedError(f"tokenizer model {self.model!r} is not supported "
                                    f"(supported: {', '.join(sorted(MODELS))})")
-        if len(self.types) != len(self.tokens):
-            self.types = [NORMAL] * len(self.tokens)
+        self.types = list(self.types) if len(self.types) == len(self.tokens) else [NORMAL] * len(self.tokens)
         self.ids = {}
         for i, t in enumerate(self.tokens):
             self.ids.setdefault(t, i)
+        self.eog_ids = set()
+        normal_s = any(m in self.ids for m in _NORMAL_S_MARKERS)
+        for t in EOG_TEXTS:
+            i = self.ids.get(t)
+            if i is None:
+                continue
+            if t == "</s>" and normal_s:
+                self.types[i] = NORMAL
+                continue
+            self.eog_ids.add(i)
+            self.types[i] = CONTROL
         self._special = sorted((i for i, ty in enumerate(self.types) if ty in (CONTROL, USER_DEFINED, UNKNOWN)
                                 and self.tokens[i]), key=lambda i: (-len(self.tokens[i].encode()), i))
         if self.model == "gpt2":
