@@ -412,3 +412,12 @@ def test_against_llama_cpp_needs_the_extra_and_a_gguf(tiny, monkeypatch):
     fake = Path(tiny["src"]) / "x.gguf"
     with pytest.raises(UnsupportedError, match="needs llama-cpp-python"):
         evaluate(tiny["q4_0"], ids=TINY_IDS, against="llama.cpp", source=fake)
+
+
+def test_stacked_qkv_and_gate_up_are_bit_identical(tiny):
+    fused = Model.open(tiny["q4_0"])
+    assert fused.layers[0].qkv is not None and fused.layers[0].gate_up is None  # N=736: not whole panels
+    plain = Model.open(tiny["q4_0"], fuse=False)
+    assert plain.layers[0].qkv is None
+    a, b = fused.logits(TINY_IDS, chunk=3), plain.logits(TINY_IDS, chunk=3)
+    assert np.array_equal(a.view(np.uint32), b.view(np.uint32))

@@ -32,7 +32,7 @@ import numpy as np
 from ...formats.errors import BadInputError
 from . import arch as _arch
 from . import ops
-from .weights import Embedding, Linear, WeightSource, linear, nk, open_source, vector
+from .weights import Embedding, Linear, WeightSource, linear, nk, open_source, stacked, vector
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +57,8 @@ class Layer:
     k_norm: np.ndarray | None = None
     post_attn_norm: np.ndarray | None = None
     post_ffn_norm: np.ndarray | None = None
+    qkv: Linear | None = None  # q, k, v stacked (weights.stacked), when they can be
+    gate_up: Linear | None = None
 
 
 @dataclass
@@ -99,7 +101,8 @@ def _matmuls(lins: Sequence[Linear], x: np.ndarray) -> list[np.ndarray]:
 class Model:
     """A decoder model on one kernel path (see :mod:`.weights` for the paths)."""
 
-    def __init__(self, source: WeightSource, kernels: str = "compiled", n_layer: int | None = None):
+    def __init__(self, source: WeightSource, kernels: str = "compiled", n_layer: int | None = None,
+                 fuse: bool = True):
         self.source = source
         self.kernels = kernels
         hf = source.kind == "hf"
@@ -122,6 +125,9 @@ class Model:
             n = tn(role, i)
             e, r = source.get(n)
             return linear(n, e, r, kernels)
+
+        def stack(roles, i):
+            return stacked("+".join(roles), [source.get(tn(r, i)) for r in roles], kernels)
 
         def vec(role, i=None, offset=0.0, optional=False):
             n = tn(role, i)
@@ -152,6 +158,8 @@ class Model:
                 k_norm=vec("k_norm", i, off) if a.qk_norm else None,
                 post_attn_norm=vec("post_attn_norm", i, off) if a.post_norms else None,
                 post_ffn_norm=vec("post_ffn_norm", i, off) if a.post_norms else None,
+                qkv=stack(("q", "k", "v"), i) if fuse else None,
+                gate_up=stack(("gate", "up"), i) if fuse else None,
             ))
         self.n_vocab = self.output.n
         self.act = ops.ACTIVATIONS[a.activation]
@@ -160,9 +168,10 @@ class Model:
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
-    def open(cls, path, kernels: str = "compiled", n_layer: int | None = None) -> "Model":
-        """A bundle directory or a checkpoint (GGUF file, HF folder) on the given kernel path."""
-        return cls(open_source(path), kernels, n_layer)
+    def open(cls, path, kernels: str = "compiled", n_layer: int | None = None, fuse: bool = True) -> "Model":
+        """A bundle directory or a checkpoint (GGUF file, HF folder) on the given kernel path;
+        ``fuse``: stack q/k/v and gate/up where they can be (``weights.stacked``)."""
+        return cls(open_source(path), kernels, n_layer, fuse)
 
     @property
     def tokenizer(self):
@@ -177,7 +186,9 @@ class Model:
 
     def paths(self) -> list[str]:
         """The kernel paths this model's matrices run (sorted, distinct)."""
-        lins = [self.output] + [getattr(L, f) for L in self.layers for f in ("q", "k", "v", "o", "gate", "up", "down")]
+        lins = [self.output] + [getattr(L, f) for L in self.layers
+                                for f in ("q", "k", "v", "o", "gate", "up", "down", "qkv", "gate_up")
+                                if getattr(L, f) is not None]
         return sorted({lin.path for lin in lins})
 
     def close(self) -> None:
@@ -214,7 +225,12 @@ class Model:
         hp = self.hp
         m = x.shape[0]
         h = ops.rms_norm(x, L.attn_norm, hp.eps)
-        q, k, v = _matmuls((L.q, L.k, L.v), h)
+        if L.qkv is not None:
+            y = L.qkv(h)
+            q, k, v = np.split(y, [L.q.n, L.q.n + L.k.n], axis=1)
+            q, k, v = q.copy(), k.copy(), v.copy()
+        else:
+            q, k, v = _matmuls((L.q, L.k, L.v), h)
         for t, b in ((q, L.q_bias), (k, L.k_bias), (v, L.v_bias)):
             if b is not None:
                 t += b
@@ -236,7 +252,10 @@ class Model:
             o = ops.rms_norm(o, L.post_attn_norm, hp.eps)
         x = x + o
         h = ops.rms_norm(x, L.ffn_norm, hp.eps)
-        g, u = _matmuls((L.gate, L.up), h)
+        if L.gate_up is not None:
+            g, u = np.split(L.gate_up(h), [L.gate.n], axis=1)
+        else:
+            g, u = _matmuls((L.gate, L.up), h)
         f = L.down(self.act(g) * u)
         if L.post_ffn_norm is not None:
             f = ops.rms_norm(f, L.post_ffn_norm, hp.eps)

@@ -288,6 +288,34 @@ def _emulated_linear(name, entry, regions, which) -> Linear:
     return Linear(name, n, k, f"emulated-{which}:{label}", run, None)
 
 
+#: layouts whose regions all start with the row (super-block) axis, and the row multiple that
+#: keeps every part's rows in whole units when matrices are stacked
+_STACKABLE = {"panel64": 64, "rowmajor": 1}
+
+
+def stacked(name: str, parts, kernels: str) -> Linear | None:
+    """Matrices that read the same input stacked into one (q/k/v; gate/up), or None when they
+    cannot be: the compiled path only, same layout, type and K, each N a whole number of the
+    layout's row units. Each output row of a kernel is computed on its own (a tile of 64
+    channels never straddles two parts), so the stacked product's rows are the parts' rows,
+    bit for bit; one kernel call instead of several saves the per-call cost in decode."""
+    if kernels != "compiled" or len(parts) < 2:
+        return None
+    e0 = parts[0][0]
+    unit = _STACKABLE.get(e0["layout"])
+    if unit is None or not _has_integer_form(e0):
+        return None
+    k0 = nk(e0)[1]
+    for e, _ in parts:
+        n, k = nk(e)
+        if e["layout"] != e0["layout"] or e["type"] != e0["type"] or k != k0 or n % unit \
+                or e["params"].get("zt0") != e0["params"].get("zt0"):
+            return None
+    regions = {r: np.concatenate([np.asarray(p[1][r]) for p in parts]) for r in parts[0][1]}
+    n_total = sum(nk(e)[0] for e, _ in parts)
+    return _compiled_linear(name, e0["layout"], regions, n_total, k0, e0["type"], "compiled")
+
+
 def linear(name: str, entry, regions, kernels: str) -> Linear:
     """One matrix as a :class:`Linear` on the chosen kernel path (see the module doc)."""
     if kernels not in KERNEL_PATHS:
