@@ -148,6 +148,7 @@ def llama_cpp_logits(gguf_path, ids, threads: int = 2) -> np.ndarray:
         raise UnsupportedError("--against llama.cpp needs llama-cpp-python "
                                "(pip install 'panelpack[oracle-llama]')") from None
     ids = [int(i) for i in ids]
+    # llama.cpp as it runs by default (f16 KV cache), all positions in one batch
     llm = Llama(model_path=str(gguf_path), n_ctx=max(len(ids), 8), n_batch=max(len(ids), 8),
                 n_ubatch=max(len(ids), 8), logits_all=True, n_threads=threads, verbose=False)
     try:
