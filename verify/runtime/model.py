@@ -206,6 +206,8 @@ class Model:
             return np.zeros((0, self.n_vocab), np.float32)
         hp = self.hp
         m, pos0 = ids.size, self.cache.length
+        if pos0 + m > hp.n_ctx:
+            raise BadInputError(f"{pos0 + m} positions exceed the model's context of {hp.n_ctx} tokens")
         self.cache.reserve(hp.n_layer, pos0 + m, hp.n_head_kv, hp.head_dim)
         x = self.embed(ids)
         if hp.arch.embed_scale_sqrt:
