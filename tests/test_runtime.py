@@ -421,3 +421,14 @@ def test_stacked_qkv_and_gate_up_are_bit_identical(tiny):
     assert plain.layers[0].qkv is None
     a, b = fused.logits(TINY_IDS, chunk=3), plain.logits(TINY_IDS, chunk=3)
     assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+def test_demo_says_what_eval_and_generate_show(tmp_path):
+    from click.testing import CliRunner
+
+    from panelpack.cli import main
+
+    r = CliRunner().invoke(main, ["demo", "-o", str(tmp_path / "d.ppk")])
+    assert r.exit_code == 0, r.output
+    line = [ln for ln in r.output.splitlines() if "panelpack eval" in ln]
+    assert len(line) == 1 and "panelpack generate" in line[0] and "random" in line[0]
