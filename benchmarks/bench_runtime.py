@@ -88,7 +88,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--prefill", type=int, default=256)
     ap.add_argument("--decode", type=int, default=64)
-    ap.add_argument("--eval", type=int, default=512, dest="eval_tokens")
+    ap.add_argument("--eval", type=int, default=512, dest="eval_tokens", help="eval tokens (0: skip the eval runs)")
     ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args()
 
@@ -131,6 +131,8 @@ def main() -> None:
         (op, od), (lp, ld) = med[contenders[0][0]], med[contenders[1][0]]
         print(f"ratios: prefill {op / lp:.2f}x (target >= 0.25x), decode {od / ld:.2f}x (target >= 0.5x)")
 
+    if args.eval_tokens <= 0:  # --eval 0: prefill and decode only
+        return
     env = dict(os.environ)
     argv = ["-m", "panelpack", "eval", str(bundle), "--tokens", str(args.eval_tokens),
             "--threads", str(args.threads), "--json"]
