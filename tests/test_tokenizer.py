@@ -1,0 +1,94 @@
+"""Tokenizers from model metadata (formats/tokenizer.py): ids identical to llama.cpp's on a
+shipped corpus (tests/data/tokenizer_corpus.json; skipped without llama-cpp-python), round
+trips, and the merge rules on small hand-made vocabularies."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from panelpack.formats import gguf
+from panelpack.formats import tokenizer as T
+from panelpack.formats.errors import UnsupportedError
+
+CORPUS = json.loads((Path(__file__).parent / "data" / "tokenizer_corpus.json").read_text("utf-8"))
+WHOLE = "\n".join(CORPUS)
+
+
+@pytest.fixture(scope="module")
+def vocabs(smollm2, gemma):
+    out = {}
+    for name, path in (("smollm2", smollm2), ("gemma", gemma)):
+        with gguf.open_file(path) as f:
+            out[name] = (path, T.from_gguf_metadata(f.metadata))
+    return out
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("name", ["smollm2", "gemma"])
+def test_round_trip(vocabs, name):
+    _, tok = vocabs[name]
+    for text in CORPUS + [WHOLE]:
+        ids = tok.encode(text, add_special=False)
+        assert tok.decode(ids) == text, (name, text)
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("name", ["smollm2", "gemma"])
+@pytest.mark.parametrize("special", [False, True])
+def test_ids_identical_to_llama_cpp(vocabs, name, special):
+    llama_cpp = pytest.importorskip("llama_cpp")
+    path, tok = vocabs[name]
+    ref = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
+    try:
+        for text in CORPUS + [WHOLE]:
+            want = ref.tokenize(text.encode("utf-8"), add_bos=True, special=special)
+            assert tok.encode(text, add_special=True, parse_special=special) == want, (name, text)
+    finally:
+        ref.close()
+
+
+def _gpt2(tokens, merges, pre="gpt2"):
+    return T.Tokenizer("gpt2", tokens, [T.NORMAL] * len(tokens),
+                       merges={tuple(m.split(" ")): r for r, m in enumerate(merges)}, pre=pre)
+
+
+def test_bpe_merges_lowest_rank_first():
+    toks = ["a", "b", "c", "ab", "bc", "abc"]
+    # "bc" ranks before "ab": a|bc, then no "a bc" merge -> [a, bc]
+    assert _gpt2(toks, ["b c", "a b"]).encode("abc") == [0, 4]
+    assert _gpt2(toks, ["a b", "b c", "ab c"]).encode("abc") == [5]
+
+
+def test_bpe_byte_fallback_and_digit_split():
+    toks = [T.BYTE_TO_CHAR[b] for b in range(256)] + ["12"]
+    tk = _gpt2(toks, ["1 2"], pre="smollm")  # smollm splits every digit first
+    assert tk.encode("12") == [ord("1"), ord("2")]
+    assert _gpt2(toks, ["1 2"]).encode("12") == [256]
+    assert tk.encode("é") == list("é".encode())  # bytes map through GPT-2's byte table
+
+
+def test_spm_merges_highest_score_first_and_byte_tokens():
+    toks = ["<unk>", "a", "b", "ab", "\u2581", "\u2581a"] + [f"<0x{b:02X}>" for b in range(256)]
+    types = [T.UNKNOWN] + [T.NORMAL] * 5 + [T.BYTE] * 256
+    tk = T.Tokenizer("llama", toks, types, scores=[0, -1, -1, -2, -1, -0.5] + [0] * 256, unk_id=0)
+    assert tk.encode(" ab") == [5, 2]  # "▁a" (-0.5) beats "ab" (-2)
+    assert tk.encode("é") == [6 + 0xC3, 6 + 0xA9]
+    assert tk.decode(tk.encode(" ab")) == " ab"
+
+
+def test_special_tokens_control_only_when_parsed():
+    toks = ["<ctl>", "<usr>"] + [T.BYTE_TO_CHAR[b] for b in range(256)]
+    tk = T.Tokenizer("gpt2", toks, [T.CONTROL, T.USER_DEFINED] + [T.NORMAL] * 256, pre="gpt2")
+    assert tk.encode("<usr>") == [1]  # user-defined: always
+    assert tk.encode("<ctl>", parse_special=True) == [0]
+    assert 0 not in tk.encode("<ctl>")
+
+
+def test_unknown_models_refused():
+    with pytest.raises(UnsupportedError, match="tokenizer model 'rwkv'"):
+        T.Tokenizer("rwkv", ["a"], [1])
+    with pytest.raises(UnsupportedError, match="pre-tokenizer 'mystery'"):
+        T.Tokenizer("gpt2", ["a"], [1], pre="mystery")

@@ -1,0 +1,337 @@
+"""Where the runtime's weights come from, and the kernel path each matrix product runs.
+
+A :class:`WeightSource` names tensors and hands out ``(entry, regions)``: a bundle's manifest
+entries with their memory-mapped regions, or a checkpoint's tensors presented as ``rowmajor``
+entries over the source blocks. :func:`linear` turns one tensor into a callable
+``y = W·x`` for a chosen kernel path (:data:`KERNEL_PATHS`):
+
+==================  ==========================================================================
+``compiled``        the layout's own bytes through :func:`panelpack.verify.compiled.prepare`
+                    (panel64, ggml-x8, il8-*, rowmajor), activations quantized per SPEC §3
+``standard``        the standard blocks (the layout's ``unpack``; the source blocks of a
+                    lossless bundle) through the standard dispatch, in its compiled row-major
+                    form (``compiled.rowmajor``, bit-identical with ``dispatch.standard_matmul``)
+``emulated-sme2``   panel64 matrices through the emulated SME2 programs (``sme2.gemv``
+                    at M = 1, ``sme2.gemm`` otherwise), rescaled by ``dispatch.rescale``
+``emulated-neon``   panel64 matrices through the emulated NEON program
+``f32``             the dequantized weights times f32 activations (no activation quantization)
+==================  ==========================================================================
+
+Matrices with no integer form (F32/F16/BF16 weights) run as f32 products on every path; in
+the emulated paths a matrix that is not in panel64 runs the compiled kernel. Every linear
+records the path it ran as ``.path``, so a caller can list what a forward pass exercised.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from ...formats import blocks as _blocks
+from ...formats import qtypes
+from ...formats.errors import BadInputError, UnsupportedError
+from ... import repack
+
+log = logging.getLogger(__name__)
+
+KERNEL_PATHS = ("compiled", "standard", "emulated-sme2", "emulated-neon", "f32")
+
+
+# =============================================================================================
+# weight sources
+# =============================================================================================
+class WeightSource:
+    """Tensors by name as ``(entry, regions)``; ``entry`` has ``name, shape, type, layout, params``."""
+
+    kind: str = ""  # "gguf" or "hf": how tensor names and hyperparameters are spelled
+    meta: dict[str, Any] | None = None  # GGUF key -> value
+    config: dict[str, Any] | None = None  # HF config.json
+    folder: Path | None = None  # HF side files (tokenizer.json), when any
+    lossless: bool = False
+
+    def has(self, name: str) -> bool:
+        raise NotImplementedError
+
+    def get(self, name: str) -> tuple[dict[str, Any], Mapping[str, np.ndarray]]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+def _decode_metadata(doc: dict[str, Any]) -> dict[str, Any]:
+    return {k: (v["value"] if isinstance(v, dict) and "value" in v else v) for k, v in doc.items()}
+
+
+class BundleSource(WeightSource):
+    """A bundle directory (see FORMAT.md §5)."""
+
+    def __init__(self, path):
+        from ...formats.bundle import open_bundle
+
+        self.bundle = open_bundle(path)
+        self.path = Path(path)
+        m = self.bundle.manifest
+        src = m.get("source", {})
+        self.kind = "gguf" if src.get("kind") == "gguf" else "hf"
+        root = self.bundle.path / "source"
+        if self.kind == "gguf":
+            mp = root / "metadata.json"
+            if not mp.is_file():
+                raise BadInputError("GGUF-sourced bundle has no source/metadata.json", path=self.path)
+            self.meta = _decode_metadata(json.loads(mp.read_text("utf-8")))
+        else:
+            cp = root / "config.json"
+            if not cp.is_file():
+                raise BadInputError("bundle has no source/config.json (the runtime needs the model's "
+                                    "hyperparameters)", path=self.path)
+            self.config = json.loads(cp.read_text("utf-8"))
+            self.folder = root
+        self.lossless = all(t["action"] in ("repack", "copy") for t in self.bundle.tensors)
+
+    def has(self, name):
+        return name in self.bundle._by_name
+
+    def get(self, name):
+        t = self.bundle.tensor(name)
+        return t, self.bundle.regions(t)
+
+
+class CheckpointSource(WeightSource):
+    """A GGUF file or an HF folder/safetensors file: every tensor as a ``rowmajor`` entry."""
+
+    def __init__(self, path):
+        from ...formats.checkpoint import open_checkpoint
+
+        self.ckpt = open_checkpoint(path)
+        self.path = Path(path)
+        self._by_name = {t.name: t for t in self.ckpt.tensors}
+        if self.path.suffix == ".gguf" or type(self.ckpt).__name__ == "GGUFFile":
+            self.kind = "gguf"
+            self.meta = dict(self.ckpt.metadata)
+        else:
+            self.kind = "hf"
+            folder = self.path if self.path.is_dir() else self.path.parent
+            cp = folder / "config.json"
+            if not cp.is_file():
+                raise BadInputError("no config.json beside the weights (the runtime needs the "
+                                    "model's hyperparameters)", path=folder)
+            self.config = json.loads(cp.read_text("utf-8"))
+            self.folder = folder
+        self.lossless = True
+
+    def has(self, name):
+        return name in self._by_name
+
+    def get(self, name):
+        ti = self._by_name.get(name)
+        if ti is None:
+            raise BadInputError(f"no tensor named {name!r}", path=self.path)
+        shape = [int(d) for d in ti.shape]
+        n, k = (shape[0], shape[1]) if len(shape) == 2 else (1, shape[-1])
+        raw = np.asarray(self.ckpt.raw(name)).reshape(-1)
+        t = qtypes.get(ti.type.name if hasattr(ti.type, "name") else ti.type)
+        entry = {"name": name, "shape": shape, "type": t.name, "layout": "rowmajor",
+                 "params": {"layout": "rowmajor", "n": n, "k": k}, "action": "copy"}
+        return entry, {"blocks": raw.reshape(n, t.row_bytes(k))}
+
+    def close(self):
+        self.ckpt.close()
+
+
+def open_source(path) -> WeightSource:
+    """A bundle directory (has ``manifest.json``) or a checkpoint (GGUF, safetensors, HF folder)."""
+    p = Path(path)
+    if p.is_dir() and (p / "manifest.json").is_file():
+        return BundleSource(p)
+    if not p.exists():
+        raise BadInputError("no such file or folder", path=p)
+    return CheckpointSource(p)
+
+
+# =============================================================================================
+# tensors as arrays
+# =============================================================================================
+def nk(entry: Mapping[str, Any]) -> tuple[int, int]:
+    shape = entry["shape"]
+    if len(shape) == 1:
+        return 1, int(shape[0])
+    if len(shape) != 2:
+        raise UnsupportedError(f"tensor {entry['name']!r} has {len(shape)} dimensions; the runtime takes 1-D and 2-D")
+    return int(shape[0]), int(shape[1])
+
+
+def standard_blocks(entry, regions) -> np.ndarray:
+    """The standard (row-major GGUF) blocks of a tensor, ``uint8 [n, row_bytes]``."""
+    n, k = nk(entry)
+    lay = repack.get(entry["layout"])
+    if not lay.invertible(entry["type"]):
+        raise UnsupportedError(f"tensor {entry['name']!r}: layout {entry['layout']} is not invertible for "
+                               f"{entry['type']}; its standard blocks cannot be restored")
+    return lay.unpack(regions, n, k, entry["type"])
+
+
+def dequantized(entry, regions) -> np.ndarray:
+    """The tensor's values as f32 ``[n, k]`` (bit-identical with the codec, any layout)."""
+    n, k = nk(entry)
+    if entry["layout"] == "rowmajor":
+        return _blocks.dequantize(np.asarray(regions["blocks"]), entry["type"], n, k)
+    return np.asarray(repack.get(entry["layout"]).dequantize(regions, n, k, entry["type"]), np.float32)
+
+
+def vector(entry, regions) -> np.ndarray:
+    """A 1-D tensor (norm weight, bias) as f32 ``[k]``."""
+    return np.ascontiguousarray(dequantized(entry, regions).reshape(-1), np.float32)
+
+
+class Embedding:
+    """Token rows gathered from row-major blocks and decoded by the type's codec."""
+
+    def __init__(self, entry, regions):
+        self.n, self.k = nk(entry)
+        self.qtype = entry["type"]
+        if entry["layout"] == "rowmajor":
+            self.blocks = np.asarray(regions["blocks"])
+        else:  # a converter keeps embeddings row-major; restore the rows if it did not
+            self.blocks = standard_blocks(entry, regions)
+
+    def __call__(self, tokens: np.ndarray) -> np.ndarray:
+        ids = np.asarray(tokens, np.int64).reshape(-1)
+        if ids.size and (ids.min() < 0 or ids.max() >= self.n):
+            raise BadInputError(f"token id out of range 0..{self.n - 1}")
+        rows = np.ascontiguousarray(self.blocks[ids])
+        return _blocks.dequantize(rows, self.qtype, ids.size, self.k)
+
+
+# =============================================================================================
+# linears
+# =============================================================================================
+@dataclass
+class Linear:
+    """``y [M, n] = x [M, k] · Wᵀ``. Integer-form linears also take pre-quantized ``(a, da)``."""
+
+    name: str
+    n: int
+    k: int
+    path: str
+    run_q: Callable | None  # (a int8 [M, k], da f32 [M, k/32]) -> y f32 [M, n]
+    run_f: Callable | None  # x f32 [M, k] -> y f32 [M, n]
+
+    @property
+    def quantized(self) -> bool:
+        return self.run_q is not None
+
+    def __call__(self, x: np.ndarray, q: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+        if self.run_q is not None:
+            if q is None:
+                from .. import dispatch
+
+                q = dispatch.quantize_activations(x)
+            return self.run_q(*q)
+        return self.run_f(x)
+
+
+def _f32_linear(name, entry, regions, path="f32") -> Linear:
+    n, k = nk(entry)
+    w = np.ascontiguousarray(dequantized(entry, regions))
+    return Linear(name, n, k, path, None, lambda x: np.ascontiguousarray(x, np.float32) @ w.T)
+
+
+def _has_integer_form(entry) -> bool:
+    return qtypes.get(entry["type"]).scheme is not None
+
+
+def _compiled_linear(name, layout, regions, n, k, qtype, path) -> Linear:
+    from .. import compiled
+
+    prep = compiled.prepare(layout, regions, n, k, qtype)
+    return Linear(name, n, k, f"{path}:{prep.spec.path}", lambda a, da: prep.run(a, da, want_p=False)[2], None)
+
+
+def _panel_scale_fields(regions, n) -> dict[str, np.ndarray]:
+    """panel64 scale regions ``[SB][groups][64]`` as codec-style fields ``[n, groups]``."""
+    out = {}
+    for rname, r in regions.items():
+        if rname == "panels":
+            continue
+        arr = np.asarray(r)
+        sb, g, ch = arr.shape
+        out[rname] = np.ascontiguousarray(arr.transpose(0, 2, 1).reshape(sb * ch, g)[:n])
+    return out
+
+
+def _emulated_linear(name, entry, regions, which) -> Linear:
+    from .. import dispatch, leaves, neon
+
+    n, k = nk(entry)
+    t = dispatch.qtype_of(entry["type"])
+    nibble = t.code_bits == 4
+    zt0 = np.asarray(entry["params"].get("zt0", [0] * 64), np.uint8) if nibble else None
+    panels = np.ascontiguousarray(np.asarray(regions["panels"]).reshape(-1).view(np.uint8))
+    s, o = dispatch.scale_arrays(_panel_scale_fields(regions, n), t)
+
+    def run(a, da):
+        if which == "neon":
+            P = neon.neon_leaf(panels, zt0, a, n, k, t.group, nibble)
+        elif a.shape[0] == 1:
+            P = leaves.gemv_leaf(panels, zt0, a, n, k, t.group, nibble)
+        else:
+            P = leaves.gemm_leaf(panels, zt0, a, n, k, t.group, nibble)
+        return dispatch.rescale(P, dispatch.group_sums(a, t.group), s, o, da, t)
+
+    label = "neon.panel" if which == "neon" else "sme2.gemv/gemm"
+    return Linear(name, n, k, f"emulated-{which}:{label}", run, None)
+
+
+#: layouts whose regions all start with the row (super-block) axis, and the row multiple that
+#: keeps every part's rows in whole units when matrices are stacked
+_STACKABLE = {"panel64": 64, "rowmajor": 1}
+
+
+def stacked(name: str, parts, kernels: str) -> Linear | None:
+    """Matrices that read the same input stacked into one (q/k/v; gate/up), or None when they
+    cannot be: the compiled path only, same layout, type and K, each N a whole number of the
+    layout's row units. Each output row of a kernel is computed on its own (a tile of 64
+    channels never straddles two parts), so the stacked product's rows are the parts' rows,
+    bit for bit; one kernel call instead of several saves the per-call cost in decode."""
+    if kernels != "compiled" or len(parts) < 2:
+        return None
+    e0 = parts[0][0]
+    unit = _STACKABLE.get(e0["layout"])
+    if unit is None or not _has_integer_form(e0):
+        return None
+    k0 = nk(e0)[1]
+    for e, _ in parts:
+        n, k = nk(e)
+        if e["layout"] != e0["layout"] or e["type"] != e0["type"] or k != k0 or n % unit \
+                or e["params"].get("zt0") != e0["params"].get("zt0"):
+            return None
+    regions = {r: np.concatenate([np.asarray(p[1][r]) for p in parts]) for r in parts[0][1]}
+    n_total = sum(nk(e)[0] for e, _ in parts)
+    return _compiled_linear(name, e0["layout"], regions, n_total, k0, e0["type"], "compiled")
+
+
+def linear(name: str, entry, regions, kernels: str) -> Linear:
+    """One matrix as a :class:`Linear` on the chosen kernel path (see the module doc)."""
+    if kernels not in KERNEL_PATHS:
+        raise BadInputError(f"unknown kernel path {kernels!r} (choose from {', '.join(KERNEL_PATHS)})")
+    n, k = nk(entry)
+    if kernels == "f32" or not _has_integer_form(entry):
+        return _f32_linear(name, entry, regions, "f32" if kernels == "f32" else f"{kernels}:f32")
+    t = entry["type"]
+    if kernels == "standard":
+        if not repack.get(entry["layout"]).invertible(t):
+            from .. import il8
+
+            # no standard blocks to restore: the interleaved reference kernel of verify/il8.py
+            return Linear(name, n, k, "standard:il8.gemm", None,
+                          lambda x: il8.il8_matmul(entry["layout"], regions, n, k, t, x))
+        return _compiled_linear(name, "rowmajor", {"blocks": standard_blocks(entry, regions)}, n, k, t, "standard")
+    if kernels.startswith("emulated-") and entry["layout"] == "panel64":
+        return _emulated_linear(name, entry, regions, kernels.split("-", 1)[1])
+    return _compiled_linear(name, entry["layout"], regions, n, k, t, kernels)
