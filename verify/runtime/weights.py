@@ -46,7 +46,8 @@ KERNEL_PATHS = ("compiled", "standard", "emulated-sme2", "emulated-neon", "f32")
 # weight sources
 # =============================================================================================
 class WeightSource:
-    """Tensors by name as ``(entry, regions)``; ``entry`` has ``name, shape, type, layout, params``."""
+    """Tensors by name as ``(entry, regions)``; ``entry`` has the fields ``name, shape, type,
+    layout, params, action`` (a bundle's ``TensorEntry`` or a :class:`CheckpointEntry`)."""
 
     kind: str = ""  # "gguf" or "hf": how tensor names and hyperparameters are spelled
     meta: dict[str, Any] | None = None  # GGUF key -> value
@@ -57,7 +58,7 @@ class WeightSource:
     def has(self, name: str) -> bool:
         raise NotImplementedError
 
-    def get(self, name: str) -> tuple[dict[str, Any], Mapping[str, np.ndarray]]:
+    def get(self, name: str) -> tuple[Any, Mapping[str, np.ndarray]]:
         raise NotImplementedError
 
     def close(self) -> None:
@@ -92,7 +93,7 @@ class BundleSource(WeightSource):
                                     "hyperparameters)", path=self.path)
             self.config = json.loads(cp.read_text("utf-8"))
             self.folder = root
-        self.lossless = all(t["action"] in ("repack", "copy") for t in self.bundle.tensors)
+        self.lossless = all(t.action in ("repack", "copy") for t in self.bundle.tensors)
 
     def has(self, name):
         return name in self.bundle._by_name
@@ -100,6 +101,19 @@ class BundleSource(WeightSource):
     def get(self, name):
         t = self.bundle.tensor(name)
         return t, self.bundle.regions(t)
+
+
+@dataclass(frozen=True)
+class CheckpointEntry:
+    """A checkpoint's tensor seen as a ``rowmajor`` entry: the fields of
+    :class:`panelpack.formats.bundle.TensorEntry` the runtime reads."""
+
+    name: str
+    shape: tuple[int, ...]
+    type: str
+    layout: str
+    params: Mapping[str, Any]
+    action: str = "copy"
 
 
 class CheckpointSource(WeightSource):
@@ -136,8 +150,7 @@ class CheckpointSource(WeightSource):
         n, k = (shape[0], shape[1]) if len(shape) == 2 else (1, shape[-1])
         raw = np.asarray(self.ckpt.raw(name)).reshape(-1)
         t = qtypes.get(ti.type.name if hasattr(ti.type, "name") else ti.type)
-        entry = {"name": name, "shape": shape, "type": t.name, "layout": "rowmajor",
-                 "params": {"layout": "rowmajor", "n": n, "k": k}, "action": "copy"}
+        entry = CheckpointEntry(name, tuple(shape), t.name, "rowmajor", {"layout": "rowmajor", "n": n, "k": k})
         return entry, {"blocks": raw.reshape(n, t.row_bytes(k))}
 
     def close(self):
@@ -157,31 +170,31 @@ def open_source(path) -> WeightSource:
 # =============================================================================================
 # tensors as arrays
 # =============================================================================================
-def nk(entry: Mapping[str, Any]) -> tuple[int, int]:
-    shape = entry["shape"]
+def nk(entry) -> tuple[int, int]:
+    shape = entry.shape
     if len(shape) == 1:
         return 1, int(shape[0])
     if len(shape) != 2:
-        raise UnsupportedError(f"tensor {entry['name']!r} has {len(shape)} dimensions; the runtime takes 1-D and 2-D")
+        raise UnsupportedError(f"tensor {entry.name!r} has {len(shape)} dimensions; the runtime takes 1-D and 2-D")
     return int(shape[0]), int(shape[1])
 
 
 def standard_blocks(entry, regions) -> np.ndarray:
     """The standard (row-major GGUF) blocks of a tensor, ``uint8 [n, row_bytes]``."""
     n, k = nk(entry)
-    lay = repack.get(entry["layout"])
-    if not lay.invertible(entry["type"]):
-        raise UnsupportedError(f"tensor {entry['name']!r}: layout {entry['layout']} is not invertible for "
-                               f"{entry['type']}; its standard blocks cannot be restored")
-    return lay.unpack(regions, n, k, entry["type"])
+    lay = repack.get(entry.layout)
+    if not lay.invertible(entry.type):
+        raise UnsupportedError(f"tensor {entry.name!r}: layout {entry.layout} is not invertible for "
+                               f"{entry.type}; its standard blocks cannot be restored")
+    return lay.unpack(regions, n, k, entry.type)
 
 
 def dequantized(entry, regions) -> np.ndarray:
     """The tensor's values as f32 ``[n, k]`` (bit-identical with the codec, any layout)."""
     n, k = nk(entry)
-    if entry["layout"] == "rowmajor":
-        return _blocks.dequantize(np.asarray(regions["blocks"]), entry["type"], n, k)
-    return np.asarray(repack.get(entry["layout"]).dequantize(regions, n, k, entry["type"]), np.float32)
+    if entry.layout == "rowmajor":
+        return _blocks.dequantize(np.asarray(regions["blocks"]), entry.type, n, k)
+    return np.asarray(repack.get(entry.layout).dequantize(regions, n, k, entry.type), np.float32)
 
 
 def vector(entry, regions) -> np.ndarray:
@@ -194,8 +207,8 @@ class Embedding:
 
     def __init__(self, entry, regions):
         self.n, self.k = nk(entry)
-        self.qtype = entry["type"]
-        if entry["layout"] == "rowmajor":
+        self.qtype = entry.type
+        if entry.layout == "rowmajor":
             self.blocks = np.asarray(regions["blocks"])
         else:  # a converter keeps embeddings row-major; restore the rows if it did not
             self.blocks = standard_blocks(entry, regions)
@@ -243,7 +256,7 @@ def _f32_linear(name, entry, regions, path="f32") -> Linear:
 
 
 def _has_integer_form(entry) -> bool:
-    return qtypes.get(entry["type"]).scheme is not None
+    return qtypes.get(entry.type).scheme is not None
 
 
 def _compiled_linear(name, layout, regions, n, k, qtype, path) -> Linear:
@@ -269,9 +282,9 @@ def _emulated_linear(name, entry, regions, which) -> Linear:
     from .. import dispatch, leaves, neon
 
     n, k = nk(entry)
-    t = dispatch.qtype_of(entry["type"])
+    t = dispatch.qtype_of(entry.type)
     nibble = t.code_bits == 4
-    zt0 = np.asarray(entry["params"].get("zt0", [0] * 64), np.uint8) if nibble else None
+    zt0 = np.asarray(entry.params.get("zt0", [0] * 64), np.uint8) if nibble else None
     panels = np.ascontiguousarray(np.asarray(regions["panels"]).reshape(-1).view(np.uint8))
     s, o = dispatch.scale_arrays(_panel_scale_fields(regions, n), t)
 
@@ -302,18 +315,18 @@ def stacked(name: str, parts, kernels: str) -> Linear | None:
     if kernels != "compiled" or len(parts) < 2:
         return None
     e0 = parts[0][0]
-    unit = _STACKABLE.get(e0["layout"])
+    unit = _STACKABLE.get(e0.layout)
     if unit is None or not _has_integer_form(e0):
         return None
     k0 = nk(e0)[1]
     for e, _ in parts:
         n, k = nk(e)
-        if e["layout"] != e0["layout"] or e["type"] != e0["type"] or k != k0 or n % unit \
-                or e["params"].get("zt0") != e0["params"].get("zt0"):
+        if e.layout != e0.layout or e.type != e0.type or k != k0 or n % unit \
+                or e.params.get("zt0") != e0.params.get("zt0"):
             return None
     regions = {r: np.concatenate([np.asarray(p[1][r]) for p in parts]) for r in parts[0][1]}
     n_total = sum(nk(e)[0] for e, _ in parts)
-    return _compiled_linear(name, e0["layout"], regions, n_total, k0, e0["type"], "compiled")
+    return _compiled_linear(name, e0.layout, regions, n_total, k0, e0.type, "compiled")
 
 
 def linear(name: str, entry, regions, kernels: str) -> Linear:
@@ -323,15 +336,15 @@ def linear(name: str, entry, regions, kernels: str) -> Linear:
     n, k = nk(entry)
     if kernels == "f32" or not _has_integer_form(entry):
         return _f32_linear(name, entry, regions, "f32" if kernels == "f32" else f"{kernels}:f32")
-    t = entry["type"]
+    t = entry.type
     if kernels == "standard":
-        if not repack.get(entry["layout"]).invertible(t):
+        if not repack.get(entry.layout).invertible(t):
             from .. import il8
 
             # no standard blocks to restore: the interleaved reference kernel of verify/il8.py
             return Linear(name, n, k, "standard:il8.gemm", None,
-                          lambda x: il8.il8_matmul(entry["layout"], regions, n, k, t, x))
+                          lambda x: il8.il8_matmul(entry.layout, regions, n, k, t, x))
         return _compiled_linear(name, "rowmajor", {"blocks": standard_blocks(entry, regions)}, n, k, t, "standard")
-    if kernels.startswith("emulated-") and entry["layout"] == "panel64":
+    if kernels.startswith("emulated-") and entry.layout == "panel64":
         return _emulated_linear(name, entry, regions, kernels.split("-", 1)[1])
-    return _compiled_linear(name, entry["layout"], regions, n, k, t, kernels)
+    return _compiled_linear(name, entry.layout, regions, n, k, t, kernels)
