@@ -71,11 +71,34 @@ def _unrestorable(b: Bundle, layout_doc: dict[str, Any]) -> list[str]:
     return problems
 
 
+def _check_source_files(b: Bundle, needed: tuple[str, ...]) -> None:
+    """The side files export rebuilds the GGUF from must match the sha256 the manifest
+    records (a damaged header would be written into the GGUF): raise VerificationError."""
+    from ..formats.bundle import sha256_file
+    from ..formats.errors import VerificationError
+
+    recorded = {s["file"]: s for s in b.manifest.get("source_files", [])}
+    for rel in needed:
+        p = b.path / rel
+        if not p.is_file():
+            continue  # absent: reported as missing below
+        entry = recorded.get(rel)
+        if entry is None:
+            raise VerificationError(f"{b.path}: {rel} is not listed in the manifest; cannot check it: nothing written")
+        if sha256_file(p) != entry["sha256"]:
+            raise VerificationError(f"{b.path}: {rel} does not match the sha256 recorded in the manifest (damaged "
+                                    "bundle; run `panelpack verify`): nothing written")
+
+
 def export_gguf(bundle: str | os.PathLike, out: str | os.PathLike, force: bool = False) -> ExportResult:
     import time
 
+    from ..formats import guard
+
     t0 = time.perf_counter()
+    guard.check_disjoint(bundle, out, "the bundle", "the GGUF to write")
     b = Bundle(bundle)
+    _check_source_files(b, ("source/gguf-header.bin", "source/gguf-layout.json", "source/gguf-gaps.bin"))
     src = b.manifest.get("source", {})
     if src.get("kind") != "gguf":
         raise BadInputError(f"bundle was made from a {src.get('kind')!r} source; export writes GGUF only for GGUF-sourced bundles",
@@ -85,7 +108,7 @@ def export_gguf(bundle: str | os.PathLike, out: str | os.PathLike, force: bool =
     for p in (header_path, layout_path):
         if not p.is_file():
             raise FormatError(f"missing {p.relative_to(b.path)}: the bundle does not carry the GGUF header", path=b.path)
-    layout_doc = json.loads(layout_path.read_text())
+    layout_doc = guard.loads_json(layout_path.read_bytes(), path=layout_path)
     problems = _unrestorable(b, layout_doc)
     if problems:
         listed = "; ".join(problems[:12]) + (f"; ... and {len(problems) - 12} more" if len(problems) > 12 else "")

@@ -36,7 +36,7 @@ from typing import Any, Iterable, Mapping, Optional
 import numpy as np
 
 from .errors import BadInputError, FormatError, OutputError
-from . import qtypes
+from . import guard, qtypes
 
 log = logging.getLogger(__name__)
 
@@ -225,9 +225,25 @@ def _file_digest(layout: list[Region], views: list) -> str:
     return h.hexdigest()
 
 
+def refuse_nonfinite(doc: Any, what: str = "manifest") -> None:
+    """Raise BadInputError naming the first NaN/±Inf float in ``doc`` (JSON cannot hold one,
+    and ``json`` would write a bare ``NaN`` that no strict reader accepts)."""
+    stack: list[tuple[str, Any]] = [("", doc)]
+    while stack:
+        where, v = stack.pop()
+        if isinstance(v, float) and not np.isfinite(v):
+            raise BadInputError(f"{what} value {where or '(root)'} is {v!r}: JSON cannot represent NaN or "
+                                "infinity; nothing written")
+        if isinstance(v, dict):
+            stack.extend((f"{where}.{k}" if where else str(k), x) for k, x in reversed(list(v.items())))
+        elif isinstance(v, (list, tuple)):
+            stack.extend((f"{where}[{i}]", x) for i, x in reversed(list(enumerate(v))))
+
+
 def manifest_text(doc: dict[str, Any]) -> str:
     """The manifest as JSON: one top-level key per line and one line per tensor (readable and
     diffable, and written by json's C encoder, which pretty-printing would bypass)."""
+    refuse_nonfinite(doc)
     enc = json.JSONEncoder(allow_nan=False, separators=(", ", ": "))
     lines = []
     for key, value in doc.items():
@@ -437,9 +453,11 @@ class Bundle:
             raise BadInputError("not a bundle directory (expected a folder with manifest.json)", path=self.path)
         if not mpath.is_file():
             raise FormatError("no manifest.json: not a panelpack bundle", path=self.path)
+        guard.refuse_links(self.path)  # no symlinks or special files anywhere in a bundle
         try:
             with open(mpath, "rb") as f:
-                text = f.read(64 << 20 + 1)
+                # (read(n) allocates n bytes up front: ask for what the file holds, capped)
+                text = f.read(min(os.fstat(f.fileno()).st_size, 64 << 20) + 1)
             if len(text) > (64 << 20):
                 raise FormatError("manifest.json is larger than 64 MiB", path=mpath)
             self.manifest = json.loads(text.decode("utf-8"), object_pairs_hook=_no_duplicates(mpath))
@@ -447,6 +465,8 @@ class Bundle:
             raise FormatError(f"not UTF-8 ({e.reason} at byte {e.start})", path=mpath) from None
         except json.JSONDecodeError as e:
             raise FormatError(f"invalid JSON: {e.msg} at line {e.lineno} column {e.colno}", path=mpath) from None
+        except RecursionError:
+            raise FormatError(guard.MAX_JSON_DEPTH_NOTE, path=mpath) from None
         self._validate(mpath)
         self._by_name = {t["name"]: t for t in self.manifest["tensors"]}
 

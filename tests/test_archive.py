@@ -22,7 +22,8 @@ def _bundle(tmp_path, name="b.ppk", seed=0):
         entries = []
         for i in range(3):
             info = w.write_tensor(i, f"t{i}", {"x": rng.integers(0, 255, 10000 + i, dtype=np.uint8)})
-            entries.append({"name": f"t{i}", **info})
+            entries.append({"name": f"t{i}", "shape": [10000 + i], "type": "I8", "layout": "rowmajor", **info,
+                            "params": {}, "ledger": {"requested": "rowmajor", "written": "rowmajor", "reason": None}})
         w.add_source_file("config.json", data=b"{}\n")
         w.add_source_file("tok/vocab.txt", data=b"a\nb\n")
         w.commit({"tensors": entries})
