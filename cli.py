@@ -219,7 +219,10 @@ def _install_sigterm() -> None:
 @click.option("--requant", default=None, help="GGUF sources: re-quantize what the layout cannot take (q4_0 | q4_k | q8_0).")
 @click.option("--include", multiple=True, metavar="GLOB", help="Only tensors whose name matches (repeatable).")
 @click.option("--exclude", multiple=True, metavar="GLOB", help="Skip tensors whose name matches (repeatable).")
-@click.option("-j", "--jobs", default=1, show_default=True, type=click.IntRange(1, 64), help="Tensors converted in parallel.")
+@click.option("-j", "--jobs", default=1, show_default=True, type=click.IntRange(1, 64),
+              help="Tensors converted at once (threads). Helps only when cores are idle and quantizing "
+                   "(--quant/--requant) dominates: the big kernels already use every core and the others hold "
+                   "the GIL, so -j 2 measured no speed-up on a GGUF repack or a small model.")
 @click.option("--dry-run", is_flag=True, help="Print the plan and ledger without reading tensor data.")
 @click.option("--force", is_flag=True, help="Replace OUT if it exists.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (for pipelines).")

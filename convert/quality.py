@@ -66,7 +66,8 @@ def quantization_error(x_new: np.ndarray, x_ref: np.ndarray, blocks: np.ndarray 
     Over finite elements only; ``rel_rms`` is ``None`` when there are none. Identical to the
     plain formula when everything is finite.
     """
-    d = x_new.astype(np.float64) - x_ref.astype(np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: counted below, not warned
+        d = x_new.astype(np.float64) - x_ref.astype(np.float64)
     ok = np.isfinite(d)
     all_ok = bool(ok.all())
     ref_vals = x_ref if all_ok else x_ref[ok]
