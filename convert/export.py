@@ -14,7 +14,6 @@ tensor cannot be restored, nothing is written and the error lists each one with 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import secrets

@@ -6,7 +6,6 @@ legitimate inputs (hub-cache symlinks) are read, and the reports say what they c
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import shutil
@@ -28,10 +27,9 @@ from panelpack.convert.export import export_gguf
 from panelpack.formats import archive, describe
 from panelpack.formats import blocks as codecs
 from panelpack.formats import qtypes
-from panelpack.formats.bundle import Bundle, manifest_text
+from panelpack.formats.bundle import manifest_text
 from panelpack.formats.checkpoint import open_checkpoint
-from panelpack.formats.errors import (BadInputError, FormatError, OutputError, PanelpackError,
-                                      VerificationError)
+from panelpack.formats.errors import (BadInputError, FormatError, OutputError, VerificationError)
 from panelpack.formats.safetensors import save_file
 from panelpack.verify import bundle_check
 
