@@ -25,6 +25,7 @@ import errno
 import hashlib
 import json
 import logging
+import math
 import os
 import re
 import secrets
@@ -468,6 +469,7 @@ class Bundle:
         except RecursionError:
             raise FormatError(guard.MAX_JSON_DEPTH_NOTE, path=mpath) from None
         self._validate(mpath)
+        _check_manifest_values(self.manifest, mpath)
         self._by_name = {t["name"]: t for t in self.manifest["tensors"]}
 
     # -- schema -----------------------------------------------------------------------------
@@ -526,7 +528,7 @@ class Bundle:
                     raise FormatError("negative offset or size", path=mpath, where=rwhere)
                 if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in r["shape"]):
                     raise FormatError("shape must be non-negative integers", path=mpath, where=rwhere)
-                want = int(np.prod(r["shape"], dtype=np.int64)) * np.dtype(DTYPES[r["dtype"]]).itemsize
+                want = math.prod(r["shape"]) * np.dtype(DTYPES[r["dtype"]]).itemsize  # Python ints: no overflow
                 if want != r["bytes"]:
                     raise FormatError(f"shape {r['shape']} of {r['dtype']} is {want} bytes, region says {r['bytes']}",
                                       path=mpath, where=rwhere)
@@ -622,6 +624,52 @@ def _bad_regions(path: Path, t: dict[str, Any]) -> str:
             if hashlib.sha256(f.read(r["bytes"])).hexdigest() != r["sha256"]:
                 bad.append(rname)
     return f" (damaged region: {', '.join(bad)})" if bad else " (damage outside the regions: padding)"
+
+
+#: Bounds no real bundle reaches (a tensor dimension, a tensor's element count, a byte count
+#: or offset): beyond them numpy's int64 arithmetic would overflow.
+MAX_DIM = 1 << 32
+MAX_ELEMENTS = 1 << 48
+MAX_BYTES = 1 << 50
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _check_manifest_values(m: dict[str, Any], mpath: Path) -> None:
+    """Value checks beyond the schema (found by fuzzing, tests/fuzz/): sizes within the
+    bounds above, optional hashes that are hashes, ledger and source fields of the right type."""
+    for key in ("source", "model", "options", "target"):
+        if key in m and not isinstance(m[key], dict):
+            raise FormatError(f"field {key!r} must be an object", path=mpath)
+    files = m.get("source", {}).get("files", [])
+    if not isinstance(files, list) or not all(isinstance(f, dict) for f in files):
+        raise FormatError("field 'source.files' must be a list of objects", path=mpath)
+    for f in files:
+        if not isinstance(f.get("sha256", ""), (str, type(None))) or not isinstance(f.get("bytes", 0), (int, type(None))):
+            raise FormatError("source.files entries need a string sha256 and an integer bytes", path=mpath)
+    for t in m["tensors"]:
+        where = f"tensor {t['name']!r}"
+        if any(d > MAX_DIM for d in t["shape"]) or math.prod(t["shape"]) > MAX_ELEMENTS:
+            raise FormatError(f"shape {t['shape']} is beyond any real tensor", path=mpath, where=where)
+        if t["bytes"] > MAX_BYTES:
+            raise FormatError(f"{t['bytes']} bytes is beyond any real tensor", path=mpath, where=where)
+        for rname, r in t["regions"].items():
+            if r["offset"] > MAX_BYTES or r["bytes"] > MAX_BYTES:
+                raise FormatError("offset or size beyond any real tensor", path=mpath, where=f"{where} region {rname!r}")
+            if "sha256" in r and not (isinstance(r["sha256"], str) and _HEX64.match(r["sha256"])):
+                raise FormatError("region sha256 is not a sha256", path=mpath, where=f"{where} region {rname!r}")
+        if not _HEX64.match(t["sha256"]):
+            raise FormatError("field 'sha256' is not a sha256 (64 hex digits)", path=mpath, where=where)
+        for key in ("blocks_sha256", "source_sha256"):
+            if key in t and not (isinstance(t[key], str) and _HEX64.match(t[key])):
+                raise FormatError(f"field {key!r} is not a sha256 (64 hex digits)", path=mpath, where=where)
+        led = t["ledger"]
+        for key in ("requested", "written"):
+            if not isinstance(led[key], str):
+                raise FormatError(f"ledger field {key!r} must be a string", path=mpath, where=where)
+        if not isinstance(led["reason"], (str, type(None))):
+            raise FormatError("ledger field 'reason' must be a string or null", path=mpath, where=where)
+        if "error" in led and not isinstance(led["error"], (dict, type(None))):
+            raise FormatError("ledger field 'error' must be an object", path=mpath, where=where)
 
 
 def _no_duplicates(path):
