@@ -89,6 +89,23 @@ def _check_source_files(b: Bundle, needed: tuple[str, ...]) -> None:
                                     "bundle; run `panelpack verify`): nothing written")
 
 
+def _check_layout_doc(doc: Any, path: Path) -> None:
+    """``gguf-layout.json`` has the fields and types export reads (FormatError otherwise)."""
+    def is_int(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < (1 << 50)
+
+    ok = (isinstance(doc, dict) and is_int(doc.get("data_offset")) and is_int(doc.get("file_size"))
+          and isinstance(doc.get("tensors"), list) and isinstance(doc.get("nonzero_gaps", []), list))
+    if ok:
+        ok = all(isinstance(r, dict) and isinstance(r.get("name"), str) and isinstance(r.get("type"), str)
+                 and is_int(r.get("offset")) for r in doc["tensors"])
+        ok = ok and all(isinstance(g, list) and len(g) == 2 and all(is_int(x) for x in g) and g[0] < g[1]
+                        for g in doc.get("nonzero_gaps", []))
+    if not ok:
+        raise FormatError("not a GGUF layout document (data_offset, file_size, tensors[{name, type, offset}], "
+                          "nonzero_gaps[[a, b]])", path=path)
+
+
 def export_gguf(bundle: str | os.PathLike, out: str | os.PathLike, force: bool = False) -> ExportResult:
     import time
 
@@ -108,6 +125,7 @@ def export_gguf(bundle: str | os.PathLike, out: str | os.PathLike, force: bool =
         if not p.is_file():
             raise FormatError(f"missing {p.relative_to(b.path)}: the bundle does not carry the GGUF header", path=b.path)
     layout_doc = guard.loads_json(layout_path.read_bytes(), path=layout_path)
+    _check_layout_doc(layout_doc, layout_path)
     problems = _unrestorable(b, layout_doc)
     if problems:
         listed = "; ".join(problems[:12]) + (f"; ... and {len(problems) - 12} more" if len(problems) > 12 else "")

@@ -174,6 +174,23 @@ def test_item7_export_refuses_damaged_header(tmp_path, bundle):
     assert r.exit_code == 1 and not (tmp_path / "x.gguf").exists()
 
 
+def test_item7_export_refuses_a_consistent_but_hostile_layout(tmp_path, bundle):
+    import hashlib
+
+    lp = bundle / "source" / "gguf-layout.json"
+    doc = json.loads(lp.read_text())
+    doc["tensors"][0]["offset"] = "x"
+    lp.write_text(json.dumps(doc))
+    m = json.loads((bundle / "manifest.json").read_text())
+    for s in m["source_files"]:  # the hash updated too: only the schema check can refuse it
+        if s["file"] == "source/gguf-layout.json":
+            s["sha256"] = hashlib.sha256(lp.read_bytes()).hexdigest()
+    (bundle / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(FormatError, match="not a GGUF layout document"):
+        export_gguf(bundle, tmp_path / "x.gguf")
+    assert not (tmp_path / "x.gguf").exists()
+
+
 def test_item7_export_of_intact_bundle_is_identical(tmp_path, gguf_bundle, gguf_src):
     res = export_gguf(gguf_bundle, tmp_path / "x.gguf")
     assert res.identical and (tmp_path / "x.gguf").read_bytes() == gguf_src.read_bytes()
