@@ -1,7 +1,8 @@
 """Long-running fuzz target for panelpack's readers (not collected by pytest).
 
 Every case mutates a seed file of one reader (``tests/fuzzing.py``: GGUF, safetensors, HF
-index, bundle manifest, packed bundle) with 1..8 random mutations and checks the property:
+index, bundle manifest, packed bundle) with 1..8 random mutations (JSON files: 1..3, half of
+them a token replaced by a hostile JSON value) and checks the property:
 read cleanly or raise a panelpack exception, in < 2 s and < 64 MiB. A finding is written to
 ``--findings`` (the mutated bytes plus a ``.txt`` with the exception) and the run goes on;
 the summary prints cases tried, outcomes and distinct findings, as JSON on the last line.
@@ -32,6 +33,10 @@ sys.path.insert(0, str(HERE.parent))
 import fuzzing  # noqa: E402
 
 
+JSON_READERS = ("index", "manifest")
+JSON_OP = fuzzing.OPS.index("json")
+
+
 def run(reader: str, seconds: float, seed: int, corpus: fuzzing.Corpus, findings: Path, tmp: Path) -> dict:
     rnd = random.Random(f"{seed}-{reader}")
     seed_bytes = corpus.seeds[reader]
@@ -40,8 +45,12 @@ def run(reader: str, seconds: float, seed: int, corpus: fuzzing.Corpus, findings
     cases = 0
     t_end = time.monotonic() + seconds
     while time.monotonic() < t_end:
-        ops = [(rnd.randrange(len(fuzzing.OPS)), rnd.randrange(1 << 30), rnd.randrange(1 << 16))
-               for _ in range(rnd.randint(1, 8))]
+        if reader in JSON_READERS:  # fewer, more often semantic mutations: most byte edits only break the syntax
+            ops = [(JSON_OP if rnd.random() < 0.5 else rnd.randrange(len(fuzzing.OPS)), rnd.randrange(1 << 30),
+                    rnd.randrange(1 << 16)) for _ in range(rnd.randint(1, 3))]
+        else:
+            ops = [(rnd.randrange(len(fuzzing.OPS)), rnd.randrange(1 << 30), rnd.randrange(1 << 16))
+                   for _ in range(rnd.randint(1, 8))]
         data = fuzzing.mutate(seed_bytes, ops)
         cases += 1
         try:
