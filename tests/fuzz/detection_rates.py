@@ -8,6 +8,7 @@ random byte in each class of file and records the outcome:
 * ``export``: ``export`` = refused, ``export_identical`` = wrote the source GGUF byte for byte
   anyway (the damage does not reach the GGUF, e.g. ``metadata.json``), ``export_wrote_wrong_bytes``
   = wrote a GGUF that differs from the source without refusing (the failure to avoid);
+* ``crashes``: an exception that is not panelpack's (a traceback for the user);
 * ``pack``: detected when it refuses.
 
 Run::
@@ -61,7 +62,7 @@ def main() -> None:
         source_gguf = (tmp / "corpus" / "seed.gguf").read_bytes()
         for cls in _classes(corpus.bundle):
             counts = {"cases": 0, "verify_structure": 0, "verify_lossless": 0, "export": 0, "export_identical": 0,
-                      "export_wrote_wrong_bytes": 0, "pack": 0}
+                      "export_wrote_wrong_bytes": 0, "pack": 0, "crashes": 0}
             for i in range(args.cases):
                 b = tmp / "b.ppk"
                 if b.exists():
@@ -79,6 +80,9 @@ def main() -> None:
                         detected = not bundle_check.verify(b, level=level).ok
                     except PanelpackError:
                         detected = True
+                    except Exception:  # noqa: BLE001 - a crash: counted, not a detection
+                        detected = False
+                        counts["crashes"] += 1
                     counts[f"verify_{level}"] += detected
                 out = tmp / "x.gguf"
                 try:
@@ -87,10 +91,14 @@ def main() -> None:
                     counts["export_identical" if same else "export_wrote_wrong_bytes"] += 1
                 except PanelpackError:
                     counts["export"] += 1
+                except Exception:  # noqa: BLE001
+                    counts["crashes"] += 1
                 try:
                     archive.pack(b, tmp / "x.ppk.tar.zst", force=True, threads=0)
                 except PanelpackError:
                     counts["pack"] += 1
+                except Exception:  # noqa: BLE001
+                    counts["crashes"] += 1
             results[cls] = counts
             print(f"{cls:28s} {counts}", flush=True)
     print(json.dumps(results))
