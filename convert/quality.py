@@ -8,8 +8,8 @@
   ``warning`` to the ledger when:
 
   - ``rel_rms`` > :data:`WARN_REL_RMS` (0.3): the quantized tensor does not represent the
-    weight (an all-subnormal matrix quantizes to zeros, ``rel_rms = 1``; normal weights
-    give 0.003 (Q8_0) to 0.12 (Q4_0));
+    weight (an all-subnormal matrix quantizes to zeros, ``rel_rms = 1``; Gaussian
+    weights give 0.005 (Q8_0), 0.07 (Q4_K), 0.09 (Q4_0));
   - a block's f16 scale overflowed (``|x|`` beyond what the type's f16 scale can reach,
     e.g. 1e6 for Q4_0, whose scale is ``max / -8``): the blocks are written exactly as
     ggml's reference quantizer writes them (scale ``±inf``), and those rows dequantize to
