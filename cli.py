@@ -2,7 +2,8 @@
 
 Each command parses its options, calls one library function, and prints what it returns.
 Our exceptions become one line on stderr and an exit code (0 ok, 1 verification failed,
-2 bad input or usage); nothing else is caught, so a real bug still shows its traceback.
+2 bad input or usage); any other exception is a bug: one line "internal error, please
+report" and exit 3 (the traceback with ``-v``), so it never reads as "verification failed".
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import click
 
 from panelpack import __version__
 from panelpack import cli_choices as choices
-from panelpack.formats.errors import EXIT_BAD_INPUT, EXIT_VERIFY_FAILED, BadInputError, PanelpackError
+from panelpack.formats.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_VERIFY_FAILED, BadInputError, PanelpackError
 
 log = logging.getLogger("panelpack")
 
@@ -40,8 +41,25 @@ def command(fn):
         except BrokenPipeError:  # `panelpack inspect x | head`
             sys.stderr.close()
             sys.exit(0)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except Exception as e:  # a bug: its own exit code, so it never reads as "verification failed"
+            _internal_error(e)
 
     return wrapper
+
+
+def _internal_error(e: Exception) -> None:
+    """One line (exit 3) for an unexpected exception; the traceback only with ``-v``."""
+    ctx = click.get_current_context(silent=True)
+    verbose = ctx.find_root().params.get("verbose", 0) if ctx is not None else 0
+    if verbose:
+        import traceback
+
+        traceback.print_exception(type(e), e, e.__traceback__, file=sys.stderr)
+    hint = "" if verbose else " (run with -v for the traceback)"
+    first = (str(e).splitlines() or [""])[0][:500]
+    _fail(f"internal error, please report: {type(e).__name__}: {first}{hint}", EXIT_INTERNAL)
 
 
 def echo_json(doc) -> None:
@@ -62,7 +80,11 @@ def main(verbose: int) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable JSON document.")
 @command
 def inspect(path: str, as_json: bool) -> None:
-    """Show the architecture, type histogram and tensor table of a GGUF, safetensors file or HF folder."""
+    """Show what a GGUF, safetensors file, HF folder, bundle or .ppk.tar.zst holds.
+
+    Checkpoints: architecture, hyperparameters, type histogram, tensor table. Bundles: source,
+    options, layouts and types written, the ledger summary (fallbacks and why), tensor table.
+    """
     from panelpack.formats import describe
 
     doc = describe.describe(path)
@@ -96,6 +118,20 @@ def layouts(as_json: bool) -> None:
         target = ", ".join(f"{k}={v}" for k, v in d.get("target", {}).items())
         rows.append((d["name"], d.get("row_multiple", 1), types, inv, target, d.get("description", "")))
     click.echo(table(rows, ("layout", "N multiple", "source types", "invertible", "target", "description")))
+    click.echo("\n" + "\n".join(f"  {term:<14} {text}" for term, text in _LAYOUT_TERMS))
+
+
+#: The words of the `layouts` table, explained under it.
+_LAYOUT_TERMS = (
+    ("N multiple", "a matrix's row count N must be a multiple of this, else it stays rowmajor (the ledger says why)"),
+    ("source types", "quantized block types the layout packs; other types are kept rowmajor (or --requant)"),
+    ("invertible", "unpacks to the source blocks byte for byte (verify --level lossless, export to GGUF)"),
+    ("target", "the CPU (isa) and runtime the bytes are arranged for"),
+    ("SME2, SVL", "Arm's Scalable Matrix Extension 2; SVL = its streaming vector length in bits"),
+    ("LUTI4", "the SME2 instruction that expands 4-bit codes through a 64-byte table (ZT0)"),
+    ("seed", "the reference CPU backend whose 8-row interleaved GEMM kernels il8-* feed"),
+    ("d*sc, dmin*m", "Q4_K's block scales multiplied out into f32 (faster to use, no longer the source bytes)"),
+)
 
 
 class _TqdmProgress:
@@ -127,6 +163,40 @@ class _TqdmProgress:
             self.bar = None
 
 
+def _announce_compiles() -> None:
+    """One line on stderr when the first kernel is about to compile (numba cache cold)."""
+    from panelpack.formats import _jit
+
+    if not _jit.cold_cache_hooks:
+        _jit.cold_cache_hooks.append(lambda: click.echo(
+            "compiling kernels (first run on this machine; later runs load them from the cache) ...", err=True))
+
+
+class _VerifyProgress:
+    """Verify's progress bar over tensors (stderr, TTY only); called once per tensor."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.bar = None
+
+    def start(self, tensors: int) -> None:
+        if self.enabled:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=tensors, unit="tensor", desc="verify", file=sys.stderr, dynamic_ncols=True,
+                            leave=False)
+
+    def __call__(self, verdict) -> None:
+        if self.bar is not None:
+            self.bar.set_postfix_str(verdict.name[-40:], refresh=False)
+            self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
 def _install_sigterm() -> None:
     """Turn SIGTERM into KeyboardInterrupt so partial output is cleaned up."""
     import signal
@@ -142,7 +212,8 @@ def _install_sigterm() -> None:
 
 @main.command()
 @click.argument("source", type=click.Path(exists=False))
-@click.option("-o", "--out", "out", type=click.Path(), help="Bundle directory to write (OUT.ppk).")
+@click.option("-o", "--out", "out", type=click.Path(),
+              help="Bundle directory to write (OUT.ppk). Required, unless --dry-run.")
 @click.option("--layout", default="panel64", show_default=True, type=choices.LAYOUT,
               help="Target layout (see `panelpack layouts`).")
 @click.option("--quant", default=None, type=choices.QUANT, help="HF sources: quantize 2-D matmul weights to this type.")
@@ -150,7 +221,10 @@ def _install_sigterm() -> None:
               help="GGUF sources: re-quantize what the layout cannot take to this type.")
 @click.option("--include", multiple=True, metavar="GLOB", help="Only tensors whose name matches (repeatable).")
 @click.option("--exclude", multiple=True, metavar="GLOB", help="Skip tensors whose name matches (repeatable).")
-@click.option("-j", "--jobs", default=1, show_default=True, type=click.IntRange(1, 64), help="Tensors converted in parallel.")
+@click.option("-j", "--jobs", default=1, show_default=True, type=click.IntRange(1, 64),
+              help="Tensors converted at once (threads). Helps only when cores are idle and quantizing "
+                   "(--quant/--requant) dominates: the big kernels already use every core and the others hold "
+                   "the GIL, so -j 2 measured no speed-up on a GGUF repack or a small model.")
 @click.option("--dry-run", is_flag=True, help="Print the plan and ledger without reading tensor data.")
 @click.option("--force", is_flag=True, help="Replace OUT if it exists.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (for pipelines).")
@@ -158,9 +232,11 @@ def _install_sigterm() -> None:
 @click.option("--target", type=click.Choice(["bundle", "cactus"]), default=None,
               help="bundle (default) | cactus: a folder the cactus engine loads (--quant cq1..cq4).")
 @click.option("--cactus-panels", is_flag=True, help="cactus target: CQ4 matmul weights as .cq4p.weights panels.")
+@click.option("--allow-nonfinite", is_flag=True,
+              help="Quantize weights holding NaN/Inf (refused by default, naming the tensor and index).")
 @command
 def convert(source, out, layout, quant, requant, include, exclude, jobs, dry_run, force, as_json, no_progress,
-            target, cactus_panels):
+            target, cactus_panels, allow_nonfinite):
     """Convert a GGUF file or an HF checkpoint into a bundle (or a cactus folder)."""
     from panelpack.convert import convert as convert_fn
     from panelpack.convert import report
@@ -171,9 +247,11 @@ def convert(source, out, layout, quant, requant, include, exclude, jobs, dry_run
         _convert_cactus(source, out, target, quant, cactus_panels, dry_run, force, as_json)
         return
     _install_sigterm()
+    _announce_compiles()
     progress = _TqdmProgress(enabled=not (as_json or no_progress or dry_run) and sys.stderr.isatty())
     result = convert_fn(source, out, layout=layout, quant=quant, requant=requant, include=include,
-                        exclude=exclude, jobs=jobs, dry_run=dry_run, force=force, progress=progress)
+                        exclude=exclude, jobs=jobs, dry_run=dry_run, force=force, progress=progress,
+                        allow_nonfinite=allow_nonfinite)
     if as_json:
         echo_json(result.to_json())
     else:
@@ -223,7 +301,11 @@ def export(bundle, out, force, as_json):
 @click.option("--threads", default=-1, show_default=True, type=int, help="zstd worker threads (-1: all cores).")
 @command
 def pack(bundle, out, force, level, threads):
-    """Write a bundle as a deterministic .ppk.tar.zst archive."""
+    """Write a bundle as a deterministic .ppk.tar.zst archive.
+
+    The bundle is checked first (manifest, every file's size and sha256, regions, no links):
+    a bundle `verify --level structure` would reject is not packed (exit 1).
+    """
     from panelpack.formats import archive
 
     _install_sigterm()
@@ -234,14 +316,21 @@ def pack(bundle, out, force, level, threads):
 @main.command()
 @click.argument("archive_path", metavar="ARCHIVE", type=click.Path(exists=False))
 @click.option("-o", "--out", "out", required=True, type=click.Path(), help="Bundle directory to restore.")
-@click.option("--force", is_flag=True, help="Replace OUT if it exists.")
+@click.option("--force", is_flag=True, help="Replace OUT if it exists (only a bundle folder is ever replaced).")
+@click.option("--allow-large", is_flag=True,
+              help="Accept members declaring more than 64x the archive's size (and over 64 MiB): "
+                   "refused by default as a likely decompression bomb.")
 @command
-def unpack(archive_path, out, force):
-    """Restore a bundle directory from a .ppk.tar.zst archive."""
+def unpack(archive_path, out, force, allow_large):
+    """Restore a bundle directory from a .ppk.tar.zst archive.
+
+    The restored files are checked against the manifest's sizes and sha256 (and the zstd
+    frame checksums) before the folder appears under OUT; on any failure nothing is left.
+    """
     from panelpack.formats import archive
 
     _install_sigterm()
-    r = archive.unpack(archive_path, out, force=force)
+    r = archive.unpack(archive_path, out, force=force, allow_large=allow_large)
     click.echo(f"unpacked {r.files} files, {r.bytes_in:,} bytes -> {r.path}")
 
 
@@ -266,8 +355,17 @@ def verify(bundle, level, report_path, seed, sample, svl_bits, names):
     """
     from panelpack.verify import bundle_check
 
-    rep = bundle_check.verify(bundle, level=level, seed=seed, sample=sample, svl_bits=int(svl_bits),
-                              names=list(names) or None)
+    if report_path not in (None, "-"):
+        from panelpack.formats import guard
+
+        guard.check_disjoint(bundle, report_path, "the bundle", "the report")
+    _announce_compiles()
+    progress = _VerifyProgress(enabled=sys.stderr.isatty() and report_path != "-")
+    try:
+        rep = bundle_check.verify(bundle, level=level, seed=seed, sample=sample, svl_bits=int(svl_bits),
+                                  names=list(names) or None, progress=progress)
+    finally:
+        progress.close()
     if report_path == "-":
         echo_json(rep.to_json())
     else:
@@ -282,11 +380,13 @@ def verify(bundle, level, report_path, seed, sample, svl_bits, names):
 
 @main.command()
 @click.option("-o", "--out", "out", default="tiny-llama.ppk", show_default=True, type=click.Path(),
-              help="Bundle directory to write (replaced if it exists).")
+              help="Bundle directory to write (replaced if it is a bundle; any other folder is refused).")
 @click.option("--source", "source", default=None, type=click.Path(),
               help="Where to write the generated HF checkpoint (default: a temporary folder).")
-@click.option("--layout", default="panel64", show_default=True, type=choices.LAYOUT)
-@click.option("--quant", default="q4_k", show_default=True, type=choices.QUANT)
+@click.option("--layout", default="panel64", show_default=True, type=choices.LAYOUT,
+              help="Layout of the demo bundle (see `panelpack layouts`).")
+@click.option("--quant", default="q4_k", show_default=True, type=choices.QUANT,
+              help="Quantize the demo's matrices to this type.")
 @click.option("--verify", "verify_level", default="structure", show_default=True, type=choices.DEMO_LEVEL,
               help="Verification level to run on the bundle afterwards. 'all' adds the emulated SME2 and "
                    "NEON leaves and the compiled kernels; the first run on a machine compiles them (tens of "
@@ -300,7 +400,12 @@ def demo(out, source, layout, quant, verify_level, no_verify):
     from panelpack.convert import convert as convert_fn
     from panelpack.convert import report
     from panelpack.convert.example import write_tiny_llama
+    from panelpack.formats import guard
 
+    guard.check_replaceable_bundle(out)  # demo replaces OUT: only ever a bundle
+    _announce_compiles()
+    if source:
+        guard.check_disjoint(source, out, "the generated checkpoint", "the bundle")
     with tempfile.TemporaryDirectory(prefix="panelpack-demo-") as tmp:
         src = write_tiny_llama(source or tmp + "/tiny-llama-hf")
         click.echo(f"generated {src} (tiny Llama-shaped checkpoint, bf16)")

@@ -84,13 +84,16 @@ def plan(source: str | os.PathLike, layout: str = "panel64", quant: Optional[str
 def convert(source: str | os.PathLike, out: str | os.PathLike | None = None, layout: str = "panel64",
             quant: Optional[str] = None, requant: Optional[str] = None, include: Sequence[str] = (),
             exclude: Sequence[str] = (), jobs: int = 1, dry_run: bool = False, force: bool = False,
-            progress: Optional[Progress] = None) -> ConvertResult:
+            progress: Optional[Progress] = None, allow_nonfinite: bool = False) -> ConvertResult:
     """Convert a GGUF file or an HF checkpoint into a bundle at ``out``.
 
     ``quant`` (HF sources: q4_0, q8_0, q4_k) quantizes 2-D matmul weights; ``requant`` (GGUF
     sources) re-quantizes what the layout cannot take. With ``dry_run`` nothing is read or
-    written beyond the headers, and the result carries the plan and ledger.
+    written beyond the headers, and the result carries the plan and ledger. A NaN/Inf in a
+    weight to be quantized is refused (naming the tensor and index) unless ``allow_nonfinite``.
     """
+    if out is not None and not dry_run:
+        _check_output(source, out, force)
     with open_checkpoint(source) as ckpt:
         p = make_plan(ckpt, layout, quant, requant, include, exclude)
         if dry_run:
@@ -99,8 +102,18 @@ def convert(source: str | os.PathLike, out: str | os.PathLike | None = None, lay
             from ..formats.errors import BadInputError
 
             raise BadInputError("an output path is needed (-o OUT.ppk) unless --dry-run")
-        path, results, seconds = run(ckpt, p, out, force=force, jobs=jobs, progress=progress)
+        path, results, seconds = run(ckpt, p, out, force=force, jobs=jobs, progress=progress,
+                                     allow_nonfinite=allow_nonfinite)
         return ConvertResult(p, path, seconds, results)
+
+
+def _check_output(source: str | os.PathLike, out: str | os.PathLike, force: bool) -> None:
+    """The bundle may not be, contain or lie inside the source; ``--force`` replaces only a bundle."""
+    from ..formats import guard
+
+    guard.check_disjoint(source, out, "the source checkpoint", "the bundle")
+    if force:
+        guard.check_replaceable_bundle(out)
 
 
 def export(bundle: str | os.PathLike, out: str | os.PathLike, force: bool = False):

@@ -14,7 +14,6 @@ tensor cannot be restored, nothing is written and the error lists each one with 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 from dataclasses import dataclass
@@ -69,11 +68,51 @@ def _unrestorable(b: Bundle, layout_doc: dict[str, Any]) -> list[str]:
     return problems
 
 
+def _check_source_files(b: Bundle, needed: tuple[str, ...]) -> None:
+    """The side files export rebuilds the GGUF from must match the sha256 the manifest
+    records (a damaged header would be written into the GGUF): raise VerificationError."""
+    from ..formats.bundle import sha256_file
+    from ..formats.errors import VerificationError
+
+    recorded = {s["file"]: s for s in b.manifest.get("source_files", [])}
+    for rel in needed:
+        p = b.path / rel
+        if not p.is_file():
+            continue  # absent: reported as missing below
+        entry = recorded.get(rel)
+        if entry is None:
+            raise VerificationError(f"{b.path}: {rel} is not listed in the manifest; cannot check it: nothing written")
+        if sha256_file(p) != entry["sha256"]:
+            raise VerificationError(f"{b.path}: {rel} does not match the sha256 recorded in the manifest (damaged "
+                                    "bundle; run `panelpack verify`): nothing written")
+
+
+def _check_layout_doc(doc: Any, path: Path) -> None:
+    """``gguf-layout.json`` has the fields and types export reads (FormatError otherwise)."""
+    def is_int(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < (1 << 50)
+
+    ok = (isinstance(doc, dict) and is_int(doc.get("data_offset")) and is_int(doc.get("file_size"))
+          and isinstance(doc.get("tensors"), list) and isinstance(doc.get("nonzero_gaps", []), list))
+    if ok:
+        ok = all(isinstance(r, dict) and isinstance(r.get("name"), str) and isinstance(r.get("type"), str)
+                 and is_int(r.get("offset")) for r in doc["tensors"])
+        ok = ok and all(isinstance(g, list) and len(g) == 2 and all(is_int(x) for x in g) and g[0] < g[1]
+                        for g in doc.get("nonzero_gaps", []))
+    if not ok:
+        raise FormatError("not a GGUF layout document (data_offset, file_size, tensors[{name, type, offset}], "
+                          "nonzero_gaps[[a, b]])", path=path)
+
+
 def export_gguf(bundle: str | os.PathLike, out: str | os.PathLike, force: bool = False) -> ExportResult:
     import time
 
+    from ..formats import guard
+
     t0 = time.perf_counter()
+    guard.check_disjoint(bundle, out, "the bundle", "the GGUF to write")
     b = Bundle(bundle)
+    _check_source_files(b, ("source/gguf-header.bin", "source/gguf-layout.json", "source/gguf-gaps.bin"))
     src = b.manifest.get("source", {})
     if src.get("kind") != "gguf":
         raise BadInputError(f"bundle was made from a {src.get('kind')!r} source; export writes GGUF only for GGUF-sourced bundles",
@@ -83,7 +122,8 @@ def export_gguf(bundle: str | os.PathLike, out: str | os.PathLike, force: bool =
     for p in (header_path, layout_path):
         if not p.is_file():
             raise FormatError(f"missing {p.relative_to(b.path)}: the bundle does not carry the GGUF header", path=b.path)
-    layout_doc = json.loads(layout_path.read_text())
+    layout_doc = guard.loads_json(layout_path.read_bytes(), path=layout_path)
+    _check_layout_doc(layout_doc, layout_path)
     problems = _unrestorable(b, layout_doc)
     if problems:
         listed = "; ".join(problems[:12]) + (f"; ... and {len(problems) - 12} more" if len(problems) > 12 else "")

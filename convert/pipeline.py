@@ -27,6 +27,7 @@ from ..formats.atomic import sha256_bytes, sha256_file
 from ..formats import bundle
 from ..formats.bundle import BundleWriter, TensorEntry, hash_async
 from ..formats.common import Checkpoint
+from . import quality
 from .plan import Plan, TensorPlan
 
 log = logging.getLogger(__name__)
@@ -55,13 +56,8 @@ def _as_f32(raw: np.ndarray, t: qtypes.GGMLType, n: int, k: int) -> np.ndarray:
     return codecs.dequantize(raw, t, n, k).reshape(n, k)
 
 
-def _error(x_new: np.ndarray, x_ref: np.ndarray) -> dict[str, float]:
-    d = x_new.astype(np.float64) - x_ref.astype(np.float64)
-    ref = float(np.sqrt(np.mean(np.square(x_ref, dtype=np.float64)))) or 1.0
-    return {"rel_rms": float(np.sqrt(np.mean(np.square(d))) / ref), "max_abs": float(np.max(np.abs(d))) if d.size else 0.0}
-
-
-def convert_tensor(ckpt: Checkpoint, tp: TensorPlan) -> tuple[dict[str, np.ndarray], dict[str, Any], Optional[dict]]:
+def convert_tensor(ckpt: Checkpoint, tp: TensorPlan, allow_nonfinite: bool = False
+                   ) -> tuple[dict[str, np.ndarray], dict[str, Any], Optional[dict]]:
     """Produce one tensor's regions. Returns (regions, extra manifest fields, error)."""
     info, d = tp.info, tp.decision
     n, k = info.n, info.k
@@ -72,9 +68,10 @@ def convert_tensor(ckpt: Checkpoint, tp: TensorPlan) -> tuple[dict[str, np.ndarr
         blocks = raw.reshape(n, -1) if info.type.quantized else raw
     elif d.action in ("quantize", "requantize"):
         x = _as_f32(raw, info.type, n, k)
+        quality.check_finite(x, info.name, allow_nonfinite)
         blocks = codecs.quantize(x, d.target_type)
         blocks_hash = hash_async(sha256_bytes, blocks)
-        err = _error(_as_f32(blocks, d.target_type, n, k), x)
+        err = quality.quantization_error(_as_f32(blocks, d.target_type, n, k), x, blocks, d.target_type, info.name)
         del x
     else:  # pragma: no cover - the policy produces only the actions above
         raise AssertionError(d.action)
@@ -188,7 +185,7 @@ def _target(plan: Plan) -> dict[str, Any]:
 
 
 def run(ckpt: Checkpoint, plan: Plan, out: str | os.PathLike, force: bool = False, jobs: int = 1,
-        progress: Optional[Progress] = None) -> tuple[Path, list[TensorResult], float]:
+        progress: Optional[Progress] = None, allow_nonfinite: bool = False) -> tuple[Path, list[TensorResult], float]:
     """Write the bundle for ``plan``. Returns (path, per-tensor results, seconds)."""
     progress = progress or Progress()
     t0 = time.perf_counter()
@@ -216,12 +213,12 @@ def run(ckpt: Checkpoint, plan: Plan, out: str | os.PathLike, force: bool = Fals
 
         if jobs == 1:
             for tp in plan.tensors:
-                finish(tp, convert_tensor(ckpt, tp))
+                finish(tp, convert_tensor(ckpt, tp, allow_nonfinite))
         else:
             with ThreadPoolExecutor(max_workers=jobs) as pool:
                 window: deque = deque()
                 for tp in plan.tensors:
-                    window.append((tp, pool.submit(convert_tensor, ckpt, tp)))
+                    window.append((tp, pool.submit(convert_tensor, ckpt, tp, allow_nonfinite)))
                     if len(window) >= jobs:
                         tp0, fut = window.popleft()
                         finish(tp0, fut.result())

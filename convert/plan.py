@@ -77,7 +77,9 @@ class Plan:
         return out
 
     def fallbacks(self) -> list[TensorPlan]:
-        return [t for t in self.tensors if t.decision.reason]
+        """Tensors not written in the requested layout (a re-quantized tensor in the requested
+        layout has a reason in its ledger but is no fallback)."""
+        return [t for t in self.tensors if t.decision.layout != t.requested]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -112,6 +114,7 @@ def make_plan(ckpt: Checkpoint, layout: str = "panel64", quant: Optional[str] = 
     if ckpt.kind != "gguf" and qt is None and layout != "rowmajor":
         raise BadInputError(f"{ckpt.path}: a float checkpoint needs --quant (q4_0, q4_k or q8_0) for the "
                             f"{layout} layout (or --layout rowmajor to copy it as stored)")
+    _check_hyperparameters(ckpt)
     infos = policy.select(ckpt.tensors, include, exclude)
     tensors = []
     for i, info in enumerate(infos):
@@ -121,3 +124,14 @@ def make_plan(ckpt: Checkpoint, layout: str = "panel64", quant: Optional[str] = 
         _, size = layout_regions(specs)
         tensors.append(TensorPlan(i, info, d, layout, specs, size, params))
     return Plan(ckpt.kind, ckpt.path, layout, qt, rq, tensors)
+
+
+def _check_hyperparameters(ckpt: Checkpoint) -> None:
+    """A bundle records the checkpoint's hyperparameters: refuse ones that are out of range or
+    contradict the tensors (formats/hparams.py)."""
+    from ..formats import hparams
+
+    probs = hparams.check_checkpoint(ckpt)
+    if probs:
+        raise BadInputError(f"hyperparameters out of range or in conflict with the tensors: {'; '.join(probs)}",
+                            path=ckpt.path)

@@ -13,7 +13,10 @@ def render_ledger(ledger: list[dict[str, Any]]) -> str:
         err = row.get("error")
         note = row["reason"] or ""
         if err:
-            note = (note + "; " if note else "") + f"quantization error rel_rms={err['rel_rms']:.3g}"
+            rel = err.get("rel_rms")
+            note = (note + "; " if note else "") + ("quantization error rel_rms=" + (f"{rel:.3g}" if rel is not None else "n/a"))
+            if err.get("warning"):
+                note += f"; WARNING: {err['warning']}"
         shape = "x".join(str(d) for d in row["shape"])
         typ = row["source_type"] if row["source_type"] == row["type"] else f"{row['source_type']}->{row['type']}"
         rows.append((row["name"], shape, typ, row["written"], human_bytes(row["bytes"]), note))
@@ -24,7 +27,10 @@ def render_result(result) -> str:
     plan = result.plan
     out = [render_ledger(result.ledger), ""]
     counts = ", ".join(f"{k}: {v}" for k, v in sorted(plan.layout_counts().items()))
-    fb = len(plan.fallbacks())
+    # counted from the ledger's written layout: a re-quantized tensor in the requested layout
+    # has a reason but is no fallback
+    fb = sum(1 for row in result.ledger if row["written"] != row["requested"])
+    warned = [row["name"] for row in result.ledger if (row.get("error") or {}).get("warning")]
     if result.dry_run:
         out.append(f"dry run: {len(plan.tensors)} tensors planned, nothing read or written")
     else:
@@ -32,4 +38,7 @@ def render_result(result) -> str:
         out.append(f"wrote {result.bundle} in {result.seconds:.2f} s ({human_bytes(rate)}/s of source)")
     out.append(f"bytes in {human_bytes(plan.bytes_in)}, out {human_bytes(plan.bytes_out)}; "
                f"layouts: {counts}; {fb} tensor(s) not in the requested layout '{plan.layout}' (see ledger)")
+    if warned:
+        shown = ", ".join(warned[:5]) + (f", ... and {len(warned) - 5} more" if len(warned) > 5 else "")
+        out.append(f"WARNING: {len(warned)} tensor(s) quantized badly (see the ledger's WARNING): {shown}")
     return "\n".join(out)

@@ -22,6 +22,30 @@ from typing import Any, Callable
 
 _lock = threading.RLock()  # re-entrant: compiling a kernel may resolve the lazy kernels it calls
 
+#: Called once per process (no arguments) just before the first kernel that is not in numba's
+#: cache compiles: the CLI prints "compiling kernels (first run on this machine)" from it.
+cold_cache_hooks: list[Callable[[], None]] = []
+_cold_announced = False
+
+
+def _announce_if_cold(fn: Callable, options: dict[str, Any]) -> None:
+    """Run the hooks if ``fn`` has no entry in numba's on-disk cache (so it will compile)."""
+    global _cold_announced
+    if _cold_announced or not cold_cache_hooks or not options.get("cache"):
+        return
+    try:
+        import os
+
+        from numba.core.caching import FunctionCache
+
+        cold = not os.path.exists(FunctionCache(fn)._cache_file._index_path)
+    except Exception:  # noqa: BLE001 - a numba internal moved: no notice, never a failure
+        return
+    if cold:
+        _cold_announced = True
+        for hook in cold_cache_hooks:
+            hook()
+
 
 class LazyKernel:
     def __init__(self, fn: Callable, signatures: Any, options: dict[str, Any]):
@@ -39,6 +63,8 @@ class LazyKernel:
             with _lock:
                 if self._dispatcher is None:
                     import numba
+
+                    _announce_if_cold(self.py_func, self.options)
 
                     if self.signatures is None:
                         self._dispatcher = numba.njit(**self.options)(self.py_func)

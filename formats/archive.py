@@ -75,16 +75,41 @@ def _tarinfo(root: Path, p: Path) -> tarfile.TarInfo:
     return ti
 
 
+#: The size-bomb rule of :func:`unpack`: the sizes an archive's members declare may add up to
+#: at most ``LARGE_RATIO`` times the archive's own size, or ``LARGE_FLOOR`` bytes, whichever
+#: is larger, unless ``allow_large``. Bundles compress by ~1.1x (SmolLM2 panel64 1.12x, the
+#: demo 1.11x), so this only refuses archives that are mostly runs of zeros.
+LARGE_RATIO = 64
+LARGE_FLOOR = 64 << 20
+
+
+def _check_bundle_for_pack(root: Path, out: Path) -> None:
+    """pack ships only what verify's structure level would accept: a valid manifest, every
+    file present with its size and sha256, regions in bounds, no links (VerificationError)."""
+    from . import guard
+    from .bundle import Bundle
+    from .errors import VerificationError
+
+    if not (root / "manifest.json").is_file():
+        raise BadInputError("not a bundle directory (no manifest.json)", path=root)
+    guard.check_disjoint(root, out, "the bundle", "the archive")
+    problems = Bundle(root).check_structure(hashes=True)
+    if problems:
+        listed = "; ".join(f"{w}: {m}" for w, m in problems[:5])
+        more = f"; ... and {len(problems) - 5} more" if len(problems) > 5 else ""
+        raise VerificationError(f"{root}: not packing a damaged bundle ({len(problems)} problem(s): {listed}{more}); "
+                                "run `panelpack verify`")
+
+
 def pack(bundle_dir: str | os.PathLike, out: str | os.PathLike, force: bool = False,
          level: int = 9, threads: int = -1) -> ArchiveResult:
     """Write ``bundle_dir`` as a deterministic ``.tar.zst`` to ``out`` (atomically)."""
     root = Path(bundle_dir)
-    if not (root / "manifest.json").is_file():
-        raise BadInputError("not a bundle directory (no manifest.json)", path=root)
+    _check_bundle_for_pack(root, Path(out))
     out = atomic.check_target(out, force)
     entries = _entries(root)
     threads = threads if threads != 0 else 1
-    cctx = zstandard.ZstdCompressor(level=level, threads=threads)
+    cctx = zstandard.ZstdCompressor(level=level, threads=threads, write_checksum=True)
     bytes_in = 0
     with atomic.atomic_file(out, force=force) as raw:
         with cctx.stream_writer(raw, closefd=False) as zw:
@@ -110,11 +135,52 @@ def _safe_member_path(name: str, archive: Path) -> Path:
     return p
 
 
-def unpack(archive: str | os.PathLike, out: str | os.PathLike, force: bool = False) -> ArchiveResult:
-    """Restore a ``.ppk.tar.zst`` into the folder ``out`` (atomically)."""
-    archive = Path(archive)
+def _check_unpack_args(archive: Path, out: Path, force: bool) -> None:
+    from . import guard
+
+    if archive.is_dir():
+        raise BadInputError("is a folder, not a .ppk.tar.zst archive (a bundle folder needs no unpacking)",
+                            path=archive)
     if not archive.is_file():
         raise BadInputError("no such archive", path=archive)
+    guard.check_disjoint(archive, out, "the archive", "the output folder")
+    if force:
+        guard.check_replaceable_bundle(out)
+
+
+def _size_rule(member: tarfile.TarInfo, declared: int, archive: Path, allow_large: bool) -> None:
+    """Refuse an archive whose members declare far more bytes than it could hold
+    (see :data:`LARGE_RATIO`); ``declared`` includes ``member``."""
+    limit = max(LARGE_RATIO * archive.stat().st_size, LARGE_FLOOR)
+    if declared > limit and not allow_large:
+        raise FormatError(f"members declare {declared:,} bytes (at {member.name!r}), more than {LARGE_RATIO}x the "
+                          f"archive's size or {LARGE_FLOOR >> 20} MiB: refusing a likely decompression bomb "
+                          "(pass --allow-large if it is legitimate)", path=archive)
+
+
+def _verify_unpacked(tmp: Path, archive: Path) -> None:
+    """What unpack wrote must be a bundle whose files match its manifest (VerificationError)."""
+    from .bundle import Bundle
+    from .errors import VerificationError
+
+    if not (tmp / "manifest.json").is_file():
+        raise FormatError("archive holds no manifest.json: not a bundle", path=archive)
+    try:
+        problems = Bundle(tmp).check_structure(hashes=True)
+    except BadInputError as e:  # named after the archive, not the hidden temporary folder
+        raise type(e)(f"the bundle inside: {e.detail}", path=archive) from None
+    if problems:
+        listed = "; ".join(f"{w}: {m}" for w, m in problems[:5])
+        raise VerificationError(f"{archive}: the unpacked bundle does not match its manifest "
+                                f"({len(problems)} problem(s): {listed}); nothing written")
+
+
+def unpack(archive: str | os.PathLike, out: str | os.PathLike, force: bool = False,
+           allow_large: bool = False) -> ArchiveResult:
+    """Restore a ``.ppk.tar.zst`` into the folder ``out`` (atomically), checked against its
+    manifest; refuses size bombs (:data:`LARGE_RATIO`) unless ``allow_large``."""
+    archive = Path(archive)
+    _check_unpack_args(archive, Path(out), force)
     if not is_archive(archive):
         raise FormatError("not a zstd-compressed bundle archive (bad magic)", path=archive)
     out = atomic.check_target(out, force)
@@ -126,6 +192,7 @@ def unpack(archive: str | os.PathLike, out: str | os.PathLike, force: bool = Fal
                 with tarfile.open(fileobj=zr, mode="r|") as tar:
                     for m in tar:
                         rel = _safe_member_path(m.name, archive)
+                        _size_rule(m, bytes_total + m.size, archive, allow_large)
                         dst = tmp / rel
                         if m.isdir():
                             dst.mkdir(parents=True, exist_ok=True)
@@ -142,8 +209,7 @@ def unpack(archive: str | os.PathLike, out: str | os.PathLike, force: bool = Fal
                             bytes_total += m.size
                         else:
                             raise FormatError(f"member {m.name!r} is not a regular file or folder", path=archive)
-            if not (tmp / "manifest.json").is_file():
-                raise FormatError("archive holds no manifest.json: not a bundle", path=archive)
+            _verify_unpacked(tmp, archive)
     except (tarfile.TarError, zstandard.ZstdError, EOFError) as e:
         raise FormatError(f"corrupt archive: {e}", path=archive) from None
     return ArchiveResult(out, files, bytes_total, bytes_total)

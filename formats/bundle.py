@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import re
 import shutil
@@ -34,7 +35,7 @@ from typing import Any, Iterable, Mapping, Optional
 import numpy as np
 
 from .errors import BadInputError, FormatError, OutputError
-from . import atomic, qtypes
+from . import atomic, guard, qtypes
 from .atomic import sha256_bytes, sha256_file
 
 log = logging.getLogger(__name__)
@@ -129,7 +130,7 @@ class Region:
             raise FormatError("negative offset or size", path=mpath, where=where)
         if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in r["shape"]):
             raise FormatError("shape must be non-negative integers", path=mpath, where=where)
-        want = int(np.prod(r["shape"], dtype=np.int64)) * np.dtype(DTYPES[r["dtype"]]).itemsize
+        want = math.prod(r["shape"]) * np.dtype(DTYPES[r["dtype"]]).itemsize  # Python ints: no overflow
         if want != r["bytes"]:
             raise FormatError(f"shape {r['shape']} of {r['dtype']} is {want} bytes, region says {r['bytes']}",
                               path=mpath, where=where)
@@ -316,10 +317,26 @@ CHECKSUM_KEY = "manifest_sha256"
 _CHECKSUM_TAIL = re.compile(rb',\n "' + CHECKSUM_KEY.encode() + rb'": "([0-9a-f]{64})"\n\}\n\Z')
 
 
+def refuse_nonfinite(doc: Any, what: str = "manifest") -> None:
+    """Raise BadInputError naming the first NaN/±Inf float in ``doc`` (JSON cannot hold one,
+    and ``json`` would write a bare ``NaN`` that no strict reader accepts)."""
+    stack: list[tuple[str, Any]] = [("", doc)]
+    while stack:
+        where, v = stack.pop()
+        if isinstance(v, float) and not np.isfinite(v):
+            raise BadInputError(f"{what} value {where or '(root)'} is {v!r}: JSON cannot represent NaN or "
+                                "infinity; nothing written")
+        if isinstance(v, dict):
+            stack.extend((f"{where}.{k}" if where else str(k), x) for k, x in reversed(list(v.items())))
+        elif isinstance(v, (list, tuple)):
+            stack.extend((f"{where}[{i}]", x) for i, x in reversed(list(enumerate(v))))
+
+
 def manifest_text(doc: dict[str, Any]) -> str:
     """The manifest as JSON: one top-level key per line and one line per tensor (readable and
     diffable, and written by json's C encoder, which pretty-printing would bypass), sealed
     with :data:`CHECKSUM_KEY` as the last member."""
+    refuse_nonfinite(doc)
     enc = json.JSONEncoder(allow_nan=False, separators=(", ", ": "))
     lines = []
     for key, value in doc.items():
@@ -528,9 +545,11 @@ class Bundle:
             raise BadInputError("not a bundle directory (expected a folder with manifest.json)", path=self.path)
         if not mpath.is_file():
             raise FormatError("no manifest.json: not a panelpack bundle", path=self.path)
+        guard.refuse_links(self.path)  # no symlinks or special files anywhere in a bundle
         try:
             with open(mpath, "rb") as f:
-                text = f.read((64 << 20) + 1)
+                # (read(n) allocates n bytes up front: ask for what the file holds, capped)
+                text = f.read(min(os.fstat(f.fileno()).st_size, 64 << 20) + 1)
             if len(text) > (64 << 20):
                 raise FormatError("manifest.json is larger than 64 MiB", path=mpath)
             self.manifest = json.loads(text.decode("utf-8"), object_pairs_hook=_no_duplicates(mpath))
@@ -538,10 +557,13 @@ class Bundle:
             raise FormatError(f"not UTF-8 ({e.reason} at byte {e.start})", path=mpath) from None
         except json.JSONDecodeError as e:
             raise FormatError(f"invalid JSON: {e.msg} at line {e.lineno} column {e.colno}", path=mpath) from None
+        except RecursionError:
+            raise FormatError(guard.MAX_JSON_DEPTH_NOTE, path=mpath) from None
         self._validate(mpath)
         self._by_name = {t.name: t for t in self.entries}
         #: why the manifest cannot be trusted (its checksum), or None
         self.manifest_problem = manifest_checksum_problem(text)
+        _check_manifest_values(self.manifest, mpath)
 
     # -- schema -----------------------------------------------------------------------------
     def _validate(self, mpath: Path) -> None:
@@ -701,6 +723,51 @@ def source_tensor_list(ckpt_tensors: Iterable[Any]) -> dict[str, Any]:
 
 def _canonical(value: Any) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode()
+
+
+#: Bounds no real bundle reaches (a tensor dimension, a tensor's element count, a byte count
+#: or offset): beyond them numpy's int64 arithmetic would overflow.
+MAX_DIM = 1 << 32
+MAX_ELEMENTS = 1 << 48
+MAX_BYTES = 1 << 50
+
+
+def _check_manifest_values(m: dict[str, Any], mpath: Path) -> None:
+    """Value checks beyond the schema (found by fuzzing, tests/fuzz/): sizes within the
+    bounds above, optional hashes that are hashes, ledger and source fields of the right type."""
+    for key in ("source", "model", "options", "target"):
+        if key in m and not isinstance(m[key], dict):
+            raise FormatError(f"field {key!r} must be an object", path=mpath)
+    files = m.get("source", {}).get("files", [])
+    if not isinstance(files, list) or not all(isinstance(f, dict) for f in files):
+        raise FormatError("field 'source.files' must be a list of objects", path=mpath)
+    for f in files:
+        if not isinstance(f.get("sha256", ""), (str, type(None))) or not isinstance(f.get("bytes", 0), (int, type(None))):
+            raise FormatError("source.files entries need a string sha256 and an integer bytes", path=mpath)
+    for t in m["tensors"]:
+        where = f"tensor {t['name']!r}"
+        if any(d > MAX_DIM for d in t["shape"]) or math.prod(t["shape"]) > MAX_ELEMENTS:
+            raise FormatError(f"shape {t['shape']} is beyond any real tensor", path=mpath, where=where)
+        if t["bytes"] > MAX_BYTES:
+            raise FormatError(f"{t['bytes']} bytes is beyond any real tensor", path=mpath, where=where)
+        for rname, r in t["regions"].items():
+            if r["offset"] > MAX_BYTES or r["bytes"] > MAX_BYTES:
+                raise FormatError("offset or size beyond any real tensor", path=mpath, where=f"{where} region {rname!r}")
+            if "sha256" in r and not (isinstance(r["sha256"], str) and _HEX64.match(r["sha256"])):
+                raise FormatError("region sha256 is not a sha256", path=mpath, where=f"{where} region {rname!r}")
+        if not _HEX64.match(t["sha256"]):
+            raise FormatError("field 'sha256' is not a sha256 (64 hex digits)", path=mpath, where=where)
+        for key in ("blocks_sha256", "source_sha256"):
+            if key in t and not (isinstance(t[key], str) and _HEX64.match(t[key])):
+                raise FormatError(f"field {key!r} is not a sha256 (64 hex digits)", path=mpath, where=where)
+        led = t["ledger"]
+        for key in ("requested", "written"):
+            if not isinstance(led[key], str):
+                raise FormatError(f"ledger field {key!r} must be a string", path=mpath, where=where)
+        if not isinstance(led["reason"], (str, type(None))):
+            raise FormatError("ledger field 'reason' must be a string or null", path=mpath, where=where)
+        if "error" in led and not isinstance(led["error"], (dict, type(None))):
+            raise FormatError("ledger field 'error' must be an object", path=mpath, where=where)
 
 
 def _no_duplicates(path):

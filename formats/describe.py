@@ -47,9 +47,13 @@ _GGUF_KEYS = (
 
 
 def describe(path: str | os.PathLike) -> dict[str, Any]:
-    """Open ``path`` (see :func:`formats.checkpoint.open_checkpoint`) and describe it."""
+    """Open ``path`` (see :func:`formats.checkpoint.open_checkpoint`) and describe it; a bundle
+    folder or ``.ppk.tar.zst`` is described from its manifest (``formats/describe_bundle.py``)."""
     from .checkpoint import open_checkpoint
+    from . import describe_bundle
 
+    if describe_bundle.is_bundle_path(path):  # a bundle or its archive: described from the manifest
+        return describe_bundle.describe_bundle(path)
     with open_checkpoint(path) as ckpt:
         return describe_checkpoint(ckpt)
 
@@ -82,6 +86,7 @@ def describe_checkpoint(ckpt: Checkpoint) -> dict[str, Any]:
         "source": {"kind": ckpt.kind, "path": ckpt.path, "files": files, "bytes": sum(f["bytes"] for f in files)},
         "architecture": ckpt.architecture,
         "hyperparameters": _jsonable({k: v for k, v in ckpt.hyperparameters().items() if v is not None}),
+        "hyperparameter_problems": _hparam_problems(ckpt),
         "metadata": _METADATA.get(ckpt.kind, _generic_metadata)(ckpt),
         "shape_order": SHAPE_ORDER,
         "types": types_,
@@ -93,6 +98,12 @@ def describe_checkpoint(ckpt: Checkpoint) -> dict[str, Any]:
         },
         "tensors": tensors,
     }
+
+
+def _hparam_problems(ckpt: Checkpoint) -> list[str]:
+    from . import hparams
+
+    return hparams.check_checkpoint(ckpt)
 
 
 def _files(ckpt: Checkpoint) -> list[str]:
@@ -169,6 +180,10 @@ def _shape(shape: list[int]) -> str:
 def render(doc: Mapping[str, Any]) -> str:
     """A readable report of a :func:`describe` document: summary, type histogram (largest
     first), then the tensor table, with sizes humanised and columns aligned."""
+    from . import describe_bundle
+
+    if doc.get("format") == describe_bundle.DOC_FORMAT:
+        return describe_bundle.render_bundle(doc)
     src = doc["source"]
     out: list[str] = []
     kv: list[tuple[str, str]] = [("source", f"{src['kind']}  {src['path']}")]
@@ -181,6 +196,8 @@ def render(doc: Mapping[str, Any]) -> str:
     kv.append(("architecture", arch))
     hp = doc.get("hyperparameters") or {}
     kv.append(("hyperparameters", "  ".join(f"{k}={v}" for k, v in hp.items()) or "none found"))
+    for p in doc.get("hyperparameter_problems") or ():
+        kv.append(("PROBLEM", p))
     kv.append(("metadata", _metadata_line(md)))
     arrays = md.get("arrays") or {}
     if arrays:

@@ -11,6 +11,7 @@ import os
 EXIT_OK = 0
 EXIT_VERIFY_FAILED = 1
 EXIT_BAD_INPUT = 2
+EXIT_INTERNAL = 3  # an unexpected exception: a panelpack bug, not a verdict on the input
 
 
 class PanelpackError(Exception):

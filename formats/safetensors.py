@@ -540,7 +540,7 @@ def _load_json_object(path: str, what: str, strict: bool) -> dict[str, Any]:
         if size > _MAX_INDEX_BYTES:
             raise FormatError(f"{size} bytes is too large for {what}", path=path)
         with open(path, "rb") as f:
-            data = f.read(_MAX_INDEX_BYTES + 1)
+            data = f.read(min(size, _MAX_INDEX_BYTES) + 1)  # read(n) allocates n bytes up front
     except OSError as e:
         raise BadInputError(f"cannot read: {e.strerror or e}", path=path) from None
     try:
@@ -565,14 +565,24 @@ def _weight_map(index_path: str, folder: str) -> dict[str, str]:
             "expected an object mapping tensor names to shard files",
             path=index_path,
         )
-    root = os.path.realpath(folder)
     for name, shard in wm.items():
         if not isinstance(shard, str) or not shard:
             raise FormatError(f"shard of tensor {name!r} is {_short(shard)}, expected a file name", path=index_path)
-        target = os.path.realpath(os.path.join(folder, shard))
-        if os.path.isabs(shard) or os.path.commonpath([root, target]) != root:
-            raise FormatError(f"shard {shard!r} of tensor {name!r} is outside the folder", path=index_path)
+        _check_shard_name(shard, name, index_path)
     return wm
+
+
+def _check_shard_name(shard: str, name: str, index_path: str) -> None:
+    """An index names shards by a plain relative path inside the folder (checked on the name,
+    not on where it resolves: a Hugging Face hub snapshot's shards are symlinks into
+    ``../../blobs``, which is legitimate; a name with ``..`` or an absolute path is not).
+    The file itself must be a regular file once links are followed."""
+    parts = shard.replace("\\", "/").split("/")
+    if os.path.isabs(shard) or "\x00" in shard or any(p in ("", ".", "..") for p in parts):
+        raise FormatError(f"shard {shard!r} of tensor {name!r} is outside the folder", path=index_path)
+    full = os.path.join(os.path.dirname(index_path), shard)
+    if os.path.lexists(full) and not os.path.isfile(full):
+        raise FormatError(f"shard {shard!r} of tensor {name!r} is not a regular file", path=index_path)
 
 
 def _config_get(config: Mapping[str, Any], keys: tuple[str, ...]) -> Any:

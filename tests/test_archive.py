@@ -11,7 +11,7 @@ import pytest
 import zstandard
 
 from panelpack.formats import archive
-from panelpack.formats.bundle import BundleWriter
+from panelpack.formats.bundle import BundleWriter, TensorEntry
 from panelpack.formats.errors import FormatError, OutputError
 
 
@@ -22,7 +22,8 @@ def _bundle(tmp_path, name="b.ppk", seed=0):
         entries = []
         for i in range(3):
             info = w.write_tensor(i, f"t{i}", {"x": rng.integers(0, 255, 10000 + i, dtype=np.uint8)})
-            entries.append({"name": f"t{i}", "file": info.file, "bytes": info.bytes, "sha256": info.sha256})
+            entries.append(TensorEntry.create(f"t{i}", [10000 + i], "I8", "rowmajor", info, {},
+                                              {"requested": "rowmajor", "written": "rowmajor", "reason": None}))
         w.add_source_file("config.json", data=b"{}\n")
         w.add_source_file("tok/vocab.txt", data=b"a\nb\n")
         w.commit({"tensors": entries})

@@ -119,7 +119,7 @@ def test_archive_is_verified_too(tmp_path, gguf_bundle):
 def test_levels_and_json(tmp_path, gguf_bundle):
     rep = bundle_check.verify(gguf_bundle, level="structure")
     assert rep.ok and rep.levels == ("structure",)
-    assert _verdict(rep, Q4_0).verdict == "SKIPPED(level structure)"
+    assert _verdict(rep, Q4_0).verdict == "PASSED(structure)"  # what was checked, not SKIPPED
     doc = rep.to_json()
     assert doc["ok"] and doc["tensors"][0]["verdict"]
     with pytest.raises(BadInputError, match="unknown level"):

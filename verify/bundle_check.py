@@ -85,6 +85,9 @@ class TensorVerdict:
             return f"FALLBACK({self.reason})" if self.reason else "FALLBACK(unexplained)"
         if self.skipped:
             return f"SKIPPED({self.skipped})"
+        if "agreement" not in self.levels:  # a level without agreement: say what was checked
+            done = [k if s.startswith("ok") else f"{k} {s}" for k, s in self.levels.items()]
+            return f"PASSED({', '.join(done)})"
         return "AGREE"
 
     @property
@@ -93,7 +96,8 @@ class TensorVerdict:
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "layout": self.layout, "requested": self.requested, "type": self.type,
-                "paths": self.paths, "verdict": self.verdict, "max_error": self.max_error,
+                "paths": self.paths, "verdict": self.verdict,
+                "max_error": self.max_error if self.max_error is None or np.isfinite(self.max_error) else None,
                 "levels": self.levels, "problems": self.problems}
 
 
@@ -392,6 +396,8 @@ def verify(path: str | os.PathLike, level: str = "all", seed: int = 0, sample: i
             by_tensor.setdefault(where, []).append(msg)
         verdicts = []
         tensors = b.tensors if names is None else [b.tensor(nm) for nm in names]
+        if progress is not None and hasattr(progress, "start"):
+            progress.start(len(tensors))
         for i, t in enumerate(tensors):
             led = t.ledger
             v = TensorVerdict(t.name, t.layout, t.type, led.get("requested") or t.layout, led.get("reason"))
@@ -403,8 +409,6 @@ def verify(path: str | os.PathLike, level: str = "all", seed: int = 0, sample: i
                 blocks = _lossless(b, t, v) if "lossless" in runs else None
                 if "agreement" in runs and not v.problems:
                     _agreement(b, t, blocks, v, rng, sample, svl_bits)
-                elif "agreement" not in runs:
-                    v.skipped = v.skipped or f"level {level}"
             verdicts.append(v)
             if progress is not None:
                 progress(v)
