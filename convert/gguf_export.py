@@ -166,7 +166,7 @@ def export_gguf(bundle: str | os.PathLike, out: str | os.PathLike, force: bool =
             fill(data_offset + rec["offset"])
             n, k = t.nk
             blocks = repack.get(t.layout).unpack(b.regions(t), n, k, t.qtype)
-            data = memoryview(np.ascontiguousarray(blocks).reshape(-1).view(np.uint8))
+            data = np.ascontiguousarray(blocks).reshape(-1).view(np.uint8).data
             want = t.blocks_sha256
             got = atomic.sha256_bytes(data)
             if want and got != want:

@@ -199,6 +199,8 @@ def unpack(archive: str | os.PathLike, out: str | os.PathLike, force: bool = Fal
                         elif m.isreg():
                             dst.parent.mkdir(parents=True, exist_ok=True)
                             src = tar.extractfile(m)
+                            if src is None:  # pragma: no cover - a regular member always has a file object
+                                raise FormatError(f"member {m.name!r} has no data", path=archive)
                             with open(dst, "wb") as f:
                                 while True:
                                     chunk = src.read(_CHUNK)

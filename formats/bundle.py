@@ -439,7 +439,7 @@ class BundleWriter:
             specs.append((rname, dtype_name(a.dtype), a.shape))
             arrays.append(a)
         layout, size = layout_regions(specs)
-        views = [memoryview(a.reshape(-1).view(np.uint8)) for a in arrays]
+        views = [a.reshape(-1).view(np.uint8).data for a in arrays]
         # the file hash and the region hashes run on the hash threads (hashlib releases the
         # GIL) while this thread writes the same bytes; a file that is one region at offset 0
         # (row-major blocks) has one hash for both
@@ -471,6 +471,8 @@ class BundleWriter:
         try:
             dst.parent.mkdir(parents=True, exist_ok=True)
             if data is None:
+                if src is None:
+                    raise BadInputError(f"side file {rel_name!r}: give data or src")
                 shutil.copyfile(src, dst)
             else:
                 with open(dst, "wb") as f:
@@ -708,9 +710,9 @@ def _file_and_region_hashes(path: Path, t: TensorEntry) -> tuple[str, list[str]]
     one read of the file (the region hashes run on the hash threads)."""
     size = path.stat().st_size
     mm = np.memmap(path, dtype=np.uint8, mode="r") if size else np.zeros(0, np.uint8)
-    checks = [(rname, r, hash_async(sha256_bytes, memoryview(mm[r.offset:r.offset + r.nbytes])))
+    checks = [(rname, r, hash_async(sha256_bytes, mm[r.offset:r.offset + r.nbytes]))
               for rname, r in t.regions.items() if r.sha256 is not None]
-    whole = sha256_bytes(memoryview(mm)) if size else sha256_bytes(b"")
+    whole = sha256_bytes(mm)
     return whole, [rname for rname, r, fut in checks if fut.result() != r.sha256]
 
 

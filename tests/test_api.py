@@ -25,7 +25,7 @@ def test_front_door_names():
     import importlib
     import pkgutil
 
-    # every submodule loaded first: none may shadow a front-door name (panelpack.convert.export)
+    # every submodule loaded first: none may shadow a front-door name (panelpack.convert.gguf_export)
     for pkg in ("panelpack.convert", "panelpack.formats", "panelpack.repack"):
         for m in pkgutil.iter_modules(importlib.import_module(pkg).__path__):
             importlib.import_module(f"{pkg}.{m.name}")

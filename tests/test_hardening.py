@@ -23,7 +23,7 @@ from builders import tiny_llama_gguf
 from panelpack.cli import main
 from panelpack.convert import convert
 from panelpack.convert.example import write_tiny_llama
-from panelpack.convert.export import export_gguf
+from panelpack.convert.gguf_export import export_gguf
 from panelpack.formats import archive, describe
 from panelpack.formats import blocks as codecs
 from panelpack.formats import qtypes

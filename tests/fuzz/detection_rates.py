@@ -49,7 +49,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     logging.disable(logging.WARNING)
-    from panelpack.convert.export import export_gguf
+    from panelpack.convert.gguf_export import export_gguf
     from panelpack.formats import archive
     from panelpack.formats.errors import PanelpackError
     from panelpack.verify import bundle_check
