@@ -71,15 +71,6 @@ def _unstage_w9(t, o0, wr, cn, w64):
 
 
 @lazy_njit(nt.void(_RO_U8, nt.uint64, nt.uint64, nt.int64, nt.int64, nt.uint8[::1]), **_HELPER)
-def _stage_b(a8, o0, rb, cn, nb, t8):
-    """t8[i*64 + c] = a8[o0 + c*rb + i] for c < cn, i < nb."""
-    for c in range(cn):
-        o = o0 + _U(c) * rb
-        for i in range(nb):
-            t8[_U(i) * _U(64) + _U(c)] = a8[o + _U(i)]
-
-
-@lazy_njit(nt.void(_RO_U8, nt.uint64, nt.uint64, nt.int64, nt.int64, nt.uint8[::1]), **_HELPER)
 def _unstage_b(t8, o0, rb, cn, nb, a8):
     for c in range(cn):
         o = o0 + _U(c) * rb
@@ -135,21 +126,6 @@ def _get_qs16(p16, base):
     h0 = _U(p16[base + _U(256)]) | (_U(p16[base + _U(320)]) << _U(16))
     h1 = _U(p16[base + _U(384)]) | (_U(p16[base + _U(448)]) << _U(16))
     return _spread(l0) | (_spread(h0) << _U(4)), _spread(l1) | (_spread(h1) << _U(4))
-
-
-@njit(inline="always")
-def _tb16(t8, i, c):
-    """16-bit little-endian value from byte planes i, i+1 of a staged block."""
-    return np.uint16(t8[_U(i) * _U(64) + c]) | (np.uint16(t8[_U(i + 1) * _U(64) + c]) << np.uint16(8))
-
-
-@njit(inline="always")
-def _tb64(t8, i, c):
-    """64-bit little-endian value from byte planes i..i+7."""
-    x = _U(0)
-    for j in range(8):
-        x |= _U(t8[_U(i + j) * _U(64) + c]) << _U(8 * j)
-    return x
 
 
 @njit(inline="always")
@@ -241,16 +217,6 @@ def _q4_0_unpack_w(p16, d16, n, ng, w64):
 
 # -- Q4_0 (any K) and Q4_1: one block at a time, staged as byte planes ---------------------
 #   Q4_0: bytes 0-1 d, 2-17 qs          Q4_1: bytes 0-1 d, 2-3 m, 4-19 qs
-@lazy_njit(nt.void(_RO_U8, nt.int64, nt.int64, nt.uint64, nt.uint16[::1], nt.uint16[::1], nt.uint16[::1]), **_HELPER)
-def _q4_b_compute(t8, cn, hdr, blk, p16, d16, m16):
-    for c in range(cn):
-        uc = _U(c)
-        d16[blk * _U(64) + uc] = _tb16(t8, 0, uc)
-        if hdr == 4:
-            m16[blk * _U(64) + uc] = _tb16(t8, 2, uc)
-        _put_qs16(p16, blk * _U(512) + uc, _tb64(t8, hdr, uc), _tb64(t8, hdr + 8, uc))
-
-
 @lazy_njit(nt.void(_RO_U16, _RO_U16, _RO_U16, nt.int64, nt.int64, nt.uint64, nt.uint8[::1]), **_HELPER)
 def _q4_b_uncompute(p16, d16, m16, cn, hdr, blk, t8):
     for c in range(cn):
@@ -261,18 +227,6 @@ def _q4_b_uncompute(p16, d16, m16, cn, hdr, blk, t8):
         x0, x1 = _get_qs16(p16, blk * _U(512) + uc)
         _set_tb64(t8, hdr, uc, x0)
         _set_tb64(t8, hdr + 8, uc, x1)
-
-
-@lazy_njit(nt.void(_RO_U8, nt.int64, nt.int64, nt.int64, nt.uint16[::1], nt.uint16[::1], nt.uint16[::1]), **_KERNEL)
-def _q4_pack_b(a8, n, ng, hdr, p16, d16, m16):
-    bb = hdr + 16
-    rb = _U(ng * bb)
-    t8 = np.zeros(bb * 64, np.uint8)
-    for sb in range((n + 63) >> 6):
-        cn = min(64, n - sb * 64)
-        for b in range(ng):
-            _stage_b(a8, _U(sb * 64) * rb + _U(b * bb), rb, cn, bb, t8)
-            _q4_b_compute(t8, cn, hdr, _U(sb * ng + b), p16, d16, m16)
 
 
 @lazy_njit(nt.void(_RO_U16, _RO_U16, _RO_U16, nt.int64, nt.int64, nt.int64, nt.uint8[::1]), **_KERNEL)
@@ -723,3 +677,74 @@ def _q6_k_cols(a8, n, nblk, p64, s16, d32):
                         _put_pair(p64, i + _U(256), x1, y1)
                         _put_pair(p64, i + _U(512), x2, y2)
                         _put_pair(p64, i + _U(768), x3, y3)
+
+
+# ---- block-column kernel of the Q4_0/Q4_1 nibble panels ------------------------------------
+# The same walk as the int8 kernels, four channels at a time: a nibble panel word (kg-block w,
+# channel c) is 16 bits at p16[64 w + c], so the words of channels c..c+3 make one uint64 at
+# p64[(64 w + c) / 4]. _pairs turns 8 qs bytes of one row into two words (bits 0-15: kg-block
+# w, bits 32-47: w + 1); _quad interleaves four rows' values into the two uint64 stores.
+#
+#   p64[(64 w + c) / 4] = word(w, c) | word(w, c+1) << 16 | word(w, c+2) << 32 | word(w, c+3) << 48
+#
+# Rows past the super-block's last (n not a multiple of 4) repeat the last row into pad
+# channels, which the wrapper's _fill_pads then overwrites.
+@njit(inline="always")
+def _quad(p64, i, v0, v1, v2, v3, sh):
+    """Bits sh..sh+15 of v0..v3 -> one uint64 (v0 lowest) at p64[i]."""
+    m = _U(0xFFFF)
+    p64[i] = (((v0 >> _U(sh)) & m) | (((v1 >> _U(sh)) & m) << _U(16)) | (((v2 >> _U(sh)) & m) << _U(32))
+              | (((v3 >> _U(sh)) & m) << _U(48)))
+
+
+@njit(inline="always")
+def _quad_rows(sb, c, cn, rb, b, bb):
+    """Byte offsets of block b in rows c..c+3 of super-block sb (the last row again past cn)."""
+    o0 = _U(sb * 64 + c) * rb + _U(b * bb)
+    o1 = o0 + rb if c + 1 < cn else o0
+    o2 = o1 + rb if c + 2 < cn else o1
+    o3 = o2 + rb if c + 3 < cn else o2
+    return o0, o1, o2, o3
+
+
+@njit(inline="always")
+def _quad_u16(d64, i, a8, o0, o1, o2, o3, at):
+    """The u16 fields at byte ``at`` of four blocks -> one uint64 at d64[i]."""
+    d64[i] = (_u16_at(a8, o0 + _U(at)) | (_u16_at(a8, o1 + _U(at)) << _U(16))
+              | (_u16_at(a8, o2 + _U(at)) << _U(32)) | (_u16_at(a8, o3 + _U(at)) << _U(48)))
+
+
+@njit(inline="always")
+def _q4_words(a8, o, j):
+    """qs bytes 8j..8j+7 of a Q4_0/Q4_1 block at a8[o] (qs at o): the low nibbles as words
+    2j, 2j+1 (elements 8j..8j+7) and the high nibbles as words 4+2j, 5+2j (16+8j..)."""
+    x = _u64_at(a8, o + _U(8 * j))
+    return _pairs(x & _M0F), _pairs((x >> _U(4)) & _M0F)
+
+
+@lazy_njit(nt.void(_RO_U8, nt.int64, nt.int64, nt.int64, nt.uint64[::1], nt.uint64[::1], nt.uint64[::1]), **_KERNEL)
+def _q4_small_cols(a8, n, nblk, hdr, p64, d64, m64):
+    """Q4_0 (hdr 2: d, qs[16]) and Q4_1 (hdr 4: d, m, qs[16]; m64 unused for Q4_0)."""
+    bb = hdr + 16
+    rb = _U(nblk * bb)
+    for sb in range((n + 63) >> 6):
+        cn = min(64, n - sb * 64)
+        for b in range(nblk):
+            blk = _U(sb * nblk + b)
+            for c in range(0, cn, 4):
+                o0, o1, o2, o3 = _quad_rows(sb, c, cn, rb, b, bb)
+                qc = _U(c >> 2)
+                _quad_u16(d64, blk * _U(16) + qc, a8, o0, o1, o2, o3, 0)
+                if hdr == 4:
+                    _quad_u16(m64, blk * _U(16) + qc, a8, o0, o1, o2, o3, 2)
+                i0 = blk * _U(128) + qc
+                for j in range(2):
+                    l0, h0 = _q4_words(a8, o0 + _U(hdr), j)
+                    l1, h1 = _q4_words(a8, o1 + _U(hdr), j)
+                    l2, h2 = _q4_words(a8, o2 + _U(hdr), j)
+                    l3, h3 = _q4_words(a8, o3 + _U(hdr), j)
+                    i = i0 + _U(32 * j)
+                    _quad(p64, i, l0, l1, l2, l3, 0)
+                    _quad(p64, i + _U(16), l0, l1, l2, l3, 32)
+                    _quad(p64, i + _U(64), h0, h1, h2, h3, 0)
+                    _quad(p64, i + _U(80), h0, h1, h2, h3, 32)

@@ -289,13 +289,11 @@ def _words_out(raw: np.ndarray):
 
 def _pack_q4_small(raw, t, n, k, out):
     geo = geometry(t, n, k)
-    p16 = out["panels"].reshape(-1).view(np.uint16)
-    d = out["d"].reshape(-1)
     if t.name == "Q4_0" and geo.ng % 4 == 0:
-        _k()._q4_0_pack_w(C.aligned_words(raw), n, geo.ng, p16, d)
+        _k()._q4_0_pack_w(C.aligned_words(raw), n, geo.ng, out["panels"].reshape(-1).view(np.uint16),
+                          out["d"].reshape(-1))
     else:
-        m = out["m"].reshape(-1) if "m" in out else d[:0]
-        _k()._q4_pack_b(raw.reshape(-1), n, geo.ng, t.type_size - 16, p16, d, m)
+        _pack_q4_cols(raw, t, n, k, out)
 
 
 def _unpack_q4_small(r, t, n, k, raw):
@@ -451,6 +449,16 @@ _INT8_COLS = {
 }
 
 
+def _pack_q4_cols(raw, t, n, k, out):
+    """Q4_0/Q4_1 by the four-channel block-column kernel (_panel64_kernels._q4_small_cols)."""
+    p64, fp = _aligned_view(out["panels"], np.uint64)
+    d64, fd = _aligned_view(out["d"], np.uint64)
+    m64, fm = _aligned_view(out["m"], np.uint64) if "m" in out else (d64[:0], lambda: None)
+    _k()._q4_small_cols(raw.reshape(-1), n, k // t.block_size, t.type_size - 16, p64, d64, m64)
+    for fin in (fp, fd, fm):
+        fin()
+
+
 def _pack_int8_cols(raw, t, n, k, out):
     """Codes and scale fields in one pass of the type's block-column kernel (_panel64_kernels):
     the region arrays are written through wider views (two channels a store)."""
@@ -479,7 +487,7 @@ def _unpack_int8_table(r, t, n, k, raw):
                      t.block_size, geo.g, raw.reshape(-1))
 
 
-_FAST_PACK = {"Q4_0": _pack_q4_small, "Q4_1": _pack_q4_small, "Q4_K": _pack_q4_k, "Q8_0": _pack_int8_cols,
+_FAST_PACK = {"Q4_0": _pack_q4_small, "Q4_1": _pack_q4_cols, "Q4_K": _pack_q4_k, "Q8_0": _pack_int8_cols,
               "Q5_0": _pack_int8_cols, "Q5_1": _pack_int8_cols, "Q5_K": _pack_int8_cols,
               "Q6_K": _pack_int8_cols}
 _NUMPY_PACK = {"Q4_0": _np_pack_q4_small, "Q4_1": _np_pack_q4_small, "Q8_0": _np_pack_q8_0}

@@ -220,7 +220,7 @@ def test_numba_is_used_from_the_payoff_size_or_once_loaded(monkeypatch):
 
 def test_the_fast_paths_are_the_ones_exercised():
     assert set(P._FAST_PACK) == {t.name for t in P.SOURCE_TYPES} == set(P._FAST_UNPACK)
-    for name in ("_q4_0_pack_w", "_q4_0_unpack_w", "_q4_pack_b", "_q4_unpack_b", "_q4_k_pack", "_q4_k_unpack",
+    for name in ("_q4_0_pack_w", "_q4_0_unpack_w", "_q4_small_cols", "_q4_unpack_b", "_q4_k_pack", "_q4_k_unpack",
                  "_q8_0_unpack", "_tab_unpack", "_q8_0_cols", "_q5_small_cols", "_q5_k_cols", "_q6_k_cols"):
         f = getattr(K, name)
         if not hasattr(f, "signatures"):
