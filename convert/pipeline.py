@@ -58,10 +58,37 @@ def _as_f32(raw: np.ndarray, t: qtypes.GGMLType, n: int, k: int) -> np.ndarray:
     return codecs.dequantize(raw, t, n, k).reshape(n, k)
 
 
-def _error(x_new: np.ndarray, x_ref: np.ndarray) -> dict[str, float]:
-    d = x_new.astype(np.float64) - x_ref.astype(np.float64)
-    ref = float(np.sqrt(np.mean(np.square(x_ref, dtype=np.float64)))) or 1.0
-    return {"rel_rms": float(np.sqrt(np.mean(np.square(d))) / ref), "max_abs": float(np.max(np.abs(d))) if d.size else 0.0}
+#: f32 elements per step of a (re)quantization: the f32 copies exist one chunk at a time (16 MB)
+REQUANT_CHUNK_ELEMENTS = 1 << 22
+
+
+def _quantize_rows(raw: np.ndarray, src: qtypes.GGMLType, dst: qtypes.GGMLType, n: int, k: int
+                   ) -> tuple[np.ndarray, dict[str, float]]:
+    """(blocks of ``dst`` uint8 [n, row_bytes], the error added) from ``raw`` of ``src``, in
+    steps of whole rows: dequantize, quantize and measure one chunk at a time, so memory is
+    the output blocks plus one chunk's f32 copies, not whole-tensor f32/f64 arrays (the bytes
+    are the same: every block is quantized on its own)."""
+    rows = max(1, REQUANT_CHUNK_ELEMENTS // max(1, k))
+    src_rb = raw.size // n if n else 0
+    out = np.empty((n, dst.row_bytes(k)), np.uint8)
+    flat = raw.reshape(n, src_rb) if n else raw
+    sq_d = sq_ref = 0.0
+    max_abs = 0.0
+    for r0 in range(0, n, rows):
+        r1 = min(n, r0 + rows)
+        x = _as_f32(flat[r0:r1], src, r1 - r0, k)
+        out[r0:r1] = codecs.quantize(x, dst).reshape(r1 - r0, -1)
+        d = _as_f32(out[r0:r1], dst, r1 - r0, k).astype(np.float64)
+        d -= x
+        sq_d += float(np.dot(d.reshape(-1), d.reshape(-1)))
+        xr = x.reshape(-1).astype(np.float64)
+        sq_ref += float(np.dot(xr, xr))
+        if d.size:
+            max_abs = max(max_abs, float(np.max(np.abs(d))))
+    size = n * k
+    ref = float(np.sqrt(sq_ref / size)) if size else 0.0
+    ref = ref or 1.0
+    return out, {"rel_rms": float(np.sqrt(sq_d / size) / ref) if size else 0.0, "max_abs": max_abs}
 
 
 def convert_tensor(ckpt: Checkpoint, tp: TensorPlan) -> tuple[dict[str, np.ndarray], dict[str, Any], Optional[dict]]:
@@ -74,11 +101,8 @@ def convert_tensor(ckpt: Checkpoint, tp: TensorPlan) -> tuple[dict[str, np.ndarr
     if d.action in ("repack", "copy"):
         blocks = raw.reshape(n, -1) if info.type.quantized else raw
     elif d.action in ("quantize", "requantize"):
-        x = _as_f32(raw, info.type, n, k)
-        blocks = codecs.quantize(x, d.target_type)
+        blocks, err = _quantize_rows(raw, info.type, d.target_type, n, k)
         blocks_hash = hash_async(_sha256, blocks)
-        err = _error(_as_f32(blocks, d.target_type, n, k), x)
-        del x
     else:  # pragma: no cover - the policy produces only the actions above
         raise AssertionError(d.action)
     lay = repack.get(d.layout)
