@@ -26,6 +26,9 @@ from ..formats._jit import lazy_njit
 #             the channel, so LLVM vectorizes it (SWAR nibble arithmetic on 64-bit words).
 # Unpacking runs the same two steps backwards. Indices are uint64 throughout, so numba emits
 # no negative-index wraparound; the Python wrappers validate every size beforehand.
+# Small helpers are plain ``@njit`` functions: LLVM inlines them into the kernels all the same
+# (same speed measured), while numba's IR-level ``inline="always"`` made a cold-cache compile
+# 1.6-2.5x longer (Q4_K pack 6.0 -> 3.7 s CPU, Q6_K 3.7 -> 1.5 s; benchmarks/BENCHMARKS.md).
 _U = np.uint64
 _M0F = np.uint64(0x0F0F0F0F0F0F0F0F)
 _M00FF = np.uint64(0x00FF00FF00FF00FF)
@@ -78,7 +81,7 @@ def _unstage_b(t8, o0, rb, cn, nb, a8):
             a8[o + _U(i)] = t8[_U(i) * _U(64) + _U(c)]
 
 
-@njit(inline="always")
+@njit
 def _pairs(x):
     """Low nibbles n0..n7 of the 8 bytes of x -> two 16-bit panel words.
 
@@ -89,7 +92,7 @@ def _pairs(x):
     return x | (x >> _U(8))
 
 
-@njit(inline="always")
+@njit
 def _spread(v):
     """Inverse of _pairs on a 32-bit group: nibbles n0..n7 of v -> low nibbles of bytes 0..7."""
     v = (v | (v << _U(16))) & _U(0x0000FFFF0000FFFF)
@@ -97,7 +100,7 @@ def _spread(v):
     return (v | (v << _U(4))) & _M0F
 
 
-@njit(inline="always")
+@njit
 def _put_qs16(p16, base, x0, x1):
     """Write one channel's 16 Q4_0-ordered qs bytes (x0 = qs[0..7], x1 = qs[8..15]).
 
@@ -118,7 +121,7 @@ def _put_qs16(p16, base, x0, x1):
     p16[base + _U(448)] = np.uint16((hi1 >> _U(32)) & _U(0xFFFF))
 
 
-@njit(inline="always")
+@njit
 def _get_qs16(p16, base):
     """Inverse of _put_qs16: (x0, x1)."""
     l0 = _U(p16[base]) | (_U(p16[base + _U(64)]) << _U(16))
@@ -128,13 +131,13 @@ def _get_qs16(p16, base):
     return _spread(l0) | (_spread(h0) << _U(4)), _spread(l1) | (_spread(h1) << _U(4))
 
 
-@njit(inline="always")
+@njit
 def _set_tb16(t8, i, c, v):
     t8[_U(i) * _U(64) + c] = np.uint8(v & np.uint16(0xFF))
     t8[_U(i + 1) * _U(64) + c] = np.uint8(v >> np.uint16(8))
 
 
-@njit(inline="always")
+@njit
 def _set_tb64(t8, i, c, x):
     for j in range(8):
         t8[_U(i + j) * _U(64) + c] = np.uint8((x >> _U(8 * j)) & _U(0xFF))
@@ -248,7 +251,7 @@ def _q4_unpack_b(p16, d16, m16, n, ng, hdr, a8):
 #   6-bit scales, per byte lane (s = 0..3):
 #     sc[s] = scales[s] & 63              sc[4+s] = scales[8+s] & 15 | (scales[s] >> 6) << 4
 #     m[s]  = scales[4+s] & 63            m[4+s]  = scales[8+s] >> 4 | (scales[4+s] >> 6) << 4
-@njit(inline="always")
+@njit
 def _put_k_word(p16, g, x):
     """One qs word: low nibbles -> kg-blocks 2t, 2t+1 of the even sub-block (word g),
     high nibbles -> the same kg-blocks of the odd sub-block (one group = 512 words later)."""
@@ -260,14 +263,14 @@ def _put_k_word(p16, g, x):
     p16[g + _U(576)] = np.uint16((hw >> _U(32)) & _U(0xFFFF))
 
 
-@njit(inline="always")
+@njit
 def _get_k_word(p16, g):
     lw = _U(p16[g]) | (_U(p16[g + _U(64)]) << _U(16))
     hw = _U(p16[g + _U(512)]) | (_U(p16[g + _U(576)]) << _U(16))
     return _spread(lw) | (_spread(hw) << _U(4))
 
 
-@njit(inline="always")
+@njit
 def _put_k_chunk(p16, g, t, k0, c):
     _put_k_word(p16, g, t[_U(k0) * _U(64) + c])
     _put_k_word(p16, g + _U(128), t[_U(k0 + 1) * _U(64) + c])
@@ -275,7 +278,7 @@ def _put_k_chunk(p16, g, t, k0, c):
     _put_k_word(p16, g + _U(384), t[_U(k0 + 3) * _U(64) + c])
 
 
-@njit(inline="always")
+@njit
 def _get_k_chunk(p16, g, t, k0, c):
     t[_U(k0) * _U(64) + c] = _get_k_word(p16, g)
     t[_U(k0 + 1) * _U(64) + c] = _get_k_word(p16, g + _U(128))
@@ -283,7 +286,7 @@ def _get_k_chunk(p16, g, t, k0, c):
     t[_U(k0 + 3) * _U(64) + c] = _get_k_word(p16, g + _U(384))
 
 
-@njit(inline="always")
+@njit
 def _put8(o8, base, v):
     """Bytes 0..7 of v -> o8[base + 64*s] (one 6-bit scale per group s)."""
     o8[base] = np.uint8(v & _U(0xFF))
@@ -296,7 +299,7 @@ def _put8(o8, base, v):
     o8[base + _U(448)] = np.uint8((v >> _U(56)) & _U(0xFF))
 
 
-@njit(inline="always")
+@njit
 def _get8(o8, base):
     """Inverse of _put8, each value masked to its 6 bits."""
     v = _U(0)
@@ -405,7 +408,7 @@ def _q8_0_unpack(p32, d16, n, ng, a8):
 # ((blk[byte0] >> shift0) & mask0) << dst0 | ((blk[byte1] >> shift1) & mask1) << dst1 (mask 0 =
 # no second part), the parts of ``formats/blocks/<type>.PLAN``. One 32-bit panel word holds the
 # int8 codes of 4 consecutive elements of one channel.
-@njit(inline="always")
+@njit
 def _put_code(t8, c, v, a0, s0, m0, d0, a1, s1, m1, d1):
     i0 = _U(a0) * _U(64) + c
     i1 = _U(a1) * _U(64) + c
@@ -474,24 +477,24 @@ _LO32 = _U(0xFFFFFFFF)
 _HI32 = _U(0xFFFFFFFF00000000)
 
 
-@njit(inline="always")
+@njit
 def _u16_at(a8, o):
     return _U(a8[o]) | (_U(a8[o + _U(1)]) << _U(8))
 
 
-@njit(inline="always")
+@njit
 def _u32_at(a8, o):
     return (_U(a8[o]) | (_U(a8[o + _U(1)]) << _U(8)) | (_U(a8[o + _U(2)]) << _U(16))
             | (_U(a8[o + _U(3)]) << _U(24)))
 
 
-@njit(inline="always")
+@njit
 def _u64_at(a8, o):
     """Little-endian uint64 at any byte offset (LLVM merges the byte loads into one)."""
     return _u32_at(a8, o) | (_u32_at(a8, o + _U(4)) << _U(32))
 
 
-@njit(inline="always")
+@njit
 def _put_pair(p64, i, v0, v1):
     """Words q, q+1 of channels c (v0) and c+1 (v1): p64[i] = word q of both, p64[i + 32] =
     word q+1 of both (i = (64 q + c) / 2)."""
@@ -499,14 +502,14 @@ def _put_pair(p64, i, v0, v1):
     p64[i + _U(32)] = (v0 >> _U(32)) | (v1 & _HI32)
 
 
-@njit(inline="always")
+@njit
 def _sub_lanes(v, off):
     """Subtract ``off`` from each byte lane of v (lanes < 128), modulo 256 each: the high
     bit of every lane is set first so no lane borrows from its neighbour."""
     return ((v | _L80) - _U(off) * _L01) ^ _L80
 
 
-@njit(inline="always")
+@njit
 def _bits_to_lanes(t):
     """Bits 0..7 of t -> bit 4 of byte lanes 0..7. Per 4 bits, bit i moves to 8i by
     t * (1 + 2^7 + 2^14 + 2^21): the four copies of t land on disjoint bits, nothing carries."""
@@ -515,20 +518,20 @@ def _bits_to_lanes(t):
     return (lo | (hi << _U(32))) << _U(4)
 
 
-@njit(inline="always")
+@njit
 def _pair_rows(sb, c, cn, rb, b, bb):
     """Byte offsets of block b in rows c and c+1 of super-block sb (row c again if c+1 >= cn)."""
     o0 = _U(sb * 64 + c) * rb + _U(b * bb)
     return o0, (o0 + rb if c + 1 < cn else o0)
 
 
-@njit(inline="always")
+@njit
 def _put_u16_pair(d32, i, a8, o0, o1, at):
     """The u16 fields at byte ``at`` of two blocks -> one uint32 (channel c low, c+1 high)."""
     d32[i] = np.uint32(_u16_at(a8, o0 + _U(at)) | (_u16_at(a8, o1 + _U(at)) << _U(16)))
 
 
-@njit(inline="always")
+@njit
 def _q5_small_value(a8, o, hq, off, q):
     """Q5_0/Q5_1 block at a8[o]: the uint64 of elements 8q..8q+7 (q < 2; lo) and 16+8q..
     (hi), codes minus ``off``."""
@@ -580,7 +583,7 @@ def _q5_small_cols(a8, n, nblk, hq, off, p64, d32, m32):
                     _put_pair(p64, i0 + _U(64 * (2 + q)), hi0, hi1)
 
 
-@njit(inline="always")
+@njit
 def _k_scale_bytes(a8, o):
     """The 6-bit sc[0..7] and m[0..7] of a Q4_K/Q5_K block (scales q[12] at bytes 4..15), each
     as a uint64 of 8 byte lanes: sc[s] = q[s] & 63, m[s] = q[4+s] & 63, sc[4+s] = q[8+s] & 15
@@ -593,14 +596,14 @@ def _k_scale_bytes(a8, o):
     return sc, mm
 
 
-@njit(inline="always")
+@njit
 def _put_lanes_pair(s16, i, v0, v1, count):
     """Byte lane s < count of v0 (channel c) and v1 (c+1) -> s16[i + 32 s] (one uint16)."""
     for s in range(count):
         s16[i + _U(32 * s)] = np.uint16(((v0 >> _U(8 * s)) & _U(0xFF)) | (((v1 >> _U(8 * s)) & _U(0xFF)) << _U(8)))
 
 
-@njit(inline="always")
+@njit
 def _q5_k_value(a8, o, j, l8):
     """Q5_K block at a8[o]: elements 64j + 8 l8 .. +7 (lo) and 64j + 32 + 8 l8 .. (hi)."""
     h = _u64_at(a8, o + _U(16 + 8 * l8))
@@ -639,7 +642,7 @@ def _q5_k_cols(a8, n, nblk, p64, sc16, m16, d32, dmin32):
                         _put_pair(p64, i0 + _U(64 * (8 * j + 4 + l8)), hi0, hi1)
 
 
-@njit(inline="always")
+@njit
 def _q6_k_values(a8, o, h, l8):
     """Q6_K block at a8[o]: the uint64s of elements 128h + 32s + 8 l8 .. +7 for s = 0..3."""
     a = _u64_at(a8, o + _U(64 * h + 8 * l8))
@@ -689,7 +692,7 @@ def _q6_k_cols(a8, n, nblk, p64, s16, d32):
 #
 # Rows past the super-block's last (n not a multiple of 4) repeat the last row into pad
 # channels, which the wrapper's _fill_pads then overwrites.
-@njit(inline="always")
+@njit
 def _quad(p64, i, v0, v1, v2, v3, sh):
     """Bits sh..sh+15 of v0..v3 -> one uint64 (v0 lowest) at p64[i]."""
     m = _U(0xFFFF)
@@ -697,7 +700,7 @@ def _quad(p64, i, v0, v1, v2, v3, sh):
               | (((v3 >> _U(sh)) & m) << _U(48)))
 
 
-@njit(inline="always")
+@njit
 def _quad_rows(sb, c, cn, rb, b, bb):
     """Byte offsets of block b in rows c..c+3 of super-block sb (the last row again past cn)."""
     o0 = _U(sb * 64 + c) * rb + _U(b * bb)
@@ -707,14 +710,14 @@ def _quad_rows(sb, c, cn, rb, b, bb):
     return o0, o1, o2, o3
 
 
-@njit(inline="always")
+@njit
 def _quad_u16(d64, i, a8, o0, o1, o2, o3, at):
     """The u16 fields at byte ``at`` of four blocks -> one uint64 at d64[i]."""
     d64[i] = (_u16_at(a8, o0 + _U(at)) | (_u16_at(a8, o1 + _U(at)) << _U(16))
               | (_u16_at(a8, o2 + _U(at)) << _U(32)) | (_u16_at(a8, o3 + _U(at)) << _U(48)))
 
 
-@njit(inline="always")
+@njit
 def _q4_words(a8, o, j):
     """qs bytes 8j..8j+7 of a Q4_0/Q4_1 block at a8[o] (qs at o): the low nibbles as words
     2j, 2j+1 (elements 8j..8j+7) and the high nibbles as words 4+2j, 5+2j (16+8j..)."""
