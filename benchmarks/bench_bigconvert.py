@@ -204,6 +204,8 @@ def bench_size(size: str, args, env: dict, work: Path) -> str:
             f"({time.time() - t0:.0f} s)", "",
             table(rows, ["whole process", "wall s median (min-max)", "x dd (of medians)", "x dd (median per run)",
                          "CPU s", "GB/s", "peak MB: Rss / Anon / Private / Shared"])]
+    print("\n".join(text), flush=True)  # the conversion table now: verify takes a while
+    text = []
     if args.verify:
         bundle = work / f"{args.layouts[0]}-{args.jobs[0]}.ppk"
         if not bundle.exists():

@@ -176,8 +176,8 @@ def test_fast_kernels_match_the_references(qtype, n, k, rng):
     assert np.array_equal(P.unpack(fast, n, k, qtype), raw)
 
 
-@pytest.mark.parametrize("qtype", ["Q8_0", "Q5_0", "Q5_1", "Q5_K", "Q6_K"])
-def test_int8_kernels_write_misaligned_out_regions(qtype, rng):
+@pytest.mark.parametrize("qtype", ["Q8_0", "Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q4_1"])
+def test_block_column_kernels_write_misaligned_out_regions(qtype, rng):
     n, k = 67, 256
     raw = random_blocks(qtype, n, k, rng)
     ref = P.pack_ref(raw, n, k, qtype)
