@@ -56,6 +56,30 @@ def _as_f32(raw: np.ndarray, t: qtypes.GGMLType, n: int, k: int) -> np.ndarray:
     return codecs.dequantize(raw, t, n, k).reshape(n, k)
 
 
+#: f32 elements per step of a (re)quantization: the f32 copies exist one chunk at a time (16 MB)
+REQUANT_CHUNK_ELEMENTS = 1 << 22
+
+
+def _quantize_rows(raw: np.ndarray, src: qtypes.GGMLType, dst: qtypes.GGMLType, n: int, k: int,
+                   name: str = "", allow_nonfinite: bool = False) -> tuple[np.ndarray, dict[str, Any]]:
+    """(blocks of ``dst`` uint8 [n, row_bytes], the error added) from ``raw`` of ``src``, in
+    steps of whole rows: dequantize, quantize and measure one chunk at a time, so memory is
+    the output blocks plus one chunk's f32 copies, not whole-tensor f32/f64 arrays (the bytes
+    are the same: every block is quantized on its own). Non-finite weights are refused
+    (:func:`quality.check_finite`) unless ``allow_nonfinite``."""
+    rows = max(1, REQUANT_CHUNK_ELEMENTS // max(1, k))
+    src_rb = raw.size // n if n else 0
+    out = np.empty((n, dst.row_bytes(k)), np.uint8)
+    flat = raw.reshape(n, src_rb) if n else raw
+    stats = quality.ErrorStats()
+    for r0 in range(0, n, rows):
+        r1 = min(n, r0 + rows)
+        x = _as_f32(flat[r0:r1], src, r1 - r0, k)
+        quality.check_finite(x, name, allow_nonfinite, row0=r0)
+        out[r0:r1] = codecs.quantize(x, dst).reshape(r1 - r0, -1)
+        stats.add(_as_f32(out[r0:r1], dst, r1 - r0, k), x, out[r0:r1], dst)
+    return out, stats.result(name)
+
 def convert_tensor(ckpt: Checkpoint, tp: TensorPlan, allow_nonfinite: bool = False
                    ) -> tuple[dict[str, np.ndarray], dict[str, Any], Optional[dict]]:
     """Produce one tensor's regions. Returns (regions, extra manifest fields, error)."""
@@ -67,12 +91,8 @@ def convert_tensor(ckpt: Checkpoint, tp: TensorPlan, allow_nonfinite: bool = Fal
     if d.action in ("repack", "copy"):
         blocks = raw.reshape(n, -1) if info.type.quantized else raw
     elif d.action in ("quantize", "requantize"):
-        x = _as_f32(raw, info.type, n, k)
-        quality.check_finite(x, info.name, allow_nonfinite)
-        blocks = codecs.quantize(x, d.target_type)
+        blocks, err = _quantize_rows(raw, info.type, d.target_type, n, k, info.name, allow_nonfinite)
         blocks_hash = hash_async(sha256_bytes, blocks)
-        err = quality.quantization_error(_as_f32(blocks, d.target_type, n, k), x, blocks, d.target_type, info.name)
-        del x
     else:  # pragma: no cover - the policy produces only the actions above
         raise AssertionError(d.action)
     lay = repack.get(d.layout)

@@ -36,14 +36,18 @@ WARN_REL_RMS = 0.3
 _F16_EXP = np.uint16(0x7C00)
 
 
-def check_finite(x: np.ndarray, name: str, allow: bool = False) -> int:
-    """Refuse (BadInputError) a weight with NaN/±Inf unless ``allow``; returns their count."""
+def check_finite(x: np.ndarray, name: str, allow: bool = False, row0: int = 0) -> int:
+    """Refuse (BadInputError) a weight with NaN/±Inf unless ``allow``; returns their count.
+    ``x`` may be rows ``row0 ..`` of the tensor (the index reported is the tensor's)."""
     bad = ~np.isfinite(x)
     count = int(np.count_nonzero(bad))
     if count and not allow:
         first = np.unravel_index(int(np.argmax(bad.reshape(-1))), x.shape)
+        value = float(x[first])
+        if row0 and len(first):
+            first = (first[0] + row0, *first[1:])
         idx = ", ".join(str(int(i)) for i in first)
-        raise BadInputError(f"holds {count} non-finite value(s), the first {float(x[first])} at index [{idx}]; "
+        raise BadInputError(f"holds {count} non-finite value(s), the first {value} at index [{idx}]; "
                             "quantizing it would give meaningless blocks (pass --allow-nonfinite to convert anyway)",
                             where=f"tensor {name!r}")
     return count
@@ -59,45 +63,69 @@ def overflowed_scales(blocks: np.ndarray, qtype: qtypes.GGMLType, n: int, k: int
     return total
 
 
+class ErrorStats:
+    """The quantization error of a tensor, added up chunk by chunk (rows at a time) and
+    reported by :meth:`result` as ``{"rel_rms", "max_abs"[, "nonfinite", "warning"]}``:
+    over finite elements only (``rel_rms`` is ``None`` when there are none), identical to the
+    plain formula up to summation order when everything is finite."""
+
+    def __init__(self) -> None:
+        self.size = self.finite = self.src_bad = self.out_bad = self.overflow = 0
+        self.sq_d = self.sq_ref = self.max_abs = 0.0
+        self.qtype: qtypes.GGMLType | None = None
+
+    def add(self, x_new: np.ndarray, x_ref: np.ndarray, blocks: np.ndarray | None = None,
+            qtype: qtypes.GGMLType | None = None) -> None:
+        with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: counted below, not warned
+            d = x_new.astype(np.float64) - x_ref.astype(np.float64)
+        ok = np.isfinite(d)
+        all_ok = bool(ok.all())
+        ref_vals = (x_ref if all_ok else x_ref[ok]).astype(np.float64).reshape(-1)
+        d_vals = (d if all_ok else d[ok]).reshape(-1)
+        self.size += d.size
+        self.finite += d_vals.size
+        self.sq_d += float(np.dot(d_vals, d_vals))
+        self.sq_ref += float(np.dot(ref_vals, ref_vals))
+        if d_vals.size:
+            self.max_abs = max(self.max_abs, float(np.max(np.abs(d_vals))))
+        if not all_ok:
+            self.src_bad += int(np.count_nonzero(~np.isfinite(x_ref)))
+            self.out_bad += int(np.count_nonzero(~np.isfinite(x_new)))
+            if blocks is not None and qtype is not None:
+                n, k = x_ref.shape
+                self.overflow += overflowed_scales(blocks, qtype, n, k)
+                self.qtype = qtype
+
+    def result(self, name: str = "") -> dict[str, Any]:
+        out: dict[str, Any]
+        if self.finite:
+            ref = float(np.sqrt(self.sq_ref / self.finite)) or 1.0
+            out = {"rel_rms": float(np.sqrt(self.sq_d / self.finite) / ref), "max_abs": self.max_abs}
+        else:
+            out = {"rel_rms": None if self.size else 0.0, "max_abs": None if self.size else 0.0}
+        warnings = []
+        if self.finite != self.size:
+            out["nonfinite"] = {"source": self.src_bad, "dequantized": self.out_bad}
+            if self.src_bad:
+                warnings.append(f"{self.src_bad} non-finite source value(s) (--allow-nonfinite)")
+            if self.overflow and self.qtype is not None:
+                warnings.append(f"{self.overflow} f16 scale(s) overflowed (|x| too large for {self.qtype.name}): "
+                                f"stored as ggml's reference quantizer does (inf); {self.out_bad} value(s) "
+                                "dequantize to inf/NaN")
+            if self.out_bad and not warnings:
+                warnings.append(f"{self.out_bad} value(s) dequantize to inf/NaN")
+        if out["rel_rms"] is not None and out["rel_rms"] > WARN_REL_RMS:
+            warnings.append(f"quantization error rel_rms={out['rel_rms']:.3g} is above {WARN_REL_RMS}: the quantized "
+                            "tensor does not represent the weight (all-subnormal or extreme values?)")
+        if warnings:
+            out["warning"] = "; ".join(warnings)
+            log.warning("tensor %r: %s", name, out["warning"])
+        return out
+
+
 def quantization_error(x_new: np.ndarray, x_ref: np.ndarray, blocks: np.ndarray | None = None,
                        qtype: qtypes.GGMLType | None = None, name: str = "") -> dict[str, Any]:
-    """``{"rel_rms", "max_abs"[, "nonfinite", "warning"]}`` of ``x_new`` against ``x_ref``.
-
-    Over finite elements only; ``rel_rms`` is ``None`` when there are none. Identical to the
-    plain formula when everything is finite.
-    """
-    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: counted below, not warned
-        d = x_new.astype(np.float64) - x_ref.astype(np.float64)
-    ok = np.isfinite(d)
-    all_ok = bool(ok.all())
-    ref_vals = x_ref if all_ok else x_ref[ok]
-    d_vals = d if all_ok else d[ok]
-    warnings = []
-    out: dict[str, Any]
-    if d_vals.size:
-        ref = float(np.sqrt(np.mean(np.square(ref_vals, dtype=np.float64)))) or 1.0
-        out = {"rel_rms": float(np.sqrt(np.mean(np.square(d_vals))) / ref),
-               "max_abs": float(np.max(np.abs(d_vals)))}
-    else:
-        out = {"rel_rms": None if d.size else 0.0, "max_abs": None if d.size else 0.0}
-    if not all_ok:
-        src_bad = int(np.count_nonzero(~np.isfinite(x_ref)))
-        out_bad = int(np.count_nonzero(~np.isfinite(x_new)))
-        out["nonfinite"] = {"source": src_bad, "dequantized": out_bad}
-        if src_bad:
-            warnings.append(f"{src_bad} non-finite source value(s) (--allow-nonfinite)")
-        if blocks is not None and qtype is not None:
-            n, k = x_ref.shape
-            over = overflowed_scales(blocks, qtype, n, k)
-            if over:
-                warnings.append(f"{over} f16 scale(s) overflowed (|x| too large for {qtype.name}): stored as "
-                                f"ggml's reference quantizer does (inf); {out_bad} value(s) dequantize to inf/NaN")
-        if out_bad and not warnings:
-            warnings.append(f"{out_bad} value(s) dequantize to inf/NaN")
-    if out["rel_rms"] is not None and out["rel_rms"] > WARN_REL_RMS:
-        warnings.append(f"quantization error rel_rms={out['rel_rms']:.3g} is above {WARN_REL_RMS}: the quantized "
-                        "tensor does not represent the weight (all-subnormal or extreme values?)")
-    if warnings:
-        out["warning"] = "; ".join(warnings)
-        log.warning("tensor %r: %s", name, out["warning"])
-    return out
+    """The error of one whole tensor (see :class:`ErrorStats`)."""
+    stats = ErrorStats()
+    stats.add(x_new, x_ref, blocks, qtype)
+    return stats.result(name)

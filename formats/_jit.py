@@ -110,9 +110,15 @@ _register_typeof()
 def lazy_njit(signatures: Any = None, **options: Any) -> Callable[[Callable], LazyKernel]:
     """Decorator: like ``numba.njit(signatures, **options)`` but compiled on first call.
 
-    ``cache=True`` is the default.
+    ``cache=True`` is the default, and so is ``nogil=True`` for serial kernels: they release
+    the GIL while they run, so the hash threads, the writer and a second ``--jobs`` worker keep
+    going meanwhile (a kernel never touches Python objects). ``parallel=True`` kernels keep the
+    GIL: it is what stops two threads from entering numba's thread pool at once, which its
+    default (workqueue) threading layer does not support.
     """
     options.setdefault("cache", True)
+    if not options.get("parallel"):
+        options.setdefault("nogil", True)
 
     def wrap(fn: Callable) -> LazyKernel:
         return LazyKernel(fn, signatures, options)

@@ -23,7 +23,7 @@ _RO_U8 = nt.Array(nt.uint8, 1, "C", readonly=True)
 _KERNEL = dict(cache=True, boundscheck=False)
 
 
-@njit(inline="always")
+@njit
 def _ld64(a8, o):
     """Little-endian 64-bit load at any byte offset."""
     x = _U(0)
@@ -32,13 +32,13 @@ def _ld64(a8, o):
     return x
 
 
-@njit(inline="always")
+@njit
 def _st64(a8, o, x):
     for j in range(8):
         a8[o + _U(j)] = np.uint8((x >> _U(8 * j)) & _U(0xFF))
 
 
-@njit(inline="always")
+@njit
 def _put_d(o64, w, r, d):
     """Store f16 bits d as d[r] of the 8-entry array starting at word w (read-modify-write)."""
     i = w + (r >> _U(2))
@@ -46,7 +46,7 @@ def _put_d(o64, w, r, d):
     o64[i] = (o64[i] & ~(_U(0xFFFF) << sh)) | (d << sh)
 
 
-@njit(inline="always")
+@njit
 def _get_d(x64, w, r):
     return (x64[w + (r >> _U(2))] >> (_U(16) * (r & _U(3)))) & _U(0xFFFF)
 
@@ -161,7 +161,7 @@ def _q4_0_x8_unpack_b(x8, n, nb, a8):
 
 # Q4_K: 18 words per source block (word 0 = d | dmin<<16 | scales[0..3]<<32, word 1 =
 # scales[4..11], words 2..17 = qs), 144 words per block_q4_Kx8.
-@njit(inline="always")
+@njit
 def _unpack12(lo, mid, hi):
     """The 12 scale bytes as three 32-bit lanes -> (sc, m) with byte s = value of slot s."""
     sc = (lo & _U(0x3F3F3F3F)) | (((hi & _U(0x0F0F0F0F)) | ((lo >> _U(2)) & _U(0x30303030))) << _U(32))
@@ -169,7 +169,7 @@ def _unpack12(lo, mid, hi):
     return sc, m
 
 
-@njit(inline="always")
+@njit
 def _pack12(sc, m):
     """Inverse of _unpack12: (lo, mid, hi) 32-bit lanes."""
     schi = sc >> _U(32)
@@ -180,7 +180,7 @@ def _pack12(sc, m):
     return lo, mid, hi
 
 
-@njit(inline="always")
+@njit
 def _transpose8(v):
     """8x8 byte transpose in place: byte s of v[r] <-> byte r of v[s]."""
     for r in range(8):

@@ -30,7 +30,7 @@ _RO_F32 = nt.Array(nt.float32, 1, "C", readonly=True)
 _KERNEL = dict(cache=True, boundscheck=False)
 
 
-@njit(inline="always")
+@njit
 def _ld64(a8, o):
     x = _U(0)
     for j in range(8):
@@ -38,32 +38,32 @@ def _ld64(a8, o):
     return x
 
 
-@njit(inline="always")
+@njit
 def _st64(a8, o, x):
     for j in range(8):
         a8[o + _U(j)] = np.uint8((x >> _U(8 * j)) & _U(0xFF))
 
 
-@njit(inline="always")
+@njit
 def _put2(w32, i0, i1, v):
     """Low 32 bits of v -> word i0, high 32 bits -> word i1."""
     w32[i0] = np.uint32(v & _U(0xFFFFFFFF))
     w32[i1] = np.uint32(v >> _U(32))
 
 
-@njit(inline="always")
+@njit
 def _get2(w32, i0, i1):
     return _U(w32[i0]) | (_U(w32[i1]) << _U(32))
 
 
-@njit(inline="always")
+@njit
 def _signed(v):
     """Per byte: low nibble u (high nibble 0) -> int8 (u - 8)."""
     t = v ^ _M08
     return t | ((t & _M08) * _U(0x1E))  # sign bit 3 set -> fill bits 4..7
 
 
-@njit(inline="always")
+@njit
 def _f16_d(a8, o, f16):
     return f16[_U(a8[o]) | (_U(a8[o + _U(1)]) << _U(8))]
 

@@ -26,6 +26,9 @@ from ..formats._jit import lazy_njit
 #             the channel, so LLVM vectorizes it (SWAR nibble arithmetic on 64-bit words).
 # Unpacking runs the same two steps backwards. Indices are uint64 throughout, so numba emits
 # no negative-index wraparound; the Python wrappers validate every size beforehand.
+# Small helpers are plain ``@njit`` functions: LLVM inlines them into the kernels all the same
+# (same speed measured), while numba's IR-level ``inline="always"`` made a cold-cache compile
+# 1.6-2.5x longer (Q4_K pack 6.0 -> 3.7 s CPU, Q6_K 3.7 -> 1.5 s; benchmarks/BENCHMARKS.md).
 _U = np.uint64
 _M0F = np.uint64(0x0F0F0F0F0F0F0F0F)
 _M00FF = np.uint64(0x00FF00FF00FF00FF)
@@ -71,15 +74,6 @@ def _unstage_w9(t, o0, wr, cn, w64):
 
 
 @lazy_njit(nt.void(_RO_U8, nt.uint64, nt.uint64, nt.int64, nt.int64, nt.uint8[::1]), **_HELPER)
-def _stage_b(a8, o0, rb, cn, nb, t8):
-    """t8[i*64 + c] = a8[o0 + c*rb + i] for c < cn, i < nb."""
-    for c in range(cn):
-        o = o0 + _U(c) * rb
-        for i in range(nb):
-            t8[_U(i) * _U(64) + _U(c)] = a8[o + _U(i)]
-
-
-@lazy_njit(nt.void(_RO_U8, nt.uint64, nt.uint64, nt.int64, nt.int64, nt.uint8[::1]), **_HELPER)
 def _unstage_b(t8, o0, rb, cn, nb, a8):
     for c in range(cn):
         o = o0 + _U(c) * rb
@@ -87,7 +81,7 @@ def _unstage_b(t8, o0, rb, cn, nb, a8):
             a8[o + _U(i)] = t8[_U(i) * _U(64) + _U(c)]
 
 
-@njit(inline="always")
+@njit
 def _pairs(x):
     """Low nibbles n0..n7 of the 8 bytes of x -> two 16-bit panel words.
 
@@ -98,7 +92,7 @@ def _pairs(x):
     return x | (x >> _U(8))
 
 
-@njit(inline="always")
+@njit
 def _spread(v):
     """Inverse of _pairs on a 32-bit group: nibbles n0..n7 of v -> low nibbles of bytes 0..7."""
     v = (v | (v << _U(16))) & _U(0x0000FFFF0000FFFF)
@@ -106,7 +100,7 @@ def _spread(v):
     return (v | (v << _U(4))) & _M0F
 
 
-@njit(inline="always")
+@njit
 def _put_qs16(p16, base, x0, x1):
     """Write one channel's 16 Q4_0-ordered qs bytes (x0 = qs[0..7], x1 = qs[8..15]).
 
@@ -127,7 +121,7 @@ def _put_qs16(p16, base, x0, x1):
     p16[base + _U(448)] = np.uint16((hi1 >> _U(32)) & _U(0xFFFF))
 
 
-@njit(inline="always")
+@njit
 def _get_qs16(p16, base):
     """Inverse of _put_qs16: (x0, x1)."""
     l0 = _U(p16[base]) | (_U(p16[base + _U(64)]) << _U(16))
@@ -137,28 +131,13 @@ def _get_qs16(p16, base):
     return _spread(l0) | (_spread(h0) << _U(4)), _spread(l1) | (_spread(h1) << _U(4))
 
 
-@njit(inline="always")
-def _tb16(t8, i, c):
-    """16-bit little-endian value from byte planes i, i+1 of a staged block."""
-    return np.uint16(t8[_U(i) * _U(64) + c]) | (np.uint16(t8[_U(i + 1) * _U(64) + c]) << np.uint16(8))
-
-
-@njit(inline="always")
-def _tb64(t8, i, c):
-    """64-bit little-endian value from byte planes i..i+7."""
-    x = _U(0)
-    for j in range(8):
-        x |= _U(t8[_U(i + j) * _U(64) + c]) << _U(8 * j)
-    return x
-
-
-@njit(inline="always")
+@njit
 def _set_tb16(t8, i, c, v):
     t8[_U(i) * _U(64) + c] = np.uint8(v & np.uint16(0xFF))
     t8[_U(i + 1) * _U(64) + c] = np.uint8(v >> np.uint16(8))
 
 
-@njit(inline="always")
+@njit
 def _set_tb64(t8, i, c, x):
     for j in range(8):
         t8[_U(i + j) * _U(64) + c] = np.uint8((x >> _U(8 * j)) & _U(0xFF))
@@ -241,16 +220,6 @@ def _q4_0_unpack_w(p16, d16, n, ng, w64):
 
 # -- Q4_0 (any K) and Q4_1: one block at a time, staged as byte planes ---------------------
 #   Q4_0: bytes 0-1 d, 2-17 qs          Q4_1: bytes 0-1 d, 2-3 m, 4-19 qs
-@lazy_njit(nt.void(_RO_U8, nt.int64, nt.int64, nt.uint64, nt.uint16[::1], nt.uint16[::1], nt.uint16[::1]), **_HELPER)
-def _q4_b_compute(t8, cn, hdr, blk, p16, d16, m16):
-    for c in range(cn):
-        uc = _U(c)
-        d16[blk * _U(64) + uc] = _tb16(t8, 0, uc)
-        if hdr == 4:
-            m16[blk * _U(64) + uc] = _tb16(t8, 2, uc)
-        _put_qs16(p16, blk * _U(512) + uc, _tb64(t8, hdr, uc), _tb64(t8, hdr + 8, uc))
-
-
 @lazy_njit(nt.void(_RO_U16, _RO_U16, _RO_U16, nt.int64, nt.int64, nt.uint64, nt.uint8[::1]), **_HELPER)
 def _q4_b_uncompute(p16, d16, m16, cn, hdr, blk, t8):
     for c in range(cn):
@@ -261,18 +230,6 @@ def _q4_b_uncompute(p16, d16, m16, cn, hdr, blk, t8):
         x0, x1 = _get_qs16(p16, blk * _U(512) + uc)
         _set_tb64(t8, hdr, uc, x0)
         _set_tb64(t8, hdr + 8, uc, x1)
-
-
-@lazy_njit(nt.void(_RO_U8, nt.int64, nt.int64, nt.int64, nt.uint16[::1], nt.uint16[::1], nt.uint16[::1]), **_KERNEL)
-def _q4_pack_b(a8, n, ng, hdr, p16, d16, m16):
-    bb = hdr + 16
-    rb = _U(ng * bb)
-    t8 = np.zeros(bb * 64, np.uint8)
-    for sb in range((n + 63) >> 6):
-        cn = min(64, n - sb * 64)
-        for b in range(ng):
-            _stage_b(a8, _U(sb * 64) * rb + _U(b * bb), rb, cn, bb, t8)
-            _q4_b_compute(t8, cn, hdr, _U(sb * ng + b), p16, d16, m16)
 
 
 @lazy_njit(nt.void(_RO_U16, _RO_U16, _RO_U16, nt.int64, nt.int64, nt.int64, nt.uint8[::1]), **_KERNEL)
@@ -294,7 +251,7 @@ def _q4_unpack_b(p16, d16, m16, n, ng, hdr, a8):
 #   6-bit scales, per byte lane (s = 0..3):
 #     sc[s] = scales[s] & 63              sc[4+s] = scales[8+s] & 15 | (scales[s] >> 6) << 4
 #     m[s]  = scales[4+s] & 63            m[4+s]  = scales[8+s] >> 4 | (scales[4+s] >> 6) << 4
-@njit(inline="always")
+@njit
 def _put_k_word(p16, g, x):
     """One qs word: low nibbles -> kg-blocks 2t, 2t+1 of the even sub-block (word g),
     high nibbles -> the same kg-blocks of the odd sub-block (one group = 512 words later)."""
@@ -306,14 +263,14 @@ def _put_k_word(p16, g, x):
     p16[g + _U(576)] = np.uint16((hw >> _U(32)) & _U(0xFFFF))
 
 
-@njit(inline="always")
+@njit
 def _get_k_word(p16, g):
     lw = _U(p16[g]) | (_U(p16[g + _U(64)]) << _U(16))
     hw = _U(p16[g + _U(512)]) | (_U(p16[g + _U(576)]) << _U(16))
     return _spread(lw) | (_spread(hw) << _U(4))
 
 
-@njit(inline="always")
+@njit
 def _put_k_chunk(p16, g, t, k0, c):
     _put_k_word(p16, g, t[_U(k0) * _U(64) + c])
     _put_k_word(p16, g + _U(128), t[_U(k0 + 1) * _U(64) + c])
@@ -321,7 +278,7 @@ def _put_k_chunk(p16, g, t, k0, c):
     _put_k_word(p16, g + _U(384), t[_U(k0 + 3) * _U(64) + c])
 
 
-@njit(inline="always")
+@njit
 def _get_k_chunk(p16, g, t, k0, c):
     t[_U(k0) * _U(64) + c] = _get_k_word(p16, g)
     t[_U(k0 + 1) * _U(64) + c] = _get_k_word(p16, g + _U(128))
@@ -329,7 +286,7 @@ def _get_k_chunk(p16, g, t, k0, c):
     t[_U(k0 + 3) * _U(64) + c] = _get_k_word(p16, g + _U(384))
 
 
-@njit(inline="always")
+@njit
 def _put8(o8, base, v):
     """Bytes 0..7 of v -> o8[base + 64*s] (one 6-bit scale per group s)."""
     o8[base] = np.uint8(v & _U(0xFF))
@@ -342,7 +299,7 @@ def _put8(o8, base, v):
     o8[base + _U(448)] = np.uint8((v >> _U(56)) & _U(0xFF))
 
 
-@njit(inline="always")
+@njit
 def _get8(o8, base):
     """Inverse of _put8, each value masked to its 6 bits."""
     v = _U(0)
@@ -421,18 +378,6 @@ def _q4_k_unpack(p16, sc8, m8, d16, dmin16, n, nsb, w64):
 
 # -- Q8_0: 34 bytes per block (d, then 32 int8 = the integer codes) ------------------------
 #   int8 kg-block q of the group takes qs[4q .. 4q+3] of each channel as one 32-bit word.
-@lazy_njit(nt.void(_RO_U8, nt.int64, nt.uint64, nt.uint32[::1], nt.uint16[::1]), **_HELPER)
-def _q8_0_compute(t8, cn, blk, p32, d16):
-    for c in range(cn):
-        uc = _U(c)
-        d16[blk * _U(64) + uc] = _tb16(t8, 0, uc)
-        for q in range(8):
-            x = _U(2 + 4 * q) * _U(64) + uc
-            p32[(blk * _U(8) + _U(q)) * _U(64) + uc] = (
-                np.uint32(t8[x]) | (np.uint32(t8[x + _U(64)]) << np.uint32(8))
-                | (np.uint32(t8[x + _U(128)]) << np.uint32(16)) | (np.uint32(t8[x + _U(192)]) << np.uint32(24)))
-
-
 @lazy_njit(nt.void(_RO_U32, _RO_U16, nt.int64, nt.uint64, nt.uint8[::1]), **_HELPER)
 def _q8_0_uncompute(p32, d16, cn, blk, t8):
     for c in range(cn):
@@ -445,17 +390,6 @@ def _q8_0_uncompute(p32, d16, cn, blk, t8):
             t8[x + _U(64)] = np.uint8((v >> np.uint32(8)) & np.uint32(0xFF))
             t8[x + _U(128)] = np.uint8((v >> np.uint32(16)) & np.uint32(0xFF))
             t8[x + _U(192)] = np.uint8(v >> np.uint32(24))
-
-
-@lazy_njit(nt.void(_RO_U8, nt.int64, nt.int64, nt.uint32[::1], nt.uint16[::1]), **_KERNEL)
-def _q8_0_pack(a8, n, ng, p32, d16):
-    rb = _U(ng * 34)
-    t8 = np.zeros(34 * 64, np.uint8)
-    for sb in range((n + 63) >> 6):
-        cn = min(64, n - sb * 64)
-        for b in range(ng):
-            _stage_b(a8, _U(sb * 64) * rb + _U(b * 34), rb, cn, 34, t8)
-            _q8_0_compute(t8, cn, _U(sb * ng + b), p32, d16)
 
 
 @lazy_njit(nt.void(_RO_U32, _RO_U16, nt.int64, nt.int64, nt.uint8[::1]), **_KERNEL)
@@ -474,40 +408,7 @@ def _q8_0_unpack(p32, d16, n, ng, a8):
 # ((blk[byte0] >> shift0) & mask0) << dst0 | ((blk[byte1] >> shift1) & mask1) << dst1 (mask 0 =
 # no second part), the parts of ``formats/blocks/<type>.PLAN``. One 32-bit panel word holds the
 # int8 codes of 4 consecutive elements of one channel.
-@njit(inline="always")
-def _code(t8, c, a0, s0, m0, d0, a1, s1, m1, d1):
-    x0 = (_U(t8[_U(a0) * _U(64) + c]) >> _U(s0)) & _U(m0)
-    x1 = (_U(t8[_U(a1) * _U(64) + c]) >> _U(s1)) & _U(m1)
-    return (x0 << _U(d0)) | (x1 << _U(d1))
-
-
-@lazy_njit(nt.void(_RO_U8, nt.int64, nt.Array(nt.int64, 2, "C", readonly=True), nt.int64, nt.int64, nt.int64, nt.uint64,
-              nt.uint32[::1]), **_HELPER)
-def _tab_compute(t8, cn, tab, off, bs, g, w0, p32):
-    """w0 = panel word of (first group of this block, kg-block 0, channel 0)."""
-    for e4 in range(bs // 4):
-        e = 4 * e4
-        a00, s00, m00, d00, a10, s10, m10, d10 = (tab[e, 0], tab[e, 1], tab[e, 2], tab[e, 3], tab[e, 4], tab[e, 5],
-                                                  tab[e, 6], tab[e, 7])
-        a01, s01, m01, d01, a11, s11, m11, d11 = (tab[e + 1, 0], tab[e + 1, 1], tab[e + 1, 2], tab[e + 1, 3],
-                                                  tab[e + 1, 4], tab[e + 1, 5], tab[e + 1, 6], tab[e + 1, 7])
-        a02, s02, m02, d02, a12, s12, m12, d12 = (tab[e + 2, 0], tab[e + 2, 1], tab[e + 2, 2], tab[e + 2, 3],
-                                                  tab[e + 2, 4], tab[e + 2, 5], tab[e + 2, 6], tab[e + 2, 7])
-        a03, s03, m03, d03, a13, s13, m13, d13 = (tab[e + 3, 0], tab[e + 3, 1], tab[e + 3, 2], tab[e + 3, 3],
-                                                  tab[e + 3, 4], tab[e + 3, 5], tab[e + 3, 6], tab[e + 3, 7])
-        # word of (group e // g, kg-block (e % g) // 4): groups of one block are consecutive
-        w = w0 + _U(e // g) * _U(g // 4) * _U(64) + _U((e % g) // 4) * _U(64)
-        uo = _U(256 - off)  # + (256 - off) == - off modulo 256, without unsigned wraparound
-        for c in range(cn):
-            uc = _U(c)
-            v0 = (_code(t8, uc, a00, s00, m00, d00, a10, s10, m10, d10) + uo) & _U(0xFF)
-            v1 = (_code(t8, uc, a01, s01, m01, d01, a11, s11, m11, d11) + uo) & _U(0xFF)
-            v2 = (_code(t8, uc, a02, s02, m02, d02, a12, s12, m12, d12) + uo) & _U(0xFF)
-            v3 = (_code(t8, uc, a03, s03, m03, d03, a13, s13, m13, d13) + uo) & _U(0xFF)
-            p32[w + uc] = np.uint32(v0 | (v1 << _U(8)) | (v2 << _U(16)) | (v3 << _U(24)))
-
-
-@njit(inline="always")
+@njit
 def _put_code(t8, c, v, a0, s0, m0, d0, a1, s1, m1, d1):
     i0 = _U(a0) * _U(64) + c
     i1 = _U(a1) * _U(64) + c
@@ -532,19 +433,6 @@ def _tab_uncompute(p32, cn, tab, off, bs, g, w0, t8):
                 _put_code(t8, uc, v, a0, s0, m0, d0, a1, s1, m1, d1)
 
 
-@lazy_njit(nt.void(_RO_U8, nt.int64, nt.int64, nt.int64, nt.Array(nt.int64, 2, "C", readonly=True), nt.int64, nt.int64,
-              nt.int64, nt.uint32[::1]), **_KERNEL)
-def _tab_pack(a8, n, nblk, bb, tab, off, bs, g, p32):
-    rb = _U(nblk * bb)
-    gpb = bs // g
-    t8 = np.zeros(bb * 64, np.uint8)
-    for sb in range((n + 63) >> 6):
-        cn = min(64, n - sb * 64)
-        for b in range(nblk):
-            _stage_b(a8, _U(sb * 64) * rb + _U(b * bb), rb, cn, bb, t8)
-            _tab_compute(t8, cn, tab, off, bs, g, _U((sb * nblk + b) * gpb * (g // 4) * 64), p32)
-
-
 @lazy_njit(nt.void(_RO_U32, nt.int64, nt.int64, nt.int64, nt.Array(nt.int64, 2, "C", readonly=True), nt.int64, nt.int64,
               nt.int64, nt.uint8[::1]), **_KERNEL)
 def _tab_unpack(p32, n, nblk, bb, tab, off, bs, g, a8):
@@ -562,3 +450,304 @@ def _tab_unpack(p32, n, nblk, bb, tab, off, bs, g, a8):
                 o = o0 + _U(c) * rb
                 for i in range(bb):
                     a8[o + _U(i)] |= t8[_U(i) * _U(64) + _U(c)]
+
+
+# ---- block-column kernels of the int8 panels (Q8_0, Q5_0, Q5_1, Q5_K, Q6_K) --------------
+# In an int8 panel, word (kg-block w of super-block sb, channel c) holds the codes of elements
+# 4w..4w+3 of row 64*sb + c (kg-block w of a super-block = group w // kq, kg-block w % kq is
+# the element quad w of the row). A source block of bs elements is bs/4 such words, and the
+# words of block column b (block b of the super-block's 64 rows) fill bs*64 contiguous bytes
+# of panel (2 KiB, or 16 KiB for the K-quants), which stay in L1 while the kernel walks the
+# column's rows two at a time (channels c, c+1): it builds 8 codes of each row at once with
+# SWAR arithmetic on the 8 byte lanes of a uint64 (words q, q+1 of one row), swaps the 32-bit
+# halves of the two rows' values (a 2 x 2 transpose) and stores one uint64 per (word, pair).
+# The scale fields go to their [SB][groups][64] regions the same way, two channels a store.
+#
+#   one row's value v (words q, q+1):   c(4q) c(4q+1) c(4q+2) c(4q+3) | c(4q+4) .. c(4q+7)
+#   panels (uint64 i = (64 q + c) / 2): [q: ch0|ch1 ch2|ch3 .. ch62|ch63] [q+1: ...] ...
+#
+# A channel pair needs both rows: when the super-block's last row c is even (n odd), its
+# partner c+1 is a pad channel, and the kernel packs row c into it too; the wrapper's
+# _fill_pads then overwrites every pad channel, as after every fast pack.
+_L01 = _U(0x0101010101010101)
+_L0F = _U(0x0F0F0F0F0F0F0F0F)
+_L03 = _U(0x0303030303030303)
+_L80 = _U(0x8080808080808080)
+_LO32 = _U(0xFFFFFFFF)
+_HI32 = _U(0xFFFFFFFF00000000)
+
+
+@njit
+def _u16_at(a8, o):
+    return _U(a8[o]) | (_U(a8[o + _U(1)]) << _U(8))
+
+
+@njit
+def _u32_at(a8, o):
+    return (_U(a8[o]) | (_U(a8[o + _U(1)]) << _U(8)) | (_U(a8[o + _U(2)]) << _U(16))
+            | (_U(a8[o + _U(3)]) << _U(24)))
+
+
+@njit
+def _u64_at(a8, o):
+    """Little-endian uint64 at any byte offset (LLVM merges the byte loads into one)."""
+    return _u32_at(a8, o) | (_u32_at(a8, o + _U(4)) << _U(32))
+
+
+@njit
+def _put_pair(p64, i, v0, v1):
+    """Words q, q+1 of channels c (v0) and c+1 (v1): p64[i] = word q of both, p64[i + 32] =
+    word q+1 of both (i = (64 q + c) / 2)."""
+    p64[i] = (v0 & _LO32) | (v1 << _U(32))
+    p64[i + _U(32)] = (v0 >> _U(32)) | (v1 & _HI32)
+
+
+@njit
+def _sub_lanes(v, off):
+    """Subtract ``off`` from each byte lane of v (lanes < 128), modulo 256 each: the high
+    bit of every lane is set first so no lane borrows from its neighbour."""
+    return ((v | _L80) - _U(off) * _L01) ^ _L80
+
+
+@njit
+def _bits_to_lanes(t):
+    """Bits 0..7 of t -> bit 4 of byte lanes 0..7. Per 4 bits, bit i moves to 8i by
+    t * (1 + 2^7 + 2^14 + 2^21): the four copies of t land on disjoint bits, nothing carries."""
+    lo = ((t & _U(15)) * _U(0x00204081)) & _U(0x01010101)
+    hi = (((t >> _U(4)) & _U(15)) * _U(0x00204081)) & _U(0x01010101)
+    return (lo | (hi << _U(32))) << _U(4)
+
+
+@njit
+def _pair_rows(sb, c, cn, rb, b, bb):
+    """Byte offsets of block b in rows c and c+1 of super-block sb (row c again if c+1 >= cn)."""
+    o0 = _U(sb * 64 + c) * rb + _U(b * bb)
+    return o0, (o0 + rb if c + 1 < cn else o0)
+
+
+@njit
+def _put_u16_pair(d32, i, a8, o0, o1, at):
+    """The u16 fields at byte ``at`` of two blocks -> one uint32 (channel c low, c+1 high)."""
+    d32[i] = np.uint32(_u16_at(a8, o0 + _U(at)) | (_u16_at(a8, o1 + _U(at)) << _U(16)))
+
+
+@njit
+def _q5_small_value(a8, o, hq, off, q):
+    """Q5_0/Q5_1 block at a8[o]: the uint64 of elements 8q..8q+7 (q < 2; lo) and 16+8q..
+    (hi), codes minus ``off``."""
+    qh = _u32_at(a8, o + _U(hq))
+    x = _u64_at(a8, o + _U(hq + 4 + 8 * q))
+    lo = (x & _L0F) | _bits_to_lanes(qh >> _U(8 * q))
+    hi = ((x >> _U(4)) & _L0F) | _bits_to_lanes(qh >> _U(16 + 8 * q))
+    return _sub_lanes(lo, off), _sub_lanes(hi, off)
+
+
+@lazy_njit(nt.void(_RO_U8, nt.int64, nt.int64, nt.uint64[::1], nt.uint32[::1]), **_KERNEL)
+def _q8_0_cols(a8, n, nblk, p64, d32):
+    """Q8_0 (34 B: d, then 32 int8 codes, offset 0): the codes are the words already."""
+    rb = _U(nblk * 34)
+    for sb in range((n + 63) >> 6):
+        cn = min(64, n - sb * 64)
+        for b in range(nblk):
+            blk = _U(sb * nblk + b)
+            for c in range(0, cn, 2):
+                o0, o1 = _pair_rows(sb, c, cn, rb, b, 34)
+                _put_u16_pair(d32, blk * _U(32) + _U(c >> 1), a8, o0, o1, 0)
+                i0 = blk * _U(256) + _U(c >> 1)
+                for q in range(4):
+                    _put_pair(p64, i0 + _U(64 * q), _u64_at(a8, o0 + _U(2 + 8 * q)), _u64_at(a8, o1 + _U(2 + 8 * q)))
+
+
+@lazy_njit(nt.void(_RO_U8, nt.int64, nt.int64, nt.int64, nt.int64, nt.uint64[::1], nt.uint32[::1], nt.uint32[::1]),
+           **_KERNEL)
+def _q5_small_cols(a8, n, nblk, hq, off, p64, d32, m32):
+    """Q5_0 (hq = 2, off = 16, m32 unused) / Q5_1 (hq = 4, off = 0, m at bytes 2-3): qh = 32
+    high bits at bytes hq..hq+3, qs[16] after; element j < 16 = qs[j] low nibble | qh bit j
+    << 4, element 16 + j = qs[j] high nibble | qh bit 16 + j << 4."""
+    bb = hq + 20
+    rb = _U(nblk * bb)
+    for sb in range((n + 63) >> 6):
+        cn = min(64, n - sb * 64)
+        for b in range(nblk):
+            blk = _U(sb * nblk + b)
+            for c in range(0, cn, 2):
+                o0, o1 = _pair_rows(sb, c, cn, rb, b, bb)
+                _put_u16_pair(d32, blk * _U(32) + _U(c >> 1), a8, o0, o1, 0)
+                if hq == 4:
+                    _put_u16_pair(m32, blk * _U(32) + _U(c >> 1), a8, o0, o1, 2)
+                i0 = blk * _U(256) + _U(c >> 1)
+                for q in range(2):
+                    lo0, hi0 = _q5_small_value(a8, o0, hq, off, q)
+                    lo1, hi1 = _q5_small_value(a8, o1, hq, off, q)
+                    _put_pair(p64, i0 + _U(64 * q), lo0, lo1)
+                    _put_pair(p64, i0 + _U(64 * (2 + q)), hi0, hi1)
+
+
+@njit
+def _k_scale_bytes(a8, o):
+    """The 6-bit sc[0..7] and m[0..7] of a Q4_K/Q5_K block (scales q[12] at bytes 4..15), each
+    as a uint64 of 8 byte lanes: sc[s] = q[s] & 63, m[s] = q[4+s] & 63, sc[4+s] = q[8+s] & 15
+    | (q[s] >> 6) << 4, m[4+s] = q[8+s] >> 4 | (q[4+s] >> 6) << 4 (s < 4)."""
+    lo = _u32_at(a8, o + _U(4))
+    mid = _u32_at(a8, o + _U(8))
+    hi = _u32_at(a8, o + _U(12))
+    sc = (lo & _U(0x3F3F3F3F)) | (((hi & _U(0x0F0F0F0F)) | ((lo >> _U(2)) & _U(0x30303030))) << _U(32))
+    mm = (mid & _U(0x3F3F3F3F)) | ((((hi >> _U(4)) & _U(0x0F0F0F0F)) | ((mid >> _U(2)) & _U(0x30303030))) << _U(32))
+    return sc, mm
+
+
+@njit
+def _put_lanes_pair(s16, i, v0, v1, count):
+    """Byte lane s < count of v0 (channel c) and v1 (c+1) -> s16[i + 32 s] (one uint16)."""
+    for s in range(count):
+        s16[i + _U(32 * s)] = np.uint16(((v0 >> _U(8 * s)) & _U(0xFF)) | (((v1 >> _U(8 * s)) & _U(0xFF)) << _U(8)))
+
+
+@njit
+def _q5_k_value(a8, o, j, l8):
+    """Q5_K block at a8[o]: elements 64j + 8 l8 .. +7 (lo) and 64j + 32 + 8 l8 .. (hi)."""
+    h = _u64_at(a8, o + _U(16 + 8 * l8))
+    x = _u64_at(a8, o + _U(48 + 32 * j + 8 * l8))
+    lo = (x & _L0F) | (((h >> _U(2 * j)) & _L01) << _U(4))
+    hi = ((x >> _U(4)) & _L0F) | (((h >> _U(2 * j + 1)) & _L01) << _U(4))
+    return lo, hi
+
+
+@lazy_njit(nt.void(_RO_U8, nt.int64, nt.int64, nt.uint64[::1], nt.uint16[::1], nt.uint16[::1], nt.uint32[::1],
+                   nt.uint32[::1]), **_KERNEL)
+def _q5_k_cols(a8, n, nblk, p64, sc16, m16, d32, dmin32):
+    """Q5_K (176 B: d, dmin, scales[12], qh[32], qs[128], offset 0): element 64j + l (l < 32)
+    = qs[32j + l] low nibble | qh[l] bit 2j << 4; element 64j + 32 + l = the high nibble |
+    qh[l] bit 2j+1 << 4."""
+    rb = _U(nblk * 176)
+    for sb in range((n + 63) >> 6):
+        cn = min(64, n - sb * 64)
+        for b in range(nblk):
+            blk = _U(sb * nblk + b)
+            for c in range(0, cn, 2):
+                o0, o1 = _pair_rows(sb, c, cn, rb, b, 176)
+                hc = _U(c >> 1)
+                _put_u16_pair(d32, blk * _U(32) + hc, a8, o0, o1, 0)
+                _put_u16_pair(dmin32, blk * _U(32) + hc, a8, o0, o1, 2)
+                sc0, m0 = _k_scale_bytes(a8, o0)
+                sc1, m1 = _k_scale_bytes(a8, o1)
+                _put_lanes_pair(sc16, blk * _U(256) + hc, sc0, sc1, 8)
+                _put_lanes_pair(m16, blk * _U(256) + hc, m0, m1, 8)
+                i0 = blk * _U(2048) + hc
+                for j in range(4):
+                    for l8 in range(4):
+                        lo0, hi0 = _q5_k_value(a8, o0, j, l8)
+                        lo1, hi1 = _q5_k_value(a8, o1, j, l8)
+                        _put_pair(p64, i0 + _U(64 * (8 * j + l8)), lo0, lo1)
+                        _put_pair(p64, i0 + _U(64 * (8 * j + 4 + l8)), hi0, hi1)
+
+
+@njit
+def _q6_k_values(a8, o, h, l8):
+    """Q6_K block at a8[o]: the uint64s of elements 128h + 32s + 8 l8 .. +7 for s = 0..3."""
+    a = _u64_at(a8, o + _U(64 * h + 8 * l8))
+    b = _u64_at(a8, o + _U(64 * h + 32 + 8 * l8))
+    q = _u64_at(a8, o + _U(128 + 32 * h + 8 * l8))
+    return (_sub_lanes((a & _L0F) | ((q & _L03) << _U(4)), 32),
+            _sub_lanes((b & _L0F) | (((q >> _U(2)) & _L03) << _U(4)), 32),
+            _sub_lanes(((a >> _U(4)) & _L0F) | (((q >> _U(4)) & _L03) << _U(4)), 32),
+            _sub_lanes(((b >> _U(4)) & _L0F) | (((q >> _U(6)) & _L03) << _U(4)), 32))
+
+
+@lazy_njit(nt.void(_RO_U8, nt.int64, nt.int64, nt.uint64[::1], nt.uint16[::1], nt.uint32[::1]), **_KERNEL)
+def _q6_k_cols(a8, n, nblk, p64, s16, d32):
+    """Q6_K (210 B: ql[128], qh[64], scales[16], d; offset 32): element 128h + 32s + l (l < 32)
+    = ql[64h + 32(s & 1) + l] nibble s >> 1 | (qh[32h + l] >> 2s & 3) << 4."""
+    rb = _U(nblk * 210)
+    for sb in range((n + 63) >> 6):
+        cn = min(64, n - sb * 64)
+        for b in range(nblk):
+            blk = _U(sb * nblk + b)
+            for c in range(0, cn, 2):
+                o0, o1 = _pair_rows(sb, c, cn, rb, b, 210)
+                hc = _U(c >> 1)
+                _put_u16_pair(d32, blk * _U(32) + hc, a8, o0, o1, 208)
+                _put_lanes_pair(s16, blk * _U(512) + hc, _u64_at(a8, o0 + _U(192)), _u64_at(a8, o1 + _U(192)), 8)
+                _put_lanes_pair(s16, blk * _U(512) + _U(256) + hc, _u64_at(a8, o0 + _U(200)),
+                                _u64_at(a8, o1 + _U(200)), 8)
+                i0 = blk * _U(2048) + hc
+                for h in range(2):
+                    for l8 in range(4):
+                        x0, x1, x2, x3 = _q6_k_values(a8, o0, h, l8)
+                        y0, y1, y2, y3 = _q6_k_values(a8, o1, h, l8)
+                        i = i0 + _U(64 * (16 * h + l8))
+                        _put_pair(p64, i, x0, y0)
+                        _put_pair(p64, i + _U(256), x1, y1)
+                        _put_pair(p64, i + _U(512), x2, y2)
+                        _put_pair(p64, i + _U(768), x3, y3)
+
+
+# ---- block-column kernel of the Q4_0/Q4_1 nibble panels ------------------------------------
+# The same walk as the int8 kernels, four channels at a time: a nibble panel word (kg-block w,
+# channel c) is 16 bits at p16[64 w + c], so the words of channels c..c+3 make one uint64 at
+# p64[(64 w + c) / 4]. _pairs turns 8 qs bytes of one row into two words (bits 0-15: kg-block
+# w, bits 32-47: w + 1); _quad interleaves four rows' values into the two uint64 stores.
+#
+#   p64[(64 w + c) / 4] = word(w, c) | word(w, c+1) << 16 | word(w, c+2) << 32 | word(w, c+3) << 48
+#
+# Rows past the super-block's last (n not a multiple of 4) repeat the last row into pad
+# channels, which the wrapper's _fill_pads then overwrites.
+@njit
+def _quad(p64, i, v0, v1, v2, v3, sh):
+    """Bits sh..sh+15 of v0..v3 -> one uint64 (v0 lowest) at p64[i]."""
+    m = _U(0xFFFF)
+    p64[i] = (((v0 >> _U(sh)) & m) | (((v1 >> _U(sh)) & m) << _U(16)) | (((v2 >> _U(sh)) & m) << _U(32))
+              | (((v3 >> _U(sh)) & m) << _U(48)))
+
+
+@njit
+def _quad_rows(sb, c, cn, rb, b, bb):
+    """Byte offsets of block b in rows c..c+3 of super-block sb (the last row again past cn)."""
+    o0 = _U(sb * 64 + c) * rb + _U(b * bb)
+    o1 = o0 + rb if c + 1 < cn else o0
+    o2 = o1 + rb if c + 2 < cn else o1
+    o3 = o2 + rb if c + 3 < cn else o2
+    return o0, o1, o2, o3
+
+
+@njit
+def _quad_u16(d64, i, a8, o0, o1, o2, o3, at):
+    """The u16 fields at byte ``at`` of four blocks -> one uint64 at d64[i]."""
+    d64[i] = (_u16_at(a8, o0 + _U(at)) | (_u16_at(a8, o1 + _U(at)) << _U(16))
+              | (_u16_at(a8, o2 + _U(at)) << _U(32)) | (_u16_at(a8, o3 + _U(at)) << _U(48)))
+
+
+@njit
+def _q4_words(a8, o, j):
+    """qs bytes 8j..8j+7 of a Q4_0/Q4_1 block at a8[o] (qs at o): the low nibbles as words
+    2j, 2j+1 (elements 8j..8j+7) and the high nibbles as words 4+2j, 5+2j (16+8j..)."""
+    x = _u64_at(a8, o + _U(8 * j))
+    return _pairs(x & _M0F), _pairs((x >> _U(4)) & _M0F)
+
+
+@lazy_njit(nt.void(_RO_U8, nt.int64, nt.int64, nt.int64, nt.uint64[::1], nt.uint64[::1], nt.uint64[::1]), **_KERNEL)
+def _q4_small_cols(a8, n, nblk, hdr, p64, d64, m64):
+    """Q4_0 (hdr 2: d, qs[16]) and Q4_1 (hdr 4: d, m, qs[16]; m64 unused for Q4_0)."""
+    bb = hdr + 16
+    rb = _U(nblk * bb)
+    for sb in range((n + 63) >> 6):
+        cn = min(64, n - sb * 64)
+        for b in range(nblk):
+            blk = _U(sb * nblk + b)
+            for c in range(0, cn, 4):
+                o0, o1, o2, o3 = _quad_rows(sb, c, cn, rb, b, bb)
+                qc = _U(c >> 2)
+                _quad_u16(d64, blk * _U(16) + qc, a8, o0, o1, o2, o3, 0)
+                if hdr == 4:
+                    _quad_u16(m64, blk * _U(16) + qc, a8, o0, o1, o2, o3, 2)
+                i0 = blk * _U(128) + qc
+                for j in range(2):
+                    l0, h0 = _q4_words(a8, o0 + _U(hdr), j)
+                    l1, h1 = _q4_words(a8, o1 + _U(hdr), j)
+                    l2, h2 = _q4_words(a8, o2 + _U(hdr), j)
+                    l3, h3 = _q4_words(a8, o3 + _U(hdr), j)
+                    i = i0 + _U(32 * j)
+                    _quad(p64, i, l0, l1, l2, l3, 0)
+                    _quad(p64, i + _U(16), l0, l1, l2, l3, 32)
+                    _quad(p64, i + _U(64), h0, h1, h2, h3, 0)
+                    _quad(p64, i + _U(80), h0, h1, h2, h3, 32)

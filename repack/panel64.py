@@ -292,13 +292,11 @@ def _words_out(raw: np.ndarray):
 
 def _pack_q4_small(raw, t, n, k, out):
     geo = geometry(t, n, k)
-    p16 = out["panels"].reshape(-1).view(np.uint16)
-    d = out["d"].reshape(-1)
     if t.name == "Q4_0" and geo.ng % 4 == 0:
-        _k()._q4_0_pack_w(C.aligned_words(raw), n, geo.ng, p16, d)
+        _k()._q4_0_pack_w(C.aligned_words(raw), n, geo.ng, out["panels"].reshape(-1).view(np.uint16),
+                          out["d"].reshape(-1))
     else:
-        m = out["m"].reshape(-1) if "m" in out else d[:0]
-        _k()._q4_pack_b(raw.reshape(-1), n, geo.ng, t.type_size - 16, p16, d, m)
+        _pack_q4_cols(raw, t, n, k, out)
 
 
 def _unpack_q4_small(r, t, n, k, raw):
@@ -326,11 +324,6 @@ def _unpack_q4_k(r, t, n, k, raw):
     _k()._q4_k_unpack(r["panels"].reshape(-1).view(np.uint16), r["sc"].reshape(-1), r["m"].reshape(-1),
                       r["d"].reshape(-1), r["dmin"].reshape(-1), n, geo.nsb, w64)
     finish()
-
-
-def _pack_q8_0(raw, t, n, k, out):
-    geo = geometry(t, n, k)
-    _k()._q8_0_pack(raw.reshape(-1), n, geo.ng, out["panels"].reshape(-1).view(np.uint32), out["d"].reshape(-1))
 
 
 def _unpack_q8_0(r, t, n, k, raw):
@@ -435,17 +428,52 @@ def _scatter_field(blocks3: np.ndarray, tab: np.ndarray, vals: np.ndarray) -> No
             blocks3[..., a1] |= (((v[..., i] >> d1) & m1) << s1).astype(np.uint8)
 
 
-def _pack_int8_table(raw, t, n, k, out):
-    geo = geometry(t, n, k)
-    nblk = k // t.block_size
-    codes, _ = _field_table(t, "codes")
-    _k()._tab_pack(raw.reshape(-1), n, nblk, t.type_size, codes, t.code_offset, t.block_size, geo.g,
-                   out["panels"].reshape(-1).view(np.uint32))
-    b3 = raw.reshape(n, nblk, t.type_size)
-    for name, dtype, _ in _SCALES[t.name]:
-        tab, _ = _field_table(t, name)
-        v = _gather_field(b3, tab).reshape(n, -1).astype(C.DTYPES[dtype].replace("i", "u"))
-        out[name][...] = _to_channel_order(v, geo, C.DTYPES[dtype])
+def _aligned_view(a: np.ndarray, dtype):
+    """(flat view of ``a`` as ``dtype`` to write, finisher): a temporary when misaligned."""
+    flat = a.reshape(-1).view(np.uint8)
+    if flat.ctypes.data % np.dtype(dtype).itemsize == 0:
+        return flat.view(dtype), lambda: None
+    tmp = np.empty(flat.size, np.uint8)
+
+    def finish():
+        flat[...] = tmp
+
+    return tmp.view(dtype), finish
+
+
+#: the int8 block-column kernel of each type (in _panel64_kernels) and its region arguments
+#: after (a8, n, nblk): (region, view dtype) in order; the panels come first as uint64
+_INT8_COLS = {
+    "Q8_0": ("_q8_0_cols", (), (("d", np.uint32),)),
+    "Q5_0": ("_q5_small_cols", (2, 16), (("d", np.uint32), (None, np.uint32))),  # no m: an empty array
+    "Q5_1": ("_q5_small_cols", (4, 0), (("d", np.uint32), ("m", np.uint32))),
+    "Q5_K": ("_q5_k_cols", (), (("sc", np.uint16), ("m", np.uint16), ("d", np.uint32), ("dmin", np.uint32))),
+    "Q6_K": ("_q6_k_cols", (), (("scale", np.uint16), ("d", np.uint32))),
+}
+
+
+def _pack_q4_cols(raw, t, n, k, out):
+    """Q4_0/Q4_1 by the four-channel block-column kernel (_panel64_kernels._q4_small_cols)."""
+    p64, fp = _aligned_view(out["panels"], np.uint64)
+    d64, fd = _aligned_view(out["d"], np.uint64)
+    m64, fm = _aligned_view(out["m"], np.uint64) if "m" in out else (d64[:0], lambda: None)
+    _k()._q4_small_cols(raw.reshape(-1), n, k // t.block_size, t.type_size - 16, p64, d64, m64)
+    for fin in (fp, fd, fm):
+        fin()
+
+
+def _pack_int8_cols(raw, t, n, k, out):
+    """Codes and scale fields in one pass of the type's block-column kernel (_panel64_kernels):
+    the region arrays are written through wider views (two channels a store)."""
+    name, extra, fields = _INT8_COLS[t.name]
+    views, finishers = [], []
+    for region, dtype in (("panels", np.uint64),) + fields:
+        v, fin = _aligned_view(out[region], dtype) if region else (np.empty(0, dtype), lambda: None)
+        views.append(v)
+        finishers.append(fin)
+    getattr(_k(), name)(raw.reshape(-1), n, k // t.block_size, *extra, views[0], *views[1:])
+    for fin in finishers:
+        fin()
 
 
 def _unpack_int8_table(r, t, n, k, raw):
@@ -462,9 +490,9 @@ def _unpack_int8_table(r, t, n, k, raw):
                      t.block_size, geo.g, raw.reshape(-1))
 
 
-_FAST_PACK = {"Q4_0": _pack_q4_small, "Q4_1": _pack_q4_small, "Q4_K": _pack_q4_k, "Q8_0": _pack_q8_0,
-              "Q5_0": _pack_int8_table, "Q5_1": _pack_int8_table, "Q5_K": _pack_int8_table,
-              "Q6_K": _pack_int8_table}
+_FAST_PACK = {"Q4_0": _pack_q4_small, "Q4_1": _pack_q4_cols, "Q4_K": _pack_q4_k, "Q8_0": _pack_int8_cols,
+              "Q5_0": _pack_int8_cols, "Q5_1": _pack_int8_cols, "Q5_K": _pack_int8_cols,
+              "Q6_K": _pack_int8_cols}
 _NUMPY_PACK = {"Q4_0": _np_pack_q4_small, "Q4_1": _np_pack_q4_small, "Q8_0": _np_pack_q8_0}
 _FAST_UNPACK = {"Q4_0": _unpack_q4_small, "Q4_1": _unpack_q4_small, "Q4_K": _unpack_q4_k, "Q8_0": _unpack_q8_0,
                 "Q5_0": _unpack_int8_table, "Q5_1": _unpack_int8_table, "Q5_K": _unpack_int8_table,

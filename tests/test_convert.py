@@ -364,3 +364,24 @@ def test_hf_needs_a_quant_choice(tmp_path, tiny_hf):
         convert(tiny_hf, tmp_path / "o.ppk")
     res = convert(tiny_hf, tmp_path / "o.ppk", layout="rowmajor")
     assert all(r["written"] == "rowmajor" and r["type"] == r["source_type"] for r in res.ledger)
+
+
+def test_requantize_in_row_chunks_gives_the_same_blocks_and_error(monkeypatch, rng):
+    """The pipeline quantizes in steps of rows (bounded memory): same bytes as one call on the
+    whole tensor, and the same error figures (up to summation order)."""
+    from panelpack.convert import pipeline
+
+    n, k = 37, 512
+    src, dst = qtypes.get("Q4_1"), qtypes.get("Q4_0")
+    raw = random_blocks(src, n, k, rng)
+    x = codecs.dequantize(raw, src, n, k).reshape(n, k)
+    whole = codecs.quantize(x, dst)
+    back = codecs.dequantize(whole, dst, n, k).reshape(n, k).astype(np.float64)
+    diff = back - x
+    rel = np.sqrt(np.mean(diff ** 2)) / np.sqrt(np.mean(x.astype(np.float64) ** 2))
+    for chunk in (k, 5 * k, 1 << 22):  # one row, 5 rows (uneven last step), everything at once
+        monkeypatch.setattr(pipeline, "REQUANT_CHUNK_ELEMENTS", chunk)
+        blocks, err = pipeline._quantize_rows(raw.reshape(-1), src, dst, n, k)
+        assert np.array_equal(blocks.reshape(-1), np.asarray(whole).reshape(-1))
+        assert err["rel_rms"] == pytest.approx(rel, rel=1e-9)
+        assert err["max_abs"] == pytest.approx(float(np.max(np.abs(diff))), rel=1e-12)

@@ -163,6 +163,7 @@ def test_scale_regions_are_the_source_fields_in_channel_order(qtype, rng):
     ("Q4_K", 70, 512), ("Q4_K", 5, 256),
     ("Q8_0", 70, 96), ("Q8_0", 128, 256),
     ("Q5_0", 70, 96), ("Q5_1", 64, 64), ("Q5_K", 70, 512), ("Q6_K", 70, 512), ("Q6_K", 1, 256),  # bit tables
+    ("Q8_0", 71, 64), ("Q5_0", 3, 64), ("Q5_1", 129, 32), ("Q5_K", 65, 256),  # odd last row: paired with a pad
 ])
 def test_fast_kernels_match_the_references(qtype, n, k, rng):
     raw = random_blocks(qtype, n, k, rng)
@@ -173,6 +174,20 @@ def test_fast_kernels_match_the_references(qtype, n, k, rng):
         assert np.array_equal(fast[name].view(np.uint8), ref[name].view(np.uint8)), name
     assert np.array_equal(P.unpack(ref, n, k, qtype), P.unpack_ref(ref, n, k, qtype))
     assert np.array_equal(P.unpack(fast, n, k, qtype), raw)
+
+
+@pytest.mark.parametrize("qtype", ["Q8_0", "Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q4_1"])
+def test_block_column_kernels_write_misaligned_out_regions(qtype, rng):
+    n, k = 67, 256
+    raw = random_blocks(qtype, n, k, rng)
+    ref = P.pack_ref(raw, n, k, qtype)
+    out = {}
+    for spec in P.plan(qtype, n, k):
+        buf = np.zeros(spec.nbytes + 1, np.uint8)  # one byte off every alignment
+        out[spec.name] = buf[1:].view(spec.np_dtype).reshape(spec.shape)
+    P.pack(raw, n, k, qtype, out=out)
+    for name in ref:
+        assert np.array_equal(out[name].view(np.uint8), ref[name].view(np.uint8)), name
 
 
 @pytest.mark.parametrize("qtype, n, k", [
@@ -205,8 +220,8 @@ def test_numba_is_used_from_the_payoff_size_or_once_loaded(monkeypatch):
 
 def test_the_fast_paths_are_the_ones_exercised():
     assert set(P._FAST_PACK) == {t.name for t in P.SOURCE_TYPES} == set(P._FAST_UNPACK)
-    for name in ("_q4_0_pack_w", "_q4_0_unpack_w", "_q4_pack_b", "_q4_unpack_b", "_q4_k_pack", "_q4_k_unpack",
-                 "_q8_0_pack", "_q8_0_unpack", "_tab_pack", "_tab_unpack"):
+    for name in ("_q4_0_pack_w", "_q4_0_unpack_w", "_q4_small_cols", "_q4_unpack_b", "_q4_k_pack", "_q4_k_unpack",
+                 "_q8_0_unpack", "_tab_unpack", "_q8_0_cols", "_q5_small_cols", "_q5_k_cols", "_q6_k_cols"):
         f = getattr(K, name)
         if not hasattr(f, "signatures"):
             pytest.skip("numba JIT disabled (NUMBA_DISABLE_JIT=1)")
