@@ -26,6 +26,7 @@ import logging
 import os
 import secrets
 import shutil
+import stat
 from pathlib import Path
 from typing import IO, Iterator, Optional
 
@@ -164,8 +165,12 @@ def publish(tmp: Path, target: Path, force: bool) -> None:
                     return
                 raise
         old: Optional[Path] = None
-        if target.is_symlink() or target.exists():
-            if target.is_dir() and not target.is_symlink():
+        try:
+            st: Optional[os.stat_result] = os.lstat(target)
+        except FileNotFoundError:
+            st = None
+        if st is not None:
+            if stat.S_ISDIR(st.st_mode):
                 old = temp_name(target, OLD)
                 try:
                     os.rename(target, old)
@@ -175,7 +180,10 @@ def publish(tmp: Path, target: Path, force: bool) -> None:
                 os.replace(tmp, target)  # a file over a file: rename replaces atomically
                 return
             else:
-                target.unlink()  # a file where a folder goes
+                try:
+                    target.unlink()  # a file where a folder goes
+                except FileNotFoundError:
+                    pass
         try:
             os.rename(tmp, target)
         except OSError as e:

@@ -464,7 +464,11 @@ def test_item19_help_texts_and_messages(tmp_path):
     assert "Required, unless --dry-run" in text and "Helps only when cores are idle" in text
     r = CliRunner().invoke(main, ["demo", "--help"])
     text = " ".join(r.output.split())
-    assert "see `panelpack layouts`" in text and "q4_0 | q4_k | q8_0" in text
+    # the demo's --layout/--quant have help, and their choices come from the registries (issue 9)
+    from panelpack.convert.policy import QUANT_CHOICES
+
+    assert "see `panelpack layouts`" in text and "Quantize the demo's matrices" in text
+    assert "|".join(QUANT_CHOICES) in text.replace(" ", "")
     r = CliRunner().invoke(main, ["unpack", str(tmp_path), "-o", str(tmp_path / "o")])
     assert r.exit_code == 2 and "is a folder" in r.output and "no such archive" not in r.output
     r = CliRunner().invoke(main, ["layouts"])

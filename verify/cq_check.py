@@ -24,6 +24,7 @@ from typing import Optional
 
 import numpy as np
 
+from ..formats import guard
 from ..formats import cactus as cfile
 from ..formats.atomic import sha256_file
 from ..formats.errors import BadInputError
@@ -40,8 +41,8 @@ def is_cactus_folder(path: str | os.PathLike) -> bool:
     if not p.is_file():
         return False
     try:
-        return json.loads(p.read_text(encoding="utf-8")).get("format") == MANIFEST_FORMAT
-    except (OSError, ValueError, AttributeError):
+        return guard.loads_json(p.read_bytes(), p).get("format") == MANIFEST_FORMAT
+    except (OSError, ValueError, AttributeError):  # our FormatError is a ValueError
         return False
 
 
