@@ -92,3 +92,48 @@ def lazy_njit(signatures: Any = None, **options: Any) -> Callable[[Callable], La
         return LazyKernel(fn, signatures, options)
 
     return wrap
+
+
+
+# ---- the numba signature vocabulary every kernel module shares --------------------------
+def readonly(dtype: Any, ndim: int = 1) -> Any:
+    """The numba type of a read-only C-contiguous array of ``dtype`` (a numba or numpy dtype):
+    what a kernel sees when handed a memory map or a ``np.frombuffer`` view."""
+    import numba
+    import numpy as np
+
+    if not isinstance(dtype, numba.types.Type):
+        dtype = numba.from_dtype(np.dtype(dtype))
+    return numba.types.Array(dtype, ndim, "C", readonly=True)
+
+
+#: read-only 1-D arrays, the usual kernel inputs
+RO_U8 = readonly("u1")
+RO_U16 = readonly("u2")
+RO_U32 = readonly("u4")
+RO_U64 = readonly("u8")
+RO_F32 = readonly("f4")
+
+
+
+# imported here, after the registry above, so ``import numba`` stays where it always was
+import numba as _numba  # noqa: E402
+import numpy as _np  # noqa: E402
+
+_U64 = _np.uint64
+
+
+@_numba.njit(inline="always")
+def ld64(a8, o):
+    """Little-endian 64-bit load from the bytes ``a8`` at any byte offset ``o``."""
+    x = _U64(0)
+    for j in range(8):
+        x |= _U64(a8[o + _U64(j)]) << _U64(8 * j)
+    return x
+
+
+@_numba.njit(inline="always")
+def st64(a8, o, x):
+    """Little-endian 64-bit store of ``x`` into the bytes ``a8`` at any byte offset ``o``."""
+    for j in range(8):
+        a8[o + _U64(j)] = _np.uint8((x >> _U64(8 * j)) & _U64(0xFF))

@@ -12,7 +12,8 @@ import numpy as np
 
 from ..errors import BadInputError
 from ..qtypes import GGMLType
-from .._jit import lazy_njit
+from .._jit import RO_F32, RO_U8, lazy_njit, readonly
+from ._bits import K_SCALES
 
 #: Inputs with fewer elements than this run on the calling thread (a parallel launch costs
 #: tens of microseconds, more than the work itself for one activation row).
@@ -21,22 +22,36 @@ PARALLEL_MIN_ELEMENTS = 1 << 18
 #: Blocks per parallel work item: large enough to amortise scheduling, small enough to balance.
 CHUNK_BLOCKS = 2048
 
-READONLY_U8 = numba.types.Array(numba.uint8, 1, "C", readonly=True)
-READONLY_F32 = numba.types.Array(numba.float32, 1, "C", readonly=True)
-READONLY_U16 = numba.types.Array(numba.uint16, 1, "C", readonly=True)
+@lazy_njit(inline="always")
+def k_scale_min(blk, s):
+    """Sub-block ``s``'s 6-bit ``(sc, m)`` from a Q4_K/Q5_K block (scales at bytes 4..15),
+    read through the one table of the packing (``_bits.K_SCALES``, drawn in
+    ``_bits.k_scale_parts``)."""
+    v0 = np.int32(0)
+    v1 = np.int32(0)
+    for p in range(2):
+        b, sh, nb, d = K_SCALES[0, s, p, 0], K_SCALES[0, s, p, 1], K_SCALES[0, s, p, 2], K_SCALES[0, s, p, 3]
+        v0 |= ((np.int32(blk[4 + b]) >> sh) & ((1 << nb) - 1)) << d
+        b, sh, nb, d = K_SCALES[1, s, p, 0], K_SCALES[1, s, p, 1], K_SCALES[1, s, p, 2], K_SCALES[1, s, p, 3]
+        v1 |= ((np.int32(blk[4 + b]) >> sh) & ((1 << nb) - 1)) << d
+    return np.int32(v0), np.int32(v1)
 
 
 @lazy_njit(inline="always")
-def k_scale_min(blk, s):
-    """Sub-block ``s``'s 6-bit ``(sc, m)`` from a Q4_K/Q5_K block (scales at bytes 4..15;
-    the packing is drawn in ``_bits.k_scale_parts``)."""
-    if s < 4:
-        return np.int32(blk[4 + s]) & 63, np.int32(blk[8 + s]) & 63
-    return ((np.int32(blk[8 + s]) & 15) | ((np.int32(blk[s]) >> 6) << 4),
-            (np.int32(blk[8 + s]) >> 4) | ((np.int32(blk[4 + s]) >> 6) << 4))
+def k_scale_put(blk, s, sc, m):
+    """Store sub-block ``s``'s 6-bit ``(sc, m)`` into a Q4_K/Q5_K block's scales (bytes 4..15),
+    read-modify-write through ``_bits.K_SCALES``: once all 8 slots are stored every bit of the
+    12 bytes is set, whatever they held before."""
+    for f in range(2):
+        v = np.int64(sc) if f == 0 else np.int64(m)
+        for p in range(2):
+            b, sh, nb, d = K_SCALES[f, s, p, 0], K_SCALES[f, s, p, 1], K_SCALES[f, s, p, 2], K_SCALES[f, s, p, 3]
+            mask = (1 << nb) - 1
+            cur = np.int64(blk[4 + b]) & ~(mask << sh)
+            blk[4 + b] = np.uint8(cur | (((v >> d) & mask) << sh))
 
 
-def parallel_dequantize(range_kernel, words=READONLY_U8, chunk: int = CHUNK_BLOCKS):
+def parallel_dequantize(range_kernel, words=RO_U8, chunk: int = CHUNK_BLOCKS):
     """The parallel twin of a dequantize range kernel: ``prange`` over chunks of ``chunk`` units.
 
     ``range_kernel(b, y, i0, i1, qk)`` decodes units ``[i0, i1)`` (blocks of ``qk`` elements;
@@ -55,7 +70,7 @@ def parallel_dequantize(range_kernel, words=READONLY_U8, chunk: int = CHUNK_BLOC
 def parallel_quantize(range_kernel, block: int, chunk: int = CHUNK_BLOCKS):
     """The parallel twin of a quantize range kernel ``range_kernel(x, out, b0, b1)``."""
 
-    @lazy_njit(numba.void(READONLY_F32, numba.uint8[::1]), parallel=True, error_model="numpy")
+    @lazy_njit(numba.void(RO_F32, numba.uint8[::1]), parallel=True, error_model="numpy")
     def quantize_parallel(x, out):
         nb = x.size // block
         for c in numba.prange((nb + chunk - 1) // chunk):
@@ -70,7 +85,7 @@ def parallel_quantize(range_kernel, block: int, chunk: int = CHUNK_BLOCKS):
 LANES = 128
 
 
-@lazy_njit(numba.void(READONLY_F32, numba.int64, numba.int64, numba.float32[:, ::1]), cache=True)
+@lazy_njit(numba.void(RO_F32, numba.int64, numba.int64, numba.float32[:, ::1]), cache=True)
 def load_lanes(x, first, nl, xt):
     """Transpose ``nl`` consecutive blocks of ``bs = xt.shape[0]`` values, starting at block
     ``first`` of the flat ``x``, into ``xt[e, l]`` (element ``e`` of block ``first + l``)."""
@@ -202,3 +217,64 @@ def run_quantize(qtype: GGMLType, x, range_kernel, parallel_kernel, parallel: bo
     else:
         range_kernel(fx, fo, 0, fx.size // qtype.block_size)
     return out
+
+
+# ---- declaring a codec: its public surface, built from its plan and kernels ---------------
+def declare(namespace: dict, qtype: GGMLType, plan=None, *, dequantize_range, chunk: int = CHUNK_BLOCKS,
+            words=None, decode_ref=None, quantize_range=None, quantize_chunk: int = CHUNK_BLOCKS,
+            encode_ref=None) -> None:
+    """Give a type module (``namespace`` is its ``globals()``) the codec surface of
+    docs/DEVELOPING.md, the way gguf-py's ``__init_subclass__`` registers a quant class: the
+    module states its byte diagram, its :class:`~._bits.BlockPlan` and its kernels; this
+    builds the rest, identically for every type.
+
+    * ``to_fields`` / ``from_fields``: ``plan``'s, both ways (when there is a plan);
+    * ``dequantize(blocks, out=None)``: validates, then ``dequantize_range(b, y, i0, i1, qk)``
+      on the calling thread for small inputs, else its parallel twin ``_dequantize_parallel``
+      over chunks of ``chunk`` units (``words``: the kernel reads the bytes as these
+      little-endian words, e.g. ``np.uint16`` for F16);
+    * ``dequantize_ref(blocks)``: ``decode_ref(fields) -> f32 [n, k]``, numpy on the plan's
+      fields, with invalid/overflow warnings off (NaN and inf payloads are data here);
+    * ``quantize(x, parallel=None)`` and ``_quantize_parallel`` from ``quantize_range(x, out,
+      b0, b1)`` (blocks ``[b0, b1)``), when given;
+    * ``quantize_ref(x)``: ``encode_ref(x2d) -> fields`` (``x2d`` f32 ``[n, k]``, checked),
+      packed by ``plan.from_fields``, when given.
+    """
+    name = qtype.name
+    if plan is not None:
+        namespace["to_fields"] = plan.to_fields
+        namespace["from_fields"] = plan.from_fields
+    par = parallel_dequantize(dequantize_range, RO_U8 if words is None else readonly(words), chunk)
+
+    def dequantize(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        return run_dequantize(qtype, blocks, out, dequantize_range, par, words=words)
+
+    dequantize.__doc__ = (f"uint8 ``[rows, row_bytes]`` (or flat) {name} blocks to f32 ``[rows, K]``; "
+                          "bit-identical with gguf-py.")
+    namespace.update(dequantize=dequantize, _dequantize_parallel=par)
+    if decode_ref is not None:
+        def dequantize_ref(blocks: np.ndarray) -> np.ndarray:
+            f, shape = ref_fields(blocks, qtype, plan)
+            with np.errstate(invalid="ignore", over="ignore"):
+                return decode_ref(f).reshape(shape)
+
+        dequantize_ref.__doc__ = f"numpy reference of {name} ``dequantize``, from the bit fields."
+        namespace["dequantize_ref"] = dequantize_ref
+    if quantize_range is not None:
+        qpar = parallel_quantize(quantize_range, qtype.block_size, quantize_chunk)
+
+        def quantize(x: np.ndarray, parallel: bool | None = None) -> np.ndarray:
+            return run_quantize(qtype, x, quantize_range, qpar, parallel)
+
+        quantize.__doc__ = (f"f32 ``[rows, K]`` (or 1-D) to {name} blocks, byte-identical with ggml's "
+                            "reference quantizer. ``parallel``: None picks by size.")
+        namespace.update(quantize=quantize, _quantize_parallel=qpar)
+    if encode_ref is not None:
+        def quantize_ref(x: np.ndarray) -> np.ndarray:
+            xr = as_rows_f32(x, qtype)
+            n, k = (xr.shape[0] if xr.ndim == 2 else 1), xr.shape[-1]
+            fields = encode_ref(xr.reshape(n, k))
+            return plan.from_fields(fields, n, k).reshape(bytes_shape(xr, qtype))
+
+        quantize_ref.__doc__ = f"numpy reference of {name} ``quantize`` (ggml's scalar loop), packed by ``from_fields``."
+        namespace["quantize_ref"] = quantize_ref

@@ -33,23 +33,10 @@ import numpy as np
 
 from ..qtypes import Q4_K as QTYPE
 from ._bits import BlockPlan, Field, f16_word, k_scale_parts
-from ._codec import (
-    CHUNK_BLOCKS,
-    READONLY_F32,
-    READONLY_U8,
-    as_rows_f32,
-    bytes_shape,
-    load_lanes,
-    run_dequantize,
-    run_quantize,
-    parallel_dequantize,
-    parallel_quantize,
-    k_scale_min,
-    ref_fields,
-)
+from ._codec import CHUNK_BLOCKS, declare, k_scale_min, k_scale_put, load_lanes
 from .f16 import f16_bits_ref, f16_to_f32, f32_to_f16_bits
 from .f32 import f32_bits
-from .._jit import lazy_njit
+from .._jit import RO_F32, RO_U8, lazy_njit
 
 _SC, _M = k_scale_parts(4)
 
@@ -63,13 +50,8 @@ PLAN = BlockPlan(QTYPE, [
 ])
 
 
-#: ``to_fields(blocks, n, k)`` / ``from_fields(fields, n, k)``: the bit plan, both ways (lossless)
-to_fields = PLAN.to_fields
-from_fields = PLAN.from_fields
-
-
 # ---- dequantize ----------------------------------------------------------------------------
-@lazy_njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True, error_model="numpy")
+@lazy_njit(numba.void(RO_U8, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True, error_model="numpy")
 def _dequantize_range(b, y, b0, b1, qk):
     sub = qk >> 3  # 32; a run-time trip count, so LLVM vectorizes the loops below
     for i in range(b0, b1):
@@ -88,23 +70,13 @@ def _dequantize_range(b, y, b0, b1, qk):
                 ys[j] = ds * np.float32((np.int32(qs[j]) >> sh) & 15) - ms
 
 
-_dequantize_parallel = parallel_dequantize(_dequantize_range, chunk=CHUNK_BLOCKS // 8)
-
-
-def dequantize(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """uint8 ``[rows, row_bytes]`` (or flat) to f32 ``[rows, K]``; bit-identical with gguf-py."""
-    return run_dequantize(QTYPE, blocks, out, _dequantize_range, _dequantize_parallel)
-
-
-def dequantize_ref(blocks: np.ndarray) -> np.ndarray:
-    """numpy reference from the bit fields."""
-    f, shape = ref_fields(blocks, QTYPE, PLAN)
+def _decode_ref(f):
+    """numpy: the f32 values from the bit fields (for ``dequantize_ref``)."""
     d = f["d"].view("<f2").astype(np.float32).repeat(8, axis=1)
     dmin = f["dmin"].view("<f2").astype(np.float32).repeat(8, axis=1)
-    with np.errstate(invalid="ignore", over="ignore"):
-        ds = (d * f["sc"].astype(np.float32)).repeat(32, axis=1)
-        ms = (dmin * f["m"].astype(np.float32)).repeat(32, axis=1)
-        return (ds * f["codes"].astype(np.float32) - ms).reshape(shape)
+    ds = (d * f["sc"].astype(np.float32)).repeat(32, axis=1)
+    ms = (dmin * f["m"].astype(np.float32)).repeat(32, axis=1)
+    return ds * f["codes"].astype(np.float32) - ms
 
 
 # ---- quantize ------------------------------------------------------------------------------
@@ -243,7 +215,7 @@ def _make_qkx2_lanes(xt, w, laux, nl, st):
             mn[l] = mn0[l]
 
 
-@lazy_njit(numba.void(READONLY_F32, numba.uint8[::1], numba.int64, numba.int64), cache=True, error_model="numpy")
+@lazy_njit(numba.void(RO_F32, numba.uint8[::1], numba.int64, numba.int64), cache=True, error_model="numpy")
 def _quantize_range(x, out, b0, b1):
     """Super-blocks ``[b0, b1)``: ``SUB_LANES`` sub-blocks side by side, ggml's order per lane."""
     xt = np.empty((32, SUB_LANES), np.float32)
@@ -298,13 +270,7 @@ def _quantize_range(x, out, b0, b1):
             for j in range(8):
                 ls = min(63, nearest_int(inv_scale * sc[8 * sb + j]) & 0xFF)
                 lm = min(63, nearest_int(inv_min * -mn[8 * sb + j]) & 0xFF)
-                if j < 4:
-                    blk[4 + j] = np.uint8(ls)
-                    blk[8 + j] = np.uint8(lm)
-                else:
-                    blk[12 + j - 4] = np.uint8((ls & 0xF) | ((lm & 0xF) << 4))
-                    blk[4 + j - 4] = np.uint8(blk[4 + j - 4] | ((ls >> 4) << 6))
-                    blk[4 + j] = np.uint8(blk[4 + j] | ((lm >> 4) << 6))
+                k_scale_put(blk, j, ls, lm)
                 dd[8 * sb + j] = fd * np.float32(ls)
                 dm[8 * sb + j] = fm * np.float32(lm)
         # final codes: clamp(nearest_int((x + dm) / d), 0, 15) where d*sc != 0, else the codes
@@ -325,15 +291,6 @@ def _quantize_range(x, out, b0, b1):
                 l0 = 8 * sb + 2 * c
                 for t in range(32):
                     qs[32 * c + t] = np.uint8(np.int32(lq[t, l0]) | (np.int32(lq[t, l0 + 1]) << 4))
-
-
-_quantize_parallel = parallel_quantize(_quantize_range, 256, 64)
-
-
-def quantize(x: np.ndarray, parallel: bool | None = None) -> np.ndarray:
-    """f32 ``[rows, K]`` (or 1-D) to Q4_K blocks, byte-identical with ggml's
-    ``quantize_row_q4_K_ref``."""
-    return run_quantize(QTYPE, x, _quantize_range, _quantize_parallel, parallel)
 
 
 # ---- the numpy reference: ggml's C, line by line, vectorised over sub-blocks ----------------
@@ -403,10 +360,9 @@ def _make_qkx2_ref(x: np.ndarray, weights: np.ndarray, nmax: int, rmin, rdelta, 
     return L, scale.astype(f32), the_min.astype(f32)
 
 
-def quantize_ref(x: np.ndarray) -> np.ndarray:
-    """numpy reference of ``quantize_row_q4_K_ref``, packed by ``from_fields``."""
+def _encode_ref(xr: np.ndarray) -> dict[str, np.ndarray]:
+    """numpy: ggml's scalar loop, vectorised over blocks, as bit fields (for ``quantize_ref``)."""
     f32 = np.float32
-    xr = as_rows_f32(x, QTYPE)
     xs = xr.reshape(-1, 32)  # one row per sub-block; 8 per super-block
     with np.errstate(all="ignore"):
         sum_x2 = np.zeros(len(xs), np.float32)
@@ -432,8 +388,7 @@ def quantize_ref(x: np.ndarray) -> np.ndarray:
         dm = (hm.view("<f2").astype(f32)[:, None] * lm.astype(f32)).reshape(-1)
         q = np.clip(nearest_int_ref((xs + dm[:, None]) / d[:, None]), 0, NMAX)
         L = np.where((d != 0)[:, None], q, L)
-    n = xr.shape[0] if xr.ndim == 2 else 1
-    k = xr.shape[-1]
+    n, k = xr.shape
     fields = {
         "d": hd.reshape(n, -1),
         "dmin": hm.reshape(n, -1),
@@ -441,4 +396,8 @@ def quantize_ref(x: np.ndarray) -> np.ndarray:
         "m": lm.astype(np.uint8).reshape(n, -1),
         "codes": L.astype(np.uint8).reshape(n, k),
     }
-    return from_fields(fields, n, k).reshape(bytes_shape(xr, QTYPE))
+    return fields
+
+
+declare(globals(), QTYPE, PLAN, dequantize_range=_dequantize_range, chunk=CHUNK_BLOCKS // 8,
+        decode_ref=_decode_ref, quantize_range=_quantize_range, quantize_chunk=64, encode_ref=_encode_ref)

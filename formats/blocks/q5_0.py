@@ -17,9 +17,9 @@ import numpy as np
 
 from ..qtypes import Q5_0 as QTYPE
 from ._bits import BlockPlan, Field, f16_word, nibble_codes, qh_bit
-from ._codec import READONLY_U8, run_dequantize, parallel_dequantize, ref_fields
+from ._codec import declare
 from .f16 import f16_to_f32
-from .._jit import lazy_njit
+from .._jit import RO_U8, lazy_njit
 
 PLAN = BlockPlan(QTYPE, [
     Field("d", "u2", (f16_word(0),)),
@@ -27,13 +27,8 @@ PLAN = BlockPlan(QTYPE, [
 ])
 
 
-#: ``to_fields(blocks, n, k)`` / ``from_fields(fields, n, k)``: the bit plan, both ways (lossless)
-to_fields = PLAN.to_fields
-from_fields = PLAN.from_fields
-
-
 # ---- dequantize ----------------------------------------------------------------------------
-@lazy_njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True, error_model="numpy")
+@lazy_njit(numba.void(RO_U8, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True, error_model="numpy")
 def _dequantize_range(b, y, b0, b1, qk):
     half = qk >> 1  # 16; a run-time trip count, so LLVM vectorizes the loops below
     for i in range(b0, b1):
@@ -52,18 +47,11 @@ def _dequantize_range(b, y, b0, b1, qk):
             yb[half + j] = d * np.float32(q - 16)
 
 
-_dequantize_parallel = parallel_dequantize(_dequantize_range)
+def _decode_ref(f):
+    """numpy: the f32 values from the bit fields (for ``dequantize_ref``)."""
+    d = f["d"].view("<f2").astype(np.float32).repeat(32, axis=1)
+    q = f["codes"].astype(np.float32) - np.float32(16)
+    return d * q
 
 
-def dequantize(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """uint8 ``[rows, row_bytes]`` (or flat) to f32 ``[rows, K]``; bit-identical with gguf-py."""
-    return run_dequantize(QTYPE, blocks, out, _dequantize_range, _dequantize_parallel)
-
-
-def dequantize_ref(blocks: np.ndarray) -> np.ndarray:
-    """numpy reference from the bit fields."""
-    f, shape = ref_fields(blocks, QTYPE, PLAN)
-    with np.errstate(invalid="ignore", over="ignore"):
-        d = f["d"].view("<f2").astype(np.float32).repeat(32, axis=1)
-        q = f["codes"].astype(np.float32) - np.float32(16)
-        return (d * q).reshape(shape)
+declare(globals(), QTYPE, PLAN, dequantize_range=_dequantize_range, decode_ref=_decode_ref)

@@ -18,16 +18,9 @@ import numpy as np
 
 from ..qtypes import Q5_K as QTYPE
 from ._bits import BlockPlan, Field, f16_word, k_scale_parts
-from ._codec import (
-    CHUNK_BLOCKS,
-    READONLY_U8,
-    run_dequantize,
-    parallel_dequantize,
-    k_scale_min,
-    ref_fields,
-)
+from ._codec import CHUNK_BLOCKS, declare, k_scale_min
 from .f16 import f16_to_f32
-from .._jit import lazy_njit
+from .._jit import RO_U8, lazy_njit
 
 _SC, _M = k_scale_parts(4)
 
@@ -41,13 +34,8 @@ PLAN = BlockPlan(QTYPE, [
 ])
 
 
-#: ``to_fields(blocks, n, k)`` / ``from_fields(fields, n, k)``: the bit plan, both ways (lossless)
-to_fields = PLAN.to_fields
-from_fields = PLAN.from_fields
-
-
 # ---- dequantize ----------------------------------------------------------------------------
-@lazy_njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True, error_model="numpy")
+@lazy_njit(numba.void(RO_U8, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True, error_model="numpy")
 def _dequantize_range(b, y, b0, b1, qk):
     sub = qk >> 3  # 32; a run-time trip count, so LLVM vectorizes the loops below
     for i in range(b0, b1):
@@ -68,20 +56,14 @@ def _dequantize_range(b, y, b0, b1, qk):
                 ys[j] = ds * np.float32(q) - ms
 
 
-_dequantize_parallel = parallel_dequantize(_dequantize_range, chunk=CHUNK_BLOCKS // 8)
+def _decode_ref(f):
+    """numpy: the f32 values from the bit fields (for ``dequantize_ref``)."""
+    d = f["d"].view("<f2").astype(np.float32).repeat(8, axis=1)
+    dmin = f["dmin"].view("<f2").astype(np.float32).repeat(8, axis=1)
+    ds = (d * f["sc"].astype(np.float32)).repeat(32, axis=1)
+    ms = (dmin * f["m"].astype(np.float32)).repeat(32, axis=1)
+    return ds * f["codes"].astype(np.float32) - ms
 
 
-def dequantize(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """uint8 ``[rows, row_bytes]`` (or flat) to f32 ``[rows, K]``; bit-identical with gguf-py."""
-    return run_dequantize(QTYPE, blocks, out, _dequantize_range, _dequantize_parallel)
-
-
-def dequantize_ref(blocks: np.ndarray) -> np.ndarray:
-    """numpy reference from the bit fields."""
-    f, shape = ref_fields(blocks, QTYPE, PLAN)
-    with np.errstate(invalid="ignore", over="ignore"):
-        d = f["d"].view("<f2").astype(np.float32).repeat(8, axis=1)
-        dmin = f["dmin"].view("<f2").astype(np.float32).repeat(8, axis=1)
-        ds = (d * f["sc"].astype(np.float32)).repeat(32, axis=1)
-        ms = (dmin * f["m"].astype(np.float32)).repeat(32, axis=1)
-        return (ds * f["codes"].astype(np.float32) - ms).reshape(shape)
+declare(globals(), QTYPE, PLAN, dequantize_range=_dequantize_range, chunk=CHUNK_BLOCKS // 8,
+        decode_ref=_decode_ref)

@@ -20,15 +20,9 @@ import numpy as np
 
 from ..qtypes import Q6_K as QTYPE
 from ._bits import BlockPlan, Field, f16_word, whole_byte
-from ._codec import (
-    CHUNK_BLOCKS,
-    READONLY_U8,
-    run_dequantize,
-    parallel_dequantize,
-    ref_fields,
-)
+from ._codec import CHUNK_BLOCKS, declare
 from .f16 import f16_to_f32
-from .._jit import lazy_njit
+from .._jit import RO_U8, lazy_njit
 
 
 def _code(e: int) -> tuple:
@@ -44,13 +38,8 @@ PLAN = BlockPlan(QTYPE, [
 ])
 
 
-#: ``to_fields(blocks, n, k)`` / ``from_fields(fields, n, k)``: the bit plan, both ways (lossless)
-to_fields = PLAN.to_fields
-from_fields = PLAN.from_fields
-
-
 # ---- dequantize ----------------------------------------------------------------------------
-@lazy_njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True, error_model="numpy")
+@lazy_njit(numba.void(RO_U8, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True, error_model="numpy")
 def _dequantize_range(b, y, b0, b1, qk):
     # ggml's loop: per half h, l in 0..31 gives elements l, l+32, l+64, l+96 of the half
     # (groups g = 0..3), scale index 8h + 2g + l // 16. n32 comes at run time so LLVM
@@ -85,19 +74,13 @@ def _dequantize_range(b, y, b0, b1, qk):
                 ys[l + 96] = (s3a if first else s3b) * np.float32(((lo1 >> 4) | (((hi >> 6) & 3) << 4)) - 32)
 
 
-_dequantize_parallel = parallel_dequantize(_dequantize_range, chunk=CHUNK_BLOCKS // 8)
+def _decode_ref(f):
+    """numpy: the f32 values from the bit fields (for ``dequantize_ref``)."""
+    d = f["d"].view("<f2").astype(np.float32).repeat(16, axis=1)
+    ds = (d * f["scale"].astype(np.float32)).repeat(16, axis=1)
+    q = f["codes"].astype(np.float32) - np.float32(32)
+    return ds * q
 
 
-def dequantize(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """uint8 ``[rows, row_bytes]`` (or flat) to f32 ``[rows, K]``; bit-identical with gguf-py."""
-    return run_dequantize(QTYPE, blocks, out, _dequantize_range, _dequantize_parallel)
-
-
-def dequantize_ref(blocks: np.ndarray) -> np.ndarray:
-    """numpy reference from the bit fields."""
-    f, shape = ref_fields(blocks, QTYPE, PLAN)
-    with np.errstate(invalid="ignore", over="ignore"):
-        d = f["d"].view("<f2").astype(np.float32).repeat(16, axis=1)
-        ds = (d * f["scale"].astype(np.float32)).repeat(16, axis=1)
-        q = f["codes"].astype(np.float32) - np.float32(32)
-        return (ds * q).reshape(shape)
+declare(globals(), QTYPE, PLAN, dequantize_range=_dequantize_range, chunk=CHUNK_BLOCKS // 8,
+        decode_ref=_decode_ref)
