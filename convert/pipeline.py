@@ -250,7 +250,8 @@ def run(ckpt: Checkpoint, plan: Plan, out: str | os.PathLike, force: bool = Fals
             "source": _source_block(ckpt, source_hashes.result()),
             "model": ckpt.hyperparameters(),
             "options": {"layout": plan.layout, "quant": plan.quant.name if plan.quant else None,
-                        "requant": plan.requant.name if plan.requant else None},
+                        "requant": plan.requant.name if plan.requant else None,
+                        **({"mix": plan.mix} if plan.mix else {})},
             "tensors": [r.entry for r in results],
         }
         path = writer.commit(manifest)

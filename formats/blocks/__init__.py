@@ -73,7 +73,7 @@ def quantize(x: np.ndarray, qtype) -> np.ndarray:
     """Encode f32 ``[n, k]`` (1-D: one row) as ``qtype`` blocks, uint8 ``[n, row_bytes]``,
     byte-identical with ggml's reference quantizer of that type."""
     t = qtypes.get(qtype)
-    mod = codec(t)
+    mod = codec(t) if t.codec else None
     if t.quantized and not t.can_quantize or not hasattr(mod, "quantize"):
         known = ", ".join(q.name for q in qtypes.QUANTIZABLE)
         raise UnsupportedError(f"panelpack cannot quantize into {t.name} (it can: {known}, F32, F16, BF16)")

@@ -238,7 +238,8 @@ def declare(namespace: dict, qtype: GGMLType, plan=None, *, dequantize_range, ch
     * ``quantize(x, parallel=None)`` and ``_quantize_parallel`` from ``quantize_range(x, out,
       b0, b1)`` (blocks ``[b0, b1)``), when given;
     * ``quantize_ref(x)``: ``encode_ref(x2d) -> fields`` (``x2d`` f32 ``[n, k]``, checked),
-      packed by ``plan.from_fields``, when given.
+      packed by ``plan.from_fields``, when given; ``encode_ref="scalar"``: the range kernel's
+      Python function run serially (the K-quant searches, whose reference is ggml's C).
     """
     name = qtype.name
     if plan is not None:
@@ -269,7 +270,18 @@ def declare(namespace: dict, qtype: GGMLType, plan=None, *, dequantize_range, ch
         quantize.__doc__ = (f"f32 ``[rows, K]`` (or 1-D) to {name} blocks, byte-identical with ggml's "
                             "reference quantizer. ``parallel``: None picks by size.")
         namespace.update(quantize=quantize, _quantize_parallel=qpar)
-    if encode_ref is not None:
+    if encode_ref == "scalar":
+        def quantize_ref(x: np.ndarray) -> np.ndarray:
+            xr = as_rows_f32(x, qtype)
+            out = np.empty(bytes_shape(xr, qtype), np.uint8)
+            fx, fo = xr.reshape(-1), out.reshape(-1)
+            quantize_range.py_func(fx, fo, 0, fx.size // qtype.block_size)
+            return out
+
+        quantize_ref.__doc__ = (f"scalar reference of {name} ``quantize``: the block loop as plain Python "
+                                "(ggml's C order line by line), its search routines compiled.")
+        namespace["quantize_ref"] = quantize_ref
+    elif encode_ref is not None:
         def quantize_ref(x: np.ndarray) -> np.ndarray:
             xr = as_rows_f32(x, qtype)
             n, k = (xr.shape[0] if xr.ndim == 2 else 1), xr.shape[-1]

@@ -19,9 +19,10 @@ import numpy as np
 from ..qtypes import Q4_1 as QTYPE
 from ._bits import BlockPlan, Field, f16_word, nibble_codes
 from ._codec import declare
-from .f16 import f16_to_f32
-from .f32 import add_first_nan
-from .._jit import RO_U8, lazy_njit
+from ._kquant import int8
+from .f16 import f16_bits_ref, f16_to_f32, f32_to_f16_bits
+from .f32 import add_first_nan, cvtt_i32, cvtt_i32_ref, low_i8, min_max_ref
+from .._jit import RO_F32, RO_U8, lazy_njit
 
 PLAN = BlockPlan(QTYPE, [
     Field("d", "u2", (f16_word(0),)),
@@ -52,4 +53,55 @@ def _decode_ref(f):
     return d * f["codes"].astype(np.float32) + m
 
 
-declare(globals(), QTYPE, PLAN, dequantize_range=_dequantize_range, decode_ref=_decode_ref)
+# ---- quantize ------------------------------------------------------------------------------
+#: ggml's quantize_row_q{4,5}_1_ref start the scan from +-FLT_MAX
+_FLT_MAX = np.float32(3.4028234663852886e38)
+
+
+@lazy_njit(numba.void(RO_F32, numba.uint8[::1], numba.int64, numba.int64), cache=True, error_model="numpy")
+def _quantize_range(x, out, b0, b1):
+    """Blocks ``[b0, b1)`` of ggml's ``quantize_row_q4_1_ref``:
+        min, max over the block ("if (v < min)", from +-FLT_MAX); d = (max - min) / 15
+        id = d ? 1/d : 0;  u = MIN(15, (int8_t)((x - min)*id + 0.5f))  (low byte stored)"""
+    for i in range(b0, b1):
+        xb = x[i * 32:i * 32 + 32]
+        blk = out[i * 20:i * 20 + 20]
+        mn = _FLT_MAX
+        mx = -_FLT_MAX
+        for j in range(32):
+            v = xb[j]
+            if v < mn:
+                mn = v
+            if v > mx:
+                mx = v
+        d = (mx - mn) / np.float32(15)
+        idv = np.float32(1) / d if d != np.float32(0) else np.float32(0)
+        hd = f32_to_f16_bits(d)
+        hm = f32_to_f16_bits(mn)
+        blk[0], blk[1], blk[2], blk[3] = np.uint8(hd & 0xFF), np.uint8(hd >> 8), np.uint8(hm & 0xFF), np.uint8(hm >> 8)
+        for j in range(16):
+            u0 = min(15, int8(cvtt_i32((xb[j] - mn) * idv + np.float32(0.5)))) & 0xFF
+            u1 = min(15, int8(cvtt_i32((xb[j + 16] - mn) * idv + np.float32(0.5)))) & 0xFF
+            blk[4 + j] = np.uint8((u0 | (u1 << 4)) & 0xFF)
+
+
+def _encode_ref(xr: np.ndarray) -> dict[str, np.ndarray]:
+    """numpy: ggml's scalar loop, vectorised over blocks, as bit fields (for ``quantize_ref``)."""
+    xb = xr.reshape(-1, 32)
+    mn, mx = min_max_ref(xb)
+    with np.errstate(all="ignore"):
+        d = (mx - mn) / np.float32(15)
+        idv = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
+        t = cvtt_i32_ref((xb - mn[:, None]) * idv[:, None] + np.float32(0.5))
+    u = np.minimum(15, low_i8(t)) & 0xFF
+    n, k = xr.shape
+    # a code above 15 (a negative int8) spills into the other nibble, as ggml's "|=" does
+    lo, hi = u[:, :16], u[:, 16:]
+    byte = (lo | (hi << 4)) & 0xFF
+    codes = np.concatenate([byte & 15, byte >> 4], axis=1)
+    return {"d": f16_bits_ref(d).reshape(n, -1), "m": f16_bits_ref(mn).reshape(n, -1),
+            "codes": codes.astype(np.uint8).reshape(n, k)}
+
+
+declare(globals(), QTYPE, PLAN, dequantize_range=_dequantize_range, decode_ref=_decode_ref,
+        quantize_range=_quantize_range, encode_ref=_encode_ref)

@@ -18,8 +18,10 @@ import numpy as np
 from ..qtypes import Q5_0 as QTYPE
 from ._bits import BlockPlan, Field, f16_word, nibble_codes, qh_bit
 from ._codec import declare
-from .f16 import f16_to_f32
-from .._jit import RO_U8, lazy_njit
+from ._kquant import int8
+from .f16 import f16_bits_ref, f16_to_f32, f32_to_f16_bits
+from .f32 import cvtt_i32, cvtt_i32_ref, first_absmax_ref, low_i8
+from .._jit import RO_F32, RO_U8, lazy_njit
 
 PLAN = BlockPlan(QTYPE, [
     Field("d", "u2", (f16_word(0),)),
@@ -54,4 +56,48 @@ def _decode_ref(f):
     return d * q
 
 
-declare(globals(), QTYPE, PLAN, dequantize_range=_dequantize_range, decode_ref=_decode_ref)
+# ---- quantize ------------------------------------------------------------------------------
+@lazy_njit(numba.void(RO_F32, numba.uint8[::1], numba.int64, numba.int64), cache=True, error_model="numpy")
+def _quantize_range(x, out, b0, b1):
+    """Blocks ``[b0, b1)`` of ggml's ``quantize_row_q5_0_ref``:
+        max = the first element of largest |x| (as Q4_0); d = max / -16; id = d ? 1/d : 0
+        u = MIN(31, (int8_t)(x*id + 16.5f)) (low byte); qs/qh as Q5_1"""
+    for i in range(b0, b1):
+        xb = x[i * 32:i * 32 + 32]
+        blk = out[i * 22:i * 22 + 22]
+        amax = np.float32(0)
+        mx = np.float32(0)
+        for j in range(32):
+            v = xb[j]
+            if amax < abs(v):
+                amax = abs(v)
+                mx = v
+        d = mx / np.float32(-16)
+        idv = np.float32(1) / d if d != np.float32(0) else np.float32(0)
+        hd = f32_to_f16_bits(d)
+        blk[0], blk[1] = np.uint8(hd & 0xFF), np.uint8(hd >> 8)
+        qh = np.int64(0)
+        for j in range(16):
+            u0 = min(31, int8(cvtt_i32(xb[j] * idv + np.float32(16.5)))) & 0xFF
+            u1 = min(31, int8(cvtt_i32(xb[j + 16] * idv + np.float32(16.5)))) & 0xFF
+            blk[6 + j] = np.uint8((u0 & 15) | ((u1 & 15) << 4))
+            qh |= ((u0 >> 4) & 1) << j
+            qh |= ((u1 >> 4) & 1) << (j + 16)
+        for b in range(4):
+            blk[2 + b] = np.uint8((qh >> (8 * b)) & 0xFF)
+
+
+def _encode_ref(xr: np.ndarray) -> dict[str, np.ndarray]:
+    """numpy: ggml's scalar loop, vectorised over blocks, as bit fields (for ``quantize_ref``)."""
+    xb = xr.reshape(-1, 32)
+    mx = first_absmax_ref(xb)
+    with np.errstate(all="ignore"):
+        d = mx / np.float32(-16)
+        idv = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
+        u = (np.minimum(31, low_i8(cvtt_i32_ref(xb * idv[:, None] + np.float32(16.5)))) & 0xFF) & 31
+    n, k = xr.shape
+    return {"d": f16_bits_ref(d).reshape(n, -1), "codes": u.astype(np.uint8).reshape(n, k)}
+
+
+declare(globals(), QTYPE, PLAN, dequantize_range=_dequantize_range, decode_ref=_decode_ref,
+        quantize_range=_quantize_range, encode_ref=_encode_ref)

@@ -19,9 +19,9 @@ import numpy as np
 from ..qtypes import Q5_1 as QTYPE
 from ._bits import BlockPlan, Field, f16_word, nibble_codes, qh_bit
 from ._codec import declare
-from .f16 import f16_to_f32
-from .f32 import add_first_nan
-from .._jit import RO_U8, lazy_njit
+from .f16 import f16_bits_ref, f16_to_f32, f32_to_f16_bits
+from .f32 import add_first_nan, cvtt_i32, cvtt_i32_ref, min_max_ref
+from .._jit import RO_F32, RO_U8, lazy_njit
 
 PLAN = BlockPlan(QTYPE, [
     Field("d", "u2", (f16_word(0),)),
@@ -58,4 +58,55 @@ def _decode_ref(f):
     return d * f["codes"].astype(np.float32) + m
 
 
-declare(globals(), QTYPE, PLAN, dequantize_range=_dequantize_range, decode_ref=_decode_ref)
+# ---- quantize ------------------------------------------------------------------------------
+_FLT_MAX = np.float32(3.4028234663852886e38)
+
+
+@lazy_njit(numba.void(RO_F32, numba.uint8[::1], numba.int64, numba.int64), cache=True, error_model="numpy")
+def _quantize_range(x, out, b0, b1):
+    """Blocks ``[b0, b1)`` of ggml's ``quantize_row_q5_1_ref``:
+        min, max as Q4_1; d = (max - min) / 31; id = d ? 1/d : 0
+        u = (uint8_t)((x - min)*id + 0.5f)  (the low byte of the truncation, no clamp)
+        qs[j] = u[j] & 15 | (u[j+16] & 15) << 4;  qh bit j = bit 4 of u[j]"""
+    for i in range(b0, b1):
+        xb = x[i * 32:i * 32 + 32]
+        blk = out[i * 24:i * 24 + 24]
+        mn = _FLT_MAX
+        mx = -_FLT_MAX
+        for j in range(32):
+            v = xb[j]
+            if v < mn:
+                mn = v
+            if v > mx:
+                mx = v
+        d = (mx - mn) / np.float32(31)
+        idv = np.float32(1) / d if d != np.float32(0) else np.float32(0)
+        hd = f32_to_f16_bits(d)
+        hm = f32_to_f16_bits(mn)
+        blk[0], blk[1], blk[2], blk[3] = np.uint8(hd & 0xFF), np.uint8(hd >> 8), np.uint8(hm & 0xFF), np.uint8(hm >> 8)
+        qh = np.int64(0)
+        for j in range(16):
+            u0 = cvtt_i32((xb[j] - mn) * idv + np.float32(0.5)) & 0xFF
+            u1 = cvtt_i32((xb[j + 16] - mn) * idv + np.float32(0.5)) & 0xFF
+            blk[8 + j] = np.uint8((u0 & 15) | ((u1 & 15) << 4))
+            qh |= ((u0 >> 4) & 1) << j
+            qh |= ((u1 >> 4) & 1) << (j + 16)
+        for b in range(4):
+            blk[4 + b] = np.uint8((qh >> (8 * b)) & 0xFF)
+
+
+def _encode_ref(xr: np.ndarray) -> dict[str, np.ndarray]:
+    """numpy: ggml's scalar loop, vectorised over blocks, as bit fields (for ``quantize_ref``)."""
+    xb = xr.reshape(-1, 32)
+    mn, mx = min_max_ref(xb)
+    with np.errstate(all="ignore"):
+        d = (mx - mn) / np.float32(31)
+        idv = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
+        u = cvtt_i32_ref((xb - mn[:, None]) * idv[:, None] + np.float32(0.5)) & 31
+    n, k = xr.shape
+    return {"d": f16_bits_ref(d).reshape(n, -1), "m": f16_bits_ref(mn).reshape(n, -1),
+            "codes": u.astype(np.uint8).reshape(n, k)}
+
+
+declare(globals(), QTYPE, PLAN, dequantize_range=_dequantize_range, decode_ref=_decode_ref,
+        quantize_range=_quantize_range, encode_ref=_encode_ref)

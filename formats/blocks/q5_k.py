@@ -18,9 +18,10 @@ import numpy as np
 
 from ..qtypes import Q5_K as QTYPE
 from ._bits import BlockPlan, Field, f16_word, k_scale_parts
-from ._codec import CHUNK_BLOCKS, declare, k_scale_min
-from .f16 import f16_to_f32
-from .._jit import RO_U8, lazy_njit
+from ._codec import CHUNK_BLOCKS, declare, k_scale_min, k_scale_put
+from ._kquant import clamp, make_qkx2_quants, nearest_int
+from .f16 import f16_to_f32, f32_to_f16_bits
+from .._jit import RO_F32, RO_U8, lazy_njit
 
 _SC, _M = k_scale_parts(4)
 
@@ -65,5 +66,76 @@ def _decode_ref(f):
     return ds * f["codes"].astype(np.float32) - ms
 
 
+# ---- quantize ------------------------------------------------------------------------------
+_RMIN = np.float32(-0.5)
+_RDELTA = np.float32(0.1)
+
+
+@lazy_njit(numba.void(RO_F32, numba.uint8[::1], numba.int64, numba.int64), cache=True, error_model="numpy")
+def _quantize_range(x, out, b0, b1):
+    """Super-blocks ``[b0, b1)`` of ggml's ``quantize_row_q5_K_ref``: Q4_K's recipe (see
+    q4_k.py) with nmax 31 and make_qkx2_quants(32, 31, x, w, L, &min, Laux, -0.5, 0.1, 15,
+    false), w = sqrtf(sum x^2 / 32) + |x|; the final codes from the stored 6-bit scales;
+    low 4 bits into qs, bit 4 into qh as drawn above."""
+    L = np.empty(256, np.int32)
+    laux = np.empty(32, np.int32)
+    w = np.empty(32, np.float32)
+    scales = np.empty(8, np.float32)
+    mins = np.empty(8, np.float32)
+    for i in range(b0, b1):
+        xb = x[i * 256:i * 256 + 256]
+        blk = out[i * 176:i * 176 + 176]
+        max_scale = np.float32(0)
+        max_min = np.float32(0)
+        for j in range(8):
+            xs = xb[32 * j:32 * j + 32]
+            s2 = np.float32(0)
+            for l in range(32):
+                s2 = s2 + xs[l] * xs[l]
+            av = np.sqrt(s2 / np.float32(32))
+            for l in range(32):
+                w[l] = av + abs(xs[l])
+            sc, mn = make_qkx2_quants(32, 31, xs, w, L[32 * j:32 * j + 32], laux, _RMIN, _RDELTA, 15, False)
+            scales[j] = sc
+            mins[j] = mn
+            if sc > max_scale:
+                max_scale = sc
+            if mn > max_min:
+                max_min = mn
+        inv_scale = np.float32(63) / max_scale if max_scale > np.float32(0) else np.float32(0)
+        inv_min = np.float32(63) / max_min if max_min > np.float32(0) else np.float32(0)
+        for j in range(8):
+            ls = min(63, nearest_int(inv_scale * scales[j]) & 0xFF)
+            lm = min(63, nearest_int(inv_min * mins[j]) & 0xFF)
+            k_scale_put(blk, j, ls, lm)
+        hd = f32_to_f16_bits(max_scale / np.float32(63))
+        hm = f32_to_f16_bits(max_min / np.float32(63))
+        blk[0], blk[1], blk[2], blk[3] = np.uint8(hd & 0xFF), np.uint8(hd >> 8), np.uint8(hm & 0xFF), np.uint8(hm >> 8)
+        fd = f16_to_f32(hd)
+        fm = f16_to_f32(hm)
+        for j in range(8):
+            sc, m = k_scale_min(blk, j)
+            dd = fd * np.float32(sc)
+            if dd == np.float32(0):
+                continue
+            dm = fm * np.float32(m)
+            for e in range(32 * j, 32 * j + 32):
+                L[e] = clamp(nearest_int((xb[e] + dm) / dd), 0, 31)
+        qh = blk[16:48]
+        qh[:] = 0
+        for c in range(4):
+            ql = blk[48 + 32 * c:48 + 32 * c + 32]
+            for l in range(32):
+                l1 = L[64 * c + l]
+                l2 = L[64 * c + 32 + l]
+                if l1 > 15:
+                    l1 -= 16
+                    qh[l] = np.uint8(qh[l] | (1 << (2 * c)))
+                if l2 > 15:
+                    l2 -= 16
+                    qh[l] = np.uint8(qh[l] | (2 << (2 * c)))
+                ql[l] = np.uint8((l1 | (l2 << 4)) & 0xFF)
+
+
 declare(globals(), QTYPE, PLAN, dequantize_range=_dequantize_range, chunk=CHUNK_BLOCKS // 8,
-        decode_ref=_decode_ref)
+        decode_ref=_decode_ref, quantize_range=_quantize_range, quantize_chunk=64, encode_ref="scalar")

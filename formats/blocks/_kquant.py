@@ -1,0 +1,206 @@
+"""The scalar search routines of ggml's K-quant reference quantizers, as numba kernels.
+
+Each runs ggml's C loop (``ggml-quants.c``) for one group of ``n`` values in the C
+operation order, in f32, never contracted to an FMA (numba sets LLVM's ``contract`` flag only
+with fastmath), with C's integer conversions spelled out (``int8(v)``: the low byte as signed).
+They take 1-D slices and scratch arrays and never raise; the type modules' block kernels
+(``q2_k``, ``q3_k``, ``q5_k``, ``q6_k``) call them per group.
+
+* :func:`make_qx_quants` (``rmse_type = 1``, no importance weights): symmetric codes
+  ``L in 0 .. 2 nmax - 1`` and the scale; Q6_K (nmax 32).
+* :func:`make_q3_quants` (``do_rmse = true``): symmetric, refined by coordinate descent
+  (5 passes at most); Q3_K (nmax 4).
+* :func:`make_qkx2_quants`: asymmetric ``scale * L + min`` by a grid of ``nstep + 1``
+  candidate scales, weighted squared (or absolute, ``use_mad``) error; Q2_K, Q5_K.
+  (Q4_K has its own lane-parallel form in ``q4_k.py``.)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._jit import lazy_njit
+from .f32 import f32_bits
+
+#: ggml's GROUP_MAX_EPS: a group whose largest |x| is below it is all zero
+GROUP_MAX_EPS = np.float32(1e-15)
+_MAGIC = np.float32(12582912.0)  # 1.5 * 2**23
+
+
+@lazy_njit(inline="always")
+def nearest_int(v):
+    """ggml's nearest_int: the bits of ``f32(v + 1.5*2**23)`` & 0x7fffff, minus 0x400000."""
+    return (np.int64(f32_bits(np.float32(v) + _MAGIC)) & 0x7FFFFF) - 0x400000
+
+
+@lazy_njit(inline="always")
+def int8(v):
+    """C's conversion of an integer to ``int8_t``: the low byte, signed."""
+    return ((np.int64(v) & 0xFF) ^ 0x80) - 0x80
+
+
+@lazy_njit(inline="always")
+def clamp(v, lo, hi):
+    """``MAX(lo, MIN(hi, v))``."""
+    v = v if v < hi else hi
+    return v if v > lo else lo
+
+
+@lazy_njit(cache=True, error_model="numpy")
+def make_qx_quants(n, nmax, x, L):
+    """``make_qx_quants(n, nmax, x, L, rmse_type=1, qw=NULL)``: writes ``L[0:n]`` (0 .. 2nmax-1),
+    returns the scale (weights ``w = x*x``)."""
+    f32 = np.float32
+    mx = f32(0)
+    amax = f32(0)
+    for i in range(n):
+        ax = abs(x[i])
+        if ax > amax:
+            amax = ax
+            mx = x[i]
+    if amax < GROUP_MAX_EPS:
+        for i in range(n):
+            L[i] = 0
+        return f32(0)
+    iscale = f32(-nmax) / mx
+    sumlx = f32(0)
+    suml2 = f32(0)
+    for i in range(n):
+        l = clamp(nearest_int(iscale * x[i]), -nmax, nmax - 1)
+        L[i] = l + nmax
+        w = x[i] * x[i]
+        fl = f32(l)
+        sumlx = sumlx + w * x[i] * fl
+        suml2 = suml2 + w * fl * fl
+    scale = sumlx / suml2 if suml2 != f32(0) else f32(0)
+    best = scale * sumlx
+    for step in range(-9, 10):
+        if step == 0:
+            continue
+        iscale = -(f32(nmax) + f32(0.1) * f32(step)) / mx
+        sumlx = f32(0)
+        suml2 = f32(0)
+        for i in range(n):
+            fl = f32(clamp(nearest_int(iscale * x[i]), -nmax, nmax - 1))
+            w = x[i] * x[i]
+            sumlx = sumlx + w * x[i] * fl
+            suml2 = suml2 + w * fl * fl
+        if suml2 > f32(0) and sumlx * sumlx > best * suml2:
+            for i in range(n):
+                L[i] = nmax + clamp(nearest_int(iscale * x[i]), -nmax, nmax - 1)
+            scale = sumlx / suml2
+            best = scale * sumlx
+    return scale
+
+
+@lazy_njit(cache=True, error_model="numpy")
+def make_q3_quants(n, nmax, x, L):
+    """``make_q3_quants(n, nmax, x, L, do_rmse=true)``: writes ``L[0:n]`` (0 .. 2nmax-1),
+    returns the scale."""
+    f32 = np.float32
+    mx = f32(0)
+    amax = f32(0)
+    for i in range(n):
+        ax = abs(x[i])
+        if ax > amax:
+            amax = ax
+            mx = x[i]
+    if amax < GROUP_MAX_EPS:
+        for i in range(n):
+            L[i] = 0
+        return f32(0)
+    iscale = f32(-nmax) / mx
+    sumlx = f32(0)
+    suml2 = f32(0)
+    for i in range(n):
+        l = clamp(nearest_int(iscale * x[i]), -nmax, nmax - 1)
+        L[i] = l
+        w = x[i] * x[i]
+        sumlx = sumlx + w * x[i] * f32(l)
+        suml2 = suml2 + w * f32(l) * f32(l)
+    for _ in range(5):
+        changed = 0
+        for i in range(n):
+            w = x[i] * x[i]
+            slx = sumlx - w * x[i] * f32(L[i])
+            if slx > f32(0):
+                sl2 = suml2 - w * f32(L[i]) * f32(L[i])
+                new_l = clamp(nearest_int(x[i] * sl2 / slx), -nmax, nmax - 1)
+                if new_l != L[i]:
+                    slx = slx + w * x[i] * f32(new_l)
+                    sl2 = sl2 + w * f32(new_l) * f32(new_l)
+                    if sl2 > f32(0) and slx * slx * suml2 > sumlx * sumlx * sl2:
+                        L[i] = new_l
+                        sumlx = slx
+                        suml2 = sl2
+                        changed += 1
+        if changed == 0:
+            break
+    for i in range(n):
+        L[i] += nmax
+    return sumlx / suml2 if suml2 > f32(0) else f32(0)
+
+
+@lazy_njit(cache=True, error_model="numpy")
+def make_qkx2_quants(n, nmax, x, weights, L, Laux, rmin, rdelta, nstep, use_mad):
+    """``make_qkx2_quants``: writes ``L[0:n]`` (0 .. nmax), returns ``(scale, the_min)``
+    (``the_min`` is ggml's ``*the_min``, i.e. minus the offset)."""
+    f32 = np.float32
+    mn = x[0]
+    mx = x[0]
+    sum_w = weights[0]
+    sum_x = sum_w * x[0]
+    for i in range(1, n):
+        if x[i] < mn:
+            mn = x[i]
+        if x[i] > mx:
+            mx = x[i]
+        w = weights[i]
+        sum_w = sum_w + w
+        sum_x = sum_x + w * x[i]
+    if mn > f32(0):
+        mn = f32(0)
+    if mx == mn:
+        for i in range(n):
+            L[i] = 0
+        return f32(0), -mn
+    iscale = f32(nmax) / (mx - mn)
+    scale = f32(1) / iscale
+    best_error = f32(0)
+    for i in range(n):
+        L[i] = clamp(nearest_int(iscale * (x[i] - mn)), 0, nmax)
+        diff = scale * f32(L[i]) + mn - x[i]
+        diff = abs(diff) if use_mad else diff * diff
+        best_error = best_error + weights[i] * diff
+    for step in range(nstep + 1):
+        iscale = (rmin + rdelta * f32(step) + f32(nmax)) / (mx - mn)
+        sum_l = f32(0)
+        sum_l2 = f32(0)
+        sum_xl = f32(0)
+        for i in range(n):
+            l = clamp(nearest_int(iscale * (x[i] - mn)), 0, nmax)
+            Laux[i] = l
+            w = weights[i]
+            fl = f32(l)
+            sum_l = sum_l + w * fl
+            sum_l2 = sum_l2 + w * fl * fl
+            sum_xl = sum_xl + w * fl * x[i]
+        D = sum_w * sum_l2 - sum_l * sum_l
+        if D > f32(0):
+            this_scale = (sum_w * sum_xl - sum_x * sum_l) / D
+            this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D
+            if this_min > f32(0):
+                this_min = f32(0)
+                this_scale = sum_xl / sum_l2
+            cur_error = f32(0)
+            for i in range(n):
+                diff = this_scale * f32(Laux[i]) + this_min - x[i]
+                diff = abs(diff) if use_mad else diff * diff
+                cur_error = cur_error + weights[i] * diff
+            if cur_error < best_error:
+                for i in range(n):
+                    L[i] = Laux[i]
+                best_error = cur_error
+                scale = this_scale
+                mn = this_min
+    return scale, -mn
