@@ -144,7 +144,7 @@ def _install_sigterm() -> None:
 @click.option("-o", "--out", "out", type=click.Path(), help="Bundle directory to write (OUT.ppk).")
 @click.option("--layout", default="panel64", show_default=True,
               help="panel64 | ggml-x8 | il8-nibble | il8-int8 | rowmajor (see `panelpack layouts`).")
-@click.option("--quant", default=None, help="HF sources: quantize 2-D matmul weights to q4_0 | q4_k | q8_0.")
+@click.option("--quant", default=None, help="A llama.cpp mix (Q4_K_M, Q5_K_S, Q8_0, ...: see below) or, for HF sources, a type for every 2-D matmul weight (q4_k, q5_k, ...).")
 @click.option("--requant", default=None, help="GGUF sources: re-quantize what the layout cannot take (q4_0 | q4_k | q8_0).")
 @click.option("--include", multiple=True, metavar="GLOB", help="Only tensors whose name matches (repeatable).")
 @click.option("--exclude", multiple=True, metavar="GLOB", help="Skip tensors whose name matches (repeatable).")
@@ -153,18 +153,37 @@ def _install_sigterm() -> None:
 @click.option("--force", is_flag=True, help="Replace OUT if it exists.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (for pipelines).")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
+@click.option("--pure", is_flag=True, help="With a --quant mix: every quantized tensor gets the mix's default type (llama-quantize --pure).")
+@click.option("--tensor-type", "tensor_types", multiple=True, metavar="REGEX=TYPE",
+              help="With a --quant mix: tensors whose (llama.cpp) name matches REGEX get TYPE (repeatable; first match wins).")
+@click.option("--output-tensor-type", default=None, metavar="TYPE", help="With a --quant mix: the type of output.weight.")
+@click.option("--token-embedding-type", default=None, metavar="TYPE", help="With a --quant mix: the type of token_embd.weight.")
+@click.option("--leave-output-tensor", is_flag=True, help="With a --quant mix: keep output.weight as stored.")
 @command
-def convert(source, out, layout, quant, requant, include, exclude, jobs, dry_run, force, as_json, no_progress):
-    """Convert a GGUF file or an HF checkpoint into a bundle."""
+def convert(source, out, layout, quant, requant, include, exclude, jobs, dry_run, force, as_json, no_progress,
+            pure, tensor_types, output_tensor_type, token_embedding_type, leave_output_tensor):
+    """Convert a GGUF file or an HF checkpoint into a bundle.
+
+    --quant takes a llama.cpp file type (Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K_S Q3_K_M Q3_K_L
+    Q4_K_S Q4_K_M Q5_K_S Q5_K_M Q6_K, any case): each tensor's type is chosen as llama-quantize
+    chooses it, GGUF sources included (re-quantized). A plain type (q4_k, q5_k) quantizes every
+    2-D matmul weight of an HF source to it.
+    """
     from panelpack.convert import convert as convert_fn
-    from panelpack.convert import report
+    from panelpack.convert import mixes, report
 
     if out is None and not dry_run:
         raise click.UsageError("missing -o/--out (or use --dry-run)")
     _install_sigterm()
+    mix_options = mixes.Options(pure=pure, tensor_types=tuple(mixes.parse_tensor_type(s) for s in tensor_types),
+                                output_tensor_type=output_tensor_type, token_embedding_type=token_embedding_type,
+                                leave_output_tensor=leave_output_tensor)
     progress = _TqdmProgress(enabled=not (as_json or no_progress or dry_run) and sys.stderr.isatty())
     result = convert_fn(source, out, layout=layout, quant=quant, requant=requant, include=include,
-                        exclude=exclude, jobs=jobs, dry_run=dry_run, force=force, progress=progress)
+                        exclude=exclude, jobs=jobs, dry_run=dry_run, force=force, progress=progress,
+                        mix_options=mix_options)
+    for w in result.plan.warnings:
+        click.echo(f"warning: {w}", err=True)
     if as_json:
         echo_json(result.to_json())
     else:

@@ -11,7 +11,7 @@ def render_ledger(ledger: list[dict[str, Any]]) -> str:
     rows = []
     for row in ledger:
         err = row.get("error")
-        note = row["reason"] or ""
+        note = "; ".join(x for x in (row.get("rule"), row["reason"]) if x)
         if err:
             note = (note + "; " if note else "") + f"quantization error rel_rms={err['rel_rms']:.3g}"
         shape = "x".join(str(d) for d in row["shape"])
