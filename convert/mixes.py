@@ -429,7 +429,7 @@ def decide(info: TensorInfo, choice: Choice, layout: str):
         why = None
         if choice.type is not None:  # llama.cpp quantizes 3-D expert stacks; panelpack keeps them
             why = f"{len(info.shape)}-D tensor: panelpack quantizes 2-D matrices only, kept as stored"
-        elif layout != "rowmajor" and role == "matmul":
+        elif layout != "rowmajor":
             why = choice.rule
         return Decision(role, "copy", st, "rowmajor", why, rule=choice.rule)
     target = choice.type

@@ -1,0 +1,99 @@
+"""llama.cpp's own quantizer as an oracle (tests only): ``llama_model_quantize`` through
+llama-cpp-python (the ``oracle-llama`` extra), and the F16 GGUF files it is fed.
+
+* :func:`f16_gguf` writes, with gguf-py, a GGUF derived from a real one: every KV copied (the
+  tokenizer arrays cut to ``n_vocab`` entries), the first ``n_layer`` blocks, every matrix
+  dequantized by panelpack's codecs and stored as F16, 1-D tensors as F32;
+* :func:`quantize` runs ``llama_model_quantize`` for a llama.cpp file type name;
+* :func:`tensors` reads a GGUF's tensors as ``{name: (type name, raw bytes)}``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import numpy as np
+
+
+def available() -> bool:
+    return importlib.util.find_spec("llama_cpp") is not None
+
+
+_TOKENIZER_ARRAYS = ("tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type")
+
+
+def f16_gguf(src: str | Path, dst: str | Path, n_layer: int | None = None, n_vocab: int | None = None) -> Path:
+    """An F16/F32 GGUF derived from ``src`` (see the module text); returns ``dst``."""
+    import gguf
+
+    from panelpack.formats import blocks
+    from panelpack.formats.checkpoint import open_checkpoint
+
+    reader = gguf.GGUFReader(str(src))
+    arch = bytes(reader.fields["general.architecture"].parts[-1]).decode()
+    writer = gguf.GGUFWriter(str(dst), arch)
+    for name, f in reader.fields.items():
+        if name.startswith("GGUF.") or name in ("general.architecture", "general.file_type"):
+            continue
+        if name == "tokenizer.ggml.merges" and n_vocab is not None:
+            continue  # merges may name tokens past the cut; quantizing never reads them
+        vtype = f.types[0]
+        if vtype == gguf.GGUFValueType.ARRAY:
+            sub = f.types[-1]
+            idx = f.data if n_vocab is None or name not in _TOKENIZER_ARRAYS else f.data[:n_vocab]
+            if sub == gguf.GGUFValueType.STRING:
+                val = [bytes(f.parts[i]).decode("utf-8", "surrogateescape") for i in idx]
+            else:
+                val = [f.parts[i].tolist()[0] for i in idx]
+            writer.add_key_value(name, val, vtype, sub_type=sub)
+        elif vtype == gguf.GGUFValueType.STRING:
+            writer.add_key_value(name, bytes(f.parts[-1]).decode("utf-8", "surrogateescape"), vtype)
+        else:
+            val = f.parts[-1].tolist()[0]
+            if n_layer is not None and name == f"{arch}.block_count":
+                val = n_layer
+            writer.add_key_value(name, val, vtype)
+    writer.add_file_type(1)  # LLAMA_FTYPE_MOSTLY_F16
+    with open_checkpoint(src) as ck:
+        for info in ck.tensors:
+            m = re.match(r"blk\.(\d+)\.", info.name)
+            if n_layer is not None and m and int(m.group(1)) >= n_layer:
+                continue
+            n, k = info.n, info.k
+            x = blocks.dequantize(ck.raw(info.name), info.type, n, k).reshape(info.shape)
+            if info.name == "token_embd.weight" and n_vocab is not None:
+                x = x[:n_vocab]
+            writer.add_tensor(info.name, np.ascontiguousarray(x.astype(np.float16 if x.ndim >= 2 else np.float32)))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return Path(dst)
+
+
+def quantize(src: str | Path, dst: str | Path, mix: str, threads: int = 2, **params) -> Path:
+    """``llama_model_quantize(src, dst)`` for the llama.cpp file type ``mix`` (``Q4_K_M``)."""
+    import llama_cpp
+
+    from panelpack.convert import mixes
+
+    p = llama_cpp.llama_model_quantize_default_params()
+    p.ftype = mixes.MIXES[mix.upper()].ftype
+    p.nthread = threads
+    p.allow_requantize = True
+    for key, value in params.items():
+        setattr(p, key, value)
+    rc = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), p)
+    if rc != 0:
+        raise RuntimeError(f"llama_model_quantize({mix}) returned {rc}")
+    return Path(dst)
+
+
+def tensors(path: str | Path) -> dict[str, tuple[str, bytes]]:
+    """``{name: (type name, raw bytes)}`` of a GGUF file, read by panelpack's reader."""
+    from panelpack.formats.checkpoint import open_checkpoint
+
+    with open_checkpoint(path) as ck:
+        return {t.name: (t.type.name, ck.raw(t.name).tobytes()) for t in ck.tensors}
