@@ -61,10 +61,12 @@ def f16_gguf(src: str | Path, dst: str | Path, n_layer: int | None = None, n_voc
             m = re.match(r"blk\.(\d+)\.", info.name)
             if n_layer is not None and m and int(m.group(1)) >= n_layer:
                 continue
-            n, k = info.n, info.k
-            x = blocks.dequantize(ck.raw(info.name), info.type, n, k).reshape(info.shape)
+            n, k, shape = info.n, info.k, info.shape
+            raw = ck.raw(info.name)
             if info.name == "token_embd.weight" and n_vocab is not None:
-                x = x[:n_vocab]
+                n, shape = n_vocab, (n_vocab, k)
+                raw = raw.reshape(info.n, -1)[:n_vocab]
+            x = blocks.dequantize(raw, info.type, n, k).reshape(shape)
             writer.add_tensor(info.name, np.ascontiguousarray(x.astype(np.float16 if x.ndim >= 2 else np.float32)))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()

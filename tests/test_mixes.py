@@ -246,6 +246,26 @@ def test_mix_equals_llama_model_quantize(smol_f16, tmp_path, mix):
     _compare_with_llama(smol_f16, tmp_path, mix)
 
 
+@pytest.fixture(scope="module")
+def gemma_f16(gemma, tmp_path_factory):
+    """An F16 GGUF from Gemma 3 270M: 6 of its 18 layers, the vocabulary cut to 4096 tokens."""
+    return llama_ref.f16_gguf(gemma, tmp_path_factory.mktemp("llama") / "gemma-f16.gguf", n_layer=6, n_vocab=4096)
+
+
+@pytest.mark.real
+@needs_llama
+@pytest.mark.parametrize("mix", ("Q4_K_M", "Q3_K_L"))
+def test_gemma_mix_equals_llama_model_quantize(gemma_f16, tmp_path, mix):
+    _compare_with_llama(gemma_f16, tmp_path, mix)
+
+
+@pytest.mark.real
+@needs_llama
+def test_options_equal_llama_model_quantize(smol_f16, tmp_path):
+    """--pure and --leave-output-tensor against llama.cpp's own flags."""
+    _compare_with_llama(smol_f16, tmp_path, "Q5_K_M", pure=True, params={"pure": True})
+
+
 @pytest.mark.real
 @pytest.mark.slow
 @needs_llama
