@@ -79,6 +79,18 @@ def parallel_quantize(range_kernel, block: int, chunk: int = CHUNK_BLOCKS):
     return quantize_parallel
 
 
+def parallel_weighted(rows_kernel):
+    """The parallel twin of a weighted row kernel ``rows_kernel(x, qw, out, r0, r1, k)``: prange over rows."""
+
+    @lazy_njit(numba.void(RO_F32, RO_F32, numba.uint8[::1], numba.int64, numba.int64), parallel=True,
+               error_model="numpy")
+    def quantize_weighted_parallel(x, qw, out, n, k):
+        for r in numba.prange(n):
+            rows_kernel(x, qw, out, r, r + 1, k)
+
+    return quantize_weighted_parallel
+
+
 #: Blocks (or sub-blocks) processed side by side by the quantizers: lane ``l`` of a group is
 #: block ``first + l``, and each step of ggml's scalar loop runs for all lanes at once, so the
 #: per-block float operation order is ggml's while the work is SIMD across blocks.
@@ -222,7 +234,7 @@ def run_quantize(qtype: GGMLType, x, range_kernel, parallel_kernel, parallel: bo
 # ---- declaring a codec: its public surface, built from its plan and kernels ---------------
 def declare(namespace: dict, qtype: GGMLType, plan=None, *, dequantize_range, chunk: int = CHUNK_BLOCKS,
             words=None, decode_ref=None, quantize_range=None, quantize_chunk: int = CHUNK_BLOCKS,
-            encode_ref=None) -> None:
+            encode_ref=None, quantize_weighted_rows=None) -> None:
     """Give a type module (``namespace`` is its ``globals()``) the codec surface of
     docs/DEVELOPING.md, the way gguf-py's ``__init_subclass__`` registers a quant class: the
     module states its byte diagram, its :class:`~._bits.BlockPlan` and its kernels; this
@@ -270,6 +282,28 @@ def declare(namespace: dict, qtype: GGMLType, plan=None, *, dequantize_range, ch
         quantize.__doc__ = (f"f32 ``[rows, K]`` (or 1-D) to {name} blocks, byte-identical with ggml's "
                             "reference quantizer. ``parallel``: None picks by size.")
         namespace.update(quantize=quantize, _quantize_parallel=qpar)
+    if quantize_weighted_rows is not None:
+        wpar = parallel_weighted(quantize_weighted_rows)
+
+        def quantize_weighted(x: np.ndarray, weights: np.ndarray, parallel: bool | None = None) -> np.ndarray:
+            xr = as_rows_f32(x, qtype)
+            k = xr.shape[-1]
+            w = np.ascontiguousarray(weights, dtype=np.float32).reshape(-1)
+            if w.size != k:
+                raise BadInputError(f"{name}: {w.size} importance weights for rows of {k} values")
+            out = np.empty(bytes_shape(xr, qtype), np.uint8)
+            n = xr.size // k if k else 0
+            if parallel is None:
+                parallel = xr.size >= PARALLEL_MIN_ELEMENTS
+            if parallel:
+                wpar(xr.reshape(-1), w, out.reshape(-1), n, k)
+            else:
+                quantize_weighted_rows(xr.reshape(-1), w, out.reshape(-1), 0, n, k)
+            return out
+
+        quantize_weighted.__doc__ = (f"f32 ``[rows, K]`` to {name} blocks with importance weights ``[K]`` (an imatrix "
+                                     "row), byte-identical with ggml's ``ggml_quantize_chunk`` given the same weights.")
+        namespace.update(quantize_weighted=quantize_weighted, _quantize_weighted_parallel=wpar)
     if encode_ref == "scalar":
         def quantize_ref(x: np.ndarray) -> np.ndarray:
             xr = as_rows_f32(x, qtype)

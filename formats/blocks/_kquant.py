@@ -47,9 +47,9 @@ def clamp(v, lo, hi):
 
 
 @lazy_njit(cache=True, error_model="numpy")
-def make_qx_quants(n, nmax, x, L):
-    """``make_qx_quants(n, nmax, x, L, rmse_type=1, qw=NULL)``: writes ``L[0:n]`` (0 .. 2nmax-1),
-    returns the scale (weights ``w = x*x``)."""
+def make_qx_quants(n, nmax, x, L, qw):
+    """``make_qx_quants(n, nmax, x, L, rmse_type=1, qw)``: writes ``L[0:n]`` (0 .. 2nmax-1),
+    returns the scale. Weights: ``qw[i]`` (importance), or ``x*x`` when ``qw`` is empty (NULL)."""
     f32 = np.float32
     mx = f32(0)
     amax = f32(0)
@@ -68,7 +68,7 @@ def make_qx_quants(n, nmax, x, L):
     for i in range(n):
         l = clamp(nearest_int(iscale * x[i]), -nmax, nmax - 1)
         L[i] = l + nmax
-        w = x[i] * x[i]
+        w = qw[i] if qw.size else x[i] * x[i]
         fl = f32(l)
         sumlx = sumlx + w * x[i] * fl
         suml2 = suml2 + w * fl * fl
@@ -82,7 +82,7 @@ def make_qx_quants(n, nmax, x, L):
         suml2 = f32(0)
         for i in range(n):
             fl = f32(clamp(nearest_int(iscale * x[i]), -nmax, nmax - 1))
-            w = x[i] * x[i]
+            w = qw[i] if qw.size else x[i] * x[i]
             sumlx = sumlx + w * x[i] * fl
             suml2 = suml2 + w * fl * fl
         if suml2 > f32(0) and sumlx * sumlx > best * suml2:
@@ -204,3 +204,131 @@ def make_qkx2_quants(n, nmax, x, weights, L, Laux, rmin, rdelta, nstep, use_mad)
                 scale = this_scale
                 mn = this_min
     return scale, -mn
+
+
+@lazy_njit(cache=True, error_model="numpy")
+def make_qkx3_quants(n, nmax, x, weights, L, Laux, rmin, rdelta, nstep, use_mad):
+    """``make_qkx3_quants`` (weights always given): as :func:`make_qkx2_quants` but flat when
+    ``max <= min`` and writes ``L`` as uint8 (the low byte of the clamped code)."""
+    f32 = np.float32
+    mn = x[0]
+    mx = x[0]
+    sum_w = weights[0]
+    sum_x = sum_w * x[0]
+    for i in range(1, n):
+        if x[i] < mn:
+            mn = x[i]
+        if x[i] > mx:
+            mx = x[i]
+        w = weights[i]
+        sum_w = sum_w + w
+        sum_x = sum_x + w * x[i]
+    if mn > f32(0):
+        mn = f32(0)
+    if mx <= mn:
+        for i in range(n):
+            L[i] = 0
+        return f32(0), -mn
+    iscale = f32(nmax) / (mx - mn)
+    scale = f32(1) / iscale
+    best_mad = f32(0)
+    for i in range(n):
+        L[i] = clamp(nearest_int(iscale * (x[i] - mn)), 0, nmax)
+        diff = scale * f32(L[i]) + mn - x[i]
+        diff = abs(diff) if use_mad else diff * diff
+        best_mad = best_mad + weights[i] * diff
+    for step in range(nstep + 1):
+        iscale = (rmin + rdelta * f32(step) + f32(nmax)) / (mx - mn)
+        sum_l = f32(0)
+        sum_l2 = f32(0)
+        sum_xl = f32(0)
+        for i in range(n):
+            l = clamp(nearest_int(iscale * (x[i] - mn)), 0, nmax)
+            Laux[i] = l
+            w = weights[i]
+            fl = f32(l)
+            sum_l = sum_l + w * fl
+            sum_l2 = sum_l2 + w * fl * fl
+            sum_xl = sum_xl + w * fl * x[i]
+        D = sum_w * sum_l2 - sum_l * sum_l
+        if D > f32(0):
+            this_scale = (sum_w * sum_xl - sum_x * sum_l) / D
+            this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D
+            if this_min > f32(0):
+                this_min = f32(0)
+                this_scale = sum_xl / sum_l2
+            mad = f32(0)
+            for i in range(n):
+                diff = this_scale * f32(Laux[i]) + this_min - x[i]
+                diff = abs(diff) if use_mad else diff * diff
+                mad = mad + weights[i] * diff
+            if mad < best_mad:
+                for i in range(n):
+                    L[i] = Laux[i]
+                best_mad = mad
+                scale = this_scale
+                mn = this_min
+    return scale, -mn
+
+
+@lazy_njit(cache=True, error_model="numpy")
+def make_qp_quants(n, nmax, x, L, qw):
+    """``make_qp_quants(n, nmax, x, L, quant_weights)``: positive values (the sub-block scales
+    or mins) to codes ``L`` (uint8: the low byte), returns the scale."""
+    f32 = np.float32
+    mx = f32(0)
+    for i in range(n):
+        mx = mx if mx > x[i] else x[i]  # MAX(max, x[i])
+    if mx < GROUP_MAX_EPS:
+        for i in range(n):
+            L[i] = 0
+        return f32(0)
+    iscale = f32(nmax) / mx
+    for i in range(n):
+        L[i] = nearest_int(iscale * x[i]) & 0xFF
+    scale = f32(1) / iscale
+    best_mse = f32(0)
+    for i in range(n):
+        diff = x[i] - scale * f32(L[i])
+        best_mse = best_mse + qw[i] * diff * diff
+    for step in range(-4, 5):
+        if step == 0:
+            continue
+        iscale_is = (f32(0.1) * f32(step) + f32(nmax)) / mx
+        scale_is = f32(1) / iscale_is
+        mse = f32(0)
+        for i in range(n):
+            l = min(nmax, nearest_int(iscale_is * x[i]))
+            diff = x[i] - scale_is * f32(l)
+            mse = mse + qw[i] * diff * diff
+        if mse < best_mse:
+            best_mse = mse
+            iscale = iscale_is
+    sumlx = f32(0)
+    suml2 = f32(0)
+    for i in range(n):
+        l = min(nmax, nearest_int(iscale * x[i]))
+        L[i] = l & 0xFF
+        w = qw[i]
+        sumlx = sumlx + w * x[i] * f32(l)
+        suml2 = suml2 + w * f32(l) * f32(l)
+    for _ in range(5):
+        changed = 0
+        for i in range(n):
+            w = qw[i]
+            li = f32(L[i])
+            slx = sumlx - w * x[i] * li
+            sl2 = suml2 - w * li * li
+            if slx > f32(0) and sl2 > f32(0):
+                new_l = min(nmax, nearest_int(x[i] * sl2 / slx))
+                if new_l != L[i]:
+                    slx = slx + w * x[i] * f32(new_l)
+                    sl2 = sl2 + w * f32(new_l) * f32(new_l)
+                    if slx * slx * suml2 > sumlx * sumlx * sl2:
+                        L[i] = new_l & 0xFF
+                        sumlx = slx
+                        suml2 = sl2
+                        changed += 1
+        if changed == 0:
+            break
+    return sumlx / suml2 if suml2 > f32(0) else f32(0)

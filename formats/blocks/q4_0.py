@@ -27,6 +27,7 @@ import numpy as np
 from ..qtypes import Q4_0 as QTYPE
 from ._bits import BlockPlan, Field, f16_word, nibble_codes
 from ._codec import LANES, declare, load_lanes
+from ._kquant import make_qx_quants
 from .f16 import f16_bits_ref, f16_to_f32, f32_to_f16_bits
 from .f32 import cvtt_i32, cvtt_i32_ref, low_i8
 from .._jit import RO_F32, RO_U8, lazy_njit
@@ -126,5 +127,35 @@ def _encode_ref(xr: np.ndarray) -> dict[str, np.ndarray]:
     return fields
 
 
+# ---- quantize with importance weights (an imatrix row) ----------------------------------------
+@lazy_njit(numba.void(RO_F32, RO_F32, numba.uint8[::1], numba.int64, numba.int64, numba.int64), cache=True,
+           error_model="numpy")
+def _quantize_weighted_rows(x, qw, out, r0, r1, k):
+    """Rows ``[r0, r1)`` of ggml's ``quantize_row_q4_0_impl`` with importance weights ``qw[k]``:
+        sigma2 = sum x^2 / k over the whole row;  w = qw * sqrtf(sigma2 + x^2)
+        d = make_qx_quants(32, 8, x, L, rmse_type=1, w); codes L as returned, packed as drawn above"""
+    L = np.empty(32, np.int32)
+    w = np.empty(32, np.float32)
+    nb = k // 32
+    for r in range(r0, r1):
+        xr = x[r * k:r * k + k]
+        sum_x2 = np.float32(0)
+        for j in range(k):
+            sum_x2 = sum_x2 + xr[j] * xr[j]
+        sigma2 = sum_x2 / np.float32(k)
+        for ib in range(nb):
+            xb = xr[32 * ib:32 * ib + 32]
+            for j in range(32):
+                w[j] = qw[32 * ib + j] * np.sqrt(sigma2 + xb[j] * xb[j])
+            d = make_qx_quants(32, 8, xb, L, w)
+            o = (r * nb + ib) * 18
+            blk = out[o:o + 18]
+            h = f32_to_f16_bits(d)
+            blk[0] = np.uint8(h & 0xFF)
+            blk[1] = np.uint8(h >> 8)
+            for j in range(16):
+                blk[2 + j] = np.uint8((L[j] | (L[j + 16] << 4)) & 0xFF)
+
+
 declare(globals(), QTYPE, PLAN, dequantize_range=_dequantize_range, decode_ref=_decode_ref,
-        quantize_range=_quantize_range, encode_ref=_encode_ref)
+        quantize_range=_quantize_range, encode_ref=_encode_ref, quantize_weighted_rows=_quantize_weighted_rows)

@@ -18,7 +18,7 @@ import numpy as np
 from ..qtypes import Q5_0 as QTYPE
 from ._bits import BlockPlan, Field, f16_word, nibble_codes, qh_bit
 from ._codec import declare
-from ._kquant import int8
+from ._kquant import int8, make_qx_quants
 from .f16 import f16_bits_ref, f16_to_f32, f32_to_f16_bits
 from .f32 import cvtt_i32, cvtt_i32_ref, first_absmax_ref, low_i8
 from .._jit import RO_F32, RO_U8, lazy_njit
@@ -99,5 +99,42 @@ def _encode_ref(xr: np.ndarray) -> dict[str, np.ndarray]:
     return {"d": f16_bits_ref(d).reshape(n, -1), "codes": u.astype(np.uint8).reshape(n, k)}
 
 
+# ---- quantize with importance weights (an imatrix row) ----------------------------------------
+@lazy_njit(numba.void(RO_F32, RO_F32, numba.uint8[::1], numba.int64, numba.int64, numba.int64), cache=True,
+           error_model="numpy")
+def _quantize_weighted_rows(x, qw, out, r0, r1, k):
+    """Rows ``[r0, r1)`` of ggml's ``quantize_row_q5_0_impl`` with importance weights ``qw[k]``:
+        sigma2 = sum x^2 / k over the whole row;  w = qw * sqrtf(sigma2 + x^2)
+        d = make_qx_quants(32, 16, x, L, rmse_type=1, w); codes L as returned, packed as drawn above"""
+    L = np.empty(32, np.int32)
+    w = np.empty(32, np.float32)
+    nb = k // 32
+    for r in range(r0, r1):
+        xr = x[r * k:r * k + k]
+        sum_x2 = np.float32(0)
+        for j in range(k):
+            sum_x2 = sum_x2 + xr[j] * xr[j]
+        sigma2 = sum_x2 / np.float32(k)
+        for ib in range(nb):
+            xb = xr[32 * ib:32 * ib + 32]
+            for j in range(32):
+                w[j] = qw[32 * ib + j] * np.sqrt(sigma2 + xb[j] * xb[j])
+            d = make_qx_quants(32, 16, xb, L, w)
+            o = (r * nb + ib) * 22
+            blk = out[o:o + 22]
+            h = f32_to_f16_bits(d)
+            blk[0] = np.uint8(h & 0xFF)
+            blk[1] = np.uint8(h >> 8)
+            qh = np.int64(0)
+            for j in range(16):
+                u0 = L[j] & 0xFF
+                u1 = L[j + 16] & 0xFF
+                blk[6 + j] = np.uint8((u0 & 15) | ((u1 & 15) << 4))
+                qh |= ((u0 >> 4) & 1) << j
+                qh |= ((u1 >> 4) & 1) << (j + 16)
+            for b in range(4):
+                blk[2 + b] = np.uint8((qh >> (8 * b)) & 0xFF)
+
+
 declare(globals(), QTYPE, PLAN, dequantize_range=_dequantize_range, decode_ref=_decode_ref,
-        quantize_range=_quantize_range, encode_ref=_encode_ref)
+        quantize_range=_quantize_range, encode_ref=_encode_ref, quantize_weighted_rows=_quantize_weighted_rows)

@@ -84,53 +84,75 @@ def _decode_ref(f):
 
 
 # ---- quantize ------------------------------------------------------------------------------
-@lazy_njit(numba.void(RO_F32, numba.uint8[::1], numba.int64, numba.int64), cache=True, error_model="numpy")
-def _quantize_range(x, out, b0, b1):
-    """Super-blocks ``[b0, b1)`` of ggml's ``quantize_row_q6_K_ref``:
-        per group of 16: scale[g] = make_qx_quants(16, 32, x, L, rmse_type=1)
+_NO_WEIGHTS = np.zeros(0, np.float32)  # make_qx_quants' qw = NULL
+
+
+@lazy_njit(cache=True, error_model="numpy")
+def _quantize_block(xb, blk, L, scales, qw):
+    """One super-block of ggml's ``quantize_row_q6_K_ref`` (``qw`` empty) or, with importance
+    weights ``qw[256]``, of ``quantize_row_q6_K_impl`` (the same recipe, make_qx_quants
+    weighted by ``qw``):
+        per group of 16: scale[g] = make_qx_quants(16, 32, x, L, rmse_type=1, qw)
         max_scale = the scale of largest |scale| (first wins); below GROUP_MAX_EPS: all 210 bytes 0
         iscale = -128/max_scale; d = f16(1/iscale); sc[g] = (int8)MIN(127, nearest_int(iscale*scale[g]))
         per group with dd = f32(d)*sc[g] != 0: L = clamp(nearest_int(x/dd), -32, 31) + 32
         (dd == 0: make_qx_quants' codes stay); packed as drawn above."""
+    max_scale = np.float32(0)
+    max_abs = np.float32(0)
+    for g in range(16):
+        sc = make_qx_quants(16, 32, xb[16 * g:16 * g + 16], L[16 * g:16 * g + 16], qw[16 * g:16 * g + 16])
+        scales[g] = sc
+        if abs(sc) > max_abs:
+            max_abs = abs(sc)
+            max_scale = sc
+    if max_abs < GROUP_MAX_EPS:
+        blk[:] = 0
+        return
+    iscale = np.float32(-128) / max_scale
+    hd = f32_to_f16_bits(np.float32(1) / iscale)
+    blk[208] = np.uint8(hd & 0xFF)
+    blk[209] = np.uint8(hd >> 8)
+    fd = f16_to_f32(hd)
+    for g in range(16):
+        blk[192 + g] = np.uint8(min(127, nearest_int(iscale * scales[g])) & 0xFF)
+    for g in range(16):
+        dd = fd * np.float32(int8(blk[192 + g]))
+        if dd == np.float32(0):
+            continue
+        for e in range(16 * g, 16 * g + 16):
+            L[e] = clamp(nearest_int(xb[e] / dd), -32, 31) + 32
+    for h in range(2):
+        ql = blk[64 * h:64 * h + 64]
+        qh = blk[128 + 32 * h:128 + 32 * h + 32]
+        Lh = L[128 * h:128 * h + 128]
+        for l in range(32):
+            ql[l] = np.uint8((Lh[l] & 15) | ((Lh[l + 64] & 15) << 4))
+            ql[l + 32] = np.uint8((Lh[l + 32] & 15) | ((Lh[l + 96] & 15) << 4))
+            qh[l] = np.uint8(((Lh[l] >> 4) | ((Lh[l + 32] >> 4) << 2) | ((Lh[l + 64] >> 4) << 4)
+                              | ((Lh[l + 96] >> 4) << 6)) & 0xFF)
+
+
+@lazy_njit(numba.void(RO_F32, numba.uint8[::1], numba.int64, numba.int64), cache=True, error_model="numpy")
+def _quantize_range(x, out, b0, b1):
+    """Super-blocks ``[b0, b1)`` of ggml's ``quantize_row_q6_K_ref`` (see ``_quantize_block``)."""
     L = np.empty(256, np.int32)
     scales = np.empty(16, np.float32)
     for i in range(b0, b1):
-        xb = x[i * 256:i * 256 + 256]
-        blk = out[i * 210:i * 210 + 210]
-        max_scale = np.float32(0)
-        max_abs = np.float32(0)
-        for g in range(16):
-            sc = make_qx_quants(16, 32, xb[16 * g:16 * g + 16], L[16 * g:16 * g + 16])
-            scales[g] = sc
-            if abs(sc) > max_abs:
-                max_abs = abs(sc)
-                max_scale = sc
-        if max_abs < GROUP_MAX_EPS:
-            blk[:] = 0
-            continue
-        iscale = np.float32(-128) / max_scale
-        hd = f32_to_f16_bits(np.float32(1) / iscale)
-        blk[208] = np.uint8(hd & 0xFF)
-        blk[209] = np.uint8(hd >> 8)
-        fd = f16_to_f32(hd)
-        for g in range(16):
-            blk[192 + g] = np.uint8(min(127, nearest_int(iscale * scales[g])) & 0xFF)
-        for g in range(16):
-            dd = fd * np.float32(int8(blk[192 + g]))
-            if dd == np.float32(0):
-                continue
-            for e in range(16 * g, 16 * g + 16):
-                L[e] = clamp(nearest_int(xb[e] / dd), -32, 31) + 32
-        for h in range(2):
-            ql = blk[64 * h:64 * h + 64]
-            qh = blk[128 + 32 * h:128 + 32 * h + 32]
-            Lh = L[128 * h:128 * h + 128]
-            for l in range(32):
-                ql[l] = np.uint8((Lh[l] & 15) | ((Lh[l + 64] & 15) << 4))
-                ql[l + 32] = np.uint8((Lh[l + 32] & 15) | ((Lh[l + 96] & 15) << 4))
-                qh[l] = np.uint8(((Lh[l] >> 4) | ((Lh[l + 32] >> 4) << 2) | ((Lh[l + 64] >> 4) << 4)
-                                  | ((Lh[l + 96] >> 4) << 6)) & 0xFF)
+        _quantize_block(x[i * 256:i * 256 + 256], out[i * 210:i * 210 + 210], L, scales, _NO_WEIGHTS)
 
+
+@lazy_njit(numba.void(RO_F32, RO_F32, numba.uint8[::1], numba.int64, numba.int64, numba.int64), cache=True,
+           error_model="numpy")
+def _quantize_weighted_rows(x, qw, out, r0, r1, k):
+    """Rows ``[r0, r1)`` of ``quantize_row_q6_K_impl`` with importance weights ``qw[k]``."""
+    L = np.empty(256, np.int32)
+    scales = np.empty(16, np.float32)
+    nb = k // 256
+    for r in range(r0, r1):
+        for i in range(nb):
+            _quantize_block(x[r * k + i * 256:r * k + i * 256 + 256], out[(r * nb + i) * 210:(r * nb + i) * 210 + 210],
+                            L, scales, qw[i * 256:i * 256 + 256])
 
 declare(globals(), QTYPE, PLAN, dequantize_range=_dequantize_range, chunk=CHUNK_BLOCKS // 8,
-        decode_ref=_decode_ref, quantize_range=_quantize_range, quantize_chunk=64, encode_ref="scalar")
+        decode_ref=_decode_ref, quantize_range=_quantize_range, quantize_chunk=64, encode_ref="scalar",
+        quantize_weighted_rows=_quantize_weighted_rows)
