@@ -159,9 +159,11 @@ def _install_sigterm() -> None:
 @click.option("--output-tensor-type", default=None, metavar="TYPE", help="With a --quant mix: the type of output.weight.")
 @click.option("--token-embedding-type", default=None, metavar="TYPE", help="With a --quant mix: the type of token_embd.weight.")
 @click.option("--leave-output-tensor", is_flag=True, help="With a --quant mix: keep output.weight as stored.")
+@click.option("--imatrix", "imatrix", default=None, metavar="FILE",
+              help="With a --quant mix: llama.cpp importance matrix (GGUF or legacy .dat) to quantize with.")
 @command
 def convert(source, out, layout, quant, requant, include, exclude, jobs, dry_run, force, as_json, no_progress,
-            pure, tensor_types, output_tensor_type, token_embedding_type, leave_output_tensor):
+            pure, tensor_types, output_tensor_type, token_embedding_type, leave_output_tensor, imatrix):
     """Convert a GGUF file or an HF checkpoint into a bundle.
 
     --quant takes a llama.cpp file type (Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K_S Q3_K_M Q3_K_L
@@ -177,7 +179,7 @@ def convert(source, out, layout, quant, requant, include, exclude, jobs, dry_run
     _install_sigterm()
     mix_options = mixes.Options(pure=pure, tensor_types=tuple(mixes.parse_tensor_type(s) for s in tensor_types),
                                 output_tensor_type=output_tensor_type, token_embedding_type=token_embedding_type,
-                                leave_output_tensor=leave_output_tensor)
+                                leave_output_tensor=leave_output_tensor, imatrix=imatrix)
     progress = _TqdmProgress(enabled=not (as_json or no_progress or dry_run) and sys.stderr.isatty())
     result = convert_fn(source, out, layout=layout, quant=quant, requant=requant, include=include,
                         exclude=exclude, jobs=jobs, dry_run=dry_run, force=force, progress=progress,

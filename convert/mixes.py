@@ -161,6 +161,7 @@ class Model:
     n_head: int
     n_head_kv: int
     n_expert: int
+    has_imatrix: bool = False
 
     @property
     def n_gqa(self) -> int:
@@ -217,6 +218,8 @@ FFN_DOWN: dict[str, list[tuple[Callable, str, str]]] = {
                (lambda i, n, m: use_more_bits(i, n), "Q6_K", _MORE_BITS)],
     "Q5_K_M": [(lambda i, n, m: use_more_bits(i, n), "Q6_K", _MORE_BITS)],
     "Q4_K_S": [(lambda i, n, m: m.arch != "falcon" and i < n // 8, "Q5_K", "in the first eighth of layers")],
+    "Q4_0": [(lambda i, n, m: m.has_imatrix and i < n // 8, "Q4_1", "with an imatrix, in the first eighth of layers")],
+    "Q5_0": [(lambda i, n, m: m.has_imatrix and i < n // 8, "Q5_1", "with an imatrix, in the first eighth of layers")],
 }
 
 #: attn_output: mix -> [(condition(model), type, words)], first hit
@@ -247,6 +250,7 @@ class Options:
     output_tensor_type: Optional[str] = None
     token_embedding_type: Optional[str] = None
     leave_output_tensor: bool = False
+    imatrix: Optional[str] = None  # --imatrix FILE (legacy binary or GGUF, see formats/imatrix.py)
     _compiled: list = field(default_factory=list, repr=False, compare=False)
 
     def compiled(self) -> list[tuple[re.Pattern, qtypes.GGMLType, str]]:
@@ -274,7 +278,7 @@ def quantizable(name: str, option: str) -> qtypes.GGMLType:
 
 def parse_tensor_type(spec: str) -> tuple[str, str]:
     """``REGEX=TYPE`` (llama-quantize's ``--tensor-type``) -> (regex, type)."""
-    pat, sep, tname = spec.rpartition("=")
+    pat, sep, tname = spec.partition("=")  # llama-quantize splits at the first "="
     if not sep or not pat or not tname:
         raise BadInputError(f"--tensor-type {spec!r}: expected REGEX=TYPE, e.g. attn_v=q8_0")
     quantizable(tname, "--tensor-type")
@@ -453,9 +457,34 @@ def decide(info: TensorInfo, choice: Choice, layout: str):
     return Decision(role, action, target, written, reason, rule=choice.rule)
 
 
-def plan_choices(ckpt, infos: Sequence[TensorInfo], mix_name: str, opts: Optional[Options] = None) -> dict[str, Choice]:
+def plan_choices(ckpt, infos: Sequence[TensorInfo], mix_name: str, opts: Optional[Options] = None,
+                 has_imatrix: bool = False) -> dict[str, Choice]:
     """:func:`choose` for a checkpoint (its model facts read from its metadata)."""
     mix = get_mix(mix_name)
     if mix is None:
         raise UnsupportedError(f"--quant {mix_name}: not a llama.cpp file type ({', '.join(MIXES)})")
-    return choose(infos, ckpt.kind, model_facts(ckpt), mix, opts)
+    m = model_facts(ckpt)
+    if has_imatrix:
+        m = Model(m.arch, m.n_layer, m.n_head, m.n_head_kv, m.n_expert, True)
+    return choose(infos, ckpt.kind, m, mix, opts)
+
+
+def importance(imx, info: TensorInfo, source_kind: str, decision):
+    """The imatrix row ``info`` is quantized with (None: none), checked as llama.cpp checks it:
+    a missing entry quantizes without one; a size mismatch is an error except for token_embd."""
+    from ..formats import blocks
+
+    if imx is None or decision.action not in ("quantize", "requantize"):
+        return None
+    ln = llama_name(info.name, source_kind)
+    w = imx.weights.get(ln, imx.weights.get(info.name))
+    if w is None:
+        return None
+    if w.size != info.k:
+        if category(ln) == "token_embd":
+            return None
+        raise BadInputError(f"{imx.path}: imatrix entry {ln} has {w.size} values, {info.name} has rows of {info.k}")
+    if not blocks.can_weight(decision.target_type):
+        raise UnsupportedError(f"{info.name}: quantizing {decision.target_type.name} with an imatrix is not "
+                               "implemented yet (Q4_0, Q5_0, Q4_K, Q6_K and Q8_0 are)")
+    return w

@@ -75,7 +75,7 @@ def convert_tensor(ckpt: Checkpoint, tp: TensorPlan) -> tuple[dict[str, np.ndarr
         blocks = raw.reshape(n, -1) if info.type.quantized else raw
     elif d.action in ("quantize", "requantize"):
         x = _as_f32(raw, info.type, n, k)
-        blocks = codecs.quantize(x, d.target_type)
+        blocks = codecs.quantize(x, d.target_type, imatrix=tp.importance)
         blocks_hash = hash_async(_sha256, blocks)
         err = _error(_as_f32(blocks, d.target_type, n, k), x)
         del x
@@ -251,7 +251,8 @@ def run(ckpt: Checkpoint, plan: Plan, out: str | os.PathLike, force: bool = Fals
             "model": ckpt.hyperparameters(),
             "options": {"layout": plan.layout, "quant": plan.quant.name if plan.quant else None,
                         "requant": plan.requant.name if plan.requant else None,
-                        **({"mix": plan.mix} if plan.mix else {})},
+                        **({"mix": plan.mix} if plan.mix else {}),
+                        **({"imatrix": plan.imatrix.provenance()} if plan.imatrix else {})},
             "tensors": [r.entry for r in results],
         }
         path = writer.commit(manifest)

@@ -30,6 +30,7 @@ class TensorPlan:
     regions: list  # [(name, dtype name, shape)]
     bytes_out: int
     params: dict[str, Any] = field(default_factory=dict)
+    importance: Any = None  # --imatrix: the importance row (f32[k]) this tensor is quantized with
 
     @property
     def name(self) -> str:
@@ -68,6 +69,7 @@ class Plan:
     requant: Optional[qtypes.GGMLType]
     tensors: list[TensorPlan]
     mix: Optional[str] = None  # --quant MIX: the llama.cpp file type (Q4_K_M, ...)
+    imatrix: Any = None  # --imatrix: the loaded formats.imatrix.Imatrix
     warnings: list[str] = field(default_factory=list)
 
     @property
@@ -116,7 +118,7 @@ def make_plan(ckpt: Checkpoint, layout: str = "panel64", quant: Optional[str] = 
     if quant is not None and mixes.get_mix(quant) is not None:
         return make_mix_plan(ckpt, layout, quant, requant, include, exclude, mix_options)
     if mix_options is not None and mix_options != mixes.Options():
-        raise BadInputError("--pure, --tensor-type, --output-tensor-type, --token-embedding-type and "
+        raise BadInputError("--pure, --tensor-type, --output-tensor-type, --token-embedding-type, --imatrix and "
                             f"--leave-output-tensor need a llama.cpp mix as --quant ({', '.join(mixes.MIXES)})")
     qt = policy.parse_quant(quant, "--quant")
     rq = policy.parse_quant(requant, "--requant")
@@ -149,12 +151,19 @@ def make_mix_plan(ckpt: Checkpoint, layout: str, quant: str, requant: Optional[s
     layout. GGUF sources are dequantized and re-quantized where the type changes."""
     if requant is not None:
         raise BadInputError(f"--requant and --quant {quant} do not combine: the mix chooses every type")
-    choices = mixes.plan_choices(ckpt, ckpt.tensors, quant, mix_options)
+    imx = None
+    if mix_options is not None and mix_options.imatrix:
+        from ..formats import imatrix as imatrix_file
+
+        imx = imatrix_file.load(mix_options.imatrix)
+    choices = mixes.plan_choices(ckpt, ckpt.tensors, quant, mix_options, has_imatrix=imx is not None)
     tensors = []
     for i, info in enumerate(policy.select(ckpt.tensors, include, exclude)):
         check_tensor_name(info.name, where=f"{ckpt.path}: tensor")
         d = mixes.decide(info, choices[info.name], layout)
         specs, params = region_plan(d.layout, d.target_type, info)
         _, size = layout_regions(specs)
-        tensors.append(TensorPlan(i, info, d, layout, specs, size, params))
-    return Plan(ckpt.kind, ckpt.path, layout, None, None, tensors, mix=mixes.get_mix(quant).name)
+        tp = TensorPlan(i, info, d, layout, specs, size, params)
+        tp.importance = mixes.importance(imx, info, ckpt.kind, d)
+        tensors.append(tp)
+    return Plan(ckpt.kind, ckpt.path, layout, None, None, tensors, mix=mixes.get_mix(quant).name, imatrix=imx)
