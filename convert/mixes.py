@@ -485,6 +485,5 @@ def importance(imx, info: TensorInfo, source_kind: str, decision):
             return None
         raise BadInputError(f"{imx.path}: imatrix entry {ln} has {w.size} values, {info.name} has rows of {info.k}")
     if not blocks.can_weight(decision.target_type):
-        raise UnsupportedError(f"{info.name}: quantizing {decision.target_type.name} with an imatrix is not "
-                               "implemented yet (Q4_0, Q5_0, Q4_K, Q6_K and Q8_0 are)")
+        raise UnsupportedError(f"{info.name}: panelpack cannot quantize {decision.target_type.name} with an imatrix")
     return w

@@ -15,13 +15,13 @@ import ggml_ref
 from builders import tiny_llama_gguf
 from panelpack import repack
 from panelpack.convert import convert, mixes, plan
-from panelpack.formats import blocks, imatrix
+from panelpack.formats import blocks, imatrix, qtypes
 from panelpack.formats.bundle import Bundle
 from panelpack.formats.checkpoint import open_checkpoint
-from panelpack.formats.errors import BadInputError, FormatError, UnsupportedError
+from panelpack.formats.errors import BadInputError, FormatError
 
 needs_ggml = pytest.mark.skipif(not ggml_ref.available(), reason="libggml-python is not installed")
-WEIGHTED = ("q4_0", "q5_0", "q4_k", "q6_k")
+WEIGHTED = tuple(t.lower for t in qtypes.QUANTIZABLE if t.quantized and t.name != "Q8_0")
 
 
 def write_legacy(path, entries: dict[str, np.ndarray], ncall: int = 10, chunks: int = 7, dataset: str = "wiki.txt"):
@@ -76,12 +76,11 @@ def test_weighted_property_equals_ggml(x, w):
             assert np.array_equal(blocks.quantize(x, name, imatrix=w), ggml_ref.quantize(x, name, imatrix=w)), name
 
 
-def test_q8_0_ignores_weights_and_others_refuse(rng):
+def test_q8_0_ignores_weights_and_bad_sizes_refuse(rng):
     x = rng.standard_normal((2, 256)).astype(np.float32)
     w = np.ones(256, np.float32)
     assert np.array_equal(blocks.quantize(x, "q8_0", imatrix=w), blocks.quantize(x, "q8_0"))
-    with pytest.raises(UnsupportedError, match="Q5_K with importance weights"):
-        blocks.quantize(x, "q5_k", imatrix=w)
+    assert all(blocks.can_weight(t) for t in qtypes.QUANTIZABLE)
     with pytest.raises(BadInputError, match="100 importance weights"):
         blocks.quantize(x, "q4_k", imatrix=np.ones(100, np.float32))
 
@@ -131,7 +130,7 @@ def test_convert_with_imatrix_equals_ggml_and_records_provenance(tmp_path, rng):
             assert np.array_equal(got, want), t.name
 
 
-def test_imatrix_needs_a_mix_and_a_supported_type(tmp_path, rng):
+def test_imatrix_needs_a_mix_and_matching_sizes(tmp_path, rng):
     src = tmp_path / "tiny.gguf"
     tiny_llama_gguf(src)
     with open_checkpoint(src) as ck:
@@ -139,5 +138,6 @@ def test_imatrix_needs_a_mix_and_a_supported_type(tmp_path, rng):
     imx = write_legacy(tmp_path / "tiny.imatrix", entries)
     with pytest.raises(BadInputError, match="need a llama.cpp mix"):
         plan(src, requant="q4_0", mix_options=mixes.Options(imatrix=str(imx)))
-    with pytest.raises(UnsupportedError, match="with an imatrix is not implemented yet"):
-        plan(src, layout="rowmajor", quant="q5_k_m", mix_options=mixes.Options(imatrix=str(imx)))
+    bad = write_legacy(tmp_path / "bad.imatrix", {"blk.0.attn_q.weight": np.ones(7, np.float32)})
+    with pytest.raises(BadInputError, match="has 7 values"):
+        plan(src, layout="rowmajor", quant="q5_k_m", mix_options=mixes.Options(imatrix=str(bad)))

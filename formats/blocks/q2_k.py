@@ -29,7 +29,7 @@ import numpy as np
 from ..qtypes import Q2_K as QTYPE
 from ._bits import BlockPlan, Field, f16_word
 from ._codec import CHUNK_BLOCKS, declare
-from ._kquant import clamp, make_qkx2_quants, nearest_int
+from ._kquant import clamp, make_qkx2_quants, make_qkx3_quants, make_qp_quants, nearest_int
 from .f16 import f16_to_f32, f32_to_f16_bits
 from .._jit import RO_F32, RO_U8, lazy_njit
 
@@ -124,22 +124,79 @@ def _quantize_range(x, out, b0, b1):
             hm = f32_to_f16_bits(max_min / f15)
         else:
             hm = f32_to_f16_bits(np.float32(0))
-        blk[80], blk[81], blk[82], blk[83] = np.uint8(hd & 0xFF), np.uint8(hd >> 8), np.uint8(hm & 0xFF), np.uint8(hm >> 8)
-        fd = f16_to_f32(hd)
-        fm = f16_to_f32(hm)
-        for g in range(16):
-            dd = fd * np.float32(np.int32(blk[g]) & 15)
-            if dd == np.float32(0):
-                continue
-            dm = fm * np.float32(np.int32(blk[g]) >> 4)
-            for e in range(16 * g, 16 * g + 16):
-                L[e] = clamp(nearest_int((xb[e] + dm) / dd), 0, 3)
-        for c in range(2):
-            qs = blk[16 + 32 * c:16 + 32 * c + 32]
-            Lc = L[128 * c:128 * c + 128]
-            for l in range(32):
-                qs[l] = np.uint8((Lc[l] | (Lc[l + 32] << 2) | (Lc[l + 64] << 4) | (Lc[l + 96] << 6)) & 0xFF)
+        _finish_block(xb, blk, L, hd, hm)
+
+
+@lazy_njit(cache=True, error_model="numpy")
+def _finish_block(xb, blk, L, hd, hm):
+    """Store the f16 bits d/dmin, then the codes from the stored 4-bit scales (a group whose
+    f32(d)*sc is 0 keeps ``L``) and the qs bytes (ggml's tail of both _ref and _impl)."""
+    blk[80], blk[81], blk[82], blk[83] = np.uint8(hd & 0xFF), np.uint8(hd >> 8), np.uint8(hm & 0xFF), np.uint8(hm >> 8)
+    fd = f16_to_f32(hd)
+    fm = f16_to_f32(hm)
+    for g in range(16):
+        dd = fd * np.float32(np.int32(blk[g]) & 15)
+        if dd == np.float32(0):
+            continue
+        dm = fm * np.float32(np.int32(blk[g]) >> 4)
+        for e in range(16 * g, 16 * g + 16):
+            L[e] = clamp(nearest_int((xb[e] + dm) / dd), 0, 3)
+    for c in range(2):
+        qs = blk[16 + 32 * c:16 + 32 * c + 32]
+        Lc = L[128 * c:128 * c + 128]
+        for l in range(32):
+            qs[l] = np.uint8((Lc[l] | (Lc[l + 32] << 2) | (Lc[l + 64] << 4) | (Lc[l + 96] << 6)) & 0xFF)
+
+
+_RMIN3 = np.float32(-0.9)
+_RDELTA3 = np.float32(0.05)
+
+
+@lazy_njit(numba.void(RO_F32, RO_F32, numba.uint8[::1], numba.int64, numba.int64, numba.int64), cache=True,
+           error_model="numpy")
+def _quantize_weighted_rows(x, qw, out, r0, r1, k):
+    """Rows ``[r0, r1)`` of ggml's ``quantize_row_q2_K_impl`` with importance weights ``qw[k]``:
+        sigma2 = sum x^2 / 256 (per super-block); w = qw * sqrtf(sigma2 + x^2), sw[g] = sum w
+        scale[g], min[g] = make_qkx3_quants(16, 3, x, w, L, &min, Laux, -0.9, 0.05, 36, false)
+        d = make_qp_quants(16, 15, scale, Ls, sw), dmin likewise; scales[g] = Ls | Lm << 4
+        then the reference's tail with f16(d), f16(dmin)"""
+    L = np.empty(256, np.int32)
+    laux = np.empty(16, np.int32)
+    ls = np.empty(16, np.int32)
+    lm = np.empty(16, np.int32)
+    w = np.empty(16, np.float32)
+    sw = np.empty(16, np.float32)
+    scales = np.empty(16, np.float32)
+    mins = np.empty(16, np.float32)
+    nb = k // 256
+    for r in range(r0, r1):
+        for i in range(nb):
+            xb = x[r * k + 256 * i:r * k + 256 * i + 256]
+            qb = qw[256 * i:256 * i + 256]
+            o = (r * nb + i) * 84
+            blk = out[o:o + 84]
+            sumx2 = np.float32(0)
+            for j in range(256):
+                sumx2 = sumx2 + xb[j] * xb[j]
+            sigma2 = sumx2 / np.float32(256)
+            for g in range(16):
+                xs = xb[16 * g:16 * g + 16]
+                for l in range(16):
+                    w[l] = qb[16 * g + l] * np.sqrt(sigma2 + xs[l] * xs[l])
+                acc = np.float32(0)
+                for l in range(16):
+                    acc = acc + w[l]
+                sw[g] = acc
+                sc, mn = make_qkx3_quants(16, 3, xs, w, L[16 * g:16 * g + 16], laux, _RMIN3, _RDELTA3, 36, False)
+                scales[g] = sc
+                mins[g] = mn
+            dm = make_qp_quants(16, 15, scales, ls, sw)
+            mm = make_qp_quants(16, 15, mins, lm, sw)
+            for g in range(16):
+                blk[g] = np.uint8((ls[g] | (lm[g] << 4)) & 0xFF)
+            _finish_block(xb, blk, L, f32_to_f16_bits(dm), f32_to_f16_bits(mm))
 
 
 declare(globals(), QTYPE, PLAN, dequantize_range=_dequantize_range, chunk=CHUNK_BLOCKS // 8,
-        decode_ref=_decode_ref, quantize_range=_quantize_range, quantize_chunk=64, encode_ref="scalar")
+        decode_ref=_decode_ref, quantize_range=_quantize_range, quantize_chunk=64, encode_ref="scalar",
+        quantize_weighted_rows=_quantize_weighted_rows)

@@ -32,7 +32,7 @@ import numpy as np
 from ..qtypes import Q3_K as QTYPE
 from ._bits import BlockPlan, Field, f16_word
 from ._codec import CHUNK_BLOCKS, declare
-from ._kquant import clamp, int8, make_q3_quants, nearest_int
+from ._kquant import clamp, int8, make_q3_quants, make_qx_quants, nearest_int
 from .f16 import f16_to_f32, f32_to_f16_bits
 from .._jit import RO_F32, RO_U8, lazy_njit
 
@@ -121,27 +121,80 @@ def _quantize_range(x, out, b0, b1):
             hd = f32_to_f16_bits(np.float32(1) / iscale)
         else:
             hd = f32_to_f16_bits(np.float32(0))
-        blk[108] = np.uint8(hd & 0xFF)
-        blk[109] = np.uint8(hd >> 8)
-        fd = f16_to_f32(hd)
-        for g in range(16):
-            dd = fd * np.float32(int8(_scale6(blk, g) - 32))
-            if dd == np.float32(0):
-                continue
-            for e in range(16 * g, 16 * g + 16):
-                L[e] = clamp(nearest_int(xb[e] / dd), -4, 3) + 4
-        for m in range(32):
-            blk[m] = 0
-        for e in range(256):
-            if L[e] > 3:
-                blk[e % 32] = np.uint8(blk[e % 32] | (1 << (e // 32)))
-                L[e] -= 4
-        for c in range(2):
-            qs = blk[32 + 32 * c:32 + 32 * c + 32]
-            Lc = L[128 * c:128 * c + 128]
-            for l in range(32):
-                qs[l] = np.uint8((Lc[l] | (Lc[l + 32] << 2) | (Lc[l + 64] << 4) | (Lc[l + 96] << 6)) & 0xFF)
+        _finish_block(xb, blk, L, hd)
+
+
+@lazy_njit(cache=True, error_model="numpy")
+def _finish_block(xb, blk, L, hd):
+    """Store the f16 bits d, then the codes from the stored 6-bit scales (a group whose
+    f32(d)*(sc-32) is 0 keeps ``L``), hmask and qs (ggml's tail of both _ref and _impl)."""
+    blk[108] = np.uint8(hd & 0xFF)
+    blk[109] = np.uint8(hd >> 8)
+    fd = f16_to_f32(hd)
+    for g in range(16):
+        dd = fd * np.float32(int8(_scale6(blk, g) - 32))
+        if dd == np.float32(0):
+            continue
+        for e in range(16 * g, 16 * g + 16):
+            L[e] = clamp(nearest_int(xb[e] / dd), -4, 3) + 4
+    for m in range(32):
+        blk[m] = 0
+    for e in range(256):
+        if L[e] > 3:
+            blk[e % 32] = np.uint8(blk[e % 32] | (1 << (e // 32)))
+            L[e] -= 4
+    for c in range(2):
+        qs = blk[32 + 32 * c:32 + 32 * c + 32]
+        Lc = L[128 * c:128 * c + 128]
+        for l in range(32):
+            qs[l] = np.uint8((Lc[l] | (Lc[l + 32] << 2) | (Lc[l + 64] << 4) | (Lc[l + 96] << 6)) & 0xFF)
+
+
+@lazy_njit(numba.void(RO_F32, RO_F32, numba.uint8[::1], numba.int64, numba.int64, numba.int64), cache=True,
+           error_model="numpy")
+def _quantize_weighted_rows(x, qw, out, r0, r1, k):
+    """Rows ``[r0, r1)`` of ggml's ``quantize_row_q3_K_impl`` with importance weights ``qw[k]``:
+        sigma2 = 2 * sum x^2 / 256 (per super-block); w = qw * sqrtf(sigma2 + x^2), sw[g] = sum w
+        scale[g] = make_qx_quants(16, 4, x, L, 1, w); d = make_qx_quants(16, 32, scale, Ls, 1, sw)
+        6-bit scales from Ls packed as drawn above; then the reference's tail with f16(d)"""
+    L = np.empty(256, np.int32)
+    ls = np.empty(16, np.int32)
+    w = np.empty(16, np.float32)
+    sw = np.empty(16, np.float32)
+    scales = np.empty(16, np.float32)
+    nb = k // 256
+    for r in range(r0, r1):
+        for i in range(nb):
+            xb = x[r * k + 256 * i:r * k + 256 * i + 256]
+            qb = qw[256 * i:256 * i + 256]
+            o = (r * nb + i) * 110
+            blk = out[o:o + 110]
+            sumx2 = np.float32(0)
+            for j in range(256):
+                sumx2 = sumx2 + xb[j] * xb[j]
+            sigma2 = np.float32(2) * sumx2 / np.float32(256)
+            for g in range(16):
+                xs = xb[16 * g:16 * g + 16]
+                for l in range(16):
+                    w[l] = qb[16 * g + l] * np.sqrt(sigma2 + xs[l] * xs[l])
+                acc = np.float32(0)
+                for l in range(16):
+                    acc = acc + w[l]
+                sw[g] = acc
+                scales[g] = make_qx_quants(16, 4, xs, L[16 * g:16 * g + 16], w)
+            for j in range(12):
+                blk[96 + j] = 0
+            d_block = make_qx_quants(16, 32, scales, ls, sw)
+            for g in range(16):
+                l = ls[g]
+                if g < 8:
+                    blk[96 + g] = np.uint8(l & 15)
+                else:
+                    blk[96 + g - 8] = np.uint8(blk[96 + g - 8] | ((l & 15) << 4))
+                blk[104 + g % 4] = np.uint8((np.int64(blk[104 + g % 4]) | ((l >> 4) << (2 * (g // 4)))) & 0xFF)
+            _finish_block(xb, blk, L, f32_to_f16_bits(d_block))
 
 
 declare(globals(), QTYPE, PLAN, dequantize_range=_dequantize_range, chunk=CHUNK_BLOCKS // 8,
-        decode_ref=_decode_ref, quantize_range=_quantize_range, quantize_chunk=64, encode_ref="scalar")
+        decode_ref=_decode_ref, quantize_range=_quantize_range, quantize_chunk=64, encode_ref="scalar",
+        quantize_weighted_rows=_quantize_weighted_rows)

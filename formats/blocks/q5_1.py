@@ -19,6 +19,7 @@ import numpy as np
 from ..qtypes import Q5_1 as QTYPE
 from ._bits import BlockPlan, Field, f16_word, nibble_codes, qh_bit
 from ._codec import declare
+from ._kquant import make_qkx3_quants
 from .f16 import f16_bits_ref, f16_to_f32, f32_to_f16_bits
 from .f32 import add_first_nan, cvtt_i32, cvtt_i32_ref, min_max_ref
 from .._jit import RO_F32, RO_U8, lazy_njit
@@ -108,5 +109,48 @@ def _encode_ref(xr: np.ndarray) -> dict[str, np.ndarray]:
             "codes": u.astype(np.uint8).reshape(n, k)}
 
 
+# ---- quantize with importance weights (an imatrix row) ----------------------------------------
+_RMIN3 = np.float32(-0.9)
+_RDELTA3 = np.float32(0.05)
+
+
+@lazy_njit(numba.void(RO_F32, RO_F32, numba.uint8[::1], numba.int64, numba.int64, numba.int64), cache=True,
+           error_model="numpy")
+def _quantize_weighted_rows(x, qw, out, r0, r1, k):
+    """Rows ``[r0, r1)`` of ggml's ``quantize_row_q5_1_impl`` with importance weights ``qw[k]``:
+        sigma2 = sum x^2 / k over the whole row;  w = qw * sqrtf(sigma2 + x^2)
+        d, min = make_qkx3_quants(32, 31, x, w, L, &min, Laux, -0.9, 0.05, 36, false)
+        stored d = f16(d), m = f16(-min); codes L as returned"""
+    L = np.empty(32, np.int32)
+    laux = np.empty(32, np.int32)
+    w = np.empty(32, np.float32)
+    nb = k // 32
+    for r in range(r0, r1):
+        xr = x[r * k:r * k + k]
+        sum_x2 = np.float32(0)
+        for j in range(k):
+            sum_x2 = sum_x2 + xr[j] * xr[j]
+        sigma2 = sum_x2 / np.float32(k)
+        for ib in range(nb):
+            xb = xr[32 * ib:32 * ib + 32]
+            for j in range(32):
+                w[j] = qw[32 * ib + j] * np.sqrt(sigma2 + xb[j] * xb[j])
+            d, mn = make_qkx3_quants(32, 31, xb, w, L, laux, _RMIN3, _RDELTA3, 36, False)
+            o = (r * nb + ib) * 24
+            blk = out[o:o + 24]
+            hd = f32_to_f16_bits(d)
+            hm = f32_to_f16_bits(-mn)
+            blk[0], blk[1], blk[2], blk[3] = np.uint8(hd & 0xFF), np.uint8(hd >> 8), np.uint8(hm & 0xFF), np.uint8(hm >> 8)
+            qh = np.int64(0)
+            for j in range(16):
+                u0 = L[j] & 0xFF
+                u1 = L[j + 16] & 0xFF
+                blk[8 + j] = np.uint8((u0 & 15) | ((u1 & 15) << 4))
+                qh |= ((u0 >> 4) & 1) << j
+                qh |= ((u1 >> 4) & 1) << (j + 16)
+            for b in range(4):
+                blk[4 + b] = np.uint8((qh >> (8 * b)) & 0xFF)
+
+
 declare(globals(), QTYPE, PLAN, dequantize_range=_dequantize_range, decode_ref=_decode_ref,
-        quantize_range=_quantize_range, encode_ref=_encode_ref)
+        quantize_range=_quantize_range, encode_ref=_encode_ref, quantize_weighted_rows=_quantize_weighted_rows)

@@ -19,7 +19,7 @@ import numpy as np
 from ..qtypes import Q5_K as QTYPE
 from ._bits import BlockPlan, Field, f16_word, k_scale_parts
 from ._codec import CHUNK_BLOCKS, declare, k_scale_min, k_scale_put
-from ._kquant import clamp, make_qkx2_quants, nearest_int
+from ._kquant import clamp, make_qkx2_quants, make_qkx3_quants, make_qp_quants, nearest_int
 from .f16 import f16_to_f32, f32_to_f16_bits
 from .._jit import RO_F32, RO_U8, lazy_njit
 
@@ -108,34 +108,90 @@ def _quantize_range(x, out, b0, b1):
             ls = min(63, nearest_int(inv_scale * scales[j]) & 0xFF)
             lm = min(63, nearest_int(inv_min * mins[j]) & 0xFF)
             k_scale_put(blk, j, ls, lm)
-        hd = f32_to_f16_bits(max_scale / np.float32(63))
-        hm = f32_to_f16_bits(max_min / np.float32(63))
-        blk[0], blk[1], blk[2], blk[3] = np.uint8(hd & 0xFF), np.uint8(hd >> 8), np.uint8(hm & 0xFF), np.uint8(hm >> 8)
-        fd = f16_to_f32(hd)
-        fm = f16_to_f32(hm)
-        for j in range(8):
-            sc, m = k_scale_min(blk, j)
-            dd = fd * np.float32(sc)
-            if dd == np.float32(0):
-                continue
-            dm = fm * np.float32(m)
-            for e in range(32 * j, 32 * j + 32):
-                L[e] = clamp(nearest_int((xb[e] + dm) / dd), 0, 31)
-        qh = blk[16:48]
-        qh[:] = 0
-        for c in range(4):
-            ql = blk[48 + 32 * c:48 + 32 * c + 32]
-            for l in range(32):
-                l1 = L[64 * c + l]
-                l2 = L[64 * c + 32 + l]
-                if l1 > 15:
-                    l1 -= 16
-                    qh[l] = np.uint8(qh[l] | (1 << (2 * c)))
-                if l2 > 15:
-                    l2 -= 16
-                    qh[l] = np.uint8(qh[l] | (2 << (2 * c)))
-                ql[l] = np.uint8((l1 | (l2 << 4)) & 0xFF)
+        _finish_block(xb, blk, L, max_scale / np.float32(63), max_min / np.float32(63))
+
+
+@lazy_njit(cache=True, error_model="numpy")
+def _finish_block(xb, blk, L, d, dmin):
+    """Store d and dmin as f16, then the codes from the stored 6-bit scales (a sub-block whose
+    f32(d)*sc is 0 keeps ``L``), low 4 bits into qs and bit 4 into qh (ggml's tail of both
+    quantize_row_q5_K_ref and _impl)."""
+    hd = f32_to_f16_bits(d)
+    hm = f32_to_f16_bits(dmin)
+    blk[0], blk[1], blk[2], blk[3] = np.uint8(hd & 0xFF), np.uint8(hd >> 8), np.uint8(hm & 0xFF), np.uint8(hm >> 8)
+    fd = f16_to_f32(hd)
+    fm = f16_to_f32(hm)
+    for j in range(8):
+        sc, m = k_scale_min(blk, j)
+        dd = fd * np.float32(sc)
+        if dd == np.float32(0):
+            continue
+        dm = fm * np.float32(m)
+        for e in range(32 * j, 32 * j + 32):
+            L[e] = clamp(nearest_int((xb[e] + dm) / dd), 0, 31)
+    qh = blk[16:48]
+    qh[:] = 0
+    for c in range(4):
+        ql = blk[48 + 32 * c:48 + 32 * c + 32]
+        for l in range(32):
+            l1 = L[64 * c + l]
+            l2 = L[64 * c + 32 + l]
+            if l1 > 15:
+                l1 -= 16
+                qh[l] = np.uint8(qh[l] | (1 << (2 * c)))
+            if l2 > 15:
+                l2 -= 16
+                qh[l] = np.uint8(qh[l] | (2 << (2 * c)))
+            ql[l] = np.uint8((l1 | (l2 << 4)) & 0xFF)
+
+
+_RMIN3 = np.float32(-0.9)
+_RDELTA3 = np.float32(0.05)
+
+
+@lazy_njit(numba.void(RO_F32, RO_F32, numba.uint8[::1], numba.int64, numba.int64, numba.int64), cache=True,
+           error_model="numpy")
+def _quantize_weighted_rows(x, qw, out, r0, r1, k):
+    """Rows ``[r0, r1)`` of ggml's ``quantize_row_q5_K_impl`` with importance weights ``qw[k]``:
+    Q4_K's weighted recipe (q4_k.py) with nmax 31 (make_qkx3_quants(32, 31, ..., -0.9, 0.05,
+    36)), the make_qp_quants codes clamped to 63, then the reference's tail."""
+    L = np.empty(256, np.int32)
+    laux = np.empty(32, np.int32)
+    ls = np.empty(8, np.int32)
+    lm = np.empty(8, np.int32)
+    w = np.empty(32, np.float32)
+    sw = np.empty(8, np.float32)
+    scales = np.empty(8, np.float32)
+    mins = np.empty(8, np.float32)
+    nb = k // 256
+    for r in range(r0, r1):
+        for i in range(nb):
+            xb = x[r * k + 256 * i:r * k + 256 * i + 256]
+            qb = qw[256 * i:256 * i + 256]
+            o = (r * nb + i) * 176
+            blk = out[o:o + 176]
+            sum_x2 = np.float32(0)
+            for l in range(256):
+                sum_x2 = sum_x2 + xb[l] * xb[l]
+            sigma2 = np.float32(2) * sum_x2 / np.float32(256)
+            for j in range(8):
+                xs = xb[32 * j:32 * j + 32]
+                for l in range(32):
+                    w[l] = qb[32 * j + l] * np.sqrt(sigma2 + xs[l] * xs[l])
+                sumw = np.float32(0)
+                for l in range(32):
+                    sumw = sumw + w[l]
+                sw[j] = sumw
+                sc, mn = make_qkx3_quants(32, 31, xs, w, L[32 * j:32 * j + 32], laux, _RMIN3, _RDELTA3, 36, False)
+                scales[j] = sc
+                mins[j] = mn
+            d_block = make_qp_quants(8, 63, scales, ls, sw)
+            m_block = make_qp_quants(8, 63, mins, lm, sw)
+            for j in range(8):
+                k_scale_put(blk, j, min(63, ls[j] & 0xFF), min(63, lm[j] & 0xFF))
+            _finish_block(xb, blk, L, d_block, m_block)
 
 
 declare(globals(), QTYPE, PLAN, dequantize_range=_dequantize_range, chunk=CHUNK_BLOCKS // 8,
-        decode_ref=_decode_ref, quantize_range=_quantize_range, quantize_chunk=64, encode_ref="scalar")
+        decode_ref=_decode_ref, quantize_range=_quantize_range, quantize_chunk=64, encode_ref="scalar",
+        quantize_weighted_rows=_quantize_weighted_rows)
