@@ -75,8 +75,13 @@ def f16_gguf(src: str | Path, dst: str | Path, n_layer: int | None = None, n_voc
     return Path(dst)
 
 
-def quantize(src: str | Path, dst: str | Path, mix: str, threads: int = 2, **params) -> Path:
-    """``llama_model_quantize(src, dst)`` for the llama.cpp file type ``mix`` (``Q4_K_M``)."""
+def quantize(src: str | Path, dst: str | Path, mix: str, threads: int = 2,
+             imatrix: dict[str, np.ndarray] | None = None, **params) -> Path:
+    """``llama_model_quantize(src, dst)`` for the llama.cpp file type ``mix`` (``Q4_K_M``);
+    ``imatrix``: importance weights by tensor name, handed over as llama-quantize hands them
+    (``llama_model_imatrix_data[]``, NULL-terminated)."""
+    import ctypes
+
     import llama_cpp
 
     from panelpack.convert import mixes
@@ -87,7 +92,21 @@ def quantize(src: str | Path, dst: str | Path, mix: str, threads: int = 2, **par
     p.allow_requantize = True
     for key, value in params.items():
         setattr(p, key, value)
-    rc = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), p)
+    keep = []
+    if imatrix:
+        class _Entry(ctypes.Structure):
+            _fields_ = [("name", ctypes.c_char_p), ("data", ctypes.POINTER(ctypes.c_float)), ("size", ctypes.c_size_t)]
+
+        arr = (_Entry * (len(imatrix) + 1))()
+        for i, (name, w) in enumerate(imatrix.items()):
+            w = np.ascontiguousarray(w, np.float32)
+            keep.append(w)
+            arr[i] = _Entry(name.encode(), w.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), w.size)
+        arr[len(imatrix)] = _Entry(None, None, 0)
+        keep.append(arr)
+        field = dict(type(p)._fields_)["imatrix"]
+        p.imatrix = ctypes.cast(arr, field)
+    rc = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(p) if not isinstance(p, ctypes._Pointer) else p)
     if rc != 0:
         raise RuntimeError(f"llama_model_quantize({mix}) returned {rc}")
     return Path(dst)

@@ -223,8 +223,14 @@ def smol_f16(smollm2, tmp_path_factory):
     return llama_ref.f16_gguf(smollm2, tmp_path_factory.mktemp("llama") / "smol-f16.gguf", n_layer=8, n_vocab=4096)
 
 
-def _compare_with_llama(src, tmp_path, mix, **opts):
-    want = llama_ref.tensors(llama_ref.quantize(src, tmp_path / f"{mix}.gguf", mix, **opts.pop("params", {})))
+def _compare_with_llama(src, tmp_path, mix, imatrix_entries=None, **opts):
+    kw = dict(opts.pop("params", {}))
+    if imatrix_entries is not None:
+        from test_imatrix import write_legacy
+
+        opts["imatrix"] = str(write_legacy(tmp_path / "m.imatrix", imatrix_entries, ncall=1))
+        kw["imatrix"] = imatrix_entries
+    want = llama_ref.tensors(llama_ref.quantize(src, tmp_path / f"{mix}.gguf", mix, **kw))
     res = convert(src, tmp_path / f"{mix}.ppk", layout="rowmajor", quant=mix, mix_options=mixes.Options(**opts))
     b = Bundle(res.bundle)
     rm = repack.get("rowmajor")
@@ -264,6 +270,20 @@ def test_gemma_mix_equals_llama_model_quantize(gemma_f16, tmp_path, mix):
 def test_options_equal_llama_model_quantize(smol_f16, tmp_path):
     """--pure and --leave-output-tensor against llama.cpp's own flags."""
     _compare_with_llama(smol_f16, tmp_path, "Q5_K_M", pure=True, params={"pure": True})
+
+
+@pytest.mark.real
+@needs_llama
+@pytest.mark.parametrize("mix", ("Q4_K_M", "Q2_K", "Q4_0"))
+def test_imatrix_mix_equals_llama_model_quantize(smol_f16, tmp_path, mix):
+    """With importance weights (one entry per 2-D weight, as llama-imatrix writes them)."""
+    from panelpack.formats.checkpoint import open_checkpoint
+
+    rng = np.random.default_rng(7)
+    with open_checkpoint(smol_f16) as ck:
+        entries = {t.name: (rng.random(t.k) * 2 + 0.01).astype(np.float32) for t in ck.tensors
+                   if len(t.shape) == 2 and t.name != "token_embd.weight"}
+    _compare_with_llama(smol_f16, tmp_path, mix, imatrix_entries=entries)
 
 
 @pytest.mark.real
