@@ -138,7 +138,7 @@ def make_plan(ckpt: Checkpoint, layout: str = "panel64", quant: Optional[str] = 
         _, size = layout_regions(specs)
         tensors.append(TensorPlan(i, info, d, layout, specs, size, params))
     out = Plan(ckpt.kind, ckpt.path, layout, qt, rq, tensors)
-    if rq is not None and not any(t.decision.action == "requantize" for t in tensors):
+    if rq is not None and not any(t.decision.action in ("requantize", "quantize") for t in tensors):
         out.warnings.append(f"--requant {rq.name} changes nothing: the {layout} layout takes every "
                             "quantized matrix as stored (a llama.cpp mix as --quant re-quantizes them all)")
         log.warning("%s", out.warnings[-1])
