@@ -142,9 +142,11 @@ def make_q3_quants(n, nmax, x, L):
 
 
 @lazy_njit(cache=True, error_model="numpy")
-def make_qkx2_quants(n, nmax, x, weights, L, Laux, rmin, rdelta, nstep, use_mad):
-    """``make_qkx2_quants``: writes ``L[0:n]`` (0 .. nmax), returns ``(scale, the_min)``
-    (``the_min`` is ggml's ``*the_min``, i.e. minus the offset)."""
+def make_qkx_quants(n, nmax, x, weights, L, Laux, rmin, rdelta, nstep, use_mad, flat_le):
+    """ggml's ``make_qkx2_quants`` (``flat_le`` false) and ``make_qkx3_quants`` (``flat_le``
+    true, weights given): writes ``L[0:n]`` (0 .. nmax), returns ``(scale, the_min)``
+    (``the_min`` is ggml's ``*the_min``, i.e. minus the offset). The two differ only in the
+    flat test: ``max == min`` (qkx2) or ``max <= min`` (qkx3)."""
     f32 = np.float32
     mn = x[0]
     mx = x[0]
@@ -160,7 +162,7 @@ def make_qkx2_quants(n, nmax, x, weights, L, Laux, rmin, rdelta, nstep, use_mad)
         sum_x = sum_x + w * x[i]
     if mn > f32(0):
         mn = f32(0)
-    if mx == mn:
+    if (mx <= mn) if flat_le else (mx == mn):
         for i in range(n):
             L[i] = 0
         return f32(0), -mn
@@ -207,68 +209,56 @@ def make_qkx2_quants(n, nmax, x, weights, L, Laux, rmin, rdelta, nstep, use_mad)
 
 
 @lazy_njit(cache=True, error_model="numpy")
+def make_qkx2_quants(n, nmax, x, weights, L, Laux, rmin, rdelta, nstep, use_mad):
+    """``make_qkx2_quants`` (see :func:`make_qkx_quants`)."""
+    return make_qkx_quants(n, nmax, x, weights, L, Laux, rmin, rdelta, nstep, use_mad, False)
+
+
+@lazy_njit(cache=True, error_model="numpy")
 def make_qkx3_quants(n, nmax, x, weights, L, Laux, rmin, rdelta, nstep, use_mad):
-    """``make_qkx3_quants`` (weights always given): as :func:`make_qkx2_quants` but flat when
-    ``max <= min`` and writes ``L`` as uint8 (the low byte of the clamped code)."""
-    f32 = np.float32
-    mn = x[0]
-    mx = x[0]
-    sum_w = weights[0]
-    sum_x = sum_w * x[0]
-    for i in range(1, n):
-        if x[i] < mn:
-            mn = x[i]
-        if x[i] > mx:
-            mx = x[i]
-        w = weights[i]
-        sum_w = sum_w + w
-        sum_x = sum_x + w * x[i]
-    if mn > f32(0):
-        mn = f32(0)
-    if mx <= mn:
-        for i in range(n):
-            L[i] = 0
-        return f32(0), -mn
-    iscale = f32(nmax) / (mx - mn)
-    scale = f32(1) / iscale
-    best_mad = f32(0)
-    for i in range(n):
-        L[i] = clamp(nearest_int(iscale * (x[i] - mn)), 0, nmax)
-        diff = scale * f32(L[i]) + mn - x[i]
-        diff = abs(diff) if use_mad else diff * diff
-        best_mad = best_mad + weights[i] * diff
-    for step in range(nstep + 1):
-        iscale = (rmin + rdelta * f32(step) + f32(nmax)) / (mx - mn)
-        sum_l = f32(0)
-        sum_l2 = f32(0)
-        sum_xl = f32(0)
-        for i in range(n):
-            l = clamp(nearest_int(iscale * (x[i] - mn)), 0, nmax)
-            Laux[i] = l
-            w = weights[i]
-            fl = f32(l)
-            sum_l = sum_l + w * fl
-            sum_l2 = sum_l2 + w * fl * fl
-            sum_xl = sum_xl + w * fl * x[i]
-        D = sum_w * sum_l2 - sum_l * sum_l
-        if D > f32(0):
-            this_scale = (sum_w * sum_xl - sum_x * sum_l) / D
-            this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D
-            if this_min > f32(0):
-                this_min = f32(0)
-                this_scale = sum_xl / sum_l2
-            mad = f32(0)
-            for i in range(n):
-                diff = this_scale * f32(Laux[i]) + this_min - x[i]
-                diff = abs(diff) if use_mad else diff * diff
-                mad = mad + weights[i] * diff
-            if mad < best_mad:
-                for i in range(n):
-                    L[i] = Laux[i]
-                best_mad = mad
-                scale = this_scale
-                mn = this_min
-    return scale, -mn
+    """``make_qkx3_quants`` with weights (see :func:`make_qkx_quants`)."""
+    return make_qkx_quants(n, nmax, x, weights, L, Laux, rmin, rdelta, nstep, use_mad, True)
+
+
+#: make_qkx3_quants' grid in every ``_impl`` quantizer: rmin -0.9, rdelta 0.05, 36 steps
+RMIN3 = np.float32(-0.9)
+RDELTA3 = np.float32(0.05)
+
+
+@lazy_njit(cache=True, error_model="numpy")
+def sum_squares(x):
+    """``sum x[i]*x[i]`` in order, in f32 (ggml's ``sum_x2`` / ``sumx2``)."""
+    s = np.float32(0)
+    for i in range(x.size):
+        s = s + x[i] * x[i]
+    return s
+
+
+@lazy_njit(cache=True, error_model="numpy")
+def importance_weights(qw, x, sigma2, w):
+    """``w[i] = qw[i] * sqrtf(sigma2 + x[i]*x[i])`` (the imatrix weighting of every ``_impl``
+    quantizer); returns ``sum w`` in order (their ``sumw``)."""
+    for i in range(x.size):
+        w[i] = qw[i] * np.sqrt(sigma2 + x[i] * x[i])
+    s = np.float32(0)
+    for i in range(x.size):
+        s = s + w[i]
+    return s
+
+
+@lazy_njit(cache=True, error_model="numpy")
+def kx3_sub_blocks(xb, qb, L, laux, w, sw, scales, mins, nmax):
+    """The sub-block search of ggml's ``quantize_row_q4_K_impl`` / ``q5_K_impl`` for one
+    super-block: sigma2 = 2 * sum x^2 / 256, each sub-block's importance weights,
+    ``make_qkx3_quants(32, nmax, ..., -0.9, 0.05, 36, false)``; fills ``scales``, ``mins``,
+    ``sw`` (the sub-blocks' weight sums) and ``L``."""
+    sigma2 = np.float32(2) * sum_squares(xb) / np.float32(256)
+    for j in range(8):
+        xs = xb[32 * j:32 * j + 32]
+        sw[j] = importance_weights(qb[32 * j:32 * j + 32], xs, sigma2, w)
+        sc, mn = make_qkx_quants(32, nmax, xs, w, L[32 * j:32 * j + 32], laux, RMIN3, RDELTA3, 36, False, True)
+        scales[j] = sc
+        mins[j] = mn
 
 
 @lazy_njit(cache=True, error_model="numpy")

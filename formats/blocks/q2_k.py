@@ -29,7 +29,17 @@ import numpy as np
 from ..qtypes import Q2_K as QTYPE
 from ._bits import BlockPlan, Field, f16_word
 from ._codec import CHUNK_BLOCKS, declare
-from ._kquant import clamp, make_qkx2_quants, make_qkx3_quants, make_qp_quants, nearest_int
+from ._kquant import (
+    RDELTA3,
+    RMIN3,
+    clamp,
+    importance_weights,
+    make_qkx2_quants,
+    make_qkx3_quants,
+    make_qp_quants,
+    nearest_int,
+    sum_squares,
+)
 from .f16 import f16_to_f32, f32_to_f16_bits
 from .._jit import RO_F32, RO_U8, lazy_njit
 
@@ -148,10 +158,6 @@ def _finish_block(xb, blk, L, hd, hm):
             qs[l] = np.uint8((Lc[l] | (Lc[l + 32] << 2) | (Lc[l + 64] << 4) | (Lc[l + 96] << 6)) & 0xFF)
 
 
-_RMIN3 = np.float32(-0.9)
-_RDELTA3 = np.float32(0.05)
-
-
 @lazy_njit(numba.void(RO_F32, RO_F32, numba.uint8[::1], numba.int64, numba.int64, numba.int64), cache=True,
            error_model="numpy")
 def _quantize_weighted_rows(x, qw, out, r0, r1, k):
@@ -175,19 +181,11 @@ def _quantize_weighted_rows(x, qw, out, r0, r1, k):
             qb = qw[256 * i:256 * i + 256]
             o = (r * nb + i) * 84
             blk = out[o:o + 84]
-            sumx2 = np.float32(0)
-            for j in range(256):
-                sumx2 = sumx2 + xb[j] * xb[j]
-            sigma2 = sumx2 / np.float32(256)
+            sigma2 = sum_squares(xb) / np.float32(256)
             for g in range(16):
                 xs = xb[16 * g:16 * g + 16]
-                for l in range(16):
-                    w[l] = qb[16 * g + l] * np.sqrt(sigma2 + xs[l] * xs[l])
-                acc = np.float32(0)
-                for l in range(16):
-                    acc = acc + w[l]
-                sw[g] = acc
-                sc, mn = make_qkx3_quants(16, 3, xs, w, L[16 * g:16 * g + 16], laux, _RMIN3, _RDELTA3, 36, False)
+                sw[g] = importance_weights(qb[16 * g:16 * g + 16], xs, sigma2, w)
+                sc, mn = make_qkx3_quants(16, 3, xs, w, L[16 * g:16 * g + 16], laux, RMIN3, RDELTA3, 36, False)
                 scales[g] = sc
                 mins[g] = mn
             dm = make_qp_quants(16, 15, scales, ls, sw)

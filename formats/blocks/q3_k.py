@@ -32,7 +32,7 @@ import numpy as np
 from ..qtypes import Q3_K as QTYPE
 from ._bits import BlockPlan, Field, f16_word
 from ._codec import CHUNK_BLOCKS, declare
-from ._kquant import clamp, int8, make_q3_quants, make_qx_quants, nearest_int
+from ._kquant import clamp, importance_weights, int8, make_q3_quants, make_qx_quants, nearest_int, sum_squares
 from .f16 import f16_to_f32, f32_to_f16_bits
 from .._jit import RO_F32, RO_U8, lazy_njit
 
@@ -169,18 +169,10 @@ def _quantize_weighted_rows(x, qw, out, r0, r1, k):
             qb = qw[256 * i:256 * i + 256]
             o = (r * nb + i) * 110
             blk = out[o:o + 110]
-            sumx2 = np.float32(0)
-            for j in range(256):
-                sumx2 = sumx2 + xb[j] * xb[j]
-            sigma2 = np.float32(2) * sumx2 / np.float32(256)
+            sigma2 = np.float32(2) * sum_squares(xb) / np.float32(256)
             for g in range(16):
                 xs = xb[16 * g:16 * g + 16]
-                for l in range(16):
-                    w[l] = qb[16 * g + l] * np.sqrt(sigma2 + xs[l] * xs[l])
-                acc = np.float32(0)
-                for l in range(16):
-                    acc = acc + w[l]
-                sw[g] = acc
+                sw[g] = importance_weights(qb[16 * g:16 * g + 16], xs, sigma2, w)
                 scales[g] = make_qx_quants(16, 4, xs, L[16 * g:16 * g + 16], w)
             for j in range(12):
                 blk[96 + j] = 0

@@ -27,7 +27,7 @@ import numpy as np
 from ..qtypes import Q4_0 as QTYPE
 from ._bits import BlockPlan, Field, f16_word, nibble_codes
 from ._codec import LANES, declare, load_lanes
-from ._kquant import make_qx_quants
+from ._kquant import importance_weights, make_qx_quants, sum_squares
 from .f16 import f16_bits_ref, f16_to_f32, f32_to_f16_bits
 from .f32 import cvtt_i32, cvtt_i32_ref, low_i8
 from .._jit import RO_F32, RO_U8, lazy_njit
@@ -139,14 +139,10 @@ def _quantize_weighted_rows(x, qw, out, r0, r1, k):
     nb = k // 32
     for r in range(r0, r1):
         xr = x[r * k:r * k + k]
-        sum_x2 = np.float32(0)
-        for j in range(k):
-            sum_x2 = sum_x2 + xr[j] * xr[j]
-        sigma2 = sum_x2 / np.float32(k)
+        sigma2 = sum_squares(xr) / np.float32(k)
         for ib in range(nb):
             xb = xr[32 * ib:32 * ib + 32]
-            for j in range(32):
-                w[j] = qw[32 * ib + j] * np.sqrt(sigma2 + xb[j] * xb[j])
+            importance_weights(qw[32 * ib:32 * ib + 32], xb, sigma2, w)
             d = make_qx_quants(32, 8, xb, L, w)
             o = (r * nb + ib) * 18
             blk = out[o:o + 18]

@@ -19,7 +19,7 @@ import numpy as np
 from ..qtypes import Q4_1 as QTYPE
 from ._bits import BlockPlan, Field, f16_word, nibble_codes
 from ._codec import declare
-from ._kquant import int8, make_qkx3_quants
+from ._kquant import RDELTA3, RMIN3, importance_weights, int8, make_qkx3_quants, sum_squares
 from .f16 import f16_bits_ref, f16_to_f32, f32_to_f16_bits
 from .f32 import add_first_nan, cvtt_i32, cvtt_i32_ref, low_i8, min_max_ref
 from .._jit import RO_F32, RO_U8, lazy_njit
@@ -104,10 +104,6 @@ def _encode_ref(xr: np.ndarray) -> dict[str, np.ndarray]:
 
 
 # ---- quantize with importance weights (an imatrix row) ----------------------------------------
-_RMIN3 = np.float32(-0.9)
-_RDELTA3 = np.float32(0.05)
-
-
 @lazy_njit(numba.void(RO_F32, RO_F32, numba.uint8[::1], numba.int64, numba.int64, numba.int64), cache=True,
            error_model="numpy")
 def _quantize_weighted_rows(x, qw, out, r0, r1, k):
@@ -121,15 +117,11 @@ def _quantize_weighted_rows(x, qw, out, r0, r1, k):
     nb = k // 32
     for r in range(r0, r1):
         xr = x[r * k:r * k + k]
-        sum_x2 = np.float32(0)
-        for j in range(k):
-            sum_x2 = sum_x2 + xr[j] * xr[j]
-        sigma2 = sum_x2 / np.float32(k)
+        sigma2 = sum_squares(xr) / np.float32(k)
         for ib in range(nb):
             xb = xr[32 * ib:32 * ib + 32]
-            for j in range(32):
-                w[j] = qw[32 * ib + j] * np.sqrt(sigma2 + xb[j] * xb[j])
-            d, mn = make_qkx3_quants(32, 15, xb, w, L, laux, _RMIN3, _RDELTA3, 36, False)
+            importance_weights(qw[32 * ib:32 * ib + 32], xb, sigma2, w)
+            d, mn = make_qkx3_quants(32, 15, xb, w, L, laux, RMIN3, RDELTA3, 36, False)
             o = (r * nb + ib) * 20
             blk = out[o:o + 20]
             hd = f32_to_f16_bits(d)

@@ -34,7 +34,7 @@ import numpy as np
 from ..qtypes import Q4_K as QTYPE
 from ._bits import BlockPlan, Field, f16_word, k_scale_parts
 from ._codec import CHUNK_BLOCKS, declare, k_scale_min, k_scale_put, load_lanes
-from ._kquant import make_qkx3_quants, make_qp_quants
+from ._kquant import kx3_sub_blocks, make_qp_quants
 from .f16 import f16_bits_ref, f16_to_f32, f32_to_f16_bits
 from .f32 import f32_bits
 from .._jit import RO_F32, RO_U8, lazy_njit
@@ -401,10 +401,6 @@ def _encode_ref(xr: np.ndarray) -> dict[str, np.ndarray]:
 
 
 # ---- quantize with importance weights (an imatrix row) ----------------------------------------
-_RMIN3 = np.float32(-0.9)
-_RDELTA3 = np.float32(0.05)
-
-
 @lazy_njit(numba.void(RO_F32, RO_F32, numba.uint8[::1], numba.int64, numba.int64, numba.int64), cache=True,
            error_model="numpy")
 def _quantize_weighted_rows(x, qw, out, r0, r1, k):
@@ -429,21 +425,7 @@ def _quantize_weighted_rows(x, qw, out, r0, r1, k):
             qb = qw[256 * i:256 * i + 256]
             o = (r * nb + i) * 144
             blk = out[o:o + 144]
-            sum_x2 = np.float32(0)
-            for l in range(256):
-                sum_x2 = sum_x2 + xb[l] * xb[l]
-            sigma2 = np.float32(2) * sum_x2 / np.float32(256)
-            for j in range(8):
-                xs = xb[32 * j:32 * j + 32]
-                for l in range(32):
-                    w[l] = qb[32 * j + l] * np.sqrt(sigma2 + xs[l] * xs[l])
-                sumw = np.float32(0)
-                for l in range(32):
-                    sumw = sumw + w[l]
-                sw[j] = sumw
-                sc, mn = make_qkx3_quants(32, 15, xs, w, L[32 * j:32 * j + 32], laux, _RMIN3, _RDELTA3, 36, False)
-                scales[j] = sc
-                mins[j] = mn
+            kx3_sub_blocks(xb, qb, L, laux, w, sw, scales, mins, 15)
             d_block = make_qp_quants(8, 63, scales, ls, sw)
             m_block = make_qp_quants(8, 63, mins, lm, sw)
             for j in range(8):

@@ -18,7 +18,7 @@ import numpy as np
 from ..qtypes import Q5_0 as QTYPE
 from ._bits import BlockPlan, Field, f16_word, nibble_codes, qh_bit
 from ._codec import declare
-from ._kquant import int8, make_qx_quants
+from ._kquant import importance_weights, int8, make_qx_quants, sum_squares
 from .f16 import f16_bits_ref, f16_to_f32, f32_to_f16_bits
 from .f32 import cvtt_i32, cvtt_i32_ref, first_absmax_ref, low_i8
 from .._jit import RO_F32, RO_U8, lazy_njit
@@ -111,14 +111,10 @@ def _quantize_weighted_rows(x, qw, out, r0, r1, k):
     nb = k // 32
     for r in range(r0, r1):
         xr = x[r * k:r * k + k]
-        sum_x2 = np.float32(0)
-        for j in range(k):
-            sum_x2 = sum_x2 + xr[j] * xr[j]
-        sigma2 = sum_x2 / np.float32(k)
+        sigma2 = sum_squares(xr) / np.float32(k)
         for ib in range(nb):
             xb = xr[32 * ib:32 * ib + 32]
-            for j in range(32):
-                w[j] = qw[32 * ib + j] * np.sqrt(sigma2 + xb[j] * xb[j])
+            importance_weights(qw[32 * ib:32 * ib + 32], xb, sigma2, w)
             d = make_qx_quants(32, 16, xb, L, w)
             o = (r * nb + ib) * 22
             blk = out[o:o + 22]

@@ -19,7 +19,7 @@ import numpy as np
 from ..qtypes import Q5_1 as QTYPE
 from ._bits import BlockPlan, Field, f16_word, nibble_codes, qh_bit
 from ._codec import declare
-from ._kquant import make_qkx3_quants
+from ._kquant import RDELTA3, RMIN3, importance_weights, make_qkx3_quants, sum_squares
 from .f16 import f16_bits_ref, f16_to_f32, f32_to_f16_bits
 from .f32 import add_first_nan, cvtt_i32, cvtt_i32_ref, min_max_ref
 from .._jit import RO_F32, RO_U8, lazy_njit
@@ -110,10 +110,6 @@ def _encode_ref(xr: np.ndarray) -> dict[str, np.ndarray]:
 
 
 # ---- quantize with importance weights (an imatrix row) ----------------------------------------
-_RMIN3 = np.float32(-0.9)
-_RDELTA3 = np.float32(0.05)
-
-
 @lazy_njit(numba.void(RO_F32, RO_F32, numba.uint8[::1], numba.int64, numba.int64, numba.int64), cache=True,
            error_model="numpy")
 def _quantize_weighted_rows(x, qw, out, r0, r1, k):
@@ -127,15 +123,11 @@ def _quantize_weighted_rows(x, qw, out, r0, r1, k):
     nb = k // 32
     for r in range(r0, r1):
         xr = x[r * k:r * k + k]
-        sum_x2 = np.float32(0)
-        for j in range(k):
-            sum_x2 = sum_x2 + xr[j] * xr[j]
-        sigma2 = sum_x2 / np.float32(k)
+        sigma2 = sum_squares(xr) / np.float32(k)
         for ib in range(nb):
             xb = xr[32 * ib:32 * ib + 32]
-            for j in range(32):
-                w[j] = qw[32 * ib + j] * np.sqrt(sigma2 + xb[j] * xb[j])
-            d, mn = make_qkx3_quants(32, 31, xb, w, L, laux, _RMIN3, _RDELTA3, 36, False)
+            importance_weights(qw[32 * ib:32 * ib + 32], xb, sigma2, w)
+            d, mn = make_qkx3_quants(32, 31, xb, w, L, laux, RMIN3, RDELTA3, 36, False)
             o = (r * nb + ib) * 24
             blk = out[o:o + 24]
             hd = f32_to_f16_bits(d)
