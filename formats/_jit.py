@@ -49,8 +49,11 @@ class LazyKernel:
 
     def __reduce__(self):
         # pickled by name: numba hashes a closure's cells (a kernel built by a factory that
-        # closes over this one) into its cache key, which must not change with compile state
-        return (_by_name, (self.py_func.__module__, self.py_func.__qualname__))
+        # closes over this one) into its cache key, which must not change with compile state.
+        # A kernel that is itself a factory's closure adds what it closes over, so two closures
+        # of one factory (same name, same bytecode) never share a cache entry.
+        cells = tuple(c.cell_contents for c in (self.py_func.__closure__ or ()))
+        return (_by_name, (self.py_func.__module__, self.py_func.__qualname__, cells))
 
     def __call__(self, *args, **kwargs):
         return self.dispatcher(*args, **kwargs)
@@ -60,7 +63,7 @@ class LazyKernel:
         return f"<lazy numba kernel {self.py_func.__module__}.{self.py_func.__qualname__} ({state})>"
 
 
-def _by_name(module: str, qualname: str) -> "LazyKernel":
+def _by_name(module: str, qualname: str, cells: tuple = ()) -> "LazyKernel":
     import importlib
 
     obj = importlib.import_module(module)

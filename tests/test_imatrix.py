@@ -141,3 +141,13 @@ def test_imatrix_needs_a_mix_and_matching_sizes(tmp_path, rng):
     bad = write_legacy(tmp_path / "bad.imatrix", {"blk.0.attn_q.weight": np.ones(7, np.float32)})
     with pytest.raises(BadInputError, match="has 7 values"):
         plan(src, layout="rowmajor", quant="q5_k_m", mix_options=mixes.Options(imatrix=str(bad)))
+
+
+def test_factory_kernels_never_share_a_cache_key():
+    """Two row kernels of one factory (same name, same bytecode) pickle differently, so a
+    kernel closing over them (the parallel twin) gets its own numba cache entry per type."""
+    import pickle
+
+    keys = {pickle.dumps(blocks.codec(t)._quantize_weighted_parallel.py_func.__closure__[0].cell_contents)
+            for t in WEIGHTED}
+    assert len(keys) == len(WEIGHTED)

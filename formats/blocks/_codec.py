@@ -79,6 +79,30 @@ def parallel_quantize(range_kernel, block: int, chunk: int = CHUNK_BLOCKS):
     return quantize_parallel
 
 
+def weighted_rows(block_kernel, qk: int, type_size: int):
+    """The row kernel of an importance-weighted quantizer from its block kernel:
+    ``rows(x, qw, out, r0, r1, k)`` quantizes rows ``[r0, r1)`` of the flat ``x`` (rows of
+    ``k``) with the weights ``qw[k]``, calling ``block_kernel(xb, qb, blk, sigma2, iscr, fscr)``
+    per block of ``qk`` values (``sigma2``: the row's ``sum x^2 / k``, which the 32-element
+    types use; scratch ``iscr`` int32 ``[4, 256]`` and ``fscr`` f32 ``[4, 32]``)."""
+    from ._kquant import sum_squares
+
+    @lazy_njit(numba.void(RO_F32, RO_F32, numba.uint8[::1], numba.int64, numba.int64, numba.int64),
+               cache=True, error_model="numpy")
+    def rows(x, qw, out, r0, r1, k):
+        iscr = np.zeros((4, 256), np.int32)
+        fscr = np.zeros((4, 32), np.float32)
+        nb = k // qk
+        for r in range(r0, r1):
+            xr = x[r * k:r * k + k]
+            sigma2 = sum_squares(xr) / np.float32(k)
+            for i in range(nb):
+                o = (r * nb + i) * type_size
+                block_kernel(xr[i * qk:i * qk + qk], qw[i * qk:i * qk + qk], out[o:o + type_size], sigma2, iscr, fscr)
+
+    return rows
+
+
 def parallel_weighted(rows_kernel):
     """The parallel twin of a weighted row kernel ``rows_kernel(x, qw, out, r0, r1, k)``: prange over rows."""
 
@@ -234,7 +258,7 @@ def run_quantize(qtype: GGMLType, x, range_kernel, parallel_kernel, parallel: bo
 # ---- declaring a codec: its public surface, built from its plan and kernels ---------------
 def declare(namespace: dict, qtype: GGMLType, plan=None, *, dequantize_range, chunk: int = CHUNK_BLOCKS,
             words=None, decode_ref=None, quantize_range=None, quantize_chunk: int = CHUNK_BLOCKS,
-            encode_ref=None, quantize_weighted_rows=None) -> None:
+            encode_ref=None, quantize_weighted_block=None) -> None:
     """Give a type module (``namespace`` is its ``globals()``) the codec surface of
     docs/DEVELOPING.md, the way gguf-py's ``__init_subclass__`` registers a quant class: the
     module states its byte diagram, its :class:`~._bits.BlockPlan` and its kernels; this
@@ -249,6 +273,8 @@ def declare(namespace: dict, qtype: GGMLType, plan=None, *, dequantize_range, ch
       fields, with invalid/overflow warnings off (NaN and inf payloads are data here);
     * ``quantize(x, parallel=None)`` and ``_quantize_parallel`` from ``quantize_range(x, out,
       b0, b1)`` (blocks ``[b0, b1)``), when given;
+    * ``quantize_weighted(x, weights, parallel=None)`` (an imatrix row) from
+      ``quantize_weighted_block`` (see :func:`weighted_rows`), when given;
     * ``quantize_ref(x)``: ``encode_ref(x2d) -> fields`` (``x2d`` f32 ``[n, k]``, checked),
       packed by ``plan.from_fields``, when given; ``encode_ref="scalar"``: the range kernel's
       Python function run serially (the K-quant searches, whose reference is ggml's C).
@@ -282,7 +308,8 @@ def declare(namespace: dict, qtype: GGMLType, plan=None, *, dequantize_range, ch
         quantize.__doc__ = (f"f32 ``[rows, K]`` (or 1-D) to {name} blocks, byte-identical with ggml's "
                             "reference quantizer. ``parallel``: None picks by size.")
         namespace.update(quantize=quantize, _quantize_parallel=qpar)
-    if quantize_weighted_rows is not None:
+    if quantize_weighted_block is not None:
+        quantize_weighted_rows = weighted_rows(quantize_weighted_block, qtype.block_size, qtype.type_size)
         wpar = parallel_weighted(quantize_weighted_rows)
 
         def quantize_weighted(x: np.ndarray, weights: np.ndarray, parallel: bool | None = None) -> np.ndarray:

@@ -322,3 +322,26 @@ def make_qp_quants(n, nmax, x, L, qw):
         if changed == 0:
             break
     return sumlx / suml2 if suml2 > f32(0) else f32(0)
+
+
+# ---- byte helpers of the block writers --------------------------------------------------------
+@lazy_njit(inline="always")
+def put_f16(blk, o, h):
+    """The f16 bits ``h`` as the little-endian word at byte ``o``."""
+    blk[o] = np.uint8(h & 0xFF)
+    blk[o + 1] = np.uint8((h >> 8) & 0xFF)
+
+
+@lazy_njit(cache=True, error_model="numpy")
+def put_q5(blk, o_qh, o_qs, L):
+    """32 five-bit codes ``L`` (their low byte) as Q5_0/Q5_1 store them: ``qs[j] = L[j] & 15 |
+    (L[j+16] & 15) << 4`` at ``o_qs``, bit 4 of ``L[e]`` as bit ``e`` of the LE u32 at ``o_qh``."""
+    qh = np.int64(0)
+    for j in range(16):
+        u0 = np.int64(L[j]) & 0xFF
+        u1 = np.int64(L[j + 16]) & 0xFF
+        blk[o_qs + j] = np.uint8((u0 & 15) | ((u1 & 15) << 4))
+        qh |= ((u0 >> 4) & 1) << j
+        qh |= ((u1 >> 4) & 1) << (j + 16)
+    for b in range(4):
+        blk[o_qh + b] = np.uint8((qh >> (8 * b)) & 0xFF)

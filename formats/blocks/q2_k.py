@@ -158,43 +158,27 @@ def _finish_block(xb, blk, L, hd, hm):
             qs[l] = np.uint8((Lc[l] | (Lc[l + 32] << 2) | (Lc[l + 64] << 4) | (Lc[l + 96] << 6)) & 0xFF)
 
 
-@lazy_njit(numba.void(RO_F32, RO_F32, numba.uint8[::1], numba.int64, numba.int64, numba.int64), cache=True,
-           error_model="numpy")
-def _quantize_weighted_rows(x, qw, out, r0, r1, k):
-    """Rows ``[r0, r1)`` of ggml's ``quantize_row_q2_K_impl`` with importance weights ``qw[k]``:
-        sigma2 = sum x^2 / 256 (per super-block); w = qw * sqrtf(sigma2 + x^2), sw[g] = sum w
+@lazy_njit(cache=True, error_model="numpy")
+def _weighted_block(xb, qb, blk, sigma2, iscr, fscr):
+    """One super-block of ggml's ``quantize_row_q2_K_impl`` (importance weights ``qb``):
+        sigma2 = sum x^2 / 256; w = qb * sqrtf(sigma2 + x^2), sw[g] = sum w
         scale[g], min[g] = make_qkx3_quants(16, 3, x, w, L, &min, Laux, -0.9, 0.05, 36, false)
         d = make_qp_quants(16, 15, scale, Ls, sw), dmin likewise; scales[g] = Ls | Lm << 4
         then the reference's tail with f16(d), f16(dmin)"""
-    L = np.empty(256, np.int32)
-    laux = np.empty(16, np.int32)
-    ls = np.empty(16, np.int32)
-    lm = np.empty(16, np.int32)
-    w = np.empty(16, np.float32)
-    sw = np.empty(16, np.float32)
-    scales = np.empty(16, np.float32)
-    mins = np.empty(16, np.float32)
-    nb = k // 256
-    for r in range(r0, r1):
-        for i in range(nb):
-            xb = x[r * k + 256 * i:r * k + 256 * i + 256]
-            qb = qw[256 * i:256 * i + 256]
-            o = (r * nb + i) * 84
-            blk = out[o:o + 84]
-            sigma2 = sum_squares(xb) / np.float32(256)
-            for g in range(16):
-                xs = xb[16 * g:16 * g + 16]
-                sw[g] = importance_weights(qb[16 * g:16 * g + 16], xs, sigma2, w)
-                sc, mn = make_qkx3_quants(16, 3, xs, w, L[16 * g:16 * g + 16], laux, RMIN3, RDELTA3, 36, False)
-                scales[g] = sc
-                mins[g] = mn
-            dm = make_qp_quants(16, 15, scales, ls, sw)
-            mm = make_qp_quants(16, 15, mins, lm, sw)
-            for g in range(16):
-                blk[g] = np.uint8((ls[g] | (lm[g] << 4)) & 0xFF)
-            _finish_block(xb, blk, L, f32_to_f16_bits(dm), f32_to_f16_bits(mm))
+    L, laux, ls, lm = iscr[0], iscr[1, :16], iscr[2, :16], iscr[3, :16]
+    w, sw, scales, mins = fscr[0, :16], fscr[1, :16], fscr[2, :16], fscr[3, :16]
+    sig = sum_squares(xb) / np.float32(256)
+    for g in range(16):
+        xs = xb[16 * g:16 * g + 16]
+        sw[g] = importance_weights(qb[16 * g:16 * g + 16], xs, sig, w)
+        scales[g], mins[g] = make_qkx3_quants(16, 3, xs, w, L[16 * g:16 * g + 16], laux, RMIN3, RDELTA3, 36, False)
+    dm = make_qp_quants(16, 15, scales, ls, sw)
+    mm = make_qp_quants(16, 15, mins, lm, sw)
+    for g in range(16):
+        blk[g] = np.uint8((ls[g] | (lm[g] << 4)) & 0xFF)
+    _finish_block(xb, blk, L, f32_to_f16_bits(dm), f32_to_f16_bits(mm))
 
 
 declare(globals(), QTYPE, PLAN, dequantize_range=_dequantize_range, chunk=CHUNK_BLOCKS // 8,
         decode_ref=_decode_ref, quantize_range=_quantize_range, quantize_chunk=64, encode_ref="scalar",
-        quantize_weighted_rows=_quantize_weighted_rows)
+        quantize_weighted_block=_weighted_block)

@@ -150,43 +150,32 @@ def _finish_block(xb, blk, L, hd):
             qs[l] = np.uint8((Lc[l] | (Lc[l + 32] << 2) | (Lc[l + 64] << 4) | (Lc[l + 96] << 6)) & 0xFF)
 
 
-@lazy_njit(numba.void(RO_F32, RO_F32, numba.uint8[::1], numba.int64, numba.int64, numba.int64), cache=True,
-           error_model="numpy")
-def _quantize_weighted_rows(x, qw, out, r0, r1, k):
-    """Rows ``[r0, r1)`` of ggml's ``quantize_row_q3_K_impl`` with importance weights ``qw[k]``:
-        sigma2 = 2 * sum x^2 / 256 (per super-block); w = qw * sqrtf(sigma2 + x^2), sw[g] = sum w
+@lazy_njit(cache=True, error_model="numpy")
+def _weighted_block(xb, qb, blk, sigma2, iscr, fscr):
+    """One super-block of ggml's ``quantize_row_q3_K_impl`` (importance weights ``qb``):
+        sigma2 = 2 * sum x^2 / 256; w = qb * sqrtf(sigma2 + x^2), sw[g] = sum w
         scale[g] = make_qx_quants(16, 4, x, L, 1, w); d = make_qx_quants(16, 32, scale, Ls, 1, sw)
         6-bit scales from Ls packed as drawn above; then the reference's tail with f16(d)"""
-    L = np.empty(256, np.int32)
-    ls = np.empty(16, np.int32)
-    w = np.empty(16, np.float32)
-    sw = np.empty(16, np.float32)
-    scales = np.empty(16, np.float32)
-    nb = k // 256
-    for r in range(r0, r1):
-        for i in range(nb):
-            xb = x[r * k + 256 * i:r * k + 256 * i + 256]
-            qb = qw[256 * i:256 * i + 256]
-            o = (r * nb + i) * 110
-            blk = out[o:o + 110]
-            sigma2 = np.float32(2) * sum_squares(xb) / np.float32(256)
-            for g in range(16):
-                xs = xb[16 * g:16 * g + 16]
-                sw[g] = importance_weights(qb[16 * g:16 * g + 16], xs, sigma2, w)
-                scales[g] = make_qx_quants(16, 4, xs, L[16 * g:16 * g + 16], w)
-            for j in range(12):
-                blk[96 + j] = 0
-            d_block = make_qx_quants(16, 32, scales, ls, sw)
-            for g in range(16):
-                l = ls[g]
-                if g < 8:
-                    blk[96 + g] = np.uint8(l & 15)
-                else:
-                    blk[96 + g - 8] = np.uint8(blk[96 + g - 8] | ((l & 15) << 4))
-                blk[104 + g % 4] = np.uint8((np.int64(blk[104 + g % 4]) | ((l >> 4) << (2 * (g // 4)))) & 0xFF)
-            _finish_block(xb, blk, L, f32_to_f16_bits(d_block))
+    L, ls = iscr[0], iscr[2, :16]
+    w, sw, scales = fscr[0, :16], fscr[1, :16], fscr[2, :16]
+    sig = np.float32(2) * sum_squares(xb) / np.float32(256)
+    for g in range(16):
+        xs = xb[16 * g:16 * g + 16]
+        sw[g] = importance_weights(qb[16 * g:16 * g + 16], xs, sig, w)
+        scales[g] = make_qx_quants(16, 4, xs, L[16 * g:16 * g + 16], w)
+    for j in range(12):
+        blk[96 + j] = 0
+    d_block = make_qx_quants(16, 32, scales, ls, sw)
+    for g in range(16):
+        l = ls[g]
+        if g < 8:
+            blk[96 + g] = np.uint8(l & 15)
+        else:
+            blk[96 + g - 8] = np.uint8(blk[96 + g - 8] | ((l & 15) << 4))
+        blk[104 + g % 4] = np.uint8((np.int64(blk[104 + g % 4]) | ((l >> 4) << (2 * (g // 4)))) & 0xFF)
+    _finish_block(xb, blk, L, f32_to_f16_bits(d_block))
 
 
 declare(globals(), QTYPE, PLAN, dequantize_range=_dequantize_range, chunk=CHUNK_BLOCKS // 8,
         decode_ref=_decode_ref, quantize_range=_quantize_range, quantize_chunk=64, encode_ref="scalar",
-        quantize_weighted_rows=_quantize_weighted_rows)
+        quantize_weighted_block=_weighted_block)

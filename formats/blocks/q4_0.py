@@ -27,7 +27,7 @@ import numpy as np
 from ..qtypes import Q4_0 as QTYPE
 from ._bits import BlockPlan, Field, f16_word, nibble_codes
 from ._codec import LANES, declare, load_lanes
-from ._kquant import importance_weights, make_qx_quants, sum_squares
+from ._kquant import importance_weights, make_qx_quants, put_f16
 from .f16 import f16_bits_ref, f16_to_f32, f32_to_f16_bits
 from .f32 import cvtt_i32, cvtt_i32_ref, low_i8
 from .._jit import RO_F32, RO_U8, lazy_njit
@@ -128,30 +128,17 @@ def _encode_ref(xr: np.ndarray) -> dict[str, np.ndarray]:
 
 
 # ---- quantize with importance weights (an imatrix row) ----------------------------------------
-@lazy_njit(numba.void(RO_F32, RO_F32, numba.uint8[::1], numba.int64, numba.int64, numba.int64), cache=True,
-           error_model="numpy")
-def _quantize_weighted_rows(x, qw, out, r0, r1, k):
-    """Rows ``[r0, r1)`` of ggml's ``quantize_row_q4_0_impl`` with importance weights ``qw[k]``:
-        sigma2 = sum x^2 / k over the whole row;  w = qw * sqrtf(sigma2 + x^2)
+@lazy_njit(cache=True, error_model="numpy")
+def _weighted_block(xb, qb, blk, sigma2, iscr, fscr):
+    """One block of ggml's ``quantize_row_q4_0_impl`` (importance weights ``qb``):
+        w = qb * sqrtf(sigma2 + x^2) (sigma2 = sum x^2 / K of the row)
         d = make_qx_quants(32, 8, x, L, rmse_type=1, w); codes L as returned, packed as drawn above"""
-    L = np.empty(32, np.int32)
-    w = np.empty(32, np.float32)
-    nb = k // 32
-    for r in range(r0, r1):
-        xr = x[r * k:r * k + k]
-        sigma2 = sum_squares(xr) / np.float32(k)
-        for ib in range(nb):
-            xb = xr[32 * ib:32 * ib + 32]
-            importance_weights(qw[32 * ib:32 * ib + 32], xb, sigma2, w)
-            d = make_qx_quants(32, 8, xb, L, w)
-            o = (r * nb + ib) * 18
-            blk = out[o:o + 18]
-            h = f32_to_f16_bits(d)
-            blk[0] = np.uint8(h & 0xFF)
-            blk[1] = np.uint8(h >> 8)
-            for j in range(16):
-                blk[2 + j] = np.uint8((L[j] | (L[j + 16] << 4)) & 0xFF)
+    L, w = iscr[0, :32], fscr[0]
+    importance_weights(qb, xb, sigma2, w)
+    put_f16(blk, 0, f32_to_f16_bits(make_qx_quants(32, 8, xb, L, w)))
+    for j in range(16):
+        blk[2 + j] = np.uint8((L[j] | (L[j + 16] << 4)) & 0xFF)
 
 
 declare(globals(), QTYPE, PLAN, dequantize_range=_dequantize_range, decode_ref=_decode_ref,
-        quantize_range=_quantize_range, encode_ref=_encode_ref, quantize_weighted_rows=_quantize_weighted_rows)
+        quantize_range=_quantize_range, encode_ref=_encode_ref, quantize_weighted_block=_weighted_block)

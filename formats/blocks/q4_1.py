@@ -19,7 +19,7 @@ import numpy as np
 from ..qtypes import Q4_1 as QTYPE
 from ._bits import BlockPlan, Field, f16_word, nibble_codes
 from ._codec import declare
-from ._kquant import RDELTA3, RMIN3, importance_weights, int8, make_qkx3_quants, sum_squares
+from ._kquant import RDELTA3, RMIN3, importance_weights, int8, make_qkx3_quants, put_f16
 from .f16 import f16_bits_ref, f16_to_f32, f32_to_f16_bits
 from .f32 import add_first_nan, cvtt_i32, cvtt_i32_ref, low_i8, min_max_ref
 from .._jit import RO_F32, RO_U8, lazy_njit
@@ -104,32 +104,20 @@ def _encode_ref(xr: np.ndarray) -> dict[str, np.ndarray]:
 
 
 # ---- quantize with importance weights (an imatrix row) ----------------------------------------
-@lazy_njit(numba.void(RO_F32, RO_F32, numba.uint8[::1], numba.int64, numba.int64, numba.int64), cache=True,
-           error_model="numpy")
-def _quantize_weighted_rows(x, qw, out, r0, r1, k):
-    """Rows ``[r0, r1)`` of ggml's ``quantize_row_q4_1_impl`` with importance weights ``qw[k]``:
-        sigma2 = sum x^2 / k over the whole row;  w = qw * sqrtf(sigma2 + x^2)
+@lazy_njit(cache=True, error_model="numpy")
+def _weighted_block(xb, qb, blk, sigma2, iscr, fscr):
+    """One block of ggml's ``quantize_row_q4_1_impl`` (importance weights ``qb``):
+        w = qb * sqrtf(sigma2 + x^2) (sigma2 = sum x^2 / K of the row)
         d, min = make_qkx3_quants(32, 15, x, w, L, &min, Laux, -0.9, 0.05, 36, false)
         stored d = f16(d), m = f16(-min); codes L as returned"""
-    L = np.empty(32, np.int32)
-    laux = np.empty(32, np.int32)
-    w = np.empty(32, np.float32)
-    nb = k // 32
-    for r in range(r0, r1):
-        xr = x[r * k:r * k + k]
-        sigma2 = sum_squares(xr) / np.float32(k)
-        for ib in range(nb):
-            xb = xr[32 * ib:32 * ib + 32]
-            importance_weights(qw[32 * ib:32 * ib + 32], xb, sigma2, w)
-            d, mn = make_qkx3_quants(32, 15, xb, w, L, laux, RMIN3, RDELTA3, 36, False)
-            o = (r * nb + ib) * 20
-            blk = out[o:o + 20]
-            hd = f32_to_f16_bits(d)
-            hm = f32_to_f16_bits(-mn)
-            blk[0], blk[1], blk[2], blk[3] = np.uint8(hd & 0xFF), np.uint8(hd >> 8), np.uint8(hm & 0xFF), np.uint8(hm >> 8)
-            for j in range(16):
-                blk[4 + j] = np.uint8((L[j] | (L[j + 16] << 4)) & 0xFF)
+    L, laux, w = iscr[0, :32], iscr[1, :32], fscr[0]
+    importance_weights(qb, xb, sigma2, w)
+    d, mn = make_qkx3_quants(32, 15, xb, w, L, laux, RMIN3, RDELTA3, 36, False)
+    put_f16(blk, 0, f32_to_f16_bits(d))
+    put_f16(blk, 2, f32_to_f16_bits(-mn))
+    for j in range(16):
+        blk[4 + j] = np.uint8((L[j] | (L[j + 16] << 4)) & 0xFF)
 
 
 declare(globals(), QTYPE, PLAN, dequantize_range=_dequantize_range, decode_ref=_decode_ref,
-        quantize_range=_quantize_range, encode_ref=_encode_ref, quantize_weighted_rows=_quantize_weighted_rows)
+        quantize_range=_quantize_range, encode_ref=_encode_ref, quantize_weighted_block=_weighted_block)

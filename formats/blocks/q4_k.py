@@ -401,63 +401,48 @@ def _encode_ref(xr: np.ndarray) -> dict[str, np.ndarray]:
 
 
 # ---- quantize with importance weights (an imatrix row) ----------------------------------------
-@lazy_njit(numba.void(RO_F32, RO_F32, numba.uint8[::1], numba.int64, numba.int64, numba.int64), cache=True,
-           error_model="numpy")
-def _quantize_weighted_rows(x, qw, out, r0, r1, k):
-    """Rows ``[r0, r1)`` of ggml's ``quantize_row_q4_K_impl`` with importance weights ``qw[k]``:
-        sigma2 = 2 * sum x^2 / 256 (per super-block);  w = qw * sqrtf(sigma2 + x^2)
+@lazy_njit(cache=True, error_model="numpy")
+def _weighted_block(xb, qb, blk, sigma2, iscr, fscr):
+    """One super-block of ggml's ``quantize_row_q4_K_impl`` (importance weights ``qb``):
+        sigma2 = 2 * sum x^2 / 256;  w = qb * sqrtf(sigma2 + x^2)
         scale[s], min[s] = make_qkx3_quants(32, 15, x, w, L, &min, Laux, -0.9, 0.05, 36, false)
         sc = make_qp_quants(8, 63, scale, Ls, sw), m likewise (sw[s] = sum of w over the sub-block)
         the 12 scale bytes written as ggml writes them (low bytes, OR-ed), d = f16(sc), dmin = f16(m)
         codes from the stored 6-bit scales, as the reference does."""
-    L = np.empty(256, np.int32)
-    laux = np.empty(32, np.int32)
-    ls = np.empty(8, np.int32)
-    lm = np.empty(8, np.int32)
-    w = np.empty(32, np.float32)
-    sw = np.empty(8, np.float32)
-    scales = np.empty(8, np.float32)
-    mins = np.empty(8, np.float32)
-    nb = k // 256
-    for r in range(r0, r1):
-        for i in range(nb):
-            xb = x[r * k + 256 * i:r * k + 256 * i + 256]
-            qb = qw[256 * i:256 * i + 256]
-            o = (r * nb + i) * 144
-            blk = out[o:o + 144]
-            kx3_sub_blocks(xb, qb, L, laux, w, sw, scales, mins, 15)
-            d_block = make_qp_quants(8, 63, scales, ls, sw)
-            m_block = make_qp_quants(8, 63, mins, lm, sw)
-            for j in range(8):
-                a = ls[j] & 0xFF
-                b = lm[j] & 0xFF
-                if j < 4:
-                    blk[4 + j] = np.uint8(a)
-                    blk[8 + j] = np.uint8(b)
-                else:
-                    blk[8 + j] = np.uint8((a & 0xF) | ((b & 0xF) << 4))
-                    blk[j] = np.uint8((np.int64(blk[j]) | ((a >> 4) << 6)) & 0xFF)
-                    blk[4 + j] = np.uint8((np.int64(blk[4 + j]) | ((b >> 4) << 6)) & 0xFF)
-            hd = f32_to_f16_bits(d_block)
-            hm = f32_to_f16_bits(m_block)
-            blk[0], blk[1], blk[2], blk[3] = np.uint8(hd & 0xFF), np.uint8(hd >> 8), np.uint8(hm & 0xFF), np.uint8(hm >> 8)
-            fd = f16_to_f32(hd)
-            fm = f16_to_f32(hm)
-            for j in range(8):
-                sc6, m6 = k_scale_min(blk, j)
-                dd = fd * np.float32(sc6)
-                if dd == np.float32(0):
-                    continue
-                dm = fm * np.float32(m6)
-                for e in range(32 * j, 32 * j + 32):
-                    q = nearest_int((xb[e] + dm) / dd)
-                    L[e] = 0 if q < 0 else (15 if q > 15 else q)
-            qs = blk[16:144]
-            for c in range(4):
-                for t in range(32):
-                    qs[32 * c + t] = np.uint8((L[64 * c + t] | (L[64 * c + 32 + t] << 4)) & 0xFF)
-
+    L, laux, ls, lm = iscr[0], iscr[1], iscr[2, :8], iscr[3, :8]
+    w, sw, scales, mins = fscr[0], fscr[1, :8], fscr[2, :8], fscr[3, :8]
+    kx3_sub_blocks(xb, qb, L, laux, w, sw, scales, mins, 15)
+    d_block = make_qp_quants(8, 63, scales, ls, sw)
+    m_block = make_qp_quants(8, 63, mins, lm, sw)
+    for j in range(8):
+        a = ls[j] & 0xFF
+        b = lm[j] & 0xFF
+        if j < 4:
+            blk[4 + j] = np.uint8(a)
+            blk[8 + j] = np.uint8(b)
+        else:
+            blk[8 + j] = np.uint8((a & 0xF) | ((b & 0xF) << 4))
+            blk[j] = np.uint8((np.int64(blk[j]) | ((a >> 4) << 6)) & 0xFF)
+            blk[4 + j] = np.uint8((np.int64(blk[4 + j]) | ((b >> 4) << 6)) & 0xFF)
+    hd = f32_to_f16_bits(d_block)
+    hm = f32_to_f16_bits(m_block)
+    blk[0], blk[1], blk[2], blk[3] = np.uint8(hd & 0xFF), np.uint8(hd >> 8), np.uint8(hm & 0xFF), np.uint8(hm >> 8)
+    fd = f16_to_f32(hd)
+    fm = f16_to_f32(hm)
+    for j in range(8):
+        sc6, m6 = k_scale_min(blk, j)
+        dd = fd * np.float32(sc6)
+        if dd == np.float32(0):
+            continue
+        dm = fm * np.float32(m6)
+        for e in range(32 * j, 32 * j + 32):
+            q = nearest_int((xb[e] + dm) / dd)
+            L[e] = 0 if q < 0 else (15 if q > 15 else q)
+    qs = blk[16:144]
+    for c in range(4):
+        for t in range(32):
+            qs[32 * c + t] = np.uint8((L[64 * c + t] | (L[64 * c + 32 + t] << 4)) & 0xFF)
 
 declare(globals(), QTYPE, PLAN, dequantize_range=_dequantize_range, chunk=CHUNK_BLOCKS // 8,
         decode_ref=_decode_ref, quantize_range=_quantize_range, quantize_chunk=64, encode_ref=_encode_ref,
-        quantize_weighted_rows=_quantize_weighted_rows)
+        quantize_weighted_block=_weighted_block)

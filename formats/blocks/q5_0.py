@@ -18,7 +18,7 @@ import numpy as np
 from ..qtypes import Q5_0 as QTYPE
 from ._bits import BlockPlan, Field, f16_word, nibble_codes, qh_bit
 from ._codec import declare
-from ._kquant import importance_weights, int8, make_qx_quants, sum_squares
+from ._kquant import importance_weights, int8, make_qx_quants, put_f16, put_q5
 from .f16 import f16_bits_ref, f16_to_f32, f32_to_f16_bits
 from .f32 import cvtt_i32, cvtt_i32_ref, first_absmax_ref, low_i8
 from .._jit import RO_F32, RO_U8, lazy_njit
@@ -62,6 +62,7 @@ def _quantize_range(x, out, b0, b1):
     """Blocks ``[b0, b1)`` of ggml's ``quantize_row_q5_0_ref``:
         max = the first element of largest |x| (as Q4_0); d = max / -16; id = d ? 1/d : 0
         u = MIN(31, (int8_t)(x*id + 16.5f)) (low byte); qs/qh as Q5_1"""
+    L = np.empty(32, np.int32)
     for i in range(b0, b1):
         xb = x[i * 32:i * 32 + 32]
         blk = out[i * 22:i * 22 + 22]
@@ -76,15 +77,9 @@ def _quantize_range(x, out, b0, b1):
         idv = np.float32(1) / d if d != np.float32(0) else np.float32(0)
         hd = f32_to_f16_bits(d)
         blk[0], blk[1] = np.uint8(hd & 0xFF), np.uint8(hd >> 8)
-        qh = np.int64(0)
-        for j in range(16):
-            u0 = min(31, int8(cvtt_i32(xb[j] * idv + np.float32(16.5)))) & 0xFF
-            u1 = min(31, int8(cvtt_i32(xb[j + 16] * idv + np.float32(16.5)))) & 0xFF
-            blk[6 + j] = np.uint8((u0 & 15) | ((u1 & 15) << 4))
-            qh |= ((u0 >> 4) & 1) << j
-            qh |= ((u1 >> 4) & 1) << (j + 16)
-        for b in range(4):
-            blk[2 + b] = np.uint8((qh >> (8 * b)) & 0xFF)
+        for j in range(32):
+            L[j] = min(31, int8(cvtt_i32(xb[j] * idv + np.float32(16.5)))) & 0xFF
+        put_q5(blk, 2, 6, L)
 
 
 def _encode_ref(xr: np.ndarray) -> dict[str, np.ndarray]:
@@ -100,37 +95,16 @@ def _encode_ref(xr: np.ndarray) -> dict[str, np.ndarray]:
 
 
 # ---- quantize with importance weights (an imatrix row) ----------------------------------------
-@lazy_njit(numba.void(RO_F32, RO_F32, numba.uint8[::1], numba.int64, numba.int64, numba.int64), cache=True,
-           error_model="numpy")
-def _quantize_weighted_rows(x, qw, out, r0, r1, k):
-    """Rows ``[r0, r1)`` of ggml's ``quantize_row_q5_0_impl`` with importance weights ``qw[k]``:
-        sigma2 = sum x^2 / k over the whole row;  w = qw * sqrtf(sigma2 + x^2)
+@lazy_njit(cache=True, error_model="numpy")
+def _weighted_block(xb, qb, blk, sigma2, iscr, fscr):
+    """One block of ggml's ``quantize_row_q5_0_impl`` (importance weights ``qb``):
+        w = qb * sqrtf(sigma2 + x^2) (sigma2 = sum x^2 / K of the row)
         d = make_qx_quants(32, 16, x, L, rmse_type=1, w); codes L as returned, packed as drawn above"""
-    L = np.empty(32, np.int32)
-    w = np.empty(32, np.float32)
-    nb = k // 32
-    for r in range(r0, r1):
-        xr = x[r * k:r * k + k]
-        sigma2 = sum_squares(xr) / np.float32(k)
-        for ib in range(nb):
-            xb = xr[32 * ib:32 * ib + 32]
-            importance_weights(qw[32 * ib:32 * ib + 32], xb, sigma2, w)
-            d = make_qx_quants(32, 16, xb, L, w)
-            o = (r * nb + ib) * 22
-            blk = out[o:o + 22]
-            h = f32_to_f16_bits(d)
-            blk[0] = np.uint8(h & 0xFF)
-            blk[1] = np.uint8(h >> 8)
-            qh = np.int64(0)
-            for j in range(16):
-                u0 = L[j] & 0xFF
-                u1 = L[j + 16] & 0xFF
-                blk[6 + j] = np.uint8((u0 & 15) | ((u1 & 15) << 4))
-                qh |= ((u0 >> 4) & 1) << j
-                qh |= ((u1 >> 4) & 1) << (j + 16)
-            for b in range(4):
-                blk[2 + b] = np.uint8((qh >> (8 * b)) & 0xFF)
+    L, w = iscr[0, :32], fscr[0]
+    importance_weights(qb, xb, sigma2, w)
+    put_f16(blk, 0, f32_to_f16_bits(make_qx_quants(32, 16, xb, L, w)))
+    put_q5(blk, 2, 6, L)
 
 
 declare(globals(), QTYPE, PLAN, dequantize_range=_dequantize_range, decode_ref=_decode_ref,
-        quantize_range=_quantize_range, encode_ref=_encode_ref, quantize_weighted_rows=_quantize_weighted_rows)
+        quantize_range=_quantize_range, encode_ref=_encode_ref, quantize_weighted_block=_weighted_block)

@@ -145,35 +145,21 @@ def _finish_block(xb, blk, L, d, dmin):
             ql[l] = np.uint8((l1 | (l2 << 4)) & 0xFF)
 
 
-@lazy_njit(numba.void(RO_F32, RO_F32, numba.uint8[::1], numba.int64, numba.int64, numba.int64), cache=True,
-           error_model="numpy")
-def _quantize_weighted_rows(x, qw, out, r0, r1, k):
-    """Rows ``[r0, r1)`` of ggml's ``quantize_row_q5_K_impl`` with importance weights ``qw[k]``:
+@lazy_njit(cache=True, error_model="numpy")
+def _weighted_block(xb, qb, blk, sigma2, iscr, fscr):
+    """One super-block of ggml's ``quantize_row_q5_K_impl`` (importance weights ``qb``):
     Q4_K's weighted recipe (q4_k.py) with nmax 31 (make_qkx3_quants(32, 31, ..., -0.9, 0.05,
     36)), the make_qp_quants codes clamped to 63, then the reference's tail."""
-    L = np.empty(256, np.int32)
-    laux = np.empty(32, np.int32)
-    ls = np.empty(8, np.int32)
-    lm = np.empty(8, np.int32)
-    w = np.empty(32, np.float32)
-    sw = np.empty(8, np.float32)
-    scales = np.empty(8, np.float32)
-    mins = np.empty(8, np.float32)
-    nb = k // 256
-    for r in range(r0, r1):
-        for i in range(nb):
-            xb = x[r * k + 256 * i:r * k + 256 * i + 256]
-            qb = qw[256 * i:256 * i + 256]
-            o = (r * nb + i) * 176
-            blk = out[o:o + 176]
-            kx3_sub_blocks(xb, qb, L, laux, w, sw, scales, mins, 31)
-            d_block = make_qp_quants(8, 63, scales, ls, sw)
-            m_block = make_qp_quants(8, 63, mins, lm, sw)
-            for j in range(8):
-                k_scale_put(blk, j, min(63, ls[j] & 0xFF), min(63, lm[j] & 0xFF))
-            _finish_block(xb, blk, L, d_block, m_block)
+    L, laux, ls, lm = iscr[0], iscr[1], iscr[2, :8], iscr[3, :8]
+    w, sw, scales, mins = fscr[0], fscr[1, :8], fscr[2, :8], fscr[3, :8]
+    kx3_sub_blocks(xb, qb, L, laux, w, sw, scales, mins, 31)
+    d_block = make_qp_quants(8, 63, scales, ls, sw)
+    m_block = make_qp_quants(8, 63, mins, lm, sw)
+    for j in range(8):
+        k_scale_put(blk, j, min(63, ls[j] & 0xFF), min(63, lm[j] & 0xFF))
+    _finish_block(xb, blk, L, d_block, m_block)
 
 
 declare(globals(), QTYPE, PLAN, dequantize_range=_dequantize_range, chunk=CHUNK_BLOCKS // 8,
         decode_ref=_decode_ref, quantize_range=_quantize_range, quantize_chunk=64, encode_ref="scalar",
-        quantize_weighted_rows=_quantize_weighted_rows)
+        quantize_weighted_block=_weighted_block)

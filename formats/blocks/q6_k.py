@@ -141,18 +141,12 @@ def _quantize_range(x, out, b0, b1):
         _quantize_block(x[i * 256:i * 256 + 256], out[i * 210:i * 210 + 210], L, scales, _NO_WEIGHTS)
 
 
-@lazy_njit(numba.void(RO_F32, RO_F32, numba.uint8[::1], numba.int64, numba.int64, numba.int64), cache=True,
-           error_model="numpy")
-def _quantize_weighted_rows(x, qw, out, r0, r1, k):
-    """Rows ``[r0, r1)`` of ``quantize_row_q6_K_impl`` with importance weights ``qw[k]``."""
-    L = np.empty(256, np.int32)
-    scales = np.empty(16, np.float32)
-    nb = k // 256
-    for r in range(r0, r1):
-        for i in range(nb):
-            _quantize_block(x[r * k + i * 256:r * k + i * 256 + 256], out[(r * nb + i) * 210:(r * nb + i) * 210 + 210],
-                            L, scales, qw[i * 256:i * 256 + 256])
+@lazy_njit(cache=True, error_model="numpy")
+def _weighted_block(xb, qb, blk, sigma2, iscr, fscr):
+    """One super-block of ``quantize_row_q6_K_impl`` (importance weights ``qb``)."""
+    _quantize_block(xb, blk, iscr[0], fscr[0, :16], qb)
+
 
 declare(globals(), QTYPE, PLAN, dequantize_range=_dequantize_range, chunk=CHUNK_BLOCKS // 8,
         decode_ref=_decode_ref, quantize_range=_quantize_range, quantize_chunk=64, encode_ref="scalar",
-        quantize_weighted_rows=_quantize_weighted_rows)
+        quantize_weighted_block=_weighted_block)
