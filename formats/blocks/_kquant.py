@@ -47,12 +47,12 @@ def clamp(v, lo, hi):
 
 
 @lazy_njit(cache=True, error_model="numpy")
-def make_qx_quants(n, nmax, x, L, qw):
-    """``make_qx_quants(n, nmax, x, L, rmse_type=1, qw)``: writes ``L[0:n]`` (0 .. 2nmax-1),
-    returns the scale. Weights: ``qw[i]`` (importance), or ``x*x`` when ``qw`` is empty (NULL)."""
-    f32 = np.float32
-    mx = f32(0)
-    amax = f32(0)
+def signed_absmax(n, x, L):
+    """The first value of largest ``|x|`` (strict ``>`` from 0: a NaN never wins), or 0 after
+    zeroing ``L[0:n]`` when that ``|x|`` is below GROUP_MAX_EPS (the opening of make_qx_quants
+    and make_q3_quants)."""
+    mx = np.float32(0)
+    amax = np.float32(0)
     for i in range(n):
         ax = abs(x[i])
         if ax > amax:
@@ -61,6 +61,35 @@ def make_qx_quants(n, nmax, x, L, qw):
     if amax < GROUP_MAX_EPS:
         for i in range(n):
             L[i] = 0
+        return np.float32(0)
+    return mx
+
+
+@lazy_njit(cache=True, error_model="numpy")
+def block_min_max(x):
+    """ggml's ``if (v < min) min = v; if (v > max) max = v;`` from +-FLT_MAX (Q4_1, Q5_1)."""
+    mn = FLT_MAX
+    mx = -FLT_MAX
+    for j in range(x.size):
+        v = x[j]
+        if v < mn:
+            mn = v
+        if v > mx:
+            mx = v
+    return mn, mx
+
+
+#: the start of ggml's min/max scans
+FLT_MAX = np.float32(3.4028234663852886e38)
+
+
+@lazy_njit(cache=True, error_model="numpy")
+def make_qx_quants(n, nmax, x, L, qw):
+    """``make_qx_quants(n, nmax, x, L, rmse_type=1, qw)``: writes ``L[0:n]`` (0 .. 2nmax-1),
+    returns the scale. Weights: ``qw[i]`` (importance), or ``x*x`` when ``qw`` is empty (NULL)."""
+    f32 = np.float32
+    mx = signed_absmax(n, x, L)
+    if mx == f32(0):  # all |x| below GROUP_MAX_EPS: L = 0, scale 0
         return f32(0)
     iscale = f32(-nmax) / mx
     sumlx = f32(0)
@@ -98,16 +127,8 @@ def make_q3_quants(n, nmax, x, L):
     """``make_q3_quants(n, nmax, x, L, do_rmse=true)``: writes ``L[0:n]`` (0 .. 2nmax-1),
     returns the scale."""
     f32 = np.float32
-    mx = f32(0)
-    amax = f32(0)
-    for i in range(n):
-        ax = abs(x[i])
-        if ax > amax:
-            amax = ax
-            mx = x[i]
-    if amax < GROUP_MAX_EPS:
-        for i in range(n):
-            L[i] = 0
+    mx = signed_absmax(n, x, L)
+    if mx == f32(0):  # all |x| below GROUP_MAX_EPS: L = 0, scale 0
         return f32(0)
     iscale = f32(-nmax) / mx
     sumlx = f32(0)

@@ -19,7 +19,7 @@ import numpy as np
 from ..qtypes import Q5_1 as QTYPE
 from ._bits import BlockPlan, Field, f16_word, nibble_codes, qh_bit
 from ._codec import declare
-from ._kquant import RDELTA3, RMIN3, importance_weights, make_qkx3_quants, put_f16, put_q5
+from ._kquant import RDELTA3, RMIN3, block_min_max, importance_weights, make_qkx3_quants, put_f16, put_q5
 from .f16 import f16_bits_ref, f16_to_f32, f32_to_f16_bits
 from .f32 import add_first_nan, cvtt_i32, cvtt_i32_ref, min_max_ref
 from .._jit import RO_F32, RO_U8, lazy_njit
@@ -60,9 +60,6 @@ def _decode_ref(f):
 
 
 # ---- quantize ------------------------------------------------------------------------------
-_FLT_MAX = np.float32(3.4028234663852886e38)
-
-
 @lazy_njit(numba.void(RO_F32, numba.uint8[::1], numba.int64, numba.int64), cache=True, error_model="numpy")
 def _quantize_range(x, out, b0, b1):
     """Blocks ``[b0, b1)`` of ggml's ``quantize_row_q5_1_ref``:
@@ -73,19 +70,11 @@ def _quantize_range(x, out, b0, b1):
     for i in range(b0, b1):
         xb = x[i * 32:i * 32 + 32]
         blk = out[i * 24:i * 24 + 24]
-        mn = _FLT_MAX
-        mx = -_FLT_MAX
-        for j in range(32):
-            v = xb[j]
-            if v < mn:
-                mn = v
-            if v > mx:
-                mx = v
+        mn, mx = block_min_max(xb)
         d = (mx - mn) / np.float32(31)
         idv = np.float32(1) / d if d != np.float32(0) else np.float32(0)
-        hd = f32_to_f16_bits(d)
-        hm = f32_to_f16_bits(mn)
-        blk[0], blk[1], blk[2], blk[3] = np.uint8(hd & 0xFF), np.uint8(hd >> 8), np.uint8(hm & 0xFF), np.uint8(hm >> 8)
+        put_f16(blk, 0, f32_to_f16_bits(d))
+        put_f16(blk, 2, f32_to_f16_bits(mn))
         for j in range(32):
             L[j] = cvtt_i32((xb[j] - mn) * idv + np.float32(0.5)) & 0xFF
         put_q5(blk, 4, 8, L)
