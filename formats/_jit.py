@@ -84,14 +84,20 @@ def _register_typeof() -> None:
 _register_typeof()
 
 
-def lazy_njit(signatures: Any = None, **options: Any) -> Callable[[Callable], LazyKernel]:
+def lazy_njit(signatures: Any = None, tag: str | None = None, **options: Any) -> Callable[[Callable], LazyKernel]:
     """Decorator: like ``numba.njit(signatures, **options)`` but compiled on first call.
 
-    ``cache=True`` is the default.
+    ``cache=True`` is the default. ``tag``: for kernels a factory makes (one per type), a
+    suffix of the function's name, so that each gets its own numba cache index: closures that
+    share a name share an index file, whose entry numbering races when several processes
+    compile at once (a process can then load another closure's machine code).
     """
     options.setdefault("cache", True)
 
     def wrap(fn: Callable) -> LazyKernel:
+        if tag:
+            fn.__qualname__ = f"{fn.__qualname__}_{tag}"
+            fn.__name__ = f"{fn.__name__}_{tag}"
         return LazyKernel(fn, signatures, options)
 
     return wrap

@@ -100,8 +100,9 @@ def quantize(src: str | Path, dst: str | Path, mix: str, threads: int = 2,
         arr = (_Entry * (len(imatrix) + 1))()
         for i, (name, w) in enumerate(imatrix.items()):
             w = np.ascontiguousarray(w, np.float32)
-            keep.append(w)
-            arr[i] = _Entry(name.encode(), w.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), w.size)
+            bname = ctypes.create_string_buffer(name.encode())
+            keep += [w, bname]  # alive until llama_model_quantize returns
+            arr[i] = _Entry(ctypes.cast(bname, ctypes.c_char_p), w.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), w.size)
         arr[len(imatrix)] = _Entry(None, None, 0)
         keep.append(arr)
         field = dict(type(p)._fields_)["imatrix"]

@@ -51,6 +51,11 @@ def k_scale_put(blk, s, sc, m):
             blk[4 + b] = np.uint8(cur | (((v >> d) & mask) << sh))
 
 
+def _tag(kernel) -> str:
+    """The type module a kernel comes from (``q4_k``): the name suffix of its factory-made twins."""
+    return kernel.py_func.__module__.rsplit(".", 1)[-1]
+
+
 def parallel_dequantize(range_kernel, words=RO_U8, chunk: int = CHUNK_BLOCKS):
     """The parallel twin of a dequantize range kernel: ``prange`` over chunks of ``chunk`` units.
 
@@ -58,7 +63,8 @@ def parallel_dequantize(range_kernel, words=RO_U8, chunk: int = CHUNK_BLOCKS):
     single elements for plain types, ``qk = 1``); ``words`` is the numba type of ``b``.
     """
 
-    @lazy_njit(numba.void(words, numba.float32[::1], numba.int64), parallel=True, error_model="numpy")
+    @lazy_njit(numba.void(words, numba.float32[::1], numba.int64), parallel=True, error_model="numpy",
+               tag=_tag(range_kernel))
     def dequantize_parallel(b, y, qk):
         units = y.size // qk
         for c in numba.prange((units + chunk - 1) // chunk):
@@ -70,7 +76,7 @@ def parallel_dequantize(range_kernel, words=RO_U8, chunk: int = CHUNK_BLOCKS):
 def parallel_quantize(range_kernel, block: int, chunk: int = CHUNK_BLOCKS):
     """The parallel twin of a quantize range kernel ``range_kernel(x, out, b0, b1)``."""
 
-    @lazy_njit(numba.void(RO_F32, numba.uint8[::1]), parallel=True, error_model="numpy")
+    @lazy_njit(numba.void(RO_F32, numba.uint8[::1]), parallel=True, error_model="numpy", tag=_tag(range_kernel))
     def quantize_parallel(x, out):
         nb = x.size // block
         for c in numba.prange((nb + chunk - 1) // chunk):
@@ -88,7 +94,7 @@ def weighted_rows(block_kernel, qk: int, type_size: int):
     from ._kquant import sum_squares
 
     @lazy_njit(numba.void(RO_F32, RO_F32, numba.uint8[::1], numba.int64, numba.int64, numba.int64),
-               cache=True, error_model="numpy")
+               cache=True, error_model="numpy", tag=_tag(block_kernel))
     def rows(x, qw, out, r0, r1, k):
         iscr = np.zeros((4, 256), np.int32)
         fscr = np.zeros((4, 32), np.float32)
@@ -103,11 +109,11 @@ def weighted_rows(block_kernel, qk: int, type_size: int):
     return rows
 
 
-def parallel_weighted(rows_kernel):
+def parallel_weighted(rows_kernel, tag: str | None = None):
     """The parallel twin of a weighted row kernel ``rows_kernel(x, qw, out, r0, r1, k)``: prange over rows."""
 
     @lazy_njit(numba.void(RO_F32, RO_F32, numba.uint8[::1], numba.int64, numba.int64), parallel=True,
-               error_model="numpy")
+               error_model="numpy", tag=tag or _tag(rows_kernel))
     def quantize_weighted_parallel(x, qw, out, n, k):
         for r in numba.prange(n):
             rows_kernel(x, qw, out, r, r + 1, k)
@@ -310,7 +316,7 @@ def declare(namespace: dict, qtype: GGMLType, plan=None, *, dequantize_range, ch
         namespace.update(quantize=quantize, _quantize_parallel=qpar)
     if quantize_weighted_block is not None:
         quantize_weighted_rows = weighted_rows(quantize_weighted_block, qtype.block_size, qtype.type_size)
-        wpar = parallel_weighted(quantize_weighted_rows)
+        wpar = parallel_weighted(quantize_weighted_rows, _tag(quantize_weighted_block))
 
         def quantize_weighted(x: np.ndarray, weights: np.ndarray, parallel: bool | None = None) -> np.ndarray:
             xr = as_rows_f32(x, qtype)
