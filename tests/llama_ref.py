@@ -77,40 +77,62 @@ def f16_gguf(src: str | Path, dst: str | Path, n_layer: int | None = None, n_voc
 
 def quantize(src: str | Path, dst: str | Path, mix: str, threads: int = 2,
              imatrix: dict[str, np.ndarray] | None = None, **params) -> Path:
-    """``llama_model_quantize(src, dst)`` for the llama.cpp file type ``mix`` (``Q4_K_M``);
-    ``imatrix``: importance weights by tensor name, handed over as llama-quantize hands them
-    (``llama_model_imatrix_data[]``, NULL-terminated)."""
-    import ctypes
-
-    import llama_cpp
+    """``llama_model_quantize(src, dst)`` for the llama.cpp file type ``mix`` (``Q4_K_M``), in a
+    fresh Python process (llama.cpp's libggml and libggml-python's must not meet in one
+    process: the second one loaded resolves against the first); ``imatrix``: importance
+    weights by tensor name, handed over as llama-quantize hands them."""
+    import json
+    import subprocess
+    import sys
+    import tempfile
 
     from panelpack.convert import mixes
 
-    p = llama_cpp.llama_model_quantize_default_params()
-    p.ftype = mixes.MIXES[mix.upper()].ftype
-    p.nthread = threads
-    p.allow_requantize = True
-    for key, value in params.items():
-        setattr(p, key, value)
-    keep = []
-    if imatrix:
-        class _Entry(ctypes.Structure):
-            _fields_ = [("name", ctypes.c_char_p), ("data", ctypes.POINTER(ctypes.c_float)), ("size", ctypes.c_size_t)]
-
-        arr = (_Entry * (len(imatrix) + 1))()
-        for i, (name, w) in enumerate(imatrix.items()):
-            w = np.ascontiguousarray(w, np.float32)
-            bname = ctypes.create_string_buffer(name.encode())
-            keep += [w, bname]  # alive until llama_model_quantize returns
-            arr[i] = _Entry(ctypes.cast(bname, ctypes.c_char_p), w.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), w.size)
-        arr[len(imatrix)] = _Entry(None, None, 0)
-        keep.append(arr)
-        field = dict(type(p)._fields_)["imatrix"]
-        p.imatrix = ctypes.cast(arr, field)
-    rc = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(p) if not isinstance(p, ctypes._Pointer) else p)
-    if rc != 0:
-        raise RuntimeError(f"llama_model_quantize({mix}) returned {rc}")
+    with tempfile.TemporaryDirectory() as tmp:
+        weights = None
+        if imatrix:
+            weights = str(Path(tmp) / "imatrix.npz")
+            np.savez(weights, **{f"w{i}": np.asarray(w, np.float32) for i, w in enumerate(imatrix.values())})
+            (Path(tmp) / "names.json").write_text(json.dumps(list(imatrix)))
+        job = {"src": str(src), "dst": str(dst), "ftype": mixes.MIXES[mix.upper()].ftype, "threads": threads,
+               "params": params, "weights": weights}
+        proc = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(job)], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"llama_model_quantize({mix}) failed: {proc.stderr[-2000:]}")
     return Path(dst)
+
+
+_CHILD = """
+import ctypes, json, sys
+from pathlib import Path
+import numpy as np
+import llama_cpp
+
+job = json.loads(sys.argv[1])
+p = llama_cpp.llama_model_quantize_default_params()
+p.ftype = job["ftype"]
+p.nthread = job["threads"]
+p.allow_requantize = True
+for key, value in job["params"].items():
+    setattr(p, key, value)
+keep = []
+if job["weights"]:
+    class Entry(ctypes.Structure):
+        _fields_ = [("name", ctypes.c_char_p), ("data", ctypes.POINTER(ctypes.c_float)), ("size", ctypes.c_size_t)]
+    names = json.loads((Path(job["weights"]).parent / "names.json").read_text())
+    data = np.load(job["weights"])
+    arr = (Entry * (len(names) + 1))()
+    for i, name in enumerate(names):
+        w = np.ascontiguousarray(data[f"w{i}"], np.float32)
+        b = ctypes.create_string_buffer(name.encode())
+        keep += [w, b]
+        arr[i] = Entry(ctypes.cast(b, ctypes.c_char_p), w.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), w.size)
+    arr[len(names)] = Entry(None, None, 0)
+    keep.append(arr)
+    p.imatrix = ctypes.cast(arr, dict(type(p)._fields_)["imatrix"])
+rc = llama_cpp.llama_model_quantize(job["src"].encode(), job["dst"].encode(), ctypes.byref(p))
+sys.exit(1 if rc else 0)
+"""
 
 
 def tensors(path: str | Path) -> dict[str, tuple[str, bytes]]:
