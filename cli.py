@@ -216,7 +216,9 @@ def _install_sigterm() -> None:
               help="Bundle directory to write (OUT.ppk). Required, unless --dry-run.")
 @click.option("--layout", default="panel64", show_default=True, type=choices.LAYOUT,
               help="Target layout (see `panelpack layouts`).")
-@click.option("--quant", default=None, type=choices.QUANT, help="HF sources: quantize 2-D matmul weights to this type.")
+@click.option("--quant", default=None, type=choices.QUANT,
+              help="A llama.cpp mix (Q4_K_M, Q5_K_S, Q8_0, ...: see below), for HF sources a type for every 2-D "
+                   "matmul weight (q4_k, q5_k, ...), or cq1..cq4 (--target cactus).")
 @click.option("--requant", default=None, type=choices.REQUANT,
               help="GGUF sources: re-quantize what the layout cannot take to this type.")
 @click.option("--include", multiple=True, metavar="GLOB", help="Only tensors whose name matches (repeatable).")
@@ -234,12 +236,27 @@ def _install_sigterm() -> None:
 @click.option("--cactus-panels", is_flag=True, help="cactus target: CQ4 matmul weights as .cq4p.weights panels.")
 @click.option("--allow-nonfinite", is_flag=True,
               help="Quantize weights holding NaN/Inf (refused by default, naming the tensor and index).")
+@click.option("--pure", is_flag=True, help="With a --quant mix: every quantized tensor gets the mix's default type (llama-quantize --pure).")
+@click.option("--tensor-type", "tensor_types", multiple=True, metavar="REGEX=TYPE",
+              help="With a --quant mix: tensors whose (llama.cpp) name matches REGEX get TYPE (repeatable; first match wins).")
+@click.option("--output-tensor-type", default=None, metavar="TYPE", help="With a --quant mix: the type of output.weight.")
+@click.option("--token-embedding-type", default=None, metavar="TYPE", help="With a --quant mix: the type of token_embd.weight.")
+@click.option("--leave-output-tensor", is_flag=True, help="With a --quant mix: keep output.weight as stored.")
+@click.option("--imatrix", "imatrix", default=None, metavar="FILE",
+              help="With a --quant mix: llama.cpp importance matrix (GGUF or legacy .dat) to quantize with.")
 @command
 def convert(source, out, layout, quant, requant, include, exclude, jobs, dry_run, force, as_json, no_progress,
-            target, cactus_panels, allow_nonfinite):
-    """Convert a GGUF file or an HF checkpoint into a bundle (or a cactus folder)."""
+            target, cactus_panels, allow_nonfinite, pure, tensor_types, output_tensor_type, token_embedding_type,
+            leave_output_tensor, imatrix):
+    """Convert a GGUF file or an HF checkpoint into a bundle (or a cactus folder).
+
+    --quant takes a llama.cpp file type (Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K_S Q3_K_M Q3_K_L
+    Q4_K_S Q4_K_M Q5_K_S Q5_K_M Q6_K, any case): each tensor's type is chosen as llama-quantize
+    chooses it, GGUF sources included (re-quantized). A plain type (q4_k, q5_k) quantizes every
+    2-D matmul weight of an HF source to it.
+    """
     from panelpack.convert import convert as convert_fn
-    from panelpack.convert import report
+    from panelpack.convert import mixes, report
 
     if out is None and not dry_run:
         raise click.UsageError("missing -o/--out (or use --dry-run)")
@@ -248,10 +265,15 @@ def convert(source, out, layout, quant, requant, include, exclude, jobs, dry_run
         return
     _install_sigterm()
     _announce_compiles()
+    mix_options = mixes.Options(pure=pure, tensor_types=tuple(mixes.parse_tensor_type(s) for s in tensor_types),
+                                output_tensor_type=output_tensor_type, token_embedding_type=token_embedding_type,
+                                leave_output_tensor=leave_output_tensor, imatrix=imatrix)
     progress = _TqdmProgress(enabled=not (as_json or no_progress or dry_run) and sys.stderr.isatty())
     result = convert_fn(source, out, layout=layout, quant=quant, requant=requant, include=include,
                         exclude=exclude, jobs=jobs, dry_run=dry_run, force=force, progress=progress,
-                        allow_nonfinite=allow_nonfinite)
+                        allow_nonfinite=allow_nonfinite, mix_options=mix_options)
+    for w in result.plan.warnings:
+        click.echo(f"warning: {w}", err=True)
     if as_json:
         echo_json(result.to_json())
     else:

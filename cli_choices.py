@@ -1,7 +1,7 @@
 """The CLI's option choices, read from the registries (never literal lists).
 
 ``--layout`` lists ``repack.LAYOUTS``, ``--quant``/``--requant`` the quantizable types of the
-type registry (``convert.policy.QUANT_CHOICES``) and the CQ codes (``convert.cactus.QUANTS``), ``--level`` the verifier's ``LEVELS``. A
+type registry (``convert.policy.QUANT_CHOICES``), llama.cpp's mixes (``convert.mixes.MIXES``) and the CQ codes (``convert.cactus.QUANTS``), ``--level`` the verifier's ``LEVELS``. A
 registry is imported only when click first needs its names (parsing that option, or rendering
 that command's help), so ``panelpack --help`` stays as cheap as before.
 """
@@ -48,8 +48,10 @@ def _requants() -> tuple[str, ...]:
 
 def _quants() -> tuple[str, ...]:
     from panelpack.convert.cactus import QUANTS as CQ_QUANTS
+    from panelpack.convert.mixes import MIXES
 
-    return _requants() + tuple(CQ_QUANTS)
+    names = _requants() + tuple(m.lower() for m in MIXES) + tuple(CQ_QUANTS)
+    return tuple(dict.fromkeys(names))  # the mixes named like a type (q4_0, q8_0, ...) once
 
 
 def _levels() -> tuple[str, ...]:

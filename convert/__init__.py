@@ -75,27 +75,31 @@ class ConvertResult:
 
 
 def plan(source: str | os.PathLike, layout: str = "panel64", quant: Optional[str] = None,
-         requant: Optional[str] = None, include: Sequence[str] = (), exclude: Sequence[str] = ()) -> Plan:
+         requant: Optional[str] = None, include: Sequence[str] = (), exclude: Sequence[str] = (),
+         mix_options=None) -> Plan:
     """Plan a conversion from metadata only (no tensor data is read)."""
     with open_checkpoint(source) as ckpt:
-        return make_plan(ckpt, layout, quant, requant, include, exclude)
+        return make_plan(ckpt, layout, quant, requant, include, exclude, mix_options)
 
 
 def convert(source: str | os.PathLike, out: str | os.PathLike | None = None, layout: str = "panel64",
             quant: Optional[str] = None, requant: Optional[str] = None, include: Sequence[str] = (),
             exclude: Sequence[str] = (), jobs: int = 1, dry_run: bool = False, force: bool = False,
-            progress: Optional[Progress] = None, allow_nonfinite: bool = False) -> ConvertResult:
+            progress: Optional[Progress] = None, allow_nonfinite: bool = False, mix_options=None) -> ConvertResult:
     """Convert a GGUF file or an HF checkpoint into a bundle at ``out``.
 
     ``quant`` (HF sources: q4_0, q8_0, q4_k) quantizes 2-D matmul weights; ``requant`` (GGUF
     sources) re-quantizes what the layout cannot take. With ``dry_run`` nothing is read or
     written beyond the headers, and the result carries the plan and ledger. A NaN/Inf in a
     weight to be quantized is refused (naming the tensor and index) unless ``allow_nonfinite``.
+    ``quant`` may also be a llama.cpp file type (``Q4_K_M``, ...; see ``convert.mixes``), which chooses each
+    tensor's type as llama-quantize does; ``mix_options`` (a ``mixes.Options``) carries
+    ``--pure``, ``--tensor-type`` and the other per-tensor options.
     """
     if out is not None and not dry_run:
         _check_output(source, out, force)
     with open_checkpoint(source) as ckpt:
-        p = make_plan(ckpt, layout, quant, requant, include, exclude)
+        p = make_plan(ckpt, layout, quant, requant, include, exclude, mix_options)
         if dry_run:
             return ConvertResult(p)
         if out is None:

@@ -61,12 +61,14 @@ REQUANT_CHUNK_ELEMENTS = 1 << 22
 
 
 def _quantize_rows(raw: np.ndarray, src: qtypes.GGMLType, dst: qtypes.GGMLType, n: int, k: int,
-                   name: str = "", allow_nonfinite: bool = False) -> tuple[np.ndarray, dict[str, Any]]:
+                   name: str = "", allow_nonfinite: bool = False, imatrix: Optional[np.ndarray] = None
+                   ) -> tuple[np.ndarray, dict[str, Any]]:
     """(blocks of ``dst`` uint8 [n, row_bytes], the error added) from ``raw`` of ``src``, in
     steps of whole rows: dequantize, quantize and measure one chunk at a time, so memory is
     the output blocks plus one chunk's f32 copies, not whole-tensor f32/f64 arrays (the bytes
     are the same: every block is quantized on its own). Non-finite weights are refused
-    (:func:`quality.check_finite`) unless ``allow_nonfinite``."""
+    (:func:`quality.check_finite`) unless ``allow_nonfinite``; ``imatrix`` (a
+    llama.cpp importance row over K) weights every row alike."""
     rows = max(1, REQUANT_CHUNK_ELEMENTS // max(1, k))
     src_rb = raw.size // n if n else 0
     out = np.empty((n, dst.row_bytes(k)), np.uint8)
@@ -76,7 +78,7 @@ def _quantize_rows(raw: np.ndarray, src: qtypes.GGMLType, dst: qtypes.GGMLType, 
         r1 = min(n, r0 + rows)
         x = _as_f32(flat[r0:r1], src, r1 - r0, k)
         quality.check_finite(x, name, allow_nonfinite, row0=r0)
-        out[r0:r1] = codecs.quantize(x, dst).reshape(r1 - r0, -1)
+        out[r0:r1] = codecs.quantize(x, dst, imatrix=imatrix).reshape(r1 - r0, -1)
         stats.add(_as_f32(out[r0:r1], dst, r1 - r0, k), x, out[r0:r1], dst)
     return out, stats.result(name)
 
@@ -91,7 +93,8 @@ def convert_tensor(ckpt: Checkpoint, tp: TensorPlan, allow_nonfinite: bool = Fal
     if d.action in ("repack", "copy"):
         blocks = raw.reshape(n, -1) if info.type.quantized else raw
     elif d.action in ("quantize", "requantize"):
-        blocks, err = _quantize_rows(raw, info.type, d.target_type, n, k, info.name, allow_nonfinite)
+        blocks, err = _quantize_rows(raw, info.type, d.target_type, n, k, info.name, allow_nonfinite,
+                                     imatrix=tp.importance)
         blocks_hash = hash_async(sha256_bytes, blocks)
     else:  # pragma: no cover - the policy produces only the actions above
         raise AssertionError(d.action)
@@ -258,7 +261,9 @@ def run(ckpt: Checkpoint, plan: Plan, out: str | os.PathLike, force: bool = Fals
             "source": _source_block(ckpt, source_hashes.result(), plan),
             "model": ckpt.hyperparameters(),
             "options": {"layout": plan.layout, "quant": plan.quant.name if plan.quant else None,
-                        "requant": plan.requant.name if plan.requant else None},
+                        "requant": plan.requant.name if plan.requant else None,
+                        **({"mix": plan.mix} if plan.mix else {}),
+                        **({"imatrix": plan.imatrix.provenance()} if plan.imatrix else {})},
             "tensors": [r.entry for r in results],
         }
         path = writer.commit(manifest)

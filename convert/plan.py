@@ -7,6 +7,7 @@ what a real run will write.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
@@ -15,7 +16,9 @@ from ..formats import qtypes
 from ..formats.bundle import check_tensor_name, dtype_name, layout_regions, tensor_file_name
 from ..formats.common import Checkpoint, TensorInfo
 from ..formats.errors import BadInputError
-from . import policy
+from . import mixes, policy
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -27,6 +30,7 @@ class TensorPlan:
     regions: list  # [(name, dtype name, shape)]
     bytes_out: int
     params: dict[str, Any] = field(default_factory=dict)
+    importance: Any = None  # --imatrix: the importance row (f32[k]) this tensor is quantized with
 
     @property
     def name(self) -> str:
@@ -34,7 +38,10 @@ class TensorPlan:
 
     @property
     def ledger(self) -> dict[str, Any]:
-        return {"requested": self.requested, "written": self.decision.layout, "reason": self.decision.reason}
+        led = {"requested": self.requested, "written": self.decision.layout, "reason": self.decision.reason}
+        if self.decision.rule:
+            led["rule"] = self.decision.rule
+        return led
 
     def to_json(self) -> dict[str, Any]:
         d = self.decision
@@ -61,6 +68,9 @@ class Plan:
     quant: Optional[qtypes.GGMLType]
     requant: Optional[qtypes.GGMLType]
     tensors: list[TensorPlan]
+    mix: Optional[str] = None  # --quant MIX: the llama.cpp file type (Q4_K_M, ...)
+    imatrix: Any = None  # --imatrix: the loaded formats.imatrix.Imatrix
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def bytes_in(self) -> int:
@@ -87,6 +97,7 @@ class Plan:
             "layout": self.layout,
             "quant": self.quant.name if self.quant else None,
             "requant": self.requant.name if self.requant else None,
+            **({"mix": self.mix} if self.mix else {}),
             "bytes_in": self.bytes_in,
             "bytes_out": self.bytes_out,
             "layouts": self.layout_counts(),
@@ -103,8 +114,15 @@ def region_plan(layout_name: str, qtype: qtypes.GGMLType, info: TensorInfo) -> t
 
 
 def make_plan(ckpt: Checkpoint, layout: str = "panel64", quant: Optional[str] = None,
-              requant: Optional[str] = None, include: Sequence[str] = (), exclude: Sequence[str] = ()) -> Plan:
+              requant: Optional[str] = None, include: Sequence[str] = (), exclude: Sequence[str] = (),
+              mix_options: Optional[mixes.Options] = None) -> Plan:
     repack.get(layout)  # unknown layout -> UnsupportedError listing the known ones
+    _check_hyperparameters(ckpt)
+    if quant is not None and mixes.get_mix(quant) is not None:
+        return make_mix_plan(ckpt, layout, quant, requant, include, exclude, mix_options)
+    if mix_options is not None and mix_options != mixes.Options():
+        raise BadInputError("--pure, --tensor-type, --output-tensor-type, --token-embedding-type, --imatrix and "
+                            f"--leave-output-tensor need a llama.cpp mix as --quant ({', '.join(mixes.MIXES)})")
     qt = policy.parse_quant(quant, "--quant")
     rq = policy.parse_quant(requant, "--requant")
     if ckpt.kind == "gguf" and qt is not None:
@@ -114,7 +132,6 @@ def make_plan(ckpt: Checkpoint, layout: str = "panel64", quant: Optional[str] = 
     if ckpt.kind != "gguf" and qt is None and layout != "rowmajor":
         raise BadInputError(f"{ckpt.path}: a float checkpoint needs --quant (q4_0, q4_k or q8_0) for the "
                             f"{layout} layout (or --layout rowmajor to copy it as stored)")
-    _check_hyperparameters(ckpt)
     infos = policy.select(ckpt.tensors, include, exclude)
     tensors = []
     for i, info in enumerate(infos):
@@ -123,7 +140,36 @@ def make_plan(ckpt: Checkpoint, layout: str = "panel64", quant: Optional[str] = 
         specs, params = region_plan(d.layout, d.target_type, info)
         _, size = layout_regions(specs)
         tensors.append(TensorPlan(i, info, d, layout, specs, size, params))
-    return Plan(ckpt.kind, ckpt.path, layout, qt, rq, tensors)
+    out = Plan(ckpt.kind, ckpt.path, layout, qt, rq, tensors)
+    if rq is not None and not any(t.decision.action in ("requantize", "quantize") for t in tensors):
+        out.warnings.append(f"--requant {rq.name} changes nothing: the {layout} layout takes every "
+                            "quantized matrix as stored (a llama.cpp mix as --quant re-quantizes them all)")
+        log.warning("%s", out.warnings[-1])
+    return out
+
+
+def make_mix_plan(ckpt: Checkpoint, layout: str, quant: str, requant: Optional[str], include: Sequence[str],
+                  exclude: Sequence[str], mix_options: Optional[mixes.Options]) -> Plan:
+    """``--quant MIX``: llama.cpp's type for every tensor (its rules, see ``mixes``), then the
+    layout. GGUF sources are dequantized and re-quantized where the type changes."""
+    if requant is not None:
+        raise BadInputError(f"--requant and --quant {quant} do not combine: the mix chooses every type")
+    imx = None
+    if mix_options is not None and mix_options.imatrix:
+        from ..formats import imatrix as imatrix_file
+
+        imx = imatrix_file.load(mix_options.imatrix)
+    choices = mixes.plan_choices(ckpt, ckpt.tensors, quant, mix_options, has_imatrix=imx is not None)
+    tensors = []
+    for i, info in enumerate(policy.select(ckpt.tensors, include, exclude)):
+        check_tensor_name(info.name, where=f"{ckpt.path}: tensor")
+        d = mixes.decide(info, choices[info.name], layout)
+        specs, params = region_plan(d.layout, d.target_type, info)
+        _, size = layout_regions(specs)
+        tp = TensorPlan(i, info, d, layout, specs, size, params)
+        tp.importance = mixes.importance(imx, info, ckpt.kind, d)
+        tensors.append(tp)
+    return Plan(ckpt.kind, ckpt.path, layout, None, None, tensors, mix=mixes.get_mix(quant).name, imatrix=imx)
 
 
 def _check_hyperparameters(ckpt: Checkpoint) -> None:

@@ -60,6 +60,7 @@ class Decision:
     target_type: qtypes.GGMLType  # the type of the blocks written
     layout: str  # layout written
     reason: Optional[str]  # why the written layout/type differs from the request (None: as requested)
+    rule: Optional[str] = None  # --quant MIX: the llama.cpp rule that chose the type, in words
 
 
 def role_of(info: TensorInfo) -> str:

@@ -11,7 +11,7 @@ def render_ledger(ledger: list[dict[str, Any]]) -> str:
     rows = []
     for row in ledger:
         err = row.get("error")
-        note = row["reason"] or ""
+        note = "; ".join(x for x in (row.get("rule"), row["reason"]) if x)
         if err:
             rel = err.get("rel_rms")
             note = (note + "; " if note else "") + ("quantization error rel_rms=" + (f"{rel:.3g}" if rel is not None else "n/a"))

@@ -75,8 +75,11 @@ class LazyKernel:
 
     def __reduce__(self):
         # pickled by name: numba hashes a closure's cells (a kernel built by a factory that
-        # closes over this one) into its cache key, which must not change with compile state
-        return (_by_name, (self.py_func.__module__, self.py_func.__qualname__))
+        # closes over this one) into its cache key, which must not change with compile state.
+        # A kernel that is itself a factory's closure adds what it closes over, so two closures
+        # of one factory (same name, same bytecode) never share a cache entry.
+        cells = tuple(c.cell_contents for c in (self.py_func.__closure__ or ()))
+        return (_by_name, (self.py_func.__module__, self.py_func.__qualname__, cells))
 
     def __call__(self, *args, **kwargs):
         return self.dispatcher(*args, **kwargs)
@@ -86,7 +89,7 @@ class LazyKernel:
         return f"<lazy numba kernel {self.py_func.__module__}.{self.py_func.__qualname__} ({state})>"
 
 
-def _by_name(module: str, qualname: str) -> "LazyKernel":
+def _by_name(module: str, qualname: str, cells: tuple = ()) -> "LazyKernel":
     import importlib
 
     obj = importlib.import_module(module)
@@ -107,7 +110,7 @@ def _register_typeof() -> None:
 _register_typeof()
 
 
-def lazy_njit(signatures: Any = None, **options: Any) -> Callable[[Callable], LazyKernel]:
+def lazy_njit(signatures: Any = None, tag: str | None = None, **options: Any) -> Callable[[Callable], LazyKernel]:
     """Decorator: like ``numba.njit(signatures, **options)`` but compiled on first call.
 
     ``cache=True`` is the default, and so is ``nogil=True`` for serial kernels: they release
@@ -115,12 +118,64 @@ def lazy_njit(signatures: Any = None, **options: Any) -> Callable[[Callable], La
     going meanwhile (a kernel never touches Python objects). ``parallel=True`` kernels keep the
     GIL: it is what stops two threads from entering numba's thread pool at once, which its
     default (workqueue) threading layer does not support.
+    ``tag``: for kernels a factory makes (one per type), a
+    suffix of the function's name, so that each gets its own numba cache index: closures that
+    share a name share an index file, whose entry numbering races when several processes
+    compile at once (a process can then load another closure's machine code).
     """
     options.setdefault("cache", True)
     if not options.get("parallel"):
         options.setdefault("nogil", True)
 
     def wrap(fn: Callable) -> LazyKernel:
+        if tag:
+            fn.__qualname__ = f"{fn.__qualname__}_{tag}"
+            fn.__name__ = f"{fn.__name__}_{tag}"
         return LazyKernel(fn, signatures, options)
 
     return wrap
+
+
+
+# ---- the numba signature vocabulary every kernel module shares --------------------------
+def readonly(dtype: Any, ndim: int = 1) -> Any:
+    """The numba type of a read-only C-contiguous array of ``dtype`` (a numba or numpy dtype):
+    what a kernel sees when handed a memory map or a ``np.frombuffer`` view."""
+    import numba
+    import numpy as np
+
+    if not isinstance(dtype, numba.types.Type):
+        dtype = numba.from_dtype(np.dtype(dtype))
+    return numba.types.Array(dtype, ndim, "C", readonly=True)
+
+
+#: read-only 1-D arrays, the usual kernel inputs
+RO_U8 = readonly("u1")
+RO_U16 = readonly("u2")
+RO_U32 = readonly("u4")
+RO_U64 = readonly("u8")
+RO_F32 = readonly("f4")
+
+
+
+# imported here, after the registry above, so ``import numba`` stays where it always was
+import numba as _numba  # noqa: E402
+import numpy as _np  # noqa: E402
+
+_U64 = _np.uint64
+
+
+@_numba.njit(inline="always")
+def ld64(a8, o):
+    """Little-endian 64-bit load from the bytes ``a8`` at any byte offset ``o``."""
+    x = _U64(0)
+    for j in range(8):
+        x |= _U64(a8[o + _U64(j)]) << _U64(8 * j)
+    return x
+
+
+@_numba.njit(inline="always")
+def st64(a8, o, x):
+    """Little-endian 64-bit store of ``x`` into the bytes ``a8`` at any byte offset ``o``."""
+    for j in range(8):
+        a8[o + _U64(j)] = _np.uint8((x >> _U64(8 * j)) & _U64(0xFF))

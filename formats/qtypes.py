@@ -82,22 +82,22 @@ TYPES: tuple[GGMLType, ...] = (
     _t(1,  "F16",     1,     2,                              codec="f16",  numpy_dtype="<f2"),
     _t(2,  "Q4_0",    QK,    2 + QK // 2,                    codec="q4_0", can_quantize=True,
        group=32, code_bits=4, code_offset=8, scheme="scale"),
-    _t(3,  "Q4_1",    QK,    2 + 2 + QK // 2,                codec="q4_1",
+    _t(3,  "Q4_1",    QK,    2 + 2 + QK // 2,                codec="q4_1", can_quantize=True,
        group=32, code_bits=4, code_offset=0, scheme="scale_min"),
-    _t(6,  "Q5_0",    QK,    2 + 4 + QK // 2,                codec="q5_0",
+    _t(6,  "Q5_0",    QK,    2 + 4 + QK // 2,                codec="q5_0", can_quantize=True,
        group=32, code_bits=5, code_offset=16, scheme="scale"),
-    _t(7,  "Q5_1",    QK,    2 + 2 + 4 + QK // 2,            codec="q5_1",
+    _t(7,  "Q5_1",    QK,    2 + 2 + 4 + QK // 2,            codec="q5_1", can_quantize=True,
        group=32, code_bits=5, code_offset=0, scheme="scale_min"),
     _t(8,  "Q8_0",    QK,    2 + QK,                         codec="q8_0", can_quantize=True,
        group=32, code_bits=8, code_offset=0, scheme="scale"),
     _t(9,  "Q8_1",    QK,    2 + 2 + QK),  # ggml block_q8_1: half d, half s, 32 x int8
-    _t(10, "Q2_K",    QK_K,  QK_K // 16 + QK_K // 4 + 2 + 2),
-    _t(11, "Q3_K",    QK_K,  QK_K // 8 + QK_K // 4 + 12 + 2),
+    _t(10, "Q2_K",    QK_K,  QK_K // 16 + QK_K // 4 + 2 + 2,  codec="q2_k", can_quantize=True),
+    _t(11, "Q3_K",    QK_K,  QK_K // 8 + QK_K // 4 + 12 + 2,  codec="q3_k", can_quantize=True),
     _t(12, "Q4_K",    QK_K,  2 + 2 + 12 + QK_K // 2,         codec="q4_k", can_quantize=True,
        group=32, code_bits=4, code_offset=0, scheme="k_scale_min"),
-    _t(13, "Q5_K",    QK_K,  2 + 2 + 12 + QK_K // 8 + QK_K // 2, codec="q5_k",
+    _t(13, "Q5_K",    QK_K,  2 + 2 + 12 + QK_K // 8 + QK_K // 2, codec="q5_k", can_quantize=True,
        group=32, code_bits=5, code_offset=0, scheme="k_scale_min"),
-    _t(14, "Q6_K",    QK_K,  QK_K // 2 + QK_K // 4 + QK_K // 16 + 2, codec="q6_k",
+    _t(14, "Q6_K",    QK_K,  QK_K // 2 + QK_K // 4 + QK_K // 16 + 2, codec="q6_k", can_quantize=True,
        group=16, code_bits=6, code_offset=32, scheme="k_scale"),
     _t(15, "Q8_K",    QK_K,  4 + QK_K + QK_K // 16 * 2),
     _t(16, "IQ2_XXS", QK_K,  2 + QK_K // 8 * 2),
@@ -142,6 +142,8 @@ Q4_1 = BY_NAME["Q4_1"]
 Q5_0 = BY_NAME["Q5_0"]
 Q5_1 = BY_NAME["Q5_1"]
 Q8_0 = BY_NAME["Q8_0"]
+Q2_K = BY_NAME["Q2_K"]
+Q3_K = BY_NAME["Q3_K"]
 Q4_K = BY_NAME["Q4_K"]
 Q5_K = BY_NAME["Q5_K"]
 Q6_K = BY_NAME["Q6_K"]

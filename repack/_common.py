@@ -15,6 +15,7 @@ from typing import Mapping
 import numpy as np
 
 from ..formats import qtypes
+from ..formats.blocks import _bits as _kbits
 from ..formats.errors import BadInputError, UnsupportedError
 
 # ---- regions ------------------------------------------------------------------------------
@@ -297,33 +298,11 @@ def plain_dequantize(t: qtypes.GGMLType, raw: np.ndarray, n: int, k: int) -> np.
 
 
 # ---- the 12-byte 6-bit scale packing of Q4_K / Q5_K (and of ggml's block_q4_Kx8) ----------
-#
-#   slot j = 0..7 holds a 6-bit pair (sc[j], m[j]); bytes b[0..11]:
-#
-#        bit  7 6 | 5 4 3 2 1 0
-#   b[0..3]:  sc[4..7]>>4 | sc[0..3]
-#   b[4..7]:   m[4..7]>>4 |  m[0..3]
-#   b[8..11]:  m[4..7]&15 (high nibble) | sc[4..7]&15 (low nibble)
-#
-# In a Q4_K block the slots are the 8 sub-blocks; in ggml's block_q4_Kx8 the slots are the
-# 8 interleaved rows (one 12-byte group per sub-block).
-def unpack_scales12(b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """uint8 ``[..., 12]`` -> (sc, m) uint8 ``[..., 8]``."""
-    b = np.asarray(b, dtype=np.uint8)
-    lo, mid, hi = b[..., 0:4], b[..., 4:8], b[..., 8:12]
-    sc = np.concatenate([lo & 63, (hi & 15) | ((lo >> 6) << 4)], axis=-1)
-    m = np.concatenate([mid & 63, (hi >> 4) | ((mid >> 6) << 4)], axis=-1)
-    return sc, m
-
-
-def pack_scales12(sc: np.ndarray, m: np.ndarray) -> np.ndarray:
-    """(sc, m) uint8 ``[..., 8]`` (values < 64) -> uint8 ``[..., 12]``."""
-    sc = np.asarray(sc, dtype=np.uint8)
-    m = np.asarray(m, dtype=np.uint8)
-    b0 = (sc[..., 0:4] & 63) | ((sc[..., 4:8] >> 4) << 6)
-    b1 = (m[..., 0:4] & 63) | ((m[..., 4:8] >> 4) << 6)
-    b2 = (sc[..., 4:8] & 15) | ((m[..., 4:8] & 15) << 4)
-    return np.concatenate([b0, b1, b2], axis=-1).astype(np.uint8)
+# In a Q4_K block the 8 slots are the sub-blocks; in ggml's block_q4_Kx8 they are the 8
+# interleaved rows (one 12-byte group per sub-block). One implementation, drawn and tabled in
+# formats/blocks/_bits.py (``k_scale_parts``); re-exported here under the names repack uses.
+unpack_scales12 = _kbits.unpack_scales12
+pack_scales12 = _kbits.pack_scales12
 
 
 def codec_fields(t: qtypes.GGMLType, raw: np.ndarray, n: int, k: int) -> dict[str, np.ndarray]:

@@ -14,28 +14,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 from numba import types as nt
-from ..formats._jit import lazy_njit
+from ..formats._jit import RO_U64 as _RO_U64, RO_U8 as _RO_U8, ld64 as _ld64, st64 as _st64, lazy_njit
 
 _U = np.uint64
 _X88 = np.uint64(0x8888888888888888)
-_RO_U64 = nt.Array(nt.uint64, 1, "C", readonly=True)
-_RO_U8 = nt.Array(nt.uint8, 1, "C", readonly=True)
 _KERNEL = dict(cache=True, boundscheck=False)
-
-
-@njit
-def _ld64(a8, o):
-    """Little-endian 64-bit load at any byte offset."""
-    x = _U(0)
-    for j in range(8):
-        x |= _U(a8[o + _U(j)]) << _U(8 * j)
-    return x
-
-
-@njit
-def _st64(a8, o, x):
-    for j in range(8):
-        a8[o + _U(j)] = np.uint8((x >> _U(8 * j)) & _U(0xFF))
 
 
 @njit

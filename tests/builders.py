@@ -144,6 +144,10 @@ BLOCK_FIELDS: dict[str, tuple[Field, ...]] = {
              Field("qh", BYTES, 32), Field("qs", BYTES, 128)),
     "Q6_K": (Field("ql", BYTES, 128), Field("qh", BYTES, 64), Field("scales", BYTES, 16),
              Field("d", F16_SIGNED, 1)),
+    "Q2_K": (Field("scales", BYTES, 16), Field("qs", BYTES, 64), Field("d", F16_POS, 1),
+             Field("dmin", F16_POS, 1)),
+    "Q3_K": (Field("hmask", BYTES, 32), Field("qs", BYTES, 64), Field("scales", BYTES, 12),
+             Field("d", F16_SIGNED, 1)),
 }
 _KIND_BYTES = {F16_POS: 2, F16_SIGNED: 2, BYTES: 1, I8_SYM: 1}
 

@@ -85,8 +85,9 @@ def traits(qtype) -> _TypeTraits:
     return lib().ggml_get_type_traits(qtypes.get(qtype).id).contents
 
 
-def quantize(x: np.ndarray, qtype, threads: int = 1) -> np.ndarray:
-    """ggml_quantize_chunk(imatrix=NULL) of f32 ``[n, k]``: uint8 ``[n, row_bytes]``.
+def quantize(x: np.ndarray, qtype, threads: int = 1, imatrix: np.ndarray | None = None) -> np.ndarray:
+    """ggml_quantize_chunk of f32 ``[n, k]``: uint8 ``[n, row_bytes]``; ``imatrix``: the
+    importance weights ``f32[k]`` (NULL when None: the reference quantizers).
 
     ``threads`` > 1 splits the rows across Python threads (ctypes drops the GIL; ggml's
     quantizers are thread-safe and rows are independent), for the big slow tests.
@@ -98,10 +99,12 @@ def quantize(x: np.ndarray, qtype, threads: int = 1) -> np.ndarray:
     n, k = x.shape
     out = np.zeros((n, t.row_bytes(k)), np.uint8)
     L = lib()
+    qw = None if imatrix is None else np.ascontiguousarray(imatrix, np.float32).reshape(-1)
+    qw_ptr = None if qw is None else qw.ctypes.data
 
     def run(r0: int, r1: int) -> None:
         if r1 > r0:
-            written = L.ggml_quantize_chunk(t.id, x[r0:r1].ctypes.data, out[r0:r1].ctypes.data, 0, r1 - r0, k, None)
+            written = L.ggml_quantize_chunk(t.id, x[r0:r1].ctypes.data, out[r0:r1].ctypes.data, 0, r1 - r0, k, qw_ptr)
             assert written == (r1 - r0) * out.shape[1], (written, r0, r1)
 
     if threads <= 1 or n < 2 * threads:

@@ -170,6 +170,37 @@ def block_q6_k():
     return raw, want
 
 
+def block_q2_k():
+    sc = [0] * 16
+    qs = [0] * 64
+    sc[0] = 3 | (2 << 4)  # group 0: sc 3, m 2
+    qs[0] = 0b10  # e0: q = 2
+    sc[9] = 1 | (5 << 4)  # group 9 = e144..159 (c=1, t=16..31, j=0): qs[32 + 16 + l] bits 0..1
+    qs[32 + 16 + 4] = 0b11  # e148: q = 3
+    raw = bytes(sc + qs + f16w(0.5) + f16w(0.25))
+    s = np.array([v & 15 for v in sc], np.float32).repeat(16)
+    m = np.array([v >> 4 for v in sc], np.float32).repeat(16)
+    q = np.zeros(256, np.float32)
+    q[0], q[148] = 2, 3
+    want = (np.float32(0.5) * s) * q - np.float32(0.25) * m
+    assert want[0] == 2.5 and want[148] == 1.5 - 1.25
+    return raw, want
+
+
+def block_q3_k():
+    hmask = [0xFF] * 32  # every high bit set: u = low 2 bits + 4
+    qs = [0] * 64
+    scales = [0x88] * 8 + [0xAA] * 4  # every 6-bit scale = 8 | 2 << 4 = 40 -> 40 - 32 = 8
+    qs[0] = 0b01  # e0: u = 1 | 4 = 5 -> q = 1
+    hmask[5] &= ~(1 << 3)  # e101 (bit 3 of hmask[5]): u = 0 -> q = -4
+    raw = bytes(hmask + qs + scales + f16w(0.5))
+    q = np.zeros(256, np.float32)
+    q[0], q[101] = 1, -4
+    want = (np.float32(0.5) * np.float32(8)) * q
+    assert want[0] == 4.0 and want[101] == -16.0
+    return raw, want
+
+
 def block_f16():
     v = np.array([1.0, -2.5, 65504.0, 6e-8], np.float16)
     return v.tobytes(), v.astype(np.float32)
@@ -187,7 +218,7 @@ def block_f32():
 
 GOLDEN = {
     "q4_0": block_q4_0, "q4_1": block_q4_1, "q5_0": block_q5_0, "q5_1": block_q5_1,
-    "q8_0": block_q8_0, "q4_k": block_q4_k, "q5_k": block_q5_k, "q6_k": block_q6_k,
+    "q8_0": block_q8_0, "q2_k": block_q2_k, "q3_k": block_q3_k, "q4_k": block_q4_k, "q5_k": block_q5_k, "q6_k": block_q6_k,
     "f16": block_f16, "bf16": block_bf16, "f32": block_f32,
 }
 
@@ -338,13 +369,13 @@ def test_generic_dequantize_dispatch(rng):
     [
         (lambda: blocks.dequantize(np.zeros(35, np.uint8), "q8_0", 1, 32), "needs 34 bytes, got 35"),
         (lambda: blocks.dequantize(np.zeros(34, np.uint8), "q8_0", 1, 33), "not a multiple of the block size 32"),
-        (lambda: blocks.dequantize(np.zeros(10, np.uint8), "q2_k", 1, 256), "no codec"),
+        (lambda: blocks.dequantize(np.zeros(10, np.uint8), "iq2_xxs", 1, 256), "no codec"),
         (lambda: blocks.dequantize([1, 2], "q8_0", 1, 32), "expected an array of bytes"),
         (lambda: codec("q4_k").dequantize(np.zeros((2, 145), np.uint8)), "145 bytes is not a whole number of 144-byte blocks"),
         (lambda: codec("q4_0").dequantize(np.zeros(18, np.int8)), "must be uint8"),
         (lambda: codec("q4_0").dequantize(np.zeros((1, 1, 18), np.uint8)), "1-D or [rows, row_bytes]"),
         (lambda: codec("q4_0").dequantize(np.zeros(18, np.uint8), out=np.zeros(31, np.float32)), "out must be"),
-        (lambda: blocks.quantize(np.zeros((1, 256), np.float32), "q6_k"), "cannot quantize into Q6_K"),
+        (lambda: blocks.quantize(np.zeros((1, 256), np.float32), "iq4_xs"), "cannot quantize into IQ4_XS"),
         (lambda: blocks.quantize(np.zeros((1, 100), np.float32), "q4_0"), "K=100 is not a multiple"),
         (lambda: blocks.quantize(np.zeros((1, 32), np.int32), "q4_0"), "must be floating point"),
         (lambda: blocks.quantize(np.zeros((1, 32), np.float32), "nope"), "unknown type"),
@@ -358,7 +389,7 @@ def test_bad_input_is_one_clear_error(call, message):
 
 def test_unsupported_is_a_bad_input_error():
     with pytest.raises(UnsupportedError):
-        blocks.quantize(np.zeros((1, 256), np.float32), "q5_k")
+        blocks.quantize(np.zeros((1, 256), np.float32), "iq4_xs")
 
 
 def test_every_codec_has_the_surface():

@@ -22,6 +22,8 @@ pytestmark = pytest.mark.real
 needs_ggml = pytest.mark.skipif(not ggml_ref.available(), reason="libggml-python is not installed")
 
 SAMPLE_ROWS = 64  # rows compared per big tensor in the sampled tests
+#: every quantized type panelpack can quantize into, each compared with ggml's reference
+QUANTIZED_TYPES = tuple(t.lower for t in qtypes.QUANTIZABLE if t.quantized)
 BIG = 1 << 16  # elements: tensors above this are sampled
 
 
@@ -103,7 +105,7 @@ def test_real_weights_quantize_like_ggml_sampled(model):
         if not name.startswith("blk.0.") and not name.startswith("blk.1."):
             continue
         x = np.ascontiguousarray(w[:64])
-        for qname in ("q4_k", "q4_0", "q8_0"):
+        for qname in QUANTIZED_TYPES:
             assert np.array_equal(blocks.quantize(x, qname), ggml_ref.quantize(x, qname)), (name, qname)
 
 
@@ -113,7 +115,7 @@ def test_real_weights_quantize_like_ggml_full(model):
     """Every matmul weight of both models, re-quantized: the number of Q4_K blocks that differ
     from ggml's quantize_row_q4_K_ref (docs/CODECS.md records it: 0 of 1,572,352)."""
     _, f = model
-    differing = {q: 0 for q in ("q4_k", "q4_0", "q8_0")}
+    differing = {q: 0 for q in QUANTIZED_TYPES}
     total = {q: 0 for q in differing}
     for name, w in matmul_weights(f):
         for qname in differing:

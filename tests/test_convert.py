@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from builders import build_gguf, random_blocks, tiny_llama_gguf
 from panelpack import repack
 from panelpack.cli import main
-from panelpack.convert import convert, plan
+from panelpack.convert import convert, mixes, plan
 from panelpack.convert.example import CONFIG, write_tiny_llama
 from panelpack.convert.gguf_export import export_gguf
 from panelpack.formats import blocks as codecs
@@ -99,7 +99,8 @@ def test_hf_quantized_values_match_the_codec(tmp_path, tiny_hf):
 
 @pytest.mark.parametrize("layout", ["ggml-x8", "il8-nibble", "il8-int8", "rowmajor"])
 def test_hf_other_layouts_refuse_with_reasons(tmp_path, tiny_hf, layout):
-    res = convert(tiny_hf, tmp_path / "t.ppk", layout=layout, quant="q4_0")
+    # --pure: every matrix Q4_0 (the Q4_0 mix itself would give lm_head Q6_K, see test_mixes.py)
+    res = convert(tiny_hf, tmp_path / "t.ppk", layout=layout, quant="q4_0", mix_options=mixes.Options(pure=True))
     led = _ledger(res)
     head = led["lm_head.weight"]
     if layout == "rowmajor":
@@ -208,7 +209,7 @@ def test_bad_sources(tmp_path, tiny_gguf):
     with pytest.raises(UnsupportedError, match="unknown layout 'panel32'"):
         convert(tiny_gguf, tmp_path / "o.ppk", layout="panel32")
     with pytest.raises(UnsupportedError, match="q4_0"):
-        convert(tiny_gguf, tmp_path / "o.ppk", requant="q6_k")
+        convert(tiny_gguf, tmp_path / "o.ppk", requant="iq2_xxs")
     assert sorted(x.name for x in tmp_path.iterdir()) == ["junk.bin"]
 
 
@@ -297,7 +298,7 @@ def test_cli_convert_json_and_exit_codes(tmp_path, tiny_gguf):
     assert r.exit_code == 2 and "already exists" in r.output and "Traceback" not in r.output
     r = CliRunner().invoke(main, ["convert", str(tiny_gguf), "--dry-run"])
     assert r.exit_code == 0 and "dry run" in r.output
-    r = CliRunner().invoke(main, ["convert", str(tiny_gguf), "-o", str(tmp_path / "d.ppk"), "--quant", "q4_0"])
+    r = CliRunner().invoke(main, ["convert", str(tiny_gguf), "-o", str(tmp_path / "d.ppk"), "--quant", "q4_k"])
     assert r.exit_code == 2 and "--requant" in r.output
     r = CliRunner().invoke(main, ["convert", str(tiny_gguf)])
     assert r.exit_code == 2  # usage: missing -o

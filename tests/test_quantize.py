@@ -253,7 +253,8 @@ def test_shapes_and_round_trip(name, rng):
     assert np.array_equal(codec(name).quantize(np.asfortranarray(x)), q)
     y = blocks.dequantize(q, name, 3, 512)
     err = np.abs(y - x).max() / np.abs(x).max()
-    assert err < {"q8_0": 0.01, "q4_0": 0.15, "q4_k": 0.15}[name]
+    assert err < {"q8_0": 0.01, "q4_0": 0.15, "q4_k": 0.15, "q4_1": 0.15, "q5_0": 0.08, "q5_1": 0.08,
+                  "q5_k": 0.08, "q6_k": 0.04, "q3_k": 0.3, "q2_k": 0.5}[name]
 
 
 @pytest.mark.parametrize("name", ["f32", "f16", "bf16"])

@@ -43,7 +43,7 @@ def test_plain_types_dequantize_as_numpy_widens(qtype, rng):
 
 
 def test_types_without_a_codec_are_copied_but_not_decoded(rng):
-    raw = rng.integers(0, 256, (2, qtypes.get("Q2_K").row_bytes(256)), dtype=np.uint8)
-    reg = R.pack(raw, 2, 256, "Q2_K")
-    with pytest.raises(UnsupportedError, match=r"layout rowmajor: type Q2_K \(id 10\) has no codec"):
-        R.dequantize(reg, 2, 256, "Q2_K")
+    raw = rng.integers(0, 256, (2, qtypes.get("IQ4_XS").row_bytes(256)), dtype=np.uint8)
+    reg = R.pack(raw, 2, 256, "IQ4_XS")
+    with pytest.raises(UnsupportedError, match=r"layout rowmajor: type IQ4_XS \(id 23\) has no codec"):
+        R.dequantize(reg, 2, 256, "IQ4_XS")

@@ -3,6 +3,8 @@ and a layout module built here (registered, converted to, verified) needs no edi
 
 from __future__ import annotations
 
+import re
+
 import types
 
 import numpy as np
@@ -216,8 +218,12 @@ def test_cli_choices_come_from_the_registries(tmp_path, tiny_hf, registered):
     from panelpack.convert.cactus import QUANTS as CQ_QUANTS
     from panelpack.convert.policy import QUANT_CHOICES
 
-    assert f"[{'|'.join(QUANT_CHOICES)}|{'|'.join(CQ_QUANTS)}]" in r.output  # --quant
-    assert f"[{'|'.join(QUANT_CHOICES)}]" in r.output  # --requant
+    from panelpack.convert.mixes import MIXES
+
+    flat = "".join(r.output.split())
+    quant = next(c for c in re.findall(r"\[([a-z0-9_|]+)\]", flat) if "cq1" in c).split("|")  # --quant
+    assert set(quant) == set(QUANT_CHOICES) | {m.lower() for m in MIXES} | set(CQ_QUANTS)
+    assert f"[{'|'.join(QUANT_CHOICES)}]" in flat  # --requant
     assert f"[{'|'.join(bundle_check.LEVELS)}]" in run(main, ["verify", "--help"]).output
     r = run(main, ["convert", str(tiny_hf), "-o", str(tmp_path / "c.ppk"), "--layout", "TEST_CLI", "--quant", "Q8_0"])
     assert r.exit_code == 0, r.output

@@ -69,14 +69,30 @@ def dequantize(raw, qtype, n: int, k: int, out: np.ndarray | None = None) -> np.
     return mod.dequantize(raw.reshape(n, row_bytes), out=out)
 
 
-def quantize(x: np.ndarray, qtype) -> np.ndarray:
-    """Encode f32 ``[n, k]`` (1-D: one row) as ``qtype`` blocks, uint8 ``[n, row_bytes]``,
-    byte-identical with ggml's reference quantizer of that type."""
+#: Types ggml quantizes without looking at importance weights (``quantize_q8_0`` ignores them).
+IGNORES_IMATRIX = ("Q8_0", "F32", "F16", "BF16")
+
+
+def can_weight(qtype) -> bool:
+    """Whether :func:`quantize` takes importance weights for ``qtype`` (or ggml ignores them)."""
     t = qtypes.get(qtype)
-    mod = codec(t)
+    return t.name in IGNORES_IMATRIX or (t.codec is not None and hasattr(t.codec_module, "quantize_weighted"))
+
+
+def quantize(x: np.ndarray, qtype, imatrix: np.ndarray | None = None) -> np.ndarray:
+    """Encode f32 ``[n, k]`` (1-D: one row) as ``qtype`` blocks, uint8 ``[n, row_bytes]``,
+    byte-identical with ggml's reference quantizer of that type; with ``imatrix`` (importance
+    weights ``f32[k]``), byte-identical with ``ggml_quantize_chunk`` given those weights."""
+    t = qtypes.get(qtype)
+    mod = codec(t) if t.codec else None
     if t.quantized and not t.can_quantize or not hasattr(mod, "quantize"):
         known = ", ".join(q.name for q in qtypes.QUANTIZABLE)
         raise UnsupportedError(f"panelpack cannot quantize into {t.name} (it can: {known}, F32, F16, BF16)")
     if isinstance(x, np.ndarray) and x.ndim == 1:
         x = x.reshape(1, -1)
+    if imatrix is not None and t.name not in IGNORES_IMATRIX:
+        if not can_weight(t):
+            known = ", ".join(q.name for q in qtypes.QUANTIZABLE if can_weight(q) and q.quantized)
+            raise UnsupportedError(f"panelpack cannot quantize {t.name} with importance weights yet (it can: {known})")
+        return mod.quantize_weighted(x, imatrix)
     return mod.quantize(x)

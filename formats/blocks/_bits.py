@@ -168,3 +168,43 @@ def k_scale_parts(offset: int) -> tuple[tuple, tuple]:
             sc.append(((offset + j + 8, 0, 4, 0), (offset + j, 6, 2, 4)))
             m.append(((offset + j + 8, 4, 4, 0), (offset + j + 4, 6, 2, 4)))
     return tuple(sc), tuple(m)
+
+
+def k_scale_table() -> np.ndarray:
+    """:func:`k_scale_parts` as an int64 table ``[2 (sc, m), 8 (slot), 2 (part), 4]`` of
+    ``(byte, shift, nbits, dst)`` (bytes counted from the start of ``scales``; a slot with one
+    part has ``nbits = 0`` in the second), read by the numba kernels and the numpy helpers."""
+    t = np.zeros((2, 8, 2, 4), np.int64)
+    for f, parts in enumerate(k_scale_parts(0)):
+        for s, el in enumerate(parts):
+            for p, part in enumerate(el):
+                t[f, s, p] = part
+    return t
+
+
+K_SCALES = k_scale_table()
+
+
+def unpack_scales12(b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """uint8 ``[..., 12]`` packed as drawn in :func:`k_scale_parts` -> (sc, m) uint8 ``[..., 8]``."""
+    b = np.asarray(b, dtype=np.uint8)
+    out = np.zeros((2,) + b.shape[:-1] + (8,), np.uint8)
+    for f in range(2):
+        for s in range(8):
+            for byte, shift, nbits, dst in K_SCALES[f, s].tolist():
+                if nbits:
+                    out[f, ..., s] |= (((b[..., byte] >> shift) & ((1 << nbits) - 1)) << dst).astype(np.uint8)
+    return out[0], out[1]
+
+
+def pack_scales12(sc: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """(sc, m) uint8 ``[..., 8]`` (values < 64) -> uint8 ``[..., 12]``; inverse of
+    :func:`unpack_scales12`."""
+    vals = (np.asarray(sc, dtype=np.uint8), np.asarray(m, dtype=np.uint8))
+    out = np.zeros(np.broadcast_shapes(vals[0].shape, vals[1].shape)[:-1] + (12,), np.uint8)
+    for f in range(2):
+        for s in range(8):
+            for byte, shift, nbits, dst in K_SCALES[f, s].tolist():
+                if nbits:
+                    out[..., byte] |= (((vals[f][..., s] >> dst) & ((1 << nbits) - 1)) << shift).astype(np.uint8)
+    return out

@@ -12,7 +12,8 @@ import numpy as np
 
 from ..errors import BadInputError
 from ..qtypes import GGMLType
-from .._jit import lazy_njit
+from .._jit import RO_F32, RO_U8, lazy_njit, readonly
+from ._bits import K_SCALES
 
 #: Inputs with fewer elements than this run on the calling thread (a parallel launch costs
 #: tens of microseconds, more than the work itself for one activation row).
@@ -21,29 +22,49 @@ PARALLEL_MIN_ELEMENTS = 1 << 18
 #: Blocks per parallel work item: large enough to amortise scheduling, small enough to balance.
 CHUNK_BLOCKS = 2048
 
-READONLY_U8 = numba.types.Array(numba.uint8, 1, "C", readonly=True)
-READONLY_F32 = numba.types.Array(numba.float32, 1, "C", readonly=True)
-READONLY_U16 = numba.types.Array(numba.uint16, 1, "C", readonly=True)
+@lazy_njit(inline="always")
+def k_scale_min(blk, s):
+    """Sub-block ``s``'s 6-bit ``(sc, m)`` from a Q4_K/Q5_K block (scales at bytes 4..15),
+    read through the one table of the packing (``_bits.K_SCALES``, drawn in
+    ``_bits.k_scale_parts``)."""
+    v0 = np.int32(0)
+    v1 = np.int32(0)
+    for p in range(2):
+        b, sh, nb, d = K_SCALES[0, s, p, 0], K_SCALES[0, s, p, 1], K_SCALES[0, s, p, 2], K_SCALES[0, s, p, 3]
+        v0 |= ((np.int32(blk[4 + b]) >> sh) & ((1 << nb) - 1)) << d
+        b, sh, nb, d = K_SCALES[1, s, p, 0], K_SCALES[1, s, p, 1], K_SCALES[1, s, p, 2], K_SCALES[1, s, p, 3]
+        v1 |= ((np.int32(blk[4 + b]) >> sh) & ((1 << nb) - 1)) << d
+    return np.int32(v0), np.int32(v1)
 
 
 @lazy_njit(inline="always")
-def k_scale_min(blk, s):
-    """Sub-block ``s``'s 6-bit ``(sc, m)`` from a Q4_K/Q5_K block (scales at bytes 4..15;
-    the packing is drawn in ``_bits.k_scale_parts``)."""
-    if s < 4:
-        return np.int32(blk[4 + s]) & 63, np.int32(blk[8 + s]) & 63
-    return ((np.int32(blk[8 + s]) & 15) | ((np.int32(blk[s]) >> 6) << 4),
-            (np.int32(blk[8 + s]) >> 4) | ((np.int32(blk[4 + s]) >> 6) << 4))
+def k_scale_put(blk, s, sc, m):
+    """Store sub-block ``s``'s 6-bit ``(sc, m)`` into a Q4_K/Q5_K block's scales (bytes 4..15),
+    read-modify-write through ``_bits.K_SCALES``: once all 8 slots are stored every bit of the
+    12 bytes is set, whatever they held before."""
+    for f in range(2):
+        v = np.int64(sc) if f == 0 else np.int64(m)
+        for p in range(2):
+            b, sh, nb, d = K_SCALES[f, s, p, 0], K_SCALES[f, s, p, 1], K_SCALES[f, s, p, 2], K_SCALES[f, s, p, 3]
+            mask = (1 << nb) - 1
+            cur = np.int64(blk[4 + b]) & ~(mask << sh)
+            blk[4 + b] = np.uint8(cur | (((v >> d) & mask) << sh))
 
 
-def parallel_dequantize(range_kernel, words=READONLY_U8, chunk: int = CHUNK_BLOCKS):
+def _tag(kernel) -> str:
+    """The type module a kernel comes from (``q4_k``): the name suffix of its factory-made twins."""
+    return kernel.py_func.__module__.rsplit(".", 1)[-1]
+
+
+def parallel_dequantize(range_kernel, words=RO_U8, chunk: int = CHUNK_BLOCKS):
     """The parallel twin of a dequantize range kernel: ``prange`` over chunks of ``chunk`` units.
 
     ``range_kernel(b, y, i0, i1, qk)`` decodes units ``[i0, i1)`` (blocks of ``qk`` elements;
     single elements for plain types, ``qk = 1``); ``words`` is the numba type of ``b``.
     """
 
-    @lazy_njit(numba.void(words, numba.float32[::1], numba.int64), parallel=True, error_model="numpy")
+    @lazy_njit(numba.void(words, numba.float32[::1], numba.int64), parallel=True, error_model="numpy",
+               tag=_tag(range_kernel))
     def dequantize_parallel(b, y, qk):
         units = y.size // qk
         for c in numba.prange((units + chunk - 1) // chunk):
@@ -55,7 +76,7 @@ def parallel_dequantize(range_kernel, words=READONLY_U8, chunk: int = CHUNK_BLOC
 def parallel_quantize(range_kernel, block: int, chunk: int = CHUNK_BLOCKS):
     """The parallel twin of a quantize range kernel ``range_kernel(x, out, b0, b1)``."""
 
-    @lazy_njit(numba.void(READONLY_F32, numba.uint8[::1]), parallel=True, error_model="numpy")
+    @lazy_njit(numba.void(RO_F32, numba.uint8[::1]), parallel=True, error_model="numpy", tag=_tag(range_kernel))
     def quantize_parallel(x, out):
         nb = x.size // block
         for c in numba.prange((nb + chunk - 1) // chunk):
@@ -64,13 +85,49 @@ def parallel_quantize(range_kernel, block: int, chunk: int = CHUNK_BLOCKS):
     return quantize_parallel
 
 
+def weighted_rows(block_kernel, qk: int, type_size: int):
+    """The row kernel of an importance-weighted quantizer from its block kernel:
+    ``rows(x, qw, out, r0, r1, k)`` quantizes rows ``[r0, r1)`` of the flat ``x`` (rows of
+    ``k``) with the weights ``qw[k]``, calling ``block_kernel(xb, qb, blk, sigma2, iscr, fscr)``
+    per block of ``qk`` values (``sigma2``: the row's ``sum x^2 / k``, which the 32-element
+    types use; scratch ``iscr`` int32 ``[4, 256]`` and ``fscr`` f32 ``[4, 32]``)."""
+    from ._kquant import sum_squares
+
+    @lazy_njit(numba.void(RO_F32, RO_F32, numba.uint8[::1], numba.int64, numba.int64, numba.int64),
+               cache=True, error_model="numpy", tag=_tag(block_kernel))
+    def rows(x, qw, out, r0, r1, k):
+        iscr = np.zeros((4, 256), np.int32)
+        fscr = np.zeros((4, 32), np.float32)
+        nb = k // qk
+        for r in range(r0, r1):
+            xr = x[r * k:r * k + k]
+            sigma2 = sum_squares(xr) / np.float32(k)
+            for i in range(nb):
+                o = (r * nb + i) * type_size
+                block_kernel(xr[i * qk:i * qk + qk], qw[i * qk:i * qk + qk], out[o:o + type_size], sigma2, iscr, fscr)
+
+    return rows
+
+
+def parallel_weighted(rows_kernel, tag: str | None = None):
+    """The parallel twin of a weighted row kernel ``rows_kernel(x, qw, out, r0, r1, k)``: prange over rows."""
+
+    @lazy_njit(numba.void(RO_F32, RO_F32, numba.uint8[::1], numba.int64, numba.int64), parallel=True,
+               error_model="numpy", tag=tag or _tag(rows_kernel))
+    def quantize_weighted_parallel(x, qw, out, n, k):
+        for r in numba.prange(n):
+            rows_kernel(x, qw, out, r, r + 1, k)
+
+    return quantize_weighted_parallel
+
+
 #: Blocks (or sub-blocks) processed side by side by the quantizers: lane ``l`` of a group is
 #: block ``first + l``, and each step of ggml's scalar loop runs for all lanes at once, so the
 #: per-block float operation order is ggml's while the work is SIMD across blocks.
 LANES = 128
 
 
-@lazy_njit(numba.void(READONLY_F32, numba.int64, numba.int64, numba.float32[:, ::1]), cache=True)
+@lazy_njit(numba.void(RO_F32, numba.int64, numba.int64, numba.float32[:, ::1]), cache=True)
 def load_lanes(x, first, nl, xt):
     """Transpose ``nl`` consecutive blocks of ``bs = xt.shape[0]`` values, starting at block
     ``first`` of the flat ``x``, into ``xt[e, l]`` (element ``e`` of block ``first + l``)."""
@@ -202,3 +259,101 @@ def run_quantize(qtype: GGMLType, x, range_kernel, parallel_kernel, parallel: bo
     else:
         range_kernel(fx, fo, 0, fx.size // qtype.block_size)
     return out
+
+
+# ---- declaring a codec: its public surface, built from its plan and kernels ---------------
+def declare(namespace: dict, qtype: GGMLType, plan=None, *, dequantize_range, chunk: int = CHUNK_BLOCKS,
+            words=None, decode_ref=None, quantize_range=None, quantize_chunk: int = CHUNK_BLOCKS,
+            encode_ref=None, quantize_weighted_block=None) -> None:
+    """Give a type module (``namespace`` is its ``globals()``) the codec surface of
+    docs/DEVELOPING.md, the way gguf-py's ``__init_subclass__`` registers a quant class: the
+    module states its byte diagram, its :class:`~._bits.BlockPlan` and its kernels; this
+    builds the rest, identically for every type.
+
+    * ``to_fields`` / ``from_fields``: ``plan``'s, both ways (when there is a plan);
+    * ``dequantize(blocks, out=None)``: validates, then ``dequantize_range(b, y, i0, i1, qk)``
+      on the calling thread for small inputs, else its parallel twin ``_dequantize_parallel``
+      over chunks of ``chunk`` units (``words``: the kernel reads the bytes as these
+      little-endian words, e.g. ``np.uint16`` for F16);
+    * ``dequantize_ref(blocks)``: ``decode_ref(fields) -> f32 [n, k]``, numpy on the plan's
+      fields, with invalid/overflow warnings off (NaN and inf payloads are data here);
+    * ``quantize(x, parallel=None)`` and ``_quantize_parallel`` from ``quantize_range(x, out,
+      b0, b1)`` (blocks ``[b0, b1)``), when given;
+    * ``quantize_weighted(x, weights, parallel=None)`` (an imatrix row) from
+      ``quantize_weighted_block`` (see :func:`weighted_rows`), when given;
+    * ``quantize_ref(x)``: ``encode_ref(x2d) -> fields`` (``x2d`` f32 ``[n, k]``, checked),
+      packed by ``plan.from_fields``, when given; ``encode_ref="scalar"``: the range kernel's
+      Python function run serially (the K-quant searches, whose reference is ggml's C).
+    """
+    name = qtype.name
+    if plan is not None:
+        namespace["to_fields"] = plan.to_fields
+        namespace["from_fields"] = plan.from_fields
+    par = parallel_dequantize(dequantize_range, RO_U8 if words is None else readonly(words), chunk)
+
+    def dequantize(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        return run_dequantize(qtype, blocks, out, dequantize_range, par, words=words)
+
+    dequantize.__doc__ = (f"uint8 ``[rows, row_bytes]`` (or flat) {name} blocks to f32 ``[rows, K]``; "
+                          "bit-identical with gguf-py.")
+    namespace.update(dequantize=dequantize, _dequantize_parallel=par)
+    if decode_ref is not None:
+        def dequantize_ref(blocks: np.ndarray) -> np.ndarray:
+            f, shape = ref_fields(blocks, qtype, plan)
+            with np.errstate(invalid="ignore", over="ignore"):
+                return decode_ref(f).reshape(shape)
+
+        dequantize_ref.__doc__ = f"numpy reference of {name} ``dequantize``, from the bit fields."
+        namespace["dequantize_ref"] = dequantize_ref
+    if quantize_range is not None:
+        qpar = parallel_quantize(quantize_range, qtype.block_size, quantize_chunk)
+
+        def quantize(x: np.ndarray, parallel: bool | None = None) -> np.ndarray:
+            return run_quantize(qtype, x, quantize_range, qpar, parallel)
+
+        quantize.__doc__ = (f"f32 ``[rows, K]`` (or 1-D) to {name} blocks, byte-identical with ggml's "
+                            "reference quantizer. ``parallel``: None picks by size.")
+        namespace.update(quantize=quantize, _quantize_parallel=qpar)
+    if quantize_weighted_block is not None:
+        quantize_weighted_rows = weighted_rows(quantize_weighted_block, qtype.block_size, qtype.type_size)
+        wpar = parallel_weighted(quantize_weighted_rows, _tag(quantize_weighted_block))
+
+        def quantize_weighted(x: np.ndarray, weights: np.ndarray, parallel: bool | None = None) -> np.ndarray:
+            xr = as_rows_f32(x, qtype)
+            k = xr.shape[-1]
+            w = np.ascontiguousarray(weights, dtype=np.float32).reshape(-1)
+            if w.size != k:
+                raise BadInputError(f"{name}: {w.size} importance weights for rows of {k} values")
+            out = np.empty(bytes_shape(xr, qtype), np.uint8)
+            n = xr.size // k if k else 0
+            if parallel is None:
+                parallel = xr.size >= PARALLEL_MIN_ELEMENTS
+            if parallel:
+                wpar(xr.reshape(-1), w, out.reshape(-1), n, k)
+            else:
+                quantize_weighted_rows(xr.reshape(-1), w, out.reshape(-1), 0, n, k)
+            return out
+
+        quantize_weighted.__doc__ = (f"f32 ``[rows, K]`` to {name} blocks with importance weights ``[K]`` (an imatrix "
+                                     "row), byte-identical with ggml's ``ggml_quantize_chunk`` given the same weights.")
+        namespace.update(quantize_weighted=quantize_weighted, _quantize_weighted_parallel=wpar)
+    if encode_ref == "scalar":
+        def quantize_ref(x: np.ndarray) -> np.ndarray:
+            xr = as_rows_f32(x, qtype)
+            out = np.empty(bytes_shape(xr, qtype), np.uint8)
+            fx, fo = xr.reshape(-1), out.reshape(-1)
+            quantize_range.py_func(fx, fo, 0, fx.size // qtype.block_size)
+            return out
+
+        quantize_ref.__doc__ = (f"scalar reference of {name} ``quantize``: the block loop as plain Python "
+                                "(ggml's C order line by line), its search routines compiled.")
+        namespace["quantize_ref"] = quantize_ref
+    elif encode_ref is not None:
+        def quantize_ref(x: np.ndarray) -> np.ndarray:
+            xr = as_rows_f32(x, qtype)
+            n, k = (xr.shape[0] if xr.ndim == 2 else 1), xr.shape[-1]
+            fields = encode_ref(xr.reshape(n, k))
+            return plan.from_fields(fields, n, k).reshape(bytes_shape(xr, qtype))
+
+        quantize_ref.__doc__ = f"numpy reference of {name} ``quantize`` (ggml's scalar loop), packed by ``from_fields``."
+        namespace["quantize_ref"] = quantize_ref

@@ -18,19 +18,17 @@ import numpy as np
 from ..qtypes import BF16 as QTYPE
 from ._codec import (
     CHUNK_BLOCKS,
-    READONLY_U16,
     as_blocks,
     as_rows_f32,
     bytes_shape,
     out_shape,
-    run_dequantize,
-    parallel_dequantize,
+    declare,
 )
 from .f32 import bits_f32
-from .._jit import lazy_njit
+from .._jit import RO_U16, lazy_njit
 
 
-@lazy_njit(numba.void(READONLY_U16, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True)
+@lazy_njit(numba.void(RO_U16, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True)
 def _dequantize_range(b, y, e0, e1, qk):
     bs = b[e0:e1]
     ys = y[e0:e1]
@@ -38,12 +36,7 @@ def _dequantize_range(b, y, e0, e1, qk):
         ys[e] = bits_f32(np.uint32(np.int64(bs[e]) << 16))
 
 
-_dequantize_parallel = parallel_dequantize(_dequantize_range, READONLY_U16, CHUNK_BLOCKS * 32)
-
-
-def dequantize(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """uint8 ``[rows, 2*K]`` (or flat) bf16 bytes to f32 ``[rows, K]``, exact."""
-    return run_dequantize(QTYPE, blocks, out, _dequantize_range, _dequantize_parallel, words=np.uint16)
+declare(globals(), QTYPE, dequantize_range=_dequantize_range, chunk=CHUNK_BLOCKS * 32, words=np.uint16)
 
 
 def dequantize_ref(blocks: np.ndarray) -> np.ndarray:

@@ -117,3 +117,29 @@ def add_first_nan(a, b):
     """
     s = a + b
     return a if a != a else s
+
+
+def min_max_ref(xb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of ``xb``: ggml's ``if (v < min) min = v; if (v > max) max = v;`` scan from
+    ``+FLT_MAX`` / ``-FLT_MAX`` (a NaN is never taken; an all-NaN row keeps the start values)."""
+    big = np.float32(np.finfo(np.float32).max)
+    mn = np.full(len(xb), big, np.float32)
+    mx = np.full(len(xb), -big, np.float32)
+    for e in range(xb.shape[1]):
+        v = xb[:, e]
+        mn = np.where(v < mn, v, mn)
+        mx = np.where(v > mx, v, mx)
+    return mn, mx
+
+
+def first_absmax_ref(xb: np.ndarray) -> np.ndarray:
+    """Per row of ``xb``: the first value of largest ``|x|`` by ggml's ``if (amax < fabsf(v))``
+    scan from ``+0.0`` (a NaN never wins; no winner: +0.0)."""
+    amax = np.zeros(len(xb), np.float32)
+    mx = np.zeros(len(xb), np.float32)
+    for e in range(xb.shape[1]):
+        v = xb[:, e]
+        upd = amax < np.abs(v)
+        amax = np.where(upd, np.abs(v), amax)
+        mx = np.where(upd, v, mx)
+    return mx

@@ -26,22 +26,11 @@ import numpy as np
 
 from ..qtypes import Q4_0 as QTYPE
 from ._bits import BlockPlan, Field, f16_word, nibble_codes
-from ._codec import (
-    LANES,
-    READONLY_F32,
-    READONLY_U8,
-    as_rows_f32,
-    bytes_shape,
-    load_lanes,
-    run_dequantize,
-    run_quantize,
-    parallel_dequantize,
-    parallel_quantize,
-    ref_fields,
-)
+from ._codec import LANES, declare, load_lanes
+from ._kquant import importance_weights, make_qx_quants, put_f16
 from .f16 import f16_bits_ref, f16_to_f32, f32_to_f16_bits
 from .f32 import cvtt_i32, cvtt_i32_ref, low_i8
-from .._jit import lazy_njit
+from .._jit import RO_F32, RO_U8, lazy_njit
 
 PLAN = BlockPlan(QTYPE, [
     Field("d", "u2", (f16_word(0),)),
@@ -49,13 +38,8 @@ PLAN = BlockPlan(QTYPE, [
 ])
 
 
-#: ``to_fields(blocks, n, k)`` / ``from_fields(fields, n, k)``: the bit plan, both ways (lossless)
-to_fields = PLAN.to_fields
-from_fields = PLAN.from_fields
-
-
 # ---- dequantize ----------------------------------------------------------------------------
-@lazy_njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True, error_model="numpy")
+@lazy_njit(numba.void(RO_U8, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True, error_model="numpy")
 def _dequantize_range(b, y, b0, b1, qk):
     half = qk >> 1  # 16; a run-time trip count, so LLVM vectorizes the loops below
     for i in range(b0, b1):
@@ -68,25 +52,15 @@ def _dequantize_range(b, y, b0, b1, qk):
             yb[half + j] = d * np.float32(np.int32(blk[2 + j] >> 4) - 8)
 
 
-_dequantize_parallel = parallel_dequantize(_dequantize_range)
-
-
-def dequantize(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """uint8 ``[rows, row_bytes]`` (or flat) to f32 ``[rows, K]``; bit-identical with gguf-py."""
-    return run_dequantize(QTYPE, blocks, out, _dequantize_range, _dequantize_parallel)
-
-
-def dequantize_ref(blocks: np.ndarray) -> np.ndarray:
-    """numpy reference from the bit fields."""
-    f, shape = ref_fields(blocks, QTYPE, PLAN)
+def _decode_ref(f):
+    """numpy: the f32 values from the bit fields (for ``dequantize_ref``)."""
     d = f["d"].view("<f2").astype(np.float32).repeat(32, axis=1)
     q = f["codes"].astype(np.float32) - np.float32(8)
-    with np.errstate(invalid="ignore", over="ignore"):
-        return (d * q).reshape(shape)
+    return d * q
 
 
 # ---- quantize ------------------------------------------------------------------------------
-@lazy_njit(numba.void(READONLY_F32, numba.uint8[::1], numba.int64, numba.int64), cache=True, error_model="numpy")
+@lazy_njit(numba.void(RO_F32, numba.uint8[::1], numba.int64, numba.int64), cache=True, error_model="numpy")
 def _quantize_range(x, out, b0, b1):
     """Blocks ``[b0, b1)``; ggml's per-block loop run for ``LANES`` blocks side by side."""
     xt = np.empty((32, LANES), np.float32)  # xt[e, l]: element e of block c0 + l
@@ -132,17 +106,8 @@ def _quantize_range(x, out, b0, b1):
                 dst[2 + j] = np.uint8(qs[j, l])
 
 
-_quantize_parallel = parallel_quantize(_quantize_range, 32)
-
-
-def quantize(x: np.ndarray, parallel: bool | None = None) -> np.ndarray:
-    """f32 ``[rows, K]`` (or 1-D) to Q4_0 blocks, byte-identical with ggml's reference."""
-    return run_quantize(QTYPE, x, _quantize_range, _quantize_parallel, parallel)
-
-
-def quantize_ref(x: np.ndarray) -> np.ndarray:
-    """numpy reference: ggml's scalar loop, vectorised over blocks, packed by ``from_fields``."""
-    xr = as_rows_f32(x, QTYPE)
+def _encode_ref(xr: np.ndarray) -> dict[str, np.ndarray]:
+    """numpy: ggml's scalar loop, vectorised over blocks, as bit fields (for ``quantize_ref``)."""
     xb = xr.reshape(-1, 32)
     amax = np.zeros(len(xb), np.float32)
     mx = np.zeros(len(xb), np.float32)
@@ -157,7 +122,23 @@ def quantize_ref(x: np.ndarray) -> np.ndarray:
     with np.errstate(invalid="ignore", over="ignore"):
         t = cvtt_i32_ref(xb * idv[:, None] + np.float32(8.5))
     u = np.minimum(15, low_i8(t)) & 0xFF
-    n = xr.shape[0] if xr.ndim == 2 else 1
-    k = xr.shape[-1]
+    n, k = xr.shape
     fields = {"d": f16_bits_ref(d).reshape(n, -1), "codes": u.astype(np.uint8).reshape(n, k)}
-    return from_fields(fields, n, k).reshape(bytes_shape(xr, QTYPE))
+    return fields
+
+
+# ---- quantize with importance weights (an imatrix row) ----------------------------------------
+@lazy_njit(cache=True, error_model="numpy")
+def _weighted_block(xb, qb, blk, sigma2, iscr, fscr):
+    """One block of ggml's ``quantize_row_q4_0_impl`` (importance weights ``qb``):
+        w = qb * sqrtf(sigma2 + x^2) (sigma2 = sum x^2 / K of the row)
+        d = make_qx_quants(32, 8, x, L, rmse_type=1, w); codes L as returned, packed as drawn above"""
+    L, w = iscr[0, :32], fscr[0]
+    importance_weights(qb, xb, sigma2, w)
+    put_f16(blk, 0, f32_to_f16_bits(make_qx_quants(32, 8, xb, L, w)))
+    for j in range(16):
+        blk[2 + j] = np.uint8((L[j] | (L[j + 16] << 4)) & 0xFF)
+
+
+declare(globals(), QTYPE, PLAN, dequantize_range=_dequantize_range, decode_ref=_decode_ref,
+        quantize_range=_quantize_range, encode_ref=_encode_ref, quantize_weighted_block=_weighted_block)

@@ -18,10 +18,11 @@ import numpy as np
 
 from ..qtypes import Q4_1 as QTYPE
 from ._bits import BlockPlan, Field, f16_word, nibble_codes
-from ._codec import READONLY_U8, run_dequantize, parallel_dequantize, ref_fields
-from .f16 import f16_to_f32
-from .f32 import add_first_nan
-from .._jit import lazy_njit
+from ._codec import declare
+from ._kquant import RDELTA3, RMIN3, block_min_max, importance_weights, int8, make_qkx3_quants, put_f16
+from .f16 import f16_bits_ref, f16_to_f32, f32_to_f16_bits
+from .f32 import add_first_nan, cvtt_i32, cvtt_i32_ref, low_i8, min_max_ref
+from .._jit import RO_F32, RO_U8, lazy_njit
 
 PLAN = BlockPlan(QTYPE, [
     Field("d", "u2", (f16_word(0),)),
@@ -30,13 +31,8 @@ PLAN = BlockPlan(QTYPE, [
 ])
 
 
-#: ``to_fields(blocks, n, k)`` / ``from_fields(fields, n, k)``: the bit plan, both ways (lossless)
-to_fields = PLAN.to_fields
-from_fields = PLAN.from_fields
-
-
 # ---- dequantize ----------------------------------------------------------------------------
-@lazy_njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True, error_model="numpy")
+@lazy_njit(numba.void(RO_U8, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True, error_model="numpy")
 def _dequantize_range(b, y, b0, b1, qk):
     half = qk >> 1  # 16; a run-time trip count, so LLVM vectorizes the loops below
     for i in range(b0, b1):
@@ -50,18 +46,66 @@ def _dequantize_range(b, y, b0, b1, qk):
             yb[half + j] = add_first_nan(d * np.float32(np.int32(blk[4 + j] >> 4)), m)
 
 
-_dequantize_parallel = parallel_dequantize(_dequantize_range)
+def _decode_ref(f):
+    """numpy: the f32 values from the bit fields (for ``dequantize_ref``)."""
+    d = f["d"].view("<f2").astype(np.float32).repeat(32, axis=1)
+    m = f["m"].view("<f2").astype(np.float32).repeat(32, axis=1)
+    return d * f["codes"].astype(np.float32) + m
 
 
-def dequantize(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """uint8 ``[rows, row_bytes]`` (or flat) to f32 ``[rows, K]``; bit-identical with gguf-py."""
-    return run_dequantize(QTYPE, blocks, out, _dequantize_range, _dequantize_parallel)
+# ---- quantize ------------------------------------------------------------------------------
+@lazy_njit(numba.void(RO_F32, numba.uint8[::1], numba.int64, numba.int64), cache=True, error_model="numpy")
+def _quantize_range(x, out, b0, b1):
+    """Blocks ``[b0, b1)`` of ggml's ``quantize_row_q4_1_ref``:
+        min, max over the block ("if (v < min)", from +-FLT_MAX); d = (max - min) / 15
+        id = d ? 1/d : 0;  u = MIN(15, (int8_t)((x - min)*id + 0.5f))  (low byte stored)"""
+    for i in range(b0, b1):
+        xb = x[i * 32:i * 32 + 32]
+        blk = out[i * 20:i * 20 + 20]
+        mn, mx = block_min_max(xb)
+        d = (mx - mn) / np.float32(15)
+        idv = np.float32(1) / d if d != np.float32(0) else np.float32(0)
+        put_f16(blk, 0, f32_to_f16_bits(d))
+        put_f16(blk, 2, f32_to_f16_bits(mn))
+        for j in range(16):
+            u0 = min(15, int8(cvtt_i32((xb[j] - mn) * idv + np.float32(0.5)))) & 0xFF
+            u1 = min(15, int8(cvtt_i32((xb[j + 16] - mn) * idv + np.float32(0.5)))) & 0xFF
+            blk[4 + j] = np.uint8((u0 | (u1 << 4)) & 0xFF)
 
 
-def dequantize_ref(blocks: np.ndarray) -> np.ndarray:
-    """numpy reference from the bit fields."""
-    f, shape = ref_fields(blocks, QTYPE, PLAN)
-    with np.errstate(invalid="ignore", over="ignore"):
-        d = f["d"].view("<f2").astype(np.float32).repeat(32, axis=1)
-        m = f["m"].view("<f2").astype(np.float32).repeat(32, axis=1)
-        return (d * f["codes"].astype(np.float32) + m).reshape(shape)
+def _encode_ref(xr: np.ndarray) -> dict[str, np.ndarray]:
+    """numpy: ggml's scalar loop, vectorised over blocks, as bit fields (for ``quantize_ref``)."""
+    xb = xr.reshape(-1, 32)
+    mn, mx = min_max_ref(xb)
+    with np.errstate(all="ignore"):
+        d = (mx - mn) / np.float32(15)
+        idv = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
+        t = cvtt_i32_ref((xb - mn[:, None]) * idv[:, None] + np.float32(0.5))
+    u = np.minimum(15, low_i8(t)) & 0xFF
+    n, k = xr.shape
+    # a code above 15 (a negative int8) spills into the other nibble, as ggml's "|=" does
+    lo, hi = u[:, :16], u[:, 16:]
+    byte = (lo | (hi << 4)) & 0xFF
+    codes = np.concatenate([byte & 15, byte >> 4], axis=1)
+    return {"d": f16_bits_ref(d).reshape(n, -1), "m": f16_bits_ref(mn).reshape(n, -1),
+            "codes": codes.astype(np.uint8).reshape(n, k)}
+
+
+# ---- quantize with importance weights (an imatrix row) ----------------------------------------
+@lazy_njit(cache=True, error_model="numpy")
+def _weighted_block(xb, qb, blk, sigma2, iscr, fscr):
+    """One block of ggml's ``quantize_row_q4_1_impl`` (importance weights ``qb``):
+        w = qb * sqrtf(sigma2 + x^2) (sigma2 = sum x^2 / K of the row)
+        d, min = make_qkx3_quants(32, 15, x, w, L, &min, Laux, -0.9, 0.05, 36, false)
+        stored d = f16(d), m = f16(-min); codes L as returned"""
+    L, laux, w = iscr[0, :32], iscr[1, :32], fscr[0]
+    importance_weights(qb, xb, sigma2, w)
+    d, mn = make_qkx3_quants(32, 15, xb, w, L, laux, RMIN3, RDELTA3, 36, False)
+    put_f16(blk, 0, f32_to_f16_bits(d))
+    put_f16(blk, 2, f32_to_f16_bits(-mn))
+    for j in range(16):
+        blk[4 + j] = np.uint8((L[j] | (L[j + 16] << 4)) & 0xFF)
+
+
+declare(globals(), QTYPE, PLAN, dequantize_range=_dequantize_range, decode_ref=_decode_ref,
+        quantize_range=_quantize_range, encode_ref=_encode_ref, quantize_weighted_block=_weighted_block)

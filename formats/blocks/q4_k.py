@@ -33,23 +33,11 @@ import numpy as np
 
 from ..qtypes import Q4_K as QTYPE
 from ._bits import BlockPlan, Field, f16_word, k_scale_parts
-from ._codec import (
-    CHUNK_BLOCKS,
-    READONLY_F32,
-    READONLY_U8,
-    as_rows_f32,
-    bytes_shape,
-    load_lanes,
-    run_dequantize,
-    run_quantize,
-    parallel_dequantize,
-    parallel_quantize,
-    k_scale_min,
-    ref_fields,
-)
+from ._codec import CHUNK_BLOCKS, declare, k_scale_min, k_scale_put, load_lanes
+from ._kquant import kx3_sub_blocks, make_qp_quants
 from .f16 import f16_bits_ref, f16_to_f32, f32_to_f16_bits
 from .f32 import f32_bits
-from .._jit import lazy_njit
+from .._jit import RO_F32, RO_U8, lazy_njit
 
 _SC, _M = k_scale_parts(4)
 
@@ -63,13 +51,8 @@ PLAN = BlockPlan(QTYPE, [
 ])
 
 
-#: ``to_fields(blocks, n, k)`` / ``from_fields(fields, n, k)``: the bit plan, both ways (lossless)
-to_fields = PLAN.to_fields
-from_fields = PLAN.from_fields
-
-
 # ---- dequantize ----------------------------------------------------------------------------
-@lazy_njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True, error_model="numpy")
+@lazy_njit(numba.void(RO_U8, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True, error_model="numpy")
 def _dequantize_range(b, y, b0, b1, qk):
     sub = qk >> 3  # 32; a run-time trip count, so LLVM vectorizes the loops below
     for i in range(b0, b1):
@@ -88,23 +71,13 @@ def _dequantize_range(b, y, b0, b1, qk):
                 ys[j] = ds * np.float32((np.int32(qs[j]) >> sh) & 15) - ms
 
 
-_dequantize_parallel = parallel_dequantize(_dequantize_range, chunk=CHUNK_BLOCKS // 8)
-
-
-def dequantize(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """uint8 ``[rows, row_bytes]`` (or flat) to f32 ``[rows, K]``; bit-identical with gguf-py."""
-    return run_dequantize(QTYPE, blocks, out, _dequantize_range, _dequantize_parallel)
-
-
-def dequantize_ref(blocks: np.ndarray) -> np.ndarray:
-    """numpy reference from the bit fields."""
-    f, shape = ref_fields(blocks, QTYPE, PLAN)
+def _decode_ref(f):
+    """numpy: the f32 values from the bit fields (for ``dequantize_ref``)."""
     d = f["d"].view("<f2").astype(np.float32).repeat(8, axis=1)
     dmin = f["dmin"].view("<f2").astype(np.float32).repeat(8, axis=1)
-    with np.errstate(invalid="ignore", over="ignore"):
-        ds = (d * f["sc"].astype(np.float32)).repeat(32, axis=1)
-        ms = (dmin * f["m"].astype(np.float32)).repeat(32, axis=1)
-        return (ds * f["codes"].astype(np.float32) - ms).reshape(shape)
+    ds = (d * f["sc"].astype(np.float32)).repeat(32, axis=1)
+    ms = (dmin * f["m"].astype(np.float32)).repeat(32, axis=1)
+    return ds * f["codes"].astype(np.float32) - ms
 
 
 # ---- quantize ------------------------------------------------------------------------------
@@ -243,7 +216,7 @@ def _make_qkx2_lanes(xt, w, laux, nl, st):
             mn[l] = mn0[l]
 
 
-@lazy_njit(numba.void(READONLY_F32, numba.uint8[::1], numba.int64, numba.int64), cache=True, error_model="numpy")
+@lazy_njit(numba.void(RO_F32, numba.uint8[::1], numba.int64, numba.int64), cache=True, error_model="numpy")
 def _quantize_range(x, out, b0, b1):
     """Super-blocks ``[b0, b1)``: ``SUB_LANES`` sub-blocks side by side, ggml's order per lane."""
     xt = np.empty((32, SUB_LANES), np.float32)
@@ -298,13 +271,7 @@ def _quantize_range(x, out, b0, b1):
             for j in range(8):
                 ls = min(63, nearest_int(inv_scale * sc[8 * sb + j]) & 0xFF)
                 lm = min(63, nearest_int(inv_min * -mn[8 * sb + j]) & 0xFF)
-                if j < 4:
-                    blk[4 + j] = np.uint8(ls)
-                    blk[8 + j] = np.uint8(lm)
-                else:
-                    blk[12 + j - 4] = np.uint8((ls & 0xF) | ((lm & 0xF) << 4))
-                    blk[4 + j - 4] = np.uint8(blk[4 + j - 4] | ((ls >> 4) << 6))
-                    blk[4 + j] = np.uint8(blk[4 + j] | ((lm >> 4) << 6))
+                k_scale_put(blk, j, ls, lm)
                 dd[8 * sb + j] = fd * np.float32(ls)
                 dm[8 * sb + j] = fm * np.float32(lm)
         # final codes: clamp(nearest_int((x + dm) / d), 0, 15) where d*sc != 0, else the codes
@@ -325,15 +292,6 @@ def _quantize_range(x, out, b0, b1):
                 l0 = 8 * sb + 2 * c
                 for t in range(32):
                     qs[32 * c + t] = np.uint8(np.int32(lq[t, l0]) | (np.int32(lq[t, l0 + 1]) << 4))
-
-
-_quantize_parallel = parallel_quantize(_quantize_range, 256, 64)
-
-
-def quantize(x: np.ndarray, parallel: bool | None = None) -> np.ndarray:
-    """f32 ``[rows, K]`` (or 1-D) to Q4_K blocks, byte-identical with ggml's
-    ``quantize_row_q4_K_ref``."""
-    return run_quantize(QTYPE, x, _quantize_range, _quantize_parallel, parallel)
 
 
 # ---- the numpy reference: ggml's C, line by line, vectorised over sub-blocks ----------------
@@ -403,10 +361,9 @@ def _make_qkx2_ref(x: np.ndarray, weights: np.ndarray, nmax: int, rmin, rdelta, 
     return L, scale.astype(f32), the_min.astype(f32)
 
 
-def quantize_ref(x: np.ndarray) -> np.ndarray:
-    """numpy reference of ``quantize_row_q4_K_ref``, packed by ``from_fields``."""
+def _encode_ref(xr: np.ndarray) -> dict[str, np.ndarray]:
+    """numpy: ggml's scalar loop, vectorised over blocks, as bit fields (for ``quantize_ref``)."""
     f32 = np.float32
-    xr = as_rows_f32(x, QTYPE)
     xs = xr.reshape(-1, 32)  # one row per sub-block; 8 per super-block
     with np.errstate(all="ignore"):
         sum_x2 = np.zeros(len(xs), np.float32)
@@ -432,8 +389,7 @@ def quantize_ref(x: np.ndarray) -> np.ndarray:
         dm = (hm.view("<f2").astype(f32)[:, None] * lm.astype(f32)).reshape(-1)
         q = np.clip(nearest_int_ref((xs + dm[:, None]) / d[:, None]), 0, NMAX)
         L = np.where((d != 0)[:, None], q, L)
-    n = xr.shape[0] if xr.ndim == 2 else 1
-    k = xr.shape[-1]
+    n, k = xr.shape
     fields = {
         "d": hd.reshape(n, -1),
         "dmin": hm.reshape(n, -1),
@@ -441,4 +397,52 @@ def quantize_ref(x: np.ndarray) -> np.ndarray:
         "m": lm.astype(np.uint8).reshape(n, -1),
         "codes": L.astype(np.uint8).reshape(n, k),
     }
-    return from_fields(fields, n, k).reshape(bytes_shape(xr, QTYPE))
+    return fields
+
+
+# ---- quantize with importance weights (an imatrix row) ----------------------------------------
+@lazy_njit(cache=True, error_model="numpy")
+def _weighted_block(xb, qb, blk, sigma2, iscr, fscr):
+    """One super-block of ggml's ``quantize_row_q4_K_impl`` (importance weights ``qb``):
+        sigma2 = 2 * sum x^2 / 256;  w = qb * sqrtf(sigma2 + x^2)
+        scale[s], min[s] = make_qkx3_quants(32, 15, x, w, L, &min, Laux, -0.9, 0.05, 36, false)
+        sc = make_qp_quants(8, 63, scale, Ls, sw), m likewise (sw[s] = sum of w over the sub-block)
+        the 12 scale bytes written as ggml writes them (low bytes, OR-ed), d = f16(sc), dmin = f16(m)
+        codes from the stored 6-bit scales, as the reference does."""
+    L, laux, ls, lm = iscr[0], iscr[1], iscr[2, :8], iscr[3, :8]
+    w, sw, scales, mins = fscr[0], fscr[1, :8], fscr[2, :8], fscr[3, :8]
+    kx3_sub_blocks(xb, qb, L, laux, w, sw, scales, mins, 15)
+    d_block = make_qp_quants(8, 63, scales, ls, sw)
+    m_block = make_qp_quants(8, 63, mins, lm, sw)
+    for j in range(8):
+        a = ls[j] & 0xFF
+        b = lm[j] & 0xFF
+        if j < 4:
+            blk[4 + j] = np.uint8(a)
+            blk[8 + j] = np.uint8(b)
+        else:
+            blk[8 + j] = np.uint8((a & 0xF) | ((b & 0xF) << 4))
+            blk[j] = np.uint8((np.int64(blk[j]) | ((a >> 4) << 6)) & 0xFF)
+            blk[4 + j] = np.uint8((np.int64(blk[4 + j]) | ((b >> 4) << 6)) & 0xFF)
+    hd = f32_to_f16_bits(d_block)
+    hm = f32_to_f16_bits(m_block)
+    blk[0], blk[1], blk[2], blk[3] = np.uint8(hd & 0xFF), np.uint8(hd >> 8), np.uint8(hm & 0xFF), np.uint8(hm >> 8)
+    fd = f16_to_f32(hd)
+    fm = f16_to_f32(hm)
+    for j in range(8):
+        sc6, m6 = k_scale_min(blk, j)
+        dd = fd * np.float32(sc6)
+        if dd == np.float32(0):
+            continue
+        dm = fm * np.float32(m6)
+        for e in range(32 * j, 32 * j + 32):
+            q = nearest_int((xb[e] + dm) / dd)
+            L[e] = 0 if q < 0 else (15 if q > 15 else q)
+    qs = blk[16:144]
+    for c in range(4):
+        for t in range(32):
+            qs[32 * c + t] = np.uint8((L[64 * c + t] | (L[64 * c + 32 + t] << 4)) & 0xFF)
+
+declare(globals(), QTYPE, PLAN, dequantize_range=_dequantize_range, chunk=CHUNK_BLOCKS // 8,
+        decode_ref=_decode_ref, quantize_range=_quantize_range, quantize_chunk=64, encode_ref=_encode_ref,
+        quantize_weighted_block=_weighted_block)

@@ -17,9 +17,11 @@ import numpy as np
 
 from ..qtypes import Q5_0 as QTYPE
 from ._bits import BlockPlan, Field, f16_word, nibble_codes, qh_bit
-from ._codec import READONLY_U8, run_dequantize, parallel_dequantize, ref_fields
-from .f16 import f16_to_f32
-from .._jit import lazy_njit
+from ._codec import declare
+from ._kquant import importance_weights, int8, make_qx_quants, put_f16, put_q5
+from .f16 import f16_bits_ref, f16_to_f32, f32_to_f16_bits
+from .f32 import cvtt_i32, cvtt_i32_ref, first_absmax_ref, low_i8
+from .._jit import RO_F32, RO_U8, lazy_njit
 
 PLAN = BlockPlan(QTYPE, [
     Field("d", "u2", (f16_word(0),)),
@@ -27,13 +29,8 @@ PLAN = BlockPlan(QTYPE, [
 ])
 
 
-#: ``to_fields(blocks, n, k)`` / ``from_fields(fields, n, k)``: the bit plan, both ways (lossless)
-to_fields = PLAN.to_fields
-from_fields = PLAN.from_fields
-
-
 # ---- dequantize ----------------------------------------------------------------------------
-@lazy_njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True, error_model="numpy")
+@lazy_njit(numba.void(RO_U8, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True, error_model="numpy")
 def _dequantize_range(b, y, b0, b1, qk):
     half = qk >> 1  # 16; a run-time trip count, so LLVM vectorizes the loops below
     for i in range(b0, b1):
@@ -52,18 +49,62 @@ def _dequantize_range(b, y, b0, b1, qk):
             yb[half + j] = d * np.float32(q - 16)
 
 
-_dequantize_parallel = parallel_dequantize(_dequantize_range)
+def _decode_ref(f):
+    """numpy: the f32 values from the bit fields (for ``dequantize_ref``)."""
+    d = f["d"].view("<f2").astype(np.float32).repeat(32, axis=1)
+    q = f["codes"].astype(np.float32) - np.float32(16)
+    return d * q
 
 
-def dequantize(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """uint8 ``[rows, row_bytes]`` (or flat) to f32 ``[rows, K]``; bit-identical with gguf-py."""
-    return run_dequantize(QTYPE, blocks, out, _dequantize_range, _dequantize_parallel)
+# ---- quantize ------------------------------------------------------------------------------
+@lazy_njit(numba.void(RO_F32, numba.uint8[::1], numba.int64, numba.int64), cache=True, error_model="numpy")
+def _quantize_range(x, out, b0, b1):
+    """Blocks ``[b0, b1)`` of ggml's ``quantize_row_q5_0_ref``:
+        max = the first element of largest |x| (as Q4_0); d = max / -16; id = d ? 1/d : 0
+        u = MIN(31, (int8_t)(x*id + 16.5f)) (low byte); qs/qh as Q5_1"""
+    L = np.empty(32, np.int32)
+    for i in range(b0, b1):
+        xb = x[i * 32:i * 32 + 32]
+        blk = out[i * 22:i * 22 + 22]
+        amax = np.float32(0)
+        mx = np.float32(0)
+        for j in range(32):
+            v = xb[j]
+            if amax < abs(v):
+                amax = abs(v)
+                mx = v
+        d = mx / np.float32(-16)
+        idv = np.float32(1) / d if d != np.float32(0) else np.float32(0)
+        hd = f32_to_f16_bits(d)
+        blk[0], blk[1] = np.uint8(hd & 0xFF), np.uint8(hd >> 8)
+        for j in range(32):
+            L[j] = min(31, int8(cvtt_i32(xb[j] * idv + np.float32(16.5)))) & 0xFF
+        put_q5(blk, 2, 6, L)
 
 
-def dequantize_ref(blocks: np.ndarray) -> np.ndarray:
-    """numpy reference from the bit fields."""
-    f, shape = ref_fields(blocks, QTYPE, PLAN)
-    with np.errstate(invalid="ignore", over="ignore"):
-        d = f["d"].view("<f2").astype(np.float32).repeat(32, axis=1)
-        q = f["codes"].astype(np.float32) - np.float32(16)
-        return (d * q).reshape(shape)
+def _encode_ref(xr: np.ndarray) -> dict[str, np.ndarray]:
+    """numpy: ggml's scalar loop, vectorised over blocks, as bit fields (for ``quantize_ref``)."""
+    xb = xr.reshape(-1, 32)
+    mx = first_absmax_ref(xb)
+    with np.errstate(all="ignore"):
+        d = mx / np.float32(-16)
+        idv = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
+        u = (np.minimum(31, low_i8(cvtt_i32_ref(xb * idv[:, None] + np.float32(16.5)))) & 0xFF) & 31
+    n, k = xr.shape
+    return {"d": f16_bits_ref(d).reshape(n, -1), "codes": u.astype(np.uint8).reshape(n, k)}
+
+
+# ---- quantize with importance weights (an imatrix row) ----------------------------------------
+@lazy_njit(cache=True, error_model="numpy")
+def _weighted_block(xb, qb, blk, sigma2, iscr, fscr):
+    """One block of ggml's ``quantize_row_q5_0_impl`` (importance weights ``qb``):
+        w = qb * sqrtf(sigma2 + x^2) (sigma2 = sum x^2 / K of the row)
+        d = make_qx_quants(32, 16, x, L, rmse_type=1, w); codes L as returned, packed as drawn above"""
+    L, w = iscr[0, :32], fscr[0]
+    importance_weights(qb, xb, sigma2, w)
+    put_f16(blk, 0, f32_to_f16_bits(make_qx_quants(32, 16, xb, L, w)))
+    put_q5(blk, 2, 6, L)
+
+
+declare(globals(), QTYPE, PLAN, dequantize_range=_dequantize_range, decode_ref=_decode_ref,
+        quantize_range=_quantize_range, encode_ref=_encode_ref, quantize_weighted_block=_weighted_block)

@@ -18,16 +18,10 @@ import numpy as np
 
 from ..qtypes import Q5_K as QTYPE
 from ._bits import BlockPlan, Field, f16_word, k_scale_parts
-from ._codec import (
-    CHUNK_BLOCKS,
-    READONLY_U8,
-    run_dequantize,
-    parallel_dequantize,
-    k_scale_min,
-    ref_fields,
-)
-from .f16 import f16_to_f32
-from .._jit import lazy_njit
+from ._codec import CHUNK_BLOCKS, declare, k_scale_min, k_scale_put
+from ._kquant import clamp, kx3_sub_blocks, make_qkx2_quants, make_qp_quants, nearest_int
+from .f16 import f16_to_f32, f32_to_f16_bits
+from .._jit import RO_F32, RO_U8, lazy_njit
 
 _SC, _M = k_scale_parts(4)
 
@@ -41,13 +35,8 @@ PLAN = BlockPlan(QTYPE, [
 ])
 
 
-#: ``to_fields(blocks, n, k)`` / ``from_fields(fields, n, k)``: the bit plan, both ways (lossless)
-to_fields = PLAN.to_fields
-from_fields = PLAN.from_fields
-
-
 # ---- dequantize ----------------------------------------------------------------------------
-@lazy_njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True, error_model="numpy")
+@lazy_njit(numba.void(RO_U8, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True, error_model="numpy")
 def _dequantize_range(b, y, b0, b1, qk):
     sub = qk >> 3  # 32; a run-time trip count, so LLVM vectorizes the loops below
     for i in range(b0, b1):
@@ -68,20 +57,109 @@ def _dequantize_range(b, y, b0, b1, qk):
                 ys[j] = ds * np.float32(q) - ms
 
 
-_dequantize_parallel = parallel_dequantize(_dequantize_range, chunk=CHUNK_BLOCKS // 8)
+def _decode_ref(f):
+    """numpy: the f32 values from the bit fields (for ``dequantize_ref``)."""
+    d = f["d"].view("<f2").astype(np.float32).repeat(8, axis=1)
+    dmin = f["dmin"].view("<f2").astype(np.float32).repeat(8, axis=1)
+    ds = (d * f["sc"].astype(np.float32)).repeat(32, axis=1)
+    ms = (dmin * f["m"].astype(np.float32)).repeat(32, axis=1)
+    return ds * f["codes"].astype(np.float32) - ms
 
 
-def dequantize(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """uint8 ``[rows, row_bytes]`` (or flat) to f32 ``[rows, K]``; bit-identical with gguf-py."""
-    return run_dequantize(QTYPE, blocks, out, _dequantize_range, _dequantize_parallel)
+# ---- quantize ------------------------------------------------------------------------------
+_RMIN = np.float32(-0.5)
+_RDELTA = np.float32(0.1)
 
 
-def dequantize_ref(blocks: np.ndarray) -> np.ndarray:
-    """numpy reference from the bit fields."""
-    f, shape = ref_fields(blocks, QTYPE, PLAN)
-    with np.errstate(invalid="ignore", over="ignore"):
-        d = f["d"].view("<f2").astype(np.float32).repeat(8, axis=1)
-        dmin = f["dmin"].view("<f2").astype(np.float32).repeat(8, axis=1)
-        ds = (d * f["sc"].astype(np.float32)).repeat(32, axis=1)
-        ms = (dmin * f["m"].astype(np.float32)).repeat(32, axis=1)
-        return (ds * f["codes"].astype(np.float32) - ms).reshape(shape)
+@lazy_njit(numba.void(RO_F32, numba.uint8[::1], numba.int64, numba.int64), cache=True, error_model="numpy")
+def _quantize_range(x, out, b0, b1):
+    """Super-blocks ``[b0, b1)`` of ggml's ``quantize_row_q5_K_ref``: Q4_K's recipe (see
+    q4_k.py) with nmax 31 and make_qkx2_quants(32, 31, x, w, L, &min, Laux, -0.5, 0.1, 15,
+    false), w = sqrtf(sum x^2 / 32) + |x|; the final codes from the stored 6-bit scales;
+    low 4 bits into qs, bit 4 into qh as drawn above."""
+    L = np.empty(256, np.int32)
+    laux = np.empty(32, np.int32)
+    w = np.empty(32, np.float32)
+    scales = np.empty(8, np.float32)
+    mins = np.empty(8, np.float32)
+    for i in range(b0, b1):
+        xb = x[i * 256:i * 256 + 256]
+        blk = out[i * 176:i * 176 + 176]
+        max_scale = np.float32(0)
+        max_min = np.float32(0)
+        for j in range(8):
+            xs = xb[32 * j:32 * j + 32]
+            s2 = np.float32(0)
+            for l in range(32):
+                s2 = s2 + xs[l] * xs[l]
+            av = np.sqrt(s2 / np.float32(32))
+            for l in range(32):
+                w[l] = av + abs(xs[l])
+            sc, mn = make_qkx2_quants(32, 31, xs, w, L[32 * j:32 * j + 32], laux, _RMIN, _RDELTA, 15, False)
+            scales[j] = sc
+            mins[j] = mn
+            if sc > max_scale:
+                max_scale = sc
+            if mn > max_min:
+                max_min = mn
+        inv_scale = np.float32(63) / max_scale if max_scale > np.float32(0) else np.float32(0)
+        inv_min = np.float32(63) / max_min if max_min > np.float32(0) else np.float32(0)
+        for j in range(8):
+            ls = min(63, nearest_int(inv_scale * scales[j]) & 0xFF)
+            lm = min(63, nearest_int(inv_min * mins[j]) & 0xFF)
+            k_scale_put(blk, j, ls, lm)
+        _finish_block(xb, blk, L, max_scale / np.float32(63), max_min / np.float32(63))
+
+
+@lazy_njit(cache=True, error_model="numpy")
+def _finish_block(xb, blk, L, d, dmin):
+    """Store d and dmin as f16, then the codes from the stored 6-bit scales (a sub-block whose
+    f32(d)*sc is 0 keeps ``L``), low 4 bits into qs and bit 4 into qh (ggml's tail of both
+    quantize_row_q5_K_ref and _impl)."""
+    hd = f32_to_f16_bits(d)
+    hm = f32_to_f16_bits(dmin)
+    blk[0], blk[1], blk[2], blk[3] = np.uint8(hd & 0xFF), np.uint8(hd >> 8), np.uint8(hm & 0xFF), np.uint8(hm >> 8)
+    fd = f16_to_f32(hd)
+    fm = f16_to_f32(hm)
+    for j in range(8):
+        sc, m = k_scale_min(blk, j)
+        dd = fd * np.float32(sc)
+        if dd == np.float32(0):
+            continue
+        dm = fm * np.float32(m)
+        for e in range(32 * j, 32 * j + 32):
+            L[e] = clamp(nearest_int((xb[e] + dm) / dd), 0, 31)
+    qh = blk[16:48]
+    qh[:] = 0
+    for c in range(4):
+        ql = blk[48 + 32 * c:48 + 32 * c + 32]
+        for l in range(32):
+            l1 = L[64 * c + l]
+            l2 = L[64 * c + 32 + l]
+            if l1 > 15:
+                l1 -= 16
+                qh[l] = np.uint8(qh[l] | (1 << (2 * c)))
+            if l2 > 15:
+                l2 -= 16
+                qh[l] = np.uint8(qh[l] | (2 << (2 * c)))
+            ql[l] = np.uint8((l1 | (l2 << 4)) & 0xFF)
+
+
+@lazy_njit(cache=True, error_model="numpy")
+def _weighted_block(xb, qb, blk, sigma2, iscr, fscr):
+    """One super-block of ggml's ``quantize_row_q5_K_impl`` (importance weights ``qb``):
+    Q4_K's weighted recipe (q4_k.py) with nmax 31 (make_qkx3_quants(32, 31, ..., -0.9, 0.05,
+    36)), the make_qp_quants codes clamped to 63, then the reference's tail."""
+    L, laux, ls, lm = iscr[0], iscr[1], iscr[2, :8], iscr[3, :8]
+    w, sw, scales, mins = fscr[0], fscr[1, :8], fscr[2, :8], fscr[3, :8]
+    kx3_sub_blocks(xb, qb, L, laux, w, sw, scales, mins, 31)
+    d_block = make_qp_quants(8, 63, scales, ls, sw)
+    m_block = make_qp_quants(8, 63, mins, lm, sw)
+    for j in range(8):
+        k_scale_put(blk, j, min(63, ls[j] & 0xFF), min(63, lm[j] & 0xFF))
+    _finish_block(xb, blk, L, d_block, m_block)
+
+
+declare(globals(), QTYPE, PLAN, dequantize_range=_dequantize_range, chunk=CHUNK_BLOCKS // 8,
+        decode_ref=_decode_ref, quantize_range=_quantize_range, quantize_chunk=64, encode_ref="scalar",
+        quantize_weighted_block=_weighted_block)

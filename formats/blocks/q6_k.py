@@ -20,15 +20,10 @@ import numpy as np
 
 from ..qtypes import Q6_K as QTYPE
 from ._bits import BlockPlan, Field, f16_word, whole_byte
-from ._codec import (
-    CHUNK_BLOCKS,
-    READONLY_U8,
-    run_dequantize,
-    parallel_dequantize,
-    ref_fields,
-)
-from .f16 import f16_to_f32
-from .._jit import lazy_njit
+from ._codec import CHUNK_BLOCKS, declare
+from ._kquant import GROUP_MAX_EPS, clamp, int8, make_qx_quants, nearest_int
+from .f16 import f16_to_f32, f32_to_f16_bits
+from .._jit import RO_F32, RO_U8, lazy_njit
 
 
 def _code(e: int) -> tuple:
@@ -44,13 +39,8 @@ PLAN = BlockPlan(QTYPE, [
 ])
 
 
-#: ``to_fields(blocks, n, k)`` / ``from_fields(fields, n, k)``: the bit plan, both ways (lossless)
-to_fields = PLAN.to_fields
-from_fields = PLAN.from_fields
-
-
 # ---- dequantize ----------------------------------------------------------------------------
-@lazy_njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True, error_model="numpy")
+@lazy_njit(numba.void(RO_U8, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True, error_model="numpy")
 def _dequantize_range(b, y, b0, b1, qk):
     # ggml's loop: per half h, l in 0..31 gives elements l, l+32, l+64, l+96 of the half
     # (groups g = 0..3), scale index 8h + 2g + l // 16. n32 comes at run time so LLVM
@@ -85,19 +75,78 @@ def _dequantize_range(b, y, b0, b1, qk):
                 ys[l + 96] = (s3a if first else s3b) * np.float32(((lo1 >> 4) | (((hi >> 6) & 3) << 4)) - 32)
 
 
-_dequantize_parallel = parallel_dequantize(_dequantize_range, chunk=CHUNK_BLOCKS // 8)
+def _decode_ref(f):
+    """numpy: the f32 values from the bit fields (for ``dequantize_ref``)."""
+    d = f["d"].view("<f2").astype(np.float32).repeat(16, axis=1)
+    ds = (d * f["scale"].astype(np.float32)).repeat(16, axis=1)
+    q = f["codes"].astype(np.float32) - np.float32(32)
+    return ds * q
 
 
-def dequantize(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """uint8 ``[rows, row_bytes]`` (or flat) to f32 ``[rows, K]``; bit-identical with gguf-py."""
-    return run_dequantize(QTYPE, blocks, out, _dequantize_range, _dequantize_parallel)
+# ---- quantize ------------------------------------------------------------------------------
+_NO_WEIGHTS = np.zeros(0, np.float32)  # make_qx_quants' qw = NULL
 
 
-def dequantize_ref(blocks: np.ndarray) -> np.ndarray:
-    """numpy reference from the bit fields."""
-    f, shape = ref_fields(blocks, QTYPE, PLAN)
-    with np.errstate(invalid="ignore", over="ignore"):
-        d = f["d"].view("<f2").astype(np.float32).repeat(16, axis=1)
-        ds = (d * f["scale"].astype(np.float32)).repeat(16, axis=1)
-        q = f["codes"].astype(np.float32) - np.float32(32)
-        return (ds * q).reshape(shape)
+@lazy_njit(cache=True, error_model="numpy")
+def _quantize_block(xb, blk, L, scales, qw):
+    """One super-block of ggml's ``quantize_row_q6_K_ref`` (``qw`` empty) or, with importance
+    weights ``qw[256]``, of ``quantize_row_q6_K_impl`` (the same recipe, make_qx_quants
+    weighted by ``qw``):
+        per group of 16: scale[g] = make_qx_quants(16, 32, x, L, rmse_type=1, qw)
+        max_scale = the scale of largest |scale| (first wins); below GROUP_MAX_EPS: all 210 bytes 0
+        iscale = -128/max_scale; d = f16(1/iscale); sc[g] = (int8)MIN(127, nearest_int(iscale*scale[g]))
+        per group with dd = f32(d)*sc[g] != 0: L = clamp(nearest_int(x/dd), -32, 31) + 32
+        (dd == 0: make_qx_quants' codes stay); packed as drawn above."""
+    max_scale = np.float32(0)
+    max_abs = np.float32(0)
+    for g in range(16):
+        sc = make_qx_quants(16, 32, xb[16 * g:16 * g + 16], L[16 * g:16 * g + 16], qw[16 * g:16 * g + 16])
+        scales[g] = sc
+        if abs(sc) > max_abs:
+            max_abs = abs(sc)
+            max_scale = sc
+    if max_abs < GROUP_MAX_EPS:
+        blk[:] = 0
+        return
+    iscale = np.float32(-128) / max_scale
+    hd = f32_to_f16_bits(np.float32(1) / iscale)
+    blk[208] = np.uint8(hd & 0xFF)
+    blk[209] = np.uint8(hd >> 8)
+    fd = f16_to_f32(hd)
+    for g in range(16):
+        blk[192 + g] = np.uint8(min(127, nearest_int(iscale * scales[g])) & 0xFF)
+    for g in range(16):
+        dd = fd * np.float32(int8(blk[192 + g]))
+        if dd == np.float32(0):
+            continue
+        for e in range(16 * g, 16 * g + 16):
+            L[e] = clamp(nearest_int(xb[e] / dd), -32, 31) + 32
+    for h in range(2):
+        ql = blk[64 * h:64 * h + 64]
+        qh = blk[128 + 32 * h:128 + 32 * h + 32]
+        Lh = L[128 * h:128 * h + 128]
+        for l in range(32):
+            ql[l] = np.uint8((Lh[l] & 15) | ((Lh[l + 64] & 15) << 4))
+            ql[l + 32] = np.uint8((Lh[l + 32] & 15) | ((Lh[l + 96] & 15) << 4))
+            qh[l] = np.uint8(((Lh[l] >> 4) | ((Lh[l + 32] >> 4) << 2) | ((Lh[l + 64] >> 4) << 4)
+                              | ((Lh[l + 96] >> 4) << 6)) & 0xFF)
+
+
+@lazy_njit(numba.void(RO_F32, numba.uint8[::1], numba.int64, numba.int64), cache=True, error_model="numpy")
+def _quantize_range(x, out, b0, b1):
+    """Super-blocks ``[b0, b1)`` of ggml's ``quantize_row_q6_K_ref`` (see ``_quantize_block``)."""
+    L = np.empty(256, np.int32)
+    scales = np.empty(16, np.float32)
+    for i in range(b0, b1):
+        _quantize_block(x[i * 256:i * 256 + 256], out[i * 210:i * 210 + 210], L, scales, _NO_WEIGHTS)
+
+
+@lazy_njit(cache=True, error_model="numpy")
+def _weighted_block(xb, qb, blk, sigma2, iscr, fscr):
+    """One super-block of ``quantize_row_q6_K_impl`` (importance weights ``qb``)."""
+    _quantize_block(xb, blk, iscr[0], fscr[0, :16], qb)
+
+
+declare(globals(), QTYPE, PLAN, dequantize_range=_dequantize_range, chunk=CHUNK_BLOCKS // 8,
+        decode_ref=_decode_ref, quantize_range=_quantize_range, quantize_chunk=64, encode_ref="scalar",
+        quantize_weighted_block=_weighted_block)

@@ -24,22 +24,10 @@ import numpy as np
 
 from ..qtypes import Q8_0 as QTYPE
 from ._bits import BlockPlan, Field, f16_word, whole_byte
-from ._codec import (
-    LANES,
-    READONLY_F32,
-    READONLY_U8,
-    as_rows_f32,
-    bytes_shape,
-    load_lanes,
-    run_dequantize,
-    run_quantize,
-    parallel_dequantize,
-    parallel_quantize,
-    ref_fields,
-)
+from ._codec import LANES, declare, load_lanes
 from .f16 import f16_bits_ref, f16_to_f32, f32_to_f16_bits
 from .f32 import cvtt_i32, cvtt_i32_ref, low_i8
-from .._jit import lazy_njit
+from .._jit import RO_F32, RO_U8, lazy_njit
 
 PLAN = BlockPlan(QTYPE, [
     Field("d", "u2", (f16_word(0),)),
@@ -47,13 +35,8 @@ PLAN = BlockPlan(QTYPE, [
 ])
 
 
-#: ``to_fields(blocks, n, k)`` / ``from_fields(fields, n, k)``: the bit plan, both ways (lossless)
-to_fields = PLAN.to_fields
-from_fields = PLAN.from_fields
-
-
 # ---- dequantize ----------------------------------------------------------------------------
-@lazy_njit(numba.void(READONLY_U8, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True, error_model="numpy")
+@lazy_njit(numba.void(RO_U8, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True, error_model="numpy")
 def _dequantize_range(b, y, b0, b1, qk):
     # qk (32) comes at run time, so LLVM vectorizes the inner loop instead of unrolling it
     for i in range(b0, b1):
@@ -64,24 +47,14 @@ def _dequantize_range(b, y, b0, b1, qk):
             yb[j] = np.float32(((np.int32(blk[2 + j]) ^ 0x80) - 0x80)) * d
 
 
-_dequantize_parallel = parallel_dequantize(_dequantize_range)
-
-
-def dequantize(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """uint8 ``[rows, row_bytes]`` (or flat) to f32 ``[rows, K]``; bit-identical with gguf-py."""
-    return run_dequantize(QTYPE, blocks, out, _dequantize_range, _dequantize_parallel)
-
-
-def dequantize_ref(blocks: np.ndarray) -> np.ndarray:
-    """numpy reference from the bit fields."""
-    f, shape = ref_fields(blocks, QTYPE, PLAN)
+def _decode_ref(f):
+    """numpy: the f32 values from the bit fields (for ``dequantize_ref``)."""
     d = f["d"].view("<f2").astype(np.float32).repeat(32, axis=1)
-    with np.errstate(invalid="ignore", over="ignore"):
-        return (f["codes"].astype(np.float32) * d).reshape(shape)
+    return f["codes"].astype(np.float32) * d
 
 
 # ---- quantize ------------------------------------------------------------------------------
-@lazy_njit(numba.void(READONLY_F32, numba.uint8[::1], numba.int64, numba.int64), cache=True, error_model="numpy")
+@lazy_njit(numba.void(RO_F32, numba.uint8[::1], numba.int64, numba.int64), cache=True, error_model="numpy")
 def _quantize_range(x, out, b0, b1):
     """Blocks ``[b0, b1)``; ggml's per-block loop run for ``LANES`` blocks side by side."""
     xt = np.empty((32, LANES), np.float32)  # xt[e, l]: element e of block c0 + l
@@ -122,15 +95,6 @@ def _quantize_range(x, out, b0, b1):
                 dst[2 + e] = np.uint8(qs[e, l])
 
 
-_quantize_parallel = parallel_quantize(_quantize_range, 32)
-
-
-def quantize(x: np.ndarray, parallel: bool | None = None) -> np.ndarray:
-    """f32 ``[rows, K]`` (or 1-D) to Q8_0 blocks, byte-identical with ggml's
-    ``quantize_row_q8_0_ref`` (the activation quantizer of the standard dispatch)."""
-    return run_quantize(QTYPE, x, _quantize_range, _quantize_parallel, parallel)
-
-
 def roundf_ref(v: np.ndarray) -> np.ndarray:
     """C's ``roundf`` (half away from zero), elementwise, exact in f32."""
     r = np.trunc(v)
@@ -139,9 +103,8 @@ def roundf_ref(v: np.ndarray) -> np.ndarray:
     return np.where(away, r + np.where(v > 0, np.float32(1), np.float32(-1)), r).astype(np.float32)
 
 
-def quantize_ref(x: np.ndarray) -> np.ndarray:
-    """numpy reference: ggml's scalar loop, vectorised over blocks, packed by ``from_fields``."""
-    xr = as_rows_f32(x, QTYPE)
+def _encode_ref(xr: np.ndarray) -> dict[str, np.ndarray]:
+    """numpy: ggml's scalar loop, vectorised over blocks, as bit fields (for ``quantize_ref``)."""
     xb = xr.reshape(-1, 32)
     amax = np.zeros(len(xb), np.float32)
     for e in range(32):
@@ -151,7 +114,10 @@ def quantize_ref(x: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
         idv = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
         q = low_i8(cvtt_i32_ref(roundf_ref(xb * idv[:, None])))
-    n = xr.shape[0] if xr.ndim == 2 else 1
-    k = xr.shape[-1]
+    n, k = xr.shape
     fields = {"d": f16_bits_ref(d).reshape(n, -1), "codes": q.astype(np.int8).reshape(n, k)}
-    return from_fields(fields, n, k).reshape(bytes_shape(xr, QTYPE))
+    return fields
+
+
+declare(globals(), QTYPE, PLAN, dequantize_range=_dequantize_range, decode_ref=_decode_ref,
+        quantize_range=_quantize_range, encode_ref=_encode_ref)

@@ -1,0 +1,86 @@
+"""Whole-file ``--quant MIX`` of an F16 GGUF: panelpack (a process running ``panelpack
+convert --layout rowmajor``) vs llama.cpp's ``llama_model_quantize`` (a process calling
+llama-cpp-python), same thread count, and the bytes compared tensor by tensor.
+
+    python benchmarks/bench_mixes.py [--model smollm2|gemma] [--mix Q4_K_M] [--threads 2] [--runs 3]
+                                     [--layers N] [--vocab N]
+
+The F16 input is derived from the real checkpoint (tests/llama_ref.py ``f16_gguf``; all its
+layers and its whole vocabulary unless ``--layers``/``--vocab`` cut them). Each figure is the
+median of ``--runs`` whole-process wall times after one warm-up (numba's cache warm). Needs
+the ``oracle-llama`` extra. The numbers move with machine load: run it alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests"))
+
+import conftest  # noqa: E402
+import llama_ref  # noqa: E402
+
+LLAMA = """
+import sys
+sys.path.insert(0, {tests!r})
+import llama_ref
+llama_ref.quantize({src!r}, {dst!r}, {mix!r}, threads={threads})
+"""
+
+
+def timed(cmd: list[str], env: dict) -> float:
+    t = time.perf_counter()
+    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - t
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="smollm2", choices=("smollm2", "gemma"))
+    ap.add_argument("--mix", default="Q4_K_M")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--layers", type=int, default=None)
+    ap.add_argument("--vocab", type=int, default=None)
+    a = ap.parse_args()
+    src = conftest.smollm2_path() if a.model == "smollm2" else conftest.gemma_path()
+    if src is None or not llama_ref.available():
+        sys.exit("needs the real checkpoint and llama-cpp-python (oracle-llama)")
+    work = Path(tempfile.mkdtemp(prefix="bench-mixes-"))
+    f16 = llama_ref.f16_gguf(src, work / "f16.gguf", n_layer=a.layers, n_vocab=a.vocab)
+    env = dict(os.environ, NUMBA_NUM_THREADS=str(a.threads), OMP_NUM_THREADS=str(a.threads))
+    ours = [sys.executable, "-m", "panelpack", "convert", str(f16), "--quant", a.mix, "--layout", "rowmajor",
+            "-o", str(work / "out.ppk"), "--force", "--no-progress", "-j", str(a.threads)]
+    theirs = [sys.executable, "-c", LLAMA.format(tests=str(HERE.parent / "tests"), src=str(f16),
+                                                 dst=str(work / "llama.gguf"), mix=a.mix, threads=a.threads)]
+    t_ours = [timed(ours, env) for _ in range(a.runs + 1)][1:]
+    t_llama = [timed(theirs, env) for _ in range(a.runs + 1)][1:]
+    from panelpack import repack
+    from panelpack.formats.bundle import Bundle
+
+    want = llama_ref.tensors(work / "llama.gguf")
+    b = Bundle(work / "out.ppk")
+    same = 0
+    for t in b.tensors:
+        k = t["shape"][-1]
+        n = max(1, int(np.prod(t["shape"])) // k)
+        raw = repack.get("rowmajor").unpack(b.regions(t), n, k, t["type"]).tobytes()
+        same += int(want[t["name"]] == (t["type"], raw))
+    mo, ml = statistics.median(t_ours), statistics.median(t_llama)
+    print(f"{a.model} F16 ({f16.stat().st_size / 2**20:.1f} MiB) --quant {a.mix}, {a.threads} threads, "
+          f"median of {a.runs}: panelpack {mo:.2f} s, llama_model_quantize {ml:.2f} s, ratio {ml / mo:.2f}x; "
+          f"{same}/{len(b.tensors)} tensors identical")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,368 @@
+"""The scalar search routines of ggml's K-quant reference quantizers, as numba kernels.
+
+Each runs ggml's C loop (``ggml-quants.c``) for one group of ``n`` values in the C
+operation order, in f32, never contracted to an FMA (numba sets LLVM's ``contract`` flag only
+with fastmath), with C's integer conversions spelled out (``int8(v)``: the low byte as signed).
+They take 1-D slices and scratch arrays and never raise; the type modules' block kernels
+(``q2_k``, ``q3_k``, ``q5_k``, ``q6_k``) call them per group.
+
+* :func:`make_qx_quants` (``rmse_type = 1``, no importance weights): symmetric codes
+  ``L in 0 .. 2 nmax - 1`` and the scale; Q6_K (nmax 32).
+* :func:`make_q3_quants` (``do_rmse = true``): symmetric, refined by coordinate descent
+  (5 passes at most); Q3_K (nmax 4).
+* :func:`make_qkx2_quants`: asymmetric ``scale * L + min`` by a grid of ``nstep + 1``
+  candidate scales, weighted squared (or absolute, ``use_mad``) error; Q2_K, Q5_K.
+  (Q4_K has its own lane-parallel form in ``q4_k.py``.)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._jit import lazy_njit
+from .f32 import f32_bits
+
+#: ggml's GROUP_MAX_EPS: a group whose largest |x| is below it is all zero
+GROUP_MAX_EPS = np.float32(1e-15)
+_MAGIC = np.float32(12582912.0)  # 1.5 * 2**23
+
+
+@lazy_njit(inline="always")
+def nearest_int(v):
+    """ggml's nearest_int: the bits of ``f32(v + 1.5*2**23)`` & 0x7fffff, minus 0x400000."""
+    return (np.int64(f32_bits(np.float32(v) + _MAGIC)) & 0x7FFFFF) - 0x400000
+
+
+@lazy_njit(inline="always")
+def int8(v):
+    """C's conversion of an integer to ``int8_t``: the low byte, signed."""
+    return ((np.int64(v) & 0xFF) ^ 0x80) - 0x80
+
+
+@lazy_njit(inline="always")
+def clamp(v, lo, hi):
+    """``MAX(lo, MIN(hi, v))``."""
+    v = v if v < hi else hi
+    return v if v > lo else lo
+
+
+@lazy_njit(cache=True, error_model="numpy")
+def signed_absmax(n, x, L):
+    """The first value of largest ``|x|`` (strict ``>`` from 0: a NaN never wins), or 0 after
+    zeroing ``L[0:n]`` when that ``|x|`` is below GROUP_MAX_EPS (the opening of make_qx_quants
+    and make_q3_quants)."""
+    mx = np.float32(0)
+    amax = np.float32(0)
+    for i in range(n):
+        ax = abs(x[i])
+        if ax > amax:
+            amax = ax
+            mx = x[i]
+    if amax < GROUP_MAX_EPS:
+        for i in range(n):
+            L[i] = 0
+        return np.float32(0)
+    return mx
+
+
+@lazy_njit(cache=True, error_model="numpy")
+def block_min_max(x):
+    """ggml's ``if (v < min) min = v; if (v > max) max = v;`` from +-FLT_MAX (Q4_1, Q5_1)."""
+    mn = FLT_MAX
+    mx = -FLT_MAX
+    for j in range(x.size):
+        v = x[j]
+        if v < mn:
+            mn = v
+        if v > mx:
+            mx = v
+    return mn, mx
+
+
+#: the start of ggml's min/max scans
+FLT_MAX = np.float32(3.4028234663852886e38)
+
+
+@lazy_njit(cache=True, error_model="numpy")
+def make_qx_quants(n, nmax, x, L, qw):
+    """``make_qx_quants(n, nmax, x, L, rmse_type=1, qw)``: writes ``L[0:n]`` (0 .. 2nmax-1),
+    returns the scale. Weights: ``qw[i]`` (importance), or ``x*x`` when ``qw`` is empty (NULL)."""
+    f32 = np.float32
+    mx = signed_absmax(n, x, L)
+    if mx == f32(0):  # all |x| below GROUP_MAX_EPS: L = 0, scale 0
+        return f32(0)
+    iscale = f32(-nmax) / mx
+    sumlx = f32(0)
+    suml2 = f32(0)
+    for i in range(n):
+        l = clamp(nearest_int(iscale * x[i]), -nmax, nmax - 1)
+        L[i] = l + nmax
+        w = qw[i] if qw.size else x[i] * x[i]
+        fl = f32(l)
+        sumlx = sumlx + w * x[i] * fl
+        suml2 = suml2 + w * fl * fl
+    scale = sumlx / suml2 if suml2 != f32(0) else f32(0)
+    best = scale * sumlx
+    for step in range(-9, 10):
+        if step == 0:
+            continue
+        iscale = -(f32(nmax) + f32(0.1) * f32(step)) / mx
+        sumlx = f32(0)
+        suml2 = f32(0)
+        for i in range(n):
+            fl = f32(clamp(nearest_int(iscale * x[i]), -nmax, nmax - 1))
+            w = qw[i] if qw.size else x[i] * x[i]
+            sumlx = sumlx + w * x[i] * fl
+            suml2 = suml2 + w * fl * fl
+        if suml2 > f32(0) and sumlx * sumlx > best * suml2:
+            for i in range(n):
+                L[i] = nmax + clamp(nearest_int(iscale * x[i]), -nmax, nmax - 1)
+            scale = sumlx / suml2
+            best = scale * sumlx
+    return scale
+
+
+@lazy_njit(cache=True, error_model="numpy")
+def make_q3_quants(n, nmax, x, L):
+    """``make_q3_quants(n, nmax, x, L, do_rmse=true)``: writes ``L[0:n]`` (0 .. 2nmax-1),
+    returns the scale."""
+    f32 = np.float32
+    mx = signed_absmax(n, x, L)
+    if mx == f32(0):  # all |x| below GROUP_MAX_EPS: L = 0, scale 0
+        return f32(0)
+    iscale = f32(-nmax) / mx
+    sumlx = f32(0)
+    suml2 = f32(0)
+    for i in range(n):
+        l = clamp(nearest_int(iscale * x[i]), -nmax, nmax - 1)
+        L[i] = l
+        w = x[i] * x[i]
+        sumlx = sumlx + w * x[i] * f32(l)
+        suml2 = suml2 + w * f32(l) * f32(l)
+    for _ in range(5):
+        changed = 0
+        for i in range(n):
+            w = x[i] * x[i]
+            slx = sumlx - w * x[i] * f32(L[i])
+            if slx > f32(0):
+                sl2 = suml2 - w * f32(L[i]) * f32(L[i])
+                new_l = clamp(nearest_int(x[i] * sl2 / slx), -nmax, nmax - 1)
+                if new_l != L[i]:
+                    slx = slx + w * x[i] * f32(new_l)
+                    sl2 = sl2 + w * f32(new_l) * f32(new_l)
+                    if sl2 > f32(0) and slx * slx * suml2 > sumlx * sumlx * sl2:
+                        L[i] = new_l
+                        sumlx = slx
+                        suml2 = sl2
+                        changed += 1
+        if changed == 0:
+            break
+    for i in range(n):
+        L[i] += nmax
+    return sumlx / suml2 if suml2 > f32(0) else f32(0)
+
+
+@lazy_njit(cache=True, error_model="numpy")
+def make_qkx_quants(n, nmax, x, weights, L, Laux, rmin, rdelta, nstep, use_mad, flat_le):
+    """ggml's ``make_qkx2_quants`` (``flat_le`` false) and ``make_qkx3_quants`` (``flat_le``
+    true, weights given): writes ``L[0:n]`` (0 .. nmax), returns ``(scale, the_min)``
+    (``the_min`` is ggml's ``*the_min``, i.e. minus the offset). The two differ only in the
+    flat test: ``max == min`` (qkx2) or ``max <= min`` (qkx3)."""
+    f32 = np.float32
+    mn = x[0]
+    mx = x[0]
+    sum_w = weights[0]
+    sum_x = sum_w * x[0]
+    for i in range(1, n):
+        if x[i] < mn:
+            mn = x[i]
+        if x[i] > mx:
+            mx = x[i]
+        w = weights[i]
+        sum_w = sum_w + w
+        sum_x = sum_x + w * x[i]
+    if mn > f32(0):
+        mn = f32(0)
+    if (mx <= mn) if flat_le else (mx == mn):
+        for i in range(n):
+            L[i] = 0
+        return f32(0), -mn
+    iscale = f32(nmax) / (mx - mn)
+    scale = f32(1) / iscale
+    best_error = f32(0)
+    for i in range(n):
+        L[i] = clamp(nearest_int(iscale * (x[i] - mn)), 0, nmax)
+        diff = scale * f32(L[i]) + mn - x[i]
+        diff = abs(diff) if use_mad else diff * diff
+        best_error = best_error + weights[i] * diff
+    for step in range(nstep + 1):
+        iscale = (rmin + rdelta * f32(step) + f32(nmax)) / (mx - mn)
+        sum_l = f32(0)
+        sum_l2 = f32(0)
+        sum_xl = f32(0)
+        for i in range(n):
+            l = clamp(nearest_int(iscale * (x[i] - mn)), 0, nmax)
+            Laux[i] = l
+            w = weights[i]
+            fl = f32(l)
+            sum_l = sum_l + w * fl
+            sum_l2 = sum_l2 + w * fl * fl
+            sum_xl = sum_xl + w * fl * x[i]
+        D = sum_w * sum_l2 - sum_l * sum_l
+        if D > f32(0):
+            this_scale = (sum_w * sum_xl - sum_x * sum_l) / D
+            this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D
+            if this_min > f32(0):
+                this_min = f32(0)
+                this_scale = sum_xl / sum_l2
+            cur_error = f32(0)
+            for i in range(n):
+                diff = this_scale * f32(Laux[i]) + this_min - x[i]
+                diff = abs(diff) if use_mad else diff * diff
+                cur_error = cur_error + weights[i] * diff
+            if cur_error < best_error:
+                for i in range(n):
+                    L[i] = Laux[i]
+                best_error = cur_error
+                scale = this_scale
+                mn = this_min
+    return scale, -mn
+
+
+@lazy_njit(cache=True, error_model="numpy")
+def make_qkx2_quants(n, nmax, x, weights, L, Laux, rmin, rdelta, nstep, use_mad):
+    """``make_qkx2_quants`` (see :func:`make_qkx_quants`)."""
+    return make_qkx_quants(n, nmax, x, weights, L, Laux, rmin, rdelta, nstep, use_mad, False)
+
+
+@lazy_njit(cache=True, error_model="numpy")
+def make_qkx3_quants(n, nmax, x, weights, L, Laux, rmin, rdelta, nstep, use_mad):
+    """``make_qkx3_quants`` with weights (see :func:`make_qkx_quants`)."""
+    return make_qkx_quants(n, nmax, x, weights, L, Laux, rmin, rdelta, nstep, use_mad, True)
+
+
+#: make_qkx3_quants' grid in every ``_impl`` quantizer: rmin -0.9, rdelta 0.05, 36 steps
+RMIN3 = np.float32(-0.9)
+RDELTA3 = np.float32(0.05)
+
+
+@lazy_njit(cache=True, error_model="numpy")
+def sum_squares(x):
+    """``sum x[i]*x[i]`` in order, in f32 (ggml's ``sum_x2`` / ``sumx2``)."""
+    s = np.float32(0)
+    for i in range(x.size):
+        s = s + x[i] * x[i]
+    return s
+
+
+@lazy_njit(cache=True, error_model="numpy")
+def importance_weights(qw, x, sigma2, w):
+    """``w[i] = qw[i] * sqrtf(sigma2 + x[i]*x[i])`` (the imatrix weighting of every ``_impl``
+    quantizer); returns ``sum w`` in order (their ``sumw``)."""
+    for i in range(x.size):
+        w[i] = qw[i] * np.sqrt(sigma2 + x[i] * x[i])
+    s = np.float32(0)
+    for i in range(x.size):
+        s = s + w[i]
+    return s
+
+
+@lazy_njit(cache=True, error_model="numpy")
+def kx3_sub_blocks(xb, qb, L, laux, w, sw, scales, mins, nmax):
+    """The sub-block search of ggml's ``quantize_row_q4_K_impl`` / ``q5_K_impl`` for one
+    super-block: sigma2 = 2 * sum x^2 / 256, each sub-block's importance weights,
+    ``make_qkx3_quants(32, nmax, ..., -0.9, 0.05, 36, false)``; fills ``scales``, ``mins``,
+    ``sw`` (the sub-blocks' weight sums) and ``L``."""
+    sigma2 = np.float32(2) * sum_squares(xb) / np.float32(256)
+    for j in range(8):
+        xs = xb[32 * j:32 * j + 32]
+        sw[j] = importance_weights(qb[32 * j:32 * j + 32], xs, sigma2, w)
+        sc, mn = make_qkx_quants(32, nmax, xs, w, L[32 * j:32 * j + 32], laux, RMIN3, RDELTA3, 36, False, True)
+        scales[j] = sc
+        mins[j] = mn
+
+
+@lazy_njit(cache=True, error_model="numpy")
+def make_qp_quants(n, nmax, x, L, qw):
+    """``make_qp_quants(n, nmax, x, L, quant_weights)``: positive values (the sub-block scales
+    or mins) to codes ``L`` (uint8: the low byte), returns the scale."""
+    f32 = np.float32
+    mx = f32(0)
+    for i in range(n):
+        mx = mx if mx > x[i] else x[i]  # MAX(max, x[i])
+    if mx < GROUP_MAX_EPS:
+        for i in range(n):
+            L[i] = 0
+        return f32(0)
+    iscale = f32(nmax) / mx
+    for i in range(n):
+        L[i] = nearest_int(iscale * x[i]) & 0xFF
+    scale = f32(1) / iscale
+    best_mse = f32(0)
+    for i in range(n):
+        diff = x[i] - scale * f32(L[i])
+        best_mse = best_mse + qw[i] * diff * diff
+    for step in range(-4, 5):
+        if step == 0:
+            continue
+        iscale_is = (f32(0.1) * f32(step) + f32(nmax)) / mx
+        scale_is = f32(1) / iscale_is
+        mse = f32(0)
+        for i in range(n):
+            l = min(nmax, nearest_int(iscale_is * x[i]))
+            diff = x[i] - scale_is * f32(l)
+            mse = mse + qw[i] * diff * diff
+        if mse < best_mse:
+            best_mse = mse
+            iscale = iscale_is
+    sumlx = f32(0)
+    suml2 = f32(0)
+    for i in range(n):
+        l = min(nmax, nearest_int(iscale * x[i]))
+        L[i] = l & 0xFF
+        w = qw[i]
+        sumlx = sumlx + w * x[i] * f32(l)
+        suml2 = suml2 + w * f32(l) * f32(l)
+    for _ in range(5):
+        changed = 0
+        for i in range(n):
+            w = qw[i]
+            li = f32(L[i])
+            slx = sumlx - w * x[i] * li
+            sl2 = suml2 - w * li * li
+            if slx > f32(0) and sl2 > f32(0):
+                new_l = min(nmax, nearest_int(x[i] * sl2 / slx))
+                if new_l != L[i]:
+                    slx = slx + w * x[i] * f32(new_l)
+                    sl2 = sl2 + w * f32(new_l) * f32(new_l)
+                    if slx * slx * suml2 > sumlx * sumlx * sl2:
+                        L[i] = new_l & 0xFF
+                        sumlx = slx
+                        suml2 = sl2
+                        changed += 1
+        if changed == 0:
+            break
+    return sumlx / suml2 if suml2 > f32(0) else f32(0)
+
+
+# ---- byte helpers of the block writers --------------------------------------------------------
+@lazy_njit(inline="always")
+def put_f16(blk, o, h):
+    """The f16 bits ``h`` as the little-endian word at byte ``o``."""
+    blk[o] = np.uint8(h & 0xFF)
+    blk[o + 1] = np.uint8((h >> 8) & 0xFF)
+
+
+@lazy_njit(cache=True, error_model="numpy")
+def put_q5(blk, o_qh, o_qs, L):
+    """32 five-bit codes ``L`` (their low byte) as Q5_0/Q5_1 store them: ``qs[j] = L[j] & 15 |
+    (L[j+16] & 15) << 4`` at ``o_qs``, bit 4 of ``L[e]`` as bit ``e`` of the LE u32 at ``o_qh``."""
+    qh = np.int64(0)
+    for j in range(16):
+        u0 = np.int64(L[j]) & 0xFF
+        u1 = np.int64(L[j + 16]) & 0xFF
+        blk[o_qs + j] = np.uint8((u0 & 15) | ((u1 & 15) << 4))
+        qh |= ((u0 >> 4) & 1) << j
+        qh |= ((u1 >> 4) & 1) << (j + 16)
+    for b in range(4):
+        blk[o_qh + b] = np.uint8((qh >> (8 * b)) & 0xFF)
