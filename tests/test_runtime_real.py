@@ -65,7 +65,18 @@ def test_gemma_interleaved_layouts_bit_identical(gemma, tmp_path, layout):
     assert any(layout in p for p in rep.paths), rep.paths
 
 
-def test_smollm2_against_llama_cpp(smollm2, smol_p64):
+@pytest.fixture
+def llama_in_subprocess(monkeypatch):
+    """``--against llama.cpp`` with llama.cpp in its own process (see tests/llama_proc.py)."""
+    pytest.importorskip("llama_cpp")
+    import llama_proc
+
+    from panelpack.verify.runtime import evaluate as ev
+
+    monkeypatch.setattr(ev, "llama_cpp_logits", llama_proc.logits)
+
+
+def test_smollm2_against_llama_cpp(smollm2, smol_p64, llama_in_subprocess):
     """Measured (128 tokens): mean KL 0.0033, top-1 97.66% (3 near-ties of 128 flip). The issue's
     99% is not met: llama.cpp's own batch-1 and batch-128 runs of the same GGUF agree on only
     96.9% (KL 0.0029) here, so that is the noise floor of the comparison (docs/RUNTIME.md)."""
@@ -75,7 +86,7 @@ def test_smollm2_against_llama_cpp(smollm2, smol_p64):
     assert c.top1 >= 97.0 and c.mean_kl <= 0.005, rep.render()
 
 
-def test_gemma_against_llama_cpp(gemma, gemma_p64):
+def test_gemma_against_llama_cpp(gemma, gemma_p64, llama_in_subprocess):
     """Gemma's K-quant matrices meet Q8_K activations in llama.cpp (256-element blocks, f32
     scale) and Q8_0 here (SPEC §3): the gap is measured and bounded (docs/RUNTIME.md).
     Measured (128 tokens): mean KL 0.0058, top-1 96.09%, max |dlogit| 2.4."""
@@ -122,7 +133,7 @@ def _gguf_copy(src, out, n_layer: int, keep_quantized=("token_embd.weight",)):
         e, regs = s.get(t.name)
         shape = [int(v) for v in reversed(t.shape)]
         if t.name in keep_quantized:
-            w.add_tensor(t.name, np.asarray(regs["blocks"]), raw_dtype=gg.GGMLQuantizationType[e["type"]])
+            w.add_tensor(t.name, np.asarray(regs["blocks"]), raw_dtype=gg.GGMLQuantizationType[e.type])
         else:
             w.add_tensor(t.name, np.ascontiguousarray(dequantized(e, regs), np.float32).reshape(shape))
     w.write_header_to_file()
@@ -133,7 +144,7 @@ def _gguf_copy(src, out, n_layer: int, keep_quantized=("token_embd.weight",)):
 
 
 @pytest.mark.parametrize("name,n_layer", [("smollm2", 4), ("gemma", 2)])
-def test_forward_pass_matches_llama_cpp_on_f32_weights(request, tmp_path, name, n_layer):
+def test_forward_pass_matches_llama_cpp_on_f32_weights(request, tmp_path, name, n_layer, llama_in_subprocess):
     """The forward pass itself against llama.cpp: the first layers with f32 weights (the
     embedding kept as stored, Q8_0, so the tied output product is the one quantized step)."""
     pytest.importorskip("llama_cpp")

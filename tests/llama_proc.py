@@ -1,0 +1,59 @@
+"""llama.cpp (llama-cpp-python) in a process of its own, for tests.
+
+llama-cpp-python's ``libllama.so`` needs the ``libggml-base.so`` it ships, but the tests also
+load libggml-python's (tests/ggml_ref.py): once that one is in the process, the dynamic loader
+hands it to libllama by soname and loading fails (``undefined symbol``). So every llama.cpp
+call of the tests runs in a fresh interpreter, which is also how a user's process runs it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+_TOKENIZE = """
+import json, sys
+from llama_cpp import Llama
+job = json.load(open(sys.argv[1]))
+ref = Llama(model_path=job["model"], vocab_only=True, verbose=False)
+out = [ref.tokenize(t.encode("utf-8"), add_bos=True, special=job["special"]) for t in job["texts"]]
+ref.close()
+json.dump(out, open(sys.argv[2], "w"))
+"""
+
+_LOGITS = """
+import json, sys
+import numpy as np
+from panelpack.verify.runtime.evaluate import llama_cpp_logits
+job = json.load(open(sys.argv[1]))
+np.save(sys.argv[2], llama_cpp_logits(job["model"], job["ids"], job["threads"]))
+"""
+
+
+def _run(code: str, job: dict, out_name: str) -> Path:
+    d = Path(tempfile.mkdtemp(prefix="panelpack-llama-"))
+    (d / "job.json").write_text(json.dumps(job))
+    env = {k: v for k, v in os.environ.items()}
+    r = subprocess.run([sys.executable, "-c", code, str(d / "job.json"), str(d / out_name)],
+                       capture_output=True, text=True, timeout=900, env=env)
+    if r.returncode != 0:
+        raise AssertionError(f"llama.cpp subprocess failed ({r.returncode}): {r.stderr[-3000:]}")
+    return d / out_name
+
+
+def tokenize(model: str | Path, texts: list[str], special: bool) -> list[list[int]]:
+    """llama.cpp's token ids of each text (BOS added, as the tokenizer tests compare)."""
+    return json.loads(_run(_TOKENIZE, {"model": str(model), "texts": texts, "special": special},
+                           "ids.json").read_text())
+
+
+def logits(gguf_path, ids, threads: int = 2) -> np.ndarray:
+    """Drop-in for ``verify.runtime.evaluate.llama_cpp_logits``, run in its own process."""
+    return np.load(_run(_LOGITS, {"model": str(gguf_path), "ids": [int(i) for i in ids], "threads": threads},
+                        "logits.npy"))
