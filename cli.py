@@ -236,7 +236,8 @@ def _install_sigterm() -> None:
 @click.option("--cactus-panels", is_flag=True, help="cactus target: CQ4 matmul weights as .cq4p.weights panels.")
 @click.option("--allow-nonfinite", is_flag=True,
               help="Quantize weights holding NaN/Inf (refused by default, naming the tensor and index).")
-@click.option("--pure", is_flag=True, help="With a --quant mix: every quantized tensor gets the mix's default type (llama-quantize --pure).")
+@click.option("--pure", is_flag=True,
+              help="With a --quant mix: every quantized tensor gets the mix's default type (llama-quantize --pure).")
 @click.option("--tensor-type", "tensor_types", multiple=True, metavar="REGEX=TYPE",
               help="With a --quant mix: tensors whose (llama.cpp) name matches REGEX get TYPE (repeatable; first match wins).")
 @click.option("--output-tensor-type", default=None, metavar="TYPE", help="With a --quant mix: the type of output.weight.")

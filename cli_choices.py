@@ -1,7 +1,8 @@
 """The CLI's option choices, read from the registries (never literal lists).
 
 ``--layout`` lists ``repack.LAYOUTS``, ``--quant``/``--requant`` the quantizable types of the
-type registry (``convert.policy.QUANT_CHOICES``), llama.cpp's mixes (``convert.mixes.MIXES``) and the CQ codes (``convert.cactus.QUANTS``), ``--level`` the verifier's ``LEVELS``. A
+type registry (``convert.policy.QUANT_CHOICES``), llama.cpp's mixes (``convert.mixes.MIXES``)
+and the CQ codes (``convert.cactus.QUANTS``), ``--level`` the verifier's ``LEVELS``. A
 registry is imported only when click first needs its names (parsing that option, or rendering
 that command's help), so ``panelpack --help`` stays as cheap as before.
 """

@@ -31,10 +31,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-import ggml_ref  # noqa: E402  (tests/ggml_ref.py: ctypes access to libggml-base.so)
+from panelpack.formats import (
+    blocks,  # noqa: E402
+    qtypes,  # noqa: E402
+)
 
-from panelpack.formats import blocks  # noqa: E402
-from panelpack.formats import qtypes  # noqa: E402
+import ggml_ref  # noqa: E402  (tests/ggml_ref.py: ctypes access to libggml-base.so)
 
 DEQUANT_TYPES = ["f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q5_k", "q6_k"]
 
@@ -132,7 +134,8 @@ def bench_dequantize(x: np.ndarray, runs: int, skip_gguf_py: bool) -> None:
         raw = _encode(x, name)
         rows = [("np.copyto (f32, same size)", t_copy)]
         rows.append(("panelpack, 1 thread", median_time(with_threads(1, lambda: blocks.dequantize(raw, name, n, k, out=out)), runs)))
-        rows.append((f"panelpack, {nthreads} threads", median_time(with_threads(nthreads, lambda: blocks.dequantize(raw, name, n, k, out=out)), runs)))
+        fn = with_threads(nthreads, lambda: blocks.dequantize(raw, name, n, k, out=out))
+        rows.append((f"panelpack, {nthreads} threads", median_time(fn, runs)))
         if not skip_gguf_py and name != "f32":  # gguf-py's F32 "dequantize" is a view
             g = GGMLQuantizationType(t.id)
             rows.append(("gguf-py (numpy)", median_time(lambda: gguf_dequantize(raw, g), max(1, runs // 2))))

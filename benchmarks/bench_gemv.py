@@ -13,7 +13,7 @@ all with their weights prepared beforehand:
 
 * ``numpy f32``: ``W @ x`` on the dequantized f32 matrix (BLAS; moves 8x the bytes of Q4_0);
 * ``panel64``:   ``compiled.Prepared.matmul`` on the panel64 bytes (activation quantization,
-  integer partials and the SPEC §3 rescale, all included);
+  integer partials and the docs/FORMAT.md §3 rescale, all included);
 * ``rowmajor``:  the same on the standard GGUF blocks (the standard dispatch, compiled).
 
 The outputs of panel64 and rowmajor are checked to be bit-identical before timing. Note that
@@ -62,14 +62,14 @@ for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA
 if ARGS.omp_wait != "default":
     os.environ["OMP_WAIT_POLICY"] = ARGS.omp_wait
 
-import numpy as np  # noqa: E402
 import numba  # noqa: E402
+import numpy as np  # noqa: E402
 from gguf import GGMLQuantizationType  # noqa: E402
 from gguf.quants import dequantize as gguf_dequantize  # noqa: E402
 from gguf.quants import quantize as gguf_quantize  # noqa: E402
 
-from panelpack.formats.errors import BadInputError  # noqa: E402
 from panelpack.formats import qtypes  # noqa: E402
+from panelpack.formats.errors import BadInputError  # noqa: E402
 from panelpack.verify import compiled as C  # noqa: E402
 
 

@@ -28,6 +28,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 
 import conftest  # noqa: E402
+
 import llama_ref  # noqa: E402
 
 LLAMA = """

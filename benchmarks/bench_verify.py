@@ -33,8 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_convert import (MB, fmt_s, gemma_path, loadavg, machine_line, rmtree, run_process,  # noqa: E402
-                           smollm2_path, table, warm_page_cache)
+from bench_convert import MB, fmt_s, gemma_path, loadavg, machine_line, rmtree, run_process, smollm2_path, table, warm_page_cache  # noqa: E402
 
 TARGET_S = 60.0
 

@@ -33,7 +33,8 @@ import time
 import numpy as np
 
 from panelpack.formats import qtypes
-from panelpack.formats.gguf import GGUFStreamWriter, GGUFValueType as VT
+from panelpack.formats.gguf import GGUFStreamWriter
+from panelpack.formats.gguf import GGUFValueType as VT
 
 POOL_BYTES = 8 << 20  # random valid blocks per type; windows of it are written
 F16_SIGNED = {"m"}  # f16 fields that take both signs (Q4_1/Q5_1 minimum); d/dmin stay positive

@@ -309,7 +309,8 @@ def _role_rule(cat: str, new: str, t: TensorInfo, mix: Mix, model: Model, tied: 
         if opts.output_tensor_type:
             return quantizable(opts.output_tensor_type, "--output-tensor-type").name, f"{what}: --output-tensor-type"
         if model.arch == "falcon" or t.k % qtypes.get(new).block_size:
-            return "Q8_0", f"{what}: Q8_0 ({'falcon' if model.arch == 'falcon' else f'K={t.k} not a multiple of {qtypes.get(new).block_size}'}; {mix.name} rule)"
+            why = "falcon" if model.arch == "falcon" else f"K={t.k} not a multiple of {qtypes.get(new).block_size}"
+            return "Q8_0", f"{what}: Q8_0 ({why}; {mix.name} rule)"
         if new != "Q8_0":
             return "Q6_K", _words(what, "", "Q6_K", mix)
         return new, f"{what}: {new} ({mix.name} default)"

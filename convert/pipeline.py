@@ -22,9 +22,8 @@ import numpy as np
 
 from .. import __version__, repack
 from ..formats import blocks as codecs
-from ..formats import qtypes
+from ..formats import bundle, qtypes
 from ..formats.atomic import sha256_bytes, sha256_file
-from ..formats import bundle
 from ..formats.bundle import BundleWriter, TensorEntry, hash_async
 from ..formats.common import Checkpoint
 from . import quality
@@ -216,7 +215,7 @@ def run(ckpt: Checkpoint, plan: Plan, out: str | os.PathLike, force: bool = Fals
     with BundleWriter(out, force=force) as writer:
         source_hashes = _hash_sources(ckpt)
         progress.start(len(plan.tensors), plan.bytes_in)
-        # numba's start-up (~0.5 s) only pays for itself on big jobs; small ones stay in numpy
+        # numba's start-up only pays for itself on big jobs; small ones stay in numpy (JIT_PAYOFF_BYTES)
         jit = repack.expect_bytes(sum(tp.info.nbytes for tp in plan.tensors if tp.decision.action != "copy"))
         log.debug("repack kernels: %s", "numba" if jit else "numpy where it has a packer")
         jobs = max(1, int(jobs))

@@ -29,10 +29,10 @@ import re
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
+from .. import repack
 from ..formats import qtypes
 from ..formats.common import TensorInfo
 from ..formats.errors import BadInputError, UnsupportedError
-from .. import repack
 
 # Names of embedding lookups (rows are gathered by token id, not multiplied).
 _EMBEDDING_PATTERNS = [

@@ -34,9 +34,9 @@ from typing import Any, Iterable, Mapping, Optional
 
 import numpy as np
 
-from .errors import BadInputError, FormatError, OutputError
 from . import atomic, guard, qtypes
 from .atomic import sha256_bytes, sha256_file
+from .errors import BadInputError, FormatError, OutputError
 
 log = logging.getLogger(__name__)
 

@@ -22,16 +22,13 @@ The document (``format: "panelpack.inspect"``, ``version: 1``)::
 from __future__ import annotations
 
 import enum
-import logging
 import os
 from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from .text import human_bytes, table_lines
 from .common import Checkpoint
-
-log = logging.getLogger(__name__)
+from .text import human_bytes, table_lines
 
 SHAPE_ORDER = "outermost-first"
 DOC_FORMAT = "panelpack.inspect"
@@ -49,8 +46,8 @@ _GGUF_KEYS = (
 def describe(path: str | os.PathLike) -> dict[str, Any]:
     """Open ``path`` (see :func:`formats.checkpoint.open_checkpoint`) and describe it; a bundle
     folder or ``.ppk.tar.zst`` is described from its manifest (``formats/describe_bundle.py``)."""
-    from .checkpoint import open_checkpoint
     from . import describe_bundle
+    from .checkpoint import open_checkpoint
 
     if describe_bundle.is_bundle_path(path):  # a bundle or its archive: described from the manifest
         return describe_bundle.describe_bundle(path)

@@ -40,8 +40,8 @@ import logging
 import os
 import struct
 from dataclasses import dataclass
-from pathlib import Path
 from enum import IntEnum
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -161,7 +161,7 @@ def _align(x: int, a: int) -> int:
 # Walking arrays of strings
 # ---------------------------------------------------------------------------------------------
 # An array of n strings is n records [len: u64][len bytes]. Finding where it ends is a serial
-# walk; in Python that costs ~100 ns a record (30-40 ms for a 262k vocabulary). The vectorized
+# walk, slow in Python for a 262k vocabulary (measured: docs/BENCHMARKS.md, "Reading files"). The vectorized
 # walk below guesses the record starts and then proves the guess exactly:
 #
 #   record at q:  | L | 0 | 0 | 0 | 0 | 0 | 0 | 0 | s0 s1 ... s(L-1) |   (L < 256: bytes q+1..q+7 zero)

@@ -9,7 +9,7 @@ codec surface (see ``formats/blocks/__init__.py``). Types without a codec are st
 (so a GGUF holding them can be listed and sized) but cannot be decoded.
 
 ``group`` / ``code_offset`` / ``scheme`` describe the integer form used by the standard
-dispatch (SPEC §3): a weight is ``c = code - code_offset`` times a per-``group`` scale.
+dispatch (docs/FORMAT.md §3): a weight is ``c = code - code_offset`` times a per-``group`` scale.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class GGMLType:
     codec: Optional[str] = None  # module name under panelpack.formats.blocks, None: size only
     numpy_dtype: Optional[str] = None  # for plain element types: the numpy dtype of one element
     can_quantize: bool = False  # the codec can quantize f32 into this type
-    group: Optional[int] = None  # K elements per scale group in the standard dispatch (SPEC §3)
+    group: Optional[int] = None  # K elements per scale group in the standard dispatch (docs/FORMAT.md §3)
     code_bits: Optional[int] = None  # bits of the integer code
     code_offset: int = 0  # c = code - code_offset  (Q4_0: 8, Q5_0: 16, Q6_K: 32)
     scheme: Optional[str] = None  # rescale family: "scale", "scale_min", "k_scale_min", "k_scale"
@@ -151,7 +151,7 @@ Q6_K = BY_NAME["Q6_K"]
 #: Types panelpack can decode (every codec), and those it can quantize into.
 DECODABLE = tuple(t for t in TYPES if t.codec)
 QUANTIZABLE = tuple(t for t in TYPES if t.can_quantize)
-#: Quantized types with an integer form (the standard dispatch of SPEC §3 applies).
+#: Quantized types with an integer form (the standard dispatch of docs/FORMAT.md §3 applies).
 INTEGER_FORM = tuple(t for t in TYPES if t.scheme)
 
 

@@ -190,13 +190,12 @@ def aligned_words(flat: np.ndarray) -> np.ndarray:
 
 
 # ---- numba or numpy ------------------------------------------------------------------------
-#: Bytes of weights from which numba's start-up pays for itself. Importing numba and its first
-#: kernel call (loading the typing registries, even from a warm cache) cost about 0.45 s per
-#: process on the 2-core reference machine. The numpy packers of the simple block types
-#: (panel64 Q4_0/Q4_1: 0.35-0.45 GB/s against the kernels' 0.9-4.8; Q8_0: about 1 GB/s, the
-#: same as its kernel) lose at most ~2 ns per byte, so below about 256 MiB numpy is faster
-#: overall and the job never loads numba (benchmarks/bench_repack.py --engine numpy|jit,
-#: benchmarks/bench_convert.py).
+#: Bytes of weights from which numba's start-up pays for itself: importing numba and its first
+#: kernel call (loading the typing registries, even from a warm cache) cost a fixed time per
+#: process, and the numpy packers of the simple block types lose a little per byte against the
+#: kernels, so below this size numpy is faster overall and the job never loads numba. The
+#: figures behind the threshold: docs/BENCHMARKS.md ("#4"; benchmarks/bench_repack.py
+#: --engine numpy|jit, benchmarks/bench_convert.py).
 JIT_PAYOFF_BYTES = 256 * 2**20
 
 

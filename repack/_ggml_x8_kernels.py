@@ -14,7 +14,12 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 from numba import types as nt
-from ..formats._jit import RO_U64 as _RO_U64, RO_U8 as _RO_U8, ld64 as _ld64, st64 as _st64, lazy_njit
+
+from ..formats._jit import RO_U8 as _RO_U8
+from ..formats._jit import RO_U64 as _RO_U64
+from ..formats._jit import lazy_njit
+from ..formats._jit import ld64 as _ld64
+from ..formats._jit import st64 as _st64
 
 _U = np.uint64
 _X88 = np.uint64(0x8888888888888888)

@@ -18,7 +18,13 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 from numba import types as nt
-from ..formats._jit import RO_U8 as _RO_U8, RO_U32 as _RO_U32, RO_F32 as _RO_F32, ld64 as _ld64, st64 as _st64, lazy_njit
+
+from ..formats._jit import RO_F32 as _RO_F32
+from ..formats._jit import RO_U8 as _RO_U8
+from ..formats._jit import RO_U32 as _RO_U32
+from ..formats._jit import lazy_njit
+from ..formats._jit import ld64 as _ld64
+from ..formats._jit import st64 as _st64
 
 _U = np.uint64
 _M0F = np.uint64(0x0F0F0F0F0F0F0F0F)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 from numba import types as nt
+
 from ..formats._jit import lazy_njit
 
 # ---- fast kernels -----------------------------------------------------------------------

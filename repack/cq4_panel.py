@@ -1,4 +1,4 @@
-"""CQ4 panels: ``panel64``'s nibble geometry with cactus's group G = 128 (SPEC §5), the data
+"""CQ4 panels: ``panel64``'s nibble geometry with cactus's group G = 128 (docs/FORMAT.md §4.2), the data
 region of cactus's ``*.cq4p.weights`` files.
 
 Input: codebook indices (already mapped to their panel nibbles, see

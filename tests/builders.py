@@ -5,7 +5,7 @@ Three layers, from the lowest:
 * ``pack_*`` / :func:`gguf_bytes`: a GGUF assembled with ``struct.pack`` only, independent of
   ``formats/gguf.py``, for golden values and hostile files (every field can be overridden).
 * :func:`random_blocks`: random but valid blocks for every type with a codec, packed byte by
-  byte from random field values (layouts of SPEC §2, table :data:`BLOCK_FIELDS`); no codec
+  byte from random field values (layouts of docs/FORMAT.md §2, table :data:`BLOCK_FIELDS`); no codec
   module is used, so codec tests can take them as independent input. f16 scales are finite,
   normal and moderate (magnitude 2^-10 .. 2^-3), never zero.
 * :func:`build_gguf` (any tensors and metadata, written by panelpack's own
@@ -129,7 +129,7 @@ class Field(NamedTuple):
     count: int  # items of that kind (f16 fields: 1 item = 2 bytes)
 
 
-#: Byte layout of one block, fields in storage order (SPEC §2; gguf-py quants.py). Signs
+#: Byte layout of one block, fields in storage order (docs/FORMAT.md §2; gguf-py quants.py). Signs
 #: follow ggml's reference quantizers: Q4_0/Q5_0/Q6_K d can be negative, Q8_0 and the
 #: K-quants' d/dmin and Q4_1/Q5_1 d are >= 0, Q4_1/Q5_1 m is signed.
 BLOCK_FIELDS: dict[str, tuple[Field, ...]] = {

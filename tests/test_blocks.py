@@ -11,11 +11,11 @@ import pytest
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize as gguf_dequantize
 
+from panelpack.formats import blocks, qtypes
+from panelpack.formats.errors import BadInputError, UnsupportedError
+
 import ggml_ref
 from builders import random_blocks
-from panelpack.formats import blocks
-from panelpack.formats import qtypes
-from panelpack.formats.errors import BadInputError, UnsupportedError
 
 DECODABLE = [t.lower for t in qtypes.DECODABLE]
 QUANTIZED = [t.lower for t in qtypes.DECODABLE if t.quantized]

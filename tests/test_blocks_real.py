@@ -1,4 +1,4 @@
-"""Block codecs on the real checkpoints (SPEC §8): every tensor of SmolLM2 (Q4_1, Q8_0, F32)
+"""Block codecs on the real checkpoints (docs/DEVELOPING.md, "Tests"): every tensor of SmolLM2 (Q4_1, Q8_0, F32)
 and Gemma 3 270M (Q8_0, Q5_0, Q4_K, Q6_K, F32) decodes bit-identically with gguf-py (and
 ggml's own to_float), and their matmul weights re-quantize to Q4_K / Q4_0 / Q8_0 byte-identically
 with ggml's reference quantizers.
@@ -12,10 +12,10 @@ import pytest
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize as gguf_dequantize
 
-import ggml_ref
-from panelpack.formats import blocks
+from panelpack.formats import blocks, qtypes
 from panelpack.formats import gguf as gguf
-from panelpack.formats import qtypes
+
+import ggml_ref
 
 pytestmark = pytest.mark.real
 

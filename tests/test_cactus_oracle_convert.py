@@ -16,12 +16,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import cactus_peer
-from cactus_models import build_hf
 from panelpack.convert import cactus as target
 from panelpack.formats import cactus, cq
 from panelpack.formats.checkpoint import open_checkpoint
 from panelpack.formats.safetensors import bf16_to_f32
+
+import cactus_peer
+from cactus_models import build_hf
 
 NOT_REPRODUCED = {"hessian_metadata.json", "tokenizer.json"}
 VIA_TRANSFORMERS = {"vocab.txt", "special_tokens.json", "tokenizer_config.txt"}

@@ -11,13 +11,14 @@ import sys
 import numpy as np
 import pytest
 
-from builders import tiny_llama_gguf
-from cactus_models import build_hf
 from panelpack.convert import cactus as target
 from panelpack.formats import cactus, cq
 from panelpack.formats.checkpoint import open_checkpoint
 from panelpack.formats.errors import BadInputError
 from panelpack.repack import cq4_panel
+
+from builders import tiny_llama_gguf
+from cactus_models import build_hf
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 """Compiled kernels (verify/compiled.py) against the standard dispatch, for every table row.
 
 panel64 regions are built by ``ref_pack_panel64`` (a test helper written from the closed forms
-of SPEC §5, independent of ``repack/``); the interleaved layouts reuse the reference packers of
+of docs/FORMAT.md §4.2, independent of ``repack/``); the interleaved layouts reuse the reference packers of
 ``test_il8_kernels.py``; rowmajor is the source blocks themselves.
 """
 
@@ -14,15 +14,16 @@ import textwrap
 
 import numpy as np
 import pytest
+from test_il8_kernels import REF_PACKERS as IL8_PACKERS
 
-from builders import random_blocks
 from panelpack.formats import blocks as B
 from panelpack.formats import qtypes
 from panelpack.formats.errors import BadInputError, UnsupportedError
 from panelpack.verify import _simd
 from panelpack.verify import compiled as C
 from panelpack.verify import dispatch as D
-from test_il8_kernels import REF_PACKERS as IL8_PACKERS
+
+from builders import random_blocks
 
 TYPES8 = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K")
 PANEL_SCALES = {  # scheme -> (group fields, super-block fields)
@@ -33,7 +34,7 @@ PANEL_SCALES = {  # scheme -> (group fields, super-block fields)
 }
 
 
-# ---- reference packer (test helper; SPEC §5 closed forms) ----------------------------------
+# ---- reference packer (test helper; docs/FORMAT.md §4.2 closed forms) ----------------------------------
 def ref_pack_panel64(blocks, n, k, qtype):
     t = qtypes.get(qtype)
     f = B.to_fields(blocks, t, n, k)

@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from builders import build_gguf, random_blocks, tiny_llama_gguf
 from panelpack import repack
 from panelpack.cli import main
 from panelpack.convert import convert, mixes, plan
@@ -24,6 +23,8 @@ from panelpack.formats import blocks as codecs
 from panelpack.formats import qtypes
 from panelpack.formats.bundle import Bundle
 from panelpack.formats.errors import BadInputError, FormatError, OutputError, UnsupportedError
+
+from builders import build_gguf, random_blocks, tiny_llama_gguf
 
 
 def sha(path) -> str:

@@ -1,4 +1,4 @@
-"""The standard dispatch (verify/dispatch.py, SPEC §3): activation quantizer, partials, rescale."""
+"""The standard dispatch (verify/dispatch.py, docs/FORMAT.md §3): activation quantizer, partials, rescale."""
 
 from __future__ import annotations
 
@@ -13,12 +13,13 @@ from gguf import GGMLQuantizationType
 from gguf.quants import dequantize as gguf_dequantize
 from gguf.quants import quantize as gguf_quantize
 
-import ggml_ref
-from builders import random_blocks
 from panelpack.formats import blocks as B
 from panelpack.formats import qtypes
 from panelpack.formats.errors import BadInputError, UnsupportedError
 from panelpack.verify import dispatch as D
+
+import ggml_ref
+from builders import random_blocks
 
 TYPES8 = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K")
 

@@ -20,11 +20,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from panelpack.formats import gguf, qtypes
+from panelpack.formats.errors import BadInputError, OutputError, UnsupportedError
+from panelpack.formats.gguf import GGUFArray, GGUFStreamWriter
+from panelpack.formats.gguf import GGUFValueType as VT
+
 from builders import (
     BLOCK_FIELDS,
     KV,
-    build_gguf,
     block_field,
+    build_gguf,
     gguf_bytes,
     pack_array,
     pack_kv,
@@ -34,10 +39,6 @@ from builders import (
     random_blocks,
     tiny_llama_gguf,
 )
-from panelpack.formats import gguf, qtypes
-from panelpack.formats.errors import BadInputError, OutputError, UnsupportedError
-from panelpack.formats.gguf import GGUFArray, GGUFStreamWriter
-from panelpack.formats.gguf import GGUFValueType as VT
 
 CODEC_TYPES = ["F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"]
 

@@ -15,10 +15,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from builders import gguf_bytes, pack_array, pack_kv, pack_string, pack_tensor_info, pack_value
 from panelpack.formats import gguf
 from panelpack.formats.errors import BadInputError, FormatError, UnsupportedError
 from panelpack.formats.gguf import GGUFValueType as VT
+
+from builders import gguf_bytes, pack_array, pack_kv, pack_string, pack_tensor_info, pack_value
 
 HUGE = 1 << 60
 

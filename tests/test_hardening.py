@@ -18,20 +18,19 @@ import pytest
 import zstandard
 from click.testing import CliRunner
 
-from builders import tiny_llama_gguf
-
 from panelpack.cli import main
 from panelpack.convert import convert
 from panelpack.convert.example import write_tiny_llama
 from panelpack.convert.gguf_export import export_gguf
-from panelpack.formats import archive, describe
+from panelpack.formats import archive, describe, qtypes
 from panelpack.formats import blocks as codecs
-from panelpack.formats import qtypes
 from panelpack.formats.bundle import manifest_text
 from panelpack.formats.checkpoint import open_checkpoint
-from panelpack.formats.errors import (BadInputError, FormatError, OutputError, VerificationError)
+from panelpack.formats.errors import BadInputError, FormatError, OutputError, VerificationError
 from panelpack.formats.safetensors import save_file
 from panelpack.verify import bundle_check
+
+from builders import tiny_llama_gguf
 
 sys.path.insert(0, str(Path(__file__).parent))
 import ggml_ref  # noqa: E402

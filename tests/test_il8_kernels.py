@@ -1,6 +1,6 @@
-"""Interleaved-layout kernels (verify/il8.py) against the standard dispatch (SPEC §3, §4).
+"""Interleaved-layout kernels (verify/il8.py) against the standard dispatch (docs/FORMAT.md §3, §4).
 
-The layouts are built here by small reference packers written from the closed forms of SPEC §4
+The layouts are built here by small reference packers written from the closed forms of docs/FORMAT.md §4
 (``ref_pack_*``, test helpers independent of ``repack/`` and of ``verify/il8.py``); when a
 ``repack`` layout module exists, its ``pack`` is checked against them byte for byte.
 """
@@ -10,14 +10,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from builders import random_blocks
 from panelpack.formats import blocks as B
 from panelpack.formats.errors import BadInputError, UnsupportedError
 from panelpack.verify import dispatch as D
 from panelpack.verify import il8
 
+from builders import random_blocks
 
-# ---- reference packers (test helpers; SPEC §4 closed forms) --------------------------------
+
+# ---- reference packers (test helpers; docs/FORMAT.md §4 closed forms) --------------------------------
 def _fields(blocks, qtype, n, k):
     return B.to_fields(blocks, qtype, n, k)
 
@@ -40,7 +41,7 @@ def ref_pack_x8_q4_0(blocks, n, k):
 
 
 def _pack12(sc, m):
-    """The Q4_K 12-byte rule with 8 slots (SPEC §2), slots on the last axis."""
+    """The Q4_K 12-byte rule with 8 slots (docs/FORMAT.md §2), slots on the last axis."""
     b = np.zeros(sc.shape[:-1] + (12,), np.uint8)
     for j in range(4):
         b[..., j] = (sc[..., j] & 63) | ((sc[..., j + 4] >> 4) << 6)

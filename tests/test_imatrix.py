@@ -11,14 +11,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-import ggml_ref
-from builders import tiny_llama_gguf
 from panelpack import repack
 from panelpack.convert import convert, mixes, plan
 from panelpack.formats import blocks, imatrix, qtypes
 from panelpack.formats.bundle import Bundle
 from panelpack.formats.checkpoint import open_checkpoint
 from panelpack.formats.errors import BadInputError, FormatError
+
+import ggml_ref
+from builders import tiny_llama_gguf
 
 needs_ggml = pytest.mark.skipif(not ggml_ref.available(), reason="libggml-python is not installed")
 WEIGHTED = tuple(t.lower for t in qtypes.QUANTIZABLE if t.quantized and t.name != "Q8_0")

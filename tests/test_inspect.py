@@ -17,13 +17,13 @@ import pytest
 from click.testing import CliRunner
 from safetensors import safe_open
 from safetensors.numpy import save_file
+from test_safetensors import LLAMA_CONFIG, make_sharded, random_array, save_bf16
 
 from panelpack.cli import main
 from panelpack.formats import describe
 from panelpack.formats.checkpoint import open_checkpoint
 from panelpack.formats.errors import BadInputError, FormatError, UnsupportedError
 from panelpack.formats.safetensors import HFCheckpoint, SafetensorsFile
-from test_safetensors import LLAMA_CONFIG, make_sharded, random_array, save_bf16
 
 SMOLLM2_TYPES = {"Q4_1": 210, "F32": 61, "Q8_0": 1}
 GEMMA_TYPES = {"F32": 109, "Q5_0": 81, "Q4_K": 27, "Q8_0": 10, "Q6_K": 9}

@@ -9,7 +9,7 @@ from panelpack.formats.errors import BadInputError
 from panelpack.verify import leaves as L
 from panelpack.verify import sme2
 
-Q4_0_TABLE = np.arange(16) - 8  # SPEC §5 ZT0: Q4_0 i - 8
+Q4_0_TABLE = np.arange(16) - 8  # docs/FORMAT.md §4.2 ZT0: Q4_0 i - 8
 Q4_1_TABLE = np.arange(16)  # Q4_1 / Q4_K: i
 
 LEAVES = [L.gemv_leaf, L.gemm_leaf]

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-import llama_ref
 from panelpack import repack
 from panelpack.cli import main
 from panelpack.convert import convert, mixes, plan
@@ -18,6 +17,8 @@ from panelpack.formats import qtypes
 from panelpack.formats.bundle import Bundle
 from panelpack.formats.common import TensorInfo
 from panelpack.formats.errors import BadInputError, UnsupportedError
+
+import llama_ref
 
 F16 = qtypes.F16
 

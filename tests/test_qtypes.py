@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-import ggml_ref
 from panelpack.formats import qtypes
 from panelpack.formats.errors import UnsupportedError
+
+import ggml_ref
 
 pytestmark = pytest.mark.skipif(not ggml_ref.available(), reason="libggml-python is not installed")
 

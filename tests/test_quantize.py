@@ -19,9 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from panelpack.formats import blocks, qtypes
+
 import ggml_ref
-from panelpack.formats import blocks
-from panelpack.formats import qtypes
 
 QUANTIZABLE = [t.lower for t in qtypes.QUANTIZABLE]
 GGUF_PY_QUANTIZES = ["q4_0", "q8_0"]  # gguf-py cannot quantize Q4_K
@@ -45,7 +45,8 @@ def block_rows(a: np.ndarray, name: str) -> np.ndarray:
 def assert_same_bytes(a: np.ndarray, b: np.ndarray, name: str):
     assert a.shape == b.shape and a.dtype == b.dtype == np.uint8
     bad = np.flatnonzero((block_rows(a, name) != block_rows(b, name)).any(axis=1))
-    assert bad.size == 0, f"{bad.size} {name} blocks differ, first #{bad[0]}: {block_rows(a, name)[bad[0]].tobytes().hex()} vs {block_rows(b, name)[bad[0]].tobytes().hex()}"
+    assert bad.size == 0, (f"{bad.size} {name} blocks differ, first #{bad[0]}: "
+                           f"{block_rows(a, name)[bad[0]].tobytes().hex()} vs {block_rows(b, name)[bad[0]].tobytes().hex()}")
 
 
 def distributions(rng: np.random.Generator, n: int = 6, k: int = 1024):

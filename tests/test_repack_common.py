@@ -10,12 +10,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from builders import random_blocks
 from panelpack import repack
 from panelpack.formats import blocks as B
 from panelpack.formats import qtypes
 from panelpack.formats.errors import BadInputError, UnsupportedError
 from panelpack.repack import _common as C
+
+from builders import random_blocks
 
 PROPS = settings(max_examples=25, derandomize=True, deadline=None,
                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

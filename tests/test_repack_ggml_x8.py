@@ -6,10 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from builders import random_blocks
 from panelpack.formats import blocks as B
 from panelpack.repack import _ggml_x8_kernels as K
 from panelpack.repack import ggml_x8 as X
+
+from builders import random_blocks
 
 
 def h(s: str) -> bytes:

@@ -1,4 +1,4 @@
-"""il8-nibble and il8-int8 (SPEC §4, the seed CPU backend's forms): every nibble/code at its
+"""il8-nibble and il8-int8 (docs/FORMAT.md §4, the seed CPU backend's forms): every nibble/code at its
 address, golden bytes, invertibility, and the Q4_K baked products."""
 
 from __future__ import annotations
@@ -6,11 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from builders import random_blocks
 from panelpack.formats import blocks as B
 from panelpack.formats.errors import BadInputError, UnsupportedError
 from panelpack.repack import il8_int8 as I8
 from panelpack.repack import il8_nibble as IN
+
+from builders import random_blocks
 
 
 def blocks_with_codes(qtype, codes, rng):

@@ -1,4 +1,4 @@
-"""panel64 (SPEC §5): golden bytes, the closed-form address of every weight, padding, ZT0,
+"""panel64 (docs/FORMAT.md §4.2): golden bytes, the closed-form address of every weight, padding, ZT0,
 and the fast kernels against the field-based references."""
 
 from __future__ import annotations
@@ -6,11 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from builders import random_blocks
 from panelpack.formats import blocks as B
 from panelpack.formats import qtypes
 from panelpack.repack import _panel64_kernels as K
 from panelpack.repack import panel64 as P
+
+from builders import random_blocks
 
 NIBBLE = ["Q4_0", "Q4_1", "Q4_K"]
 INT8 = ["Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q8_0"]

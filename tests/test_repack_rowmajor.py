@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from builders import random_blocks
 from panelpack.formats import qtypes
 from panelpack.formats.errors import UnsupportedError
 from panelpack.repack import rowmajor as R
+
+from builders import random_blocks
 
 
 @pytest.mark.parametrize("qtype", ["F32", "F16", "BF16", "Q4_0", "Q6_K", "Q2_K", "IQ4_XS", "I32"])

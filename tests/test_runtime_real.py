@@ -69,9 +69,9 @@ def test_gemma_interleaved_layouts_bit_identical(gemma, tmp_path, layout):
 def llama_in_subprocess(monkeypatch):
     """``--against llama.cpp`` with llama.cpp in its own process (see tests/llama_proc.py)."""
     pytest.importorskip("llama_cpp")
-    import llama_proc
-
     from panelpack.verify.runtime import evaluate as ev
+
+    import llama_proc
 
     monkeypatch.setattr(ev, "llama_cpp_logits", llama_proc.logits)
 
@@ -88,7 +88,7 @@ def test_smollm2_against_llama_cpp(smollm2, smol_p64, llama_in_subprocess):
 
 def test_gemma_against_llama_cpp(gemma, gemma_p64, llama_in_subprocess):
     """Gemma's K-quant matrices meet Q8_K activations in llama.cpp (256-element blocks, f32
-    scale) and Q8_0 here (SPEC §3): the gap is measured and bounded (docs/RUNTIME.md).
+    scale) and Q8_0 here (docs/FORMAT.md §3): the gap is measured and bounded (docs/RUNTIME.md).
     Measured (128 tokens): mean KL 0.0058, top-1 96.09%, max |dlogit| 2.4."""
     pytest.importorskip("llama_cpp")
     rep = evaluate(gemma_p64, tokens=128, against="llama.cpp", source=gemma)

@@ -10,13 +10,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from builders import tiny_llama_gguf
 from panelpack.cli import main
 from panelpack.convert import convert
 from panelpack.formats import archive
 from panelpack.formats.bundle import manifest_text
 from panelpack.formats.errors import BadInputError, FormatError
 from panelpack.verify import _simd, bundle_check
+
+from builders import tiny_llama_gguf
 
 
 @pytest.fixture(scope="module")

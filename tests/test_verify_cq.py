@@ -1,16 +1,17 @@
-"""verify for cactus folders and the emulated CQ4 panel leaves (SPEC §5 with G = 128)."""
+"""verify for cactus folders and the emulated CQ4 panel leaves (docs/FORMAT.md §4.2 with G = 128)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from cactus_models import build_hf
 from panelpack.convert import cactus as target
 from panelpack.formats import cactus, cq
 from panelpack.repack import cq4_panel
 from panelpack.verify import cq as vcq
 from panelpack.verify.bundle_check import verify
+
+from cactus_models import build_hf
 
 
 def _panel_file(tmp_path, n, k, seed=0):

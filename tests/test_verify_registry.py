@@ -4,7 +4,6 @@ and a layout module built here (registered, converted to, verified) needs no edi
 from __future__ import annotations
 
 import re
-
 import types
 
 import numpy as np
@@ -152,7 +151,8 @@ def _reversed_layout(name: str, hooks=("blocks", "integer_form"), swap_rows: boo
     mod.__dict__.update(
         NAME=name, SOURCE_TYPES=frozenset({t}), ROW_MULTIPLE=1, TARGET={"isa": "test"},
         DESCRIPTION="Q8_0 rows reversed, blocks byte-reversed (a test layout)",
-        refuse=refuse, invertible=lambda qtype: qtypes.get(qtype) == t, plan=plan, params=params, pack=pack, unpack=unpack, dequantize=dequantize,
+        refuse=refuse, invertible=lambda qtype: qtypes.get(qtype) == t, plan=plan, params=params, pack=pack,
+        unpack=unpack, dequantize=dequantize,
     )
     known = {"blocks": read_blocks, "integer_form": read_integer_form}
     if hooks:
@@ -216,9 +216,8 @@ def test_cli_choices_come_from_the_registries(tmp_path, tiny_hf, registered):
     for name in repack.LAYOUTS:
         assert name in r.output
     from panelpack.convert.cactus import QUANTS as CQ_QUANTS
-    from panelpack.convert.policy import QUANT_CHOICES
-
     from panelpack.convert.mixes import MIXES
+    from panelpack.convert.policy import QUANT_CHOICES
 
     flat = "".join(r.output.split())
     quant = next(c for c in re.findall(r"\[([a-z0-9_|]+)\]", flat) if "cq1" in c).split("|")  # --quant

@@ -1,4 +1,4 @@
-"""``panelpack verify``: prove a bundle is what the kernels need (SPEC §7, docs/FORMAT.md).
+"""``panelpack verify``: prove a bundle is what the kernels need (docs/FORMAT.md §6, docs/FORMAT.md).
 
 Levels (``structure`` always runs; ``all`` runs the three):
 
@@ -33,7 +33,6 @@ lossless failure, or a fallback without a reason fails verification (exit 1).
 
 from __future__ import annotations
 
-import logging
 import os
 import tempfile
 import time
@@ -51,8 +50,6 @@ from ..formats.atomic import sha256_bytes
 from ..formats.bundle import Bundle, TensorEntry, dtype_name
 from ..formats.errors import BadInputError
 from ..formats.text import table
-
-log = logging.getLogger(__name__)
 
 LEVELS = ("structure", "lossless", "agreement", "all")
 _RUNS = {"structure": ("structure",), "lossless": ("structure", "lossless"),

@@ -1,7 +1,7 @@
 """Fast compiled kernels: ``P`` and ``y`` straight from each layout's bytes (whole-model checks).
 
 Every kernel walks the output channels in **tiles of 64**, builds the int32 partials
-``P[m, n, g]`` of SPEC §3 from the layout's own bytes, and finishes each channel with
+``P[m, n, g]`` of docs/FORMAT.md §3 from the layout's own bytes, and finishes each channel with
 :func:`panelpack.verify.dispatch.rescale_lanes` (64 channels at a time of
 :func:`~panelpack.verify.dispatch.rescale_step`) in increasing group order: the same scalar
 update :func:`~panelpack.verify.dispatch.rescale` is made of. So a kernel that gets ``P`` right
@@ -42,8 +42,8 @@ import logging
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
-import numpy as np
 import numba
+import numpy as np
 from numba import config, njit, prange, types
 
 from .. import repack
@@ -52,8 +52,8 @@ from ..formats import qtypes
 from ..formats._jit import lazy_njit
 from ..formats.errors import BadInputError, UnsupportedError
 from ..repack import panel64 as _panel64
-from . import dispatch as _d
 from . import _simd
+from . import dispatch as _d
 from . import il8 as _il8
 from . import registry as _registry
 from .dispatch import rescale_lanes
@@ -184,7 +184,7 @@ def _tile_view(w, first, count, units, unit_bytes):
 
 @lazy_njit(inline="always")
 def _unpack_panel64_int8(wt, g, buf, tw):
-    # panel64 int8 panel (SPEC §5); wt = [1, ng, G/4 * 256]: per kg-block q, byte 64v + 4ch + c
+    # panel64 int8 panel (docs/FORMAT.md §4.2); wt = [1, ng, G/4 * 256]: per kg-block q, byte 64v + 4ch + c
     # = int8 code of channel 16v + ch at K offset 4q + c, i.e. channel j's codes at 4j .. 4j+3
     for q in range(buf.shape[0] // 4):
         for c in range(4):
@@ -245,7 +245,7 @@ def _unpack_il8_int8(wt, g, buf, tw):
 
 
 # =============================================================================================
-# row decoders (rowmajor = the standard GGUF blocks, SPEC §2): signed codes c of row r of the
+# row decoders (rowmajor = the standard GGUF blocks, docs/FORMAT.md §2): signed codes c of row r of the
 # tile; wt = [rows, blocks, type_size] (a _tile_view), out = [TILE, blocks, block_size]
 # =============================================================================================
 @lazy_njit(inline="always")
@@ -348,7 +348,7 @@ def _row_q6_k(wt, r, out):
 # =============================================================================================
 # the kernels: one tile function per table row (serial, compiled on first use), all run by one
 # parallel driver (prange over tiles). Keeping the heavy bodies out of the parfor keeps compile
-# time low (about 2 s per tile function, 1 s for the driver, once; cache=True keeps them).
+# time low (compile times: docs/BENCHMARKS.md, "cold start"; cache=True keeps them).
 # =============================================================================================
 # Column tiles: the panel64 nibble kernel reads its panels in place; the others are one loop
 # (_column_tile) around each layout's view and unpacker. Every arithmetic piece is shared:
@@ -716,7 +716,7 @@ def _compiled(tile: Callable):
 
     Compiled for :data:`_TSIG` on first use and wrapped once in numba's ``CompileResultWAP``
     (the wrapper-address protocol): handing the driver a bare dispatcher instead makes numba
-    look the compiled address up again on every call (about 0.1 ms). Without the JIT, the
+    look the compiled address up again on every call (measured: docs/BENCHMARKS.md, #5). Without the JIT, the
     Python function itself.
     """
     wap = _READY.get(tile)
@@ -899,7 +899,7 @@ def matmul(layout: str, regions, n: int, k: int, qtype, x) -> np.ndarray:
 
 
 # =============================================================================================
-# numpy reference reader of panel64 (SPEC §5 closed form), for the tests
+# numpy reference reader of panel64 (docs/FORMAT.md §4.2 closed form), for the tests
 # =============================================================================================
 def panel64_codes_ref(regions, n: int, k: int, qtype) -> np.ndarray:
     """Integer codes ``c [n, k]`` (int16) read back from panel64 regions by the closed form.

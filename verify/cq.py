@@ -1,4 +1,4 @@
-"""The cactus CQ4 panel kernels, emulated (SPEC §5 geometry with G = 128), and their oracles.
+"""The cactus CQ4 panel kernels, emulated (docs/FORMAT.md §4.2 geometry with G = 128), and their oracles.
 
 What a runtime computes for ``y = W' a`` with a ``.cq4p.weights`` tensor (``W'`` its
 dequantization, ``Kp`` = padded K, groups of G = 128):

@@ -24,8 +24,8 @@ from typing import Optional
 
 import numpy as np
 
-from ..formats import guard
 from ..formats import cactus as cfile
+from ..formats import guard
 from ..formats.atomic import sha256_file
 from ..formats.errors import BadInputError
 from ..repack import cq4_panel

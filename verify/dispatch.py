@@ -1,4 +1,4 @@
-"""The standard dispatch (SPEC §3): the numeric reference every layout's kernel must agree with.
+"""The standard dispatch (docs/FORMAT.md §3): the numeric reference every layout's kernel must agree with.
 
 A matrix product ``y = W·x`` on quantized weights runs in three steps:
 
@@ -42,17 +42,13 @@ and the numpy reference takes ``id = 0`` (``a = 0``); ``da`` is 0 there anyway.
 
 from __future__ import annotations
 
-import logging
-
 import numpy as np
 from numba import njit, types
 
 from ..formats import blocks as _blocks
 from ..formats import qtypes
-from ..formats.errors import BadInputError, UnsupportedError
 from ..formats._jit import lazy_njit
-
-log = logging.getLogger(__name__)
+from ..formats.errors import BadInputError, UnsupportedError
 
 QK8 = 32  # activation block (Q8_0)
 
@@ -64,7 +60,7 @@ SCHEME_KIND: dict[str, int] = {"scale": SCALE, "scale_min": SCALE_MIN, "k_scale"
 
 
 def qtype_of(qtype) -> qtypes.GGMLType:
-    """The registry entry of a type with an integer form (SPEC §3), or UnsupportedError."""
+    """The registry entry of a type with an integer form (docs/FORMAT.md §3), or UnsupportedError."""
     t = qtypes.get(qtype)
     if t.scheme is None:
         raise UnsupportedError(f"type {t.name} has no integer form; the standard dispatch does not apply")
@@ -277,7 +273,7 @@ def scale_arrays(fields: dict[str, np.ndarray], qtype) -> tuple[np.ndarray, np.n
 
 @njit(inline="always")
 def rescale_step(y, p, asum, s, o, da, kind):
-    """One group's update of one output: the single definition of SPEC §3 step 3.
+    """One group's update of one output: the single definition of docs/FORMAT.md §3 step 3.
 
     ``y``, ``s``, ``o``, ``da`` float32; ``p``, ``asum`` int32; ``kind`` from :data:`SCHEME_KIND`.
     """
@@ -343,7 +339,7 @@ def _check_rescale_args(P, A, s, o, da, t):
 
 
 def rescale(P, A, s, o, da, qtype) -> np.ndarray:
-    """SPEC §3 step 3: f32 ``y [M, N]`` from partials ``P [M, N, ng]``, sums ``A [M, ng]``,
+    """docs/FORMAT.md §3 step 3: f32 ``y [M, N]`` from partials ``P [M, N, ng]``, sums ``A [M, ng]``,
     factors ``s``/``o`` ``[N, ng]`` (``o`` may be None for scale-only types) and ``da [M, K/32]``.
     """
     t = qtype_of(qtype)
@@ -406,7 +402,7 @@ def standard_matmul_ref(blocks, n: int, k: int, qtype, x) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------------
-# sanity (SPEC §3.5): quantization error, not layout error
+# sanity (docs/FORMAT.md §3): quantization error, not layout error
 # ---------------------------------------------------------------------------------------------
 def dequantize_f64(blocks, n: int, k: int, qtype) -> np.ndarray:
     """The weights as f64 ``[n, k]`` (gguf-py's dequantizer, bit-exact with ggml's)."""

@@ -1,9 +1,9 @@
-"""Kernels that read the 8-row-interleaved layouts the way their runtimes do (SPEC §4).
+"""Kernels that read the 8-row-interleaved layouts the way their runtimes do (docs/FORMAT.md §4).
 
 One step of every kernel here takes one super-row ``sr`` (rows ``8sr .. 8sr+7``) and one block
 of K, and produces 8 int32 lanes, one per row, as the seed CPU backend's and llama.cpp's
 ``*_8x8`` kernels do. Unlike those kernels (which add floats per half-block), each lane's sum is
-kept per weight group as the integer partial ``P[m, n, g]`` of SPEC §3, and the f32 result comes
+kept per weight group as the integer partial ``P[m, n, g]`` of docs/FORMAT.md §3, and the f32 result comes
 from the one shared :func:`panelpack.verify.dispatch.rescale`; so the output is bit-identical
 with the standard dispatch whenever ``P`` is.
 
@@ -48,12 +48,12 @@ from numba import njit, types
 
 from .. import repack
 from ..formats import qtypes
+from ..formats._jit import lazy_njit
 from ..formats.errors import BadInputError, UnsupportedError
 from ..repack import ggml_x8, il8_int8, il8_nibble
 from ..repack._common import unpack_scales12
 from . import dispatch as _d
 from . import registry as _registry
-from ..formats._jit import lazy_njit
 
 ROWS = 8  # rows per super-row: the 8 int32 lanes of every kernel here
 QK = 32

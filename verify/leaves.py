@@ -1,12 +1,12 @@
-"""The two SME2 panel leaves (GEMV, GEMM) as instruction programs on the emulator (SPEC §5).
+"""The two SME2 panel leaves (GEMV, GEMM) as instruction programs on the emulator (docs/FORMAT.md §4.2).
 
 A leaf here is what a runtime runs in streaming mode on ``panel64`` bytes at SVL = 512: a
 sequence of calls into ``verify/sme2.py``, one call per instruction, with the register
 allocation written out. It produces the int32 partials ``P[m, n, g] = sum_k c[n,k]·a[m,k]``
-over each group ``g`` of ``G`` consecutive K (SPEC §3 step 2); the f32 rescale is not a leaf's
+over each group ``g`` of ``G`` consecutive K (docs/FORMAT.md §3 step 2); the f32 rescale is not a leaf's
 job.
 
-Panel bytes (SPEC §5), kg-block = 4 consecutive K x 64 channels, blocks ordered
+Panel bytes (docs/FORMAT.md §4.2), kg-block = 4 consecutive K x 64 channels, blocks ordered
 ``[SB][ng][G/4]``::
 
     nibble panel, 128 B per kg-block            int8 panel, 256 B per kg-block
@@ -37,6 +37,7 @@ from typing import Optional, Sequence
 import numpy as np
 from numba import types
 
+from ..formats._jit import lazy_njit
 from ..formats.errors import BadInputError
 from ..repack import panel64 as _panel64
 from .sme2 import (
@@ -57,7 +58,6 @@ from .sme2 import (
     zero_za_all,
     zero_za_vgx4,
 )
-from ..formats._jit import lazy_njit
 
 # the panel geometry is panel64's own (read, never restated): 64 output channels per
 # super-block at SVL 512 (4 vectors x 16 int32 lanes), 128-byte nibble and 256-byte int8 kg-blocks
@@ -420,7 +420,7 @@ def _panel_index(n: int, k: int, G: int, nibble: bool, svl_bits: int):
 
 def panel_bytes_ref(codes: np.ndarray, G: int, nibble: bool, pad_code: int = 0,
                     svl_bits: int = 512) -> np.ndarray:
-    """Build panel bytes from codes with the closed-form formula of SPEC §5 (test/reference helper;
+    """Build panel bytes from codes with the closed-form formula of docs/FORMAT.md §4.2 (test/reference helper;
     the real packer is ``repack/panel64.py``).
 
     ``codes[N, K]``: for nibble panels the raw 4-bit code ``u`` (0..15, the ZT0 index); for int8

@@ -1,4 +1,4 @@
-"""The NEON panel path, emulated: the fallback that reads the SAME ``panel64`` bytes (SPEC §5).
+"""The NEON panel path, emulated: the fallback that reads the SAME ``panel64`` bytes (docs/FORMAT.md §4.2).
 
 A runtime without SME2, or with a streaming vector length other than 512 bits, runs this path
 on the panels as written: 128-bit Advanced SIMD registers, no predicates, the 16-entry int8
@@ -35,8 +35,8 @@ from typing import Optional, Sequence
 import numpy as np
 from numba import types
 
-from .leaves import CHANNELS, INT8_BLOCK, NIBBLE_BLOCK, check_leaf_inputs, gather_partials
 from ..formats._jit import lazy_njit
+from .leaves import CHANNELS, INT8_BLOCK, NIBBLE_BLOCK, check_leaf_inputs, gather_partials
 
 Q = 16  # bytes per Advanced SIMD register
 N_V = 32

@@ -30,7 +30,7 @@ Each hook must read the regions by the byte layout the module documents, written
 its ``pack``/``unpack`` (a hook that calls them proves nothing). ``blocks`` runs the compiled
 standard reader on the blocks it returns (ledger path ``reader.<layout>.blocks``);
 ``integer_form`` gives the signed codes ``c = code - code_offset`` and the rescale factors of
-SPEC §3 (``dispatch.scale_arrays``), from which the partials and the shared ``rescale`` follow
+docs/FORMAT.md §3 (``dispatch.scale_arrays``), from which the partials and the shared ``rescale`` follow
 (``reader.<layout>.integer_form``). A layout with neither still verifies structure and lossless
 (through its ``unpack``) and, in agreement, the standard dispatch on the unpacked blocks; its
 ledger then lists only ``standard`` and the agreement level says no independent reader ran.

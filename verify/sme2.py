@@ -1,4 +1,4 @@
-"""An SME2 instruction emulator pinned to a 512-bit streaming vector length (SPEC §5).
+"""An SME2 instruction emulator pinned to a 512-bit streaming vector length (docs/FORMAT.md §4.2).
 
 The architectural state is plain numpy arrays (numba takes them as they are); every instruction
 is a small numba function that reads and writes them. The leaves in ``verify/leaves.py`` are
@@ -37,6 +37,7 @@ from typing import NamedTuple
 
 import numpy as np
 from numba import types
+
 from ..formats._jit import lazy_njit
 
 SVL_BITS = 512
@@ -71,7 +72,7 @@ def new_state() -> State:
 def zt0_bytes(values) -> np.ndarray:
     """ZT0 image for a 16-entry int8 table: entry ``i`` at byte ``4i``, the other 3 bytes 0.
 
-    This is the table format of SPEC §5 (Q4_0: ``i - 8``; Q4_1/Q4_K: ``i``).
+    This is the table format of docs/FORMAT.md §4.2 (Q4_0: ``i - 8``; Q4_1/Q4_K: ``i``).
     """
     v = np.asarray(values, dtype=np.int64)
     if v.shape != (16,) or v.min() < -128 or v.max() > 127:

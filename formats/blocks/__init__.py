@@ -37,7 +37,7 @@ def from_fields(fields: dict[str, np.ndarray], qtype, n: int, k: int) -> np.ndar
 
 
 def integer_codes(fields: dict[str, np.ndarray], qtype) -> np.ndarray:
-    """The signed integer weight code ``c`` of SPEC §3 (``code - code_offset``), int16 ``[n, k]``."""
+    """The signed integer weight code ``c`` of docs/FORMAT.md §3 (``code - code_offset``), int16 ``[n, k]``."""
     t = qtypes.get(qtype)
     if t.scheme is None:
         raise UnsupportedError(f"type {t.name} has no integer form")

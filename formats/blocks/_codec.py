@@ -10,9 +10,9 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from .._jit import RO_F32, RO_U8, lazy_njit, readonly
 from ..errors import BadInputError
 from ..qtypes import GGMLType
-from .._jit import RO_F32, RO_U8, lazy_njit, readonly
 from ._bits import K_SCALES
 
 #: Inputs with fewer elements than this run on the calling thread (a parallel launch costs

@@ -15,17 +15,17 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from .._jit import RO_U16, lazy_njit
 from ..qtypes import BF16 as QTYPE
 from ._codec import (
     CHUNK_BLOCKS,
     as_blocks,
     as_rows_f32,
     bytes_shape,
-    out_shape,
     declare,
+    out_shape,
 )
 from .f32 import bits_f32
-from .._jit import RO_U16, lazy_njit
 
 
 @lazy_njit(numba.void(RO_U16, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True)

@@ -23,17 +23,17 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from .._jit import RO_U16, lazy_njit
 from ..qtypes import F16 as QTYPE
 from ._codec import (
     CHUNK_BLOCKS,
     as_blocks,
     as_rows_f32,
     bytes_shape,
-    out_shape,
     declare,
+    out_shape,
 )
 from .f32 import bits_f32, f32_bits
-from .._jit import RO_U16, lazy_njit
 
 _TWO_M24 = np.float32(2.0**-24)
 

@@ -20,9 +20,9 @@ import numpy as np
 from numba import types as nbt
 from numba.extending import intrinsic
 
+from .._jit import lazy_njit
 from ..qtypes import F32 as QTYPE
 from ._codec import as_blocks, as_rows_f32, bytes_shape, check_out, out_shape
-from .._jit import lazy_njit
 
 if numba.config.DISABLE_JIT:  # plain-Python twins of the intrinsics below
 

@@ -24,13 +24,13 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from .._jit import RO_F32, RO_U8, lazy_njit
 from ..qtypes import Q4_0 as QTYPE
 from ._bits import BlockPlan, Field, f16_word, nibble_codes
 from ._codec import LANES, declare, load_lanes
 from ._kquant import importance_weights, make_qx_quants, put_f16
 from .f16 import f16_bits_ref, f16_to_f32, f32_to_f16_bits
 from .f32 import cvtt_i32, cvtt_i32_ref, low_i8
-from .._jit import RO_F32, RO_U8, lazy_njit
 
 PLAN = BlockPlan(QTYPE, [
     Field("d", "u2", (f16_word(0),)),

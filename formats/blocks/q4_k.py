@@ -31,13 +31,13 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from .._jit import RO_F32, RO_U8, lazy_njit
 from ..qtypes import Q4_K as QTYPE
 from ._bits import BlockPlan, Field, f16_word, k_scale_parts
 from ._codec import CHUNK_BLOCKS, declare, k_scale_min, k_scale_put, load_lanes
 from ._kquant import kx3_sub_blocks, make_qp_quants
 from .f16 import f16_bits_ref, f16_to_f32, f32_to_f16_bits
 from .f32 import f32_bits
-from .._jit import RO_F32, RO_U8, lazy_njit
 
 _SC, _M = k_scale_parts(4)
 

@@ -16,13 +16,13 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from .._jit import RO_F32, RO_U8, lazy_njit
 from ..qtypes import Q5_1 as QTYPE
 from ._bits import BlockPlan, Field, f16_word, nibble_codes, qh_bit
 from ._codec import declare
 from ._kquant import RDELTA3, RMIN3, block_min_max, importance_weights, make_qkx3_quants, put_f16, put_q5
 from .f16 import f16_bits_ref, f16_to_f32, f32_to_f16_bits
 from .f32 import add_first_nan, cvtt_i32, cvtt_i32_ref, min_max_ref
-from .._jit import RO_F32, RO_U8, lazy_njit
 
 PLAN = BlockPlan(QTYPE, [
     Field("d", "u2", (f16_word(0),)),

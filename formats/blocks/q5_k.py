@@ -16,12 +16,12 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from .._jit import RO_F32, RO_U8, lazy_njit
 from ..qtypes import Q5_K as QTYPE
 from ._bits import BlockPlan, Field, f16_word, k_scale_parts
 from ._codec import CHUNK_BLOCKS, declare, k_scale_min, k_scale_put
 from ._kquant import clamp, kx3_sub_blocks, make_qkx2_quants, make_qp_quants, nearest_int
 from .f16 import f16_to_f32, f32_to_f16_bits
-from .._jit import RO_F32, RO_U8, lazy_njit
 
 _SC, _M = k_scale_parts(4)
 

@@ -18,12 +18,12 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from .._jit import RO_F32, RO_U8, lazy_njit
 from ..qtypes import Q6_K as QTYPE
 from ._bits import BlockPlan, Field, f16_word, whole_byte
 from ._codec import CHUNK_BLOCKS, declare
 from ._kquant import GROUP_MAX_EPS, clamp, int8, make_qx_quants, nearest_int
 from .f16 import f16_to_f32, f32_to_f16_bits
-from .._jit import RO_F32, RO_U8, lazy_njit
 
 
 def _code(e: int) -> tuple:

@@ -9,7 +9,7 @@ Dequantize (gguf-py ``Q8_0.dequantize_blocks``, ggml ``dequantize_row_q8_0``):
 ``y = f32(q) * f32(d)``, one rounding.
 
 Quantize (ggml ``quantize_row_q8_0_ref``; gguf-py's numpy twin is bit-exact with it on finite
-input). This is also the activation quantizer of the standard dispatch (SPEC §3 step 1):
+input). This is also the activation quantizer of the standard dispatch (docs/FORMAT.md §3 step 1):
     amax = MAX(amax, |v|) over the block in order, MAX(a, b) = a > b ? a : b
            (so a NaN only survives as the last element; on finite input it is max |x|)
     d    = amax / 127              (f32; stored as f16(d), round to nearest even)
@@ -22,12 +22,12 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from .._jit import RO_F32, RO_U8, lazy_njit
 from ..qtypes import Q8_0 as QTYPE
 from ._bits import BlockPlan, Field, f16_word, whole_byte
 from ._codec import LANES, declare, load_lanes
 from .f16 import f16_bits_ref, f16_to_f32, f32_to_f16_bits
 from .f32 import cvtt_i32, cvtt_i32_ref, low_i8
-from .._jit import RO_F32, RO_U8, lazy_njit
 
 PLAN = BlockPlan(QTYPE, [
     Field("d", "u2", (f16_word(0),)),

@@ -32,7 +32,6 @@ sys.path.insert(0, str(HERE.parent))
 
 import fuzzing  # noqa: E402
 
-
 JSON_READERS = ("index", "manifest")
 JSON_OP = fuzzing.OPS.index("json")
 

@@ -3,7 +3,7 @@
 References (:data:`REFERENCES`):
 
 * ``standard``: the same runtime on the bundle's standard blocks (``--kernels standard``). The
-  logits must be bit-identical at every position and vocabulary entry (SPEC §3 makes every
+  logits must be bit-identical at every position and vocabulary entry (docs/FORMAT.md §3 makes every
   layout's kernel reproduce the standard dispatch bit for bit); :attr:`EvalReport.ok` is False
   when they are not, and ``panelpack eval`` exits 1.
 * ``f32``: the dequantized weights with f32 activations (no activation quantization), from the
@@ -20,7 +20,6 @@ agreement (the share of positions whose highest logit is the same token), the la
 
 from __future__ import annotations
 
-import logging
 import math
 import time
 from dataclasses import dataclass, field
@@ -32,8 +31,6 @@ import numpy as np
 
 from ...formats.errors import BadInputError, UnsupportedError
 from .model import Model
-
-log = logging.getLogger(__name__)
 
 REFERENCES = ("standard", "f32", "llama.cpp")
 STAT_CHUNK = 32  # positions per comparison step (bounds the f64 temporaries on 262k vocabularies)

@@ -6,7 +6,7 @@ kernel path and keeps a KV cache. ``forward(tokens)`` appends tokens to the cach
 their logits (f32 ``[M, n_vocab]``); ``logits(tokens)`` starts from an empty cache;
 ``generate(prompt, n)`` yields new token ids (greedy, or sampled with a temperature and seed).
 
-One layer, f32 activations throughout (``q8`` marks the activations quantized per SPEC §3
+One layer, f32 activations throughout (``q8`` marks the activations quantized per docs/FORMAT.md §3
 once and shared by the matrices that read the same input)::
 
     h = RMSNorm(x)·w_attn                      (+1 on w for HF Gemma)
@@ -23,7 +23,6 @@ once and shared by the matrices that read the same input)::
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
@@ -33,8 +32,6 @@ from ...formats.errors import BadInputError
 from . import arch as _arch
 from . import ops
 from .weights import Embedding, Linear, WeightSource, linear, nk, open_source, stacked, vector
-
-log = logging.getLogger(__name__)
 
 DEFAULT_CHUNK = 64  # tokens per forward call in logits()
 

@@ -7,7 +7,7 @@ entries over the source blocks. :func:`linear` turns one tensor into a callable
 
 ==================  ==========================================================================
 ``compiled``        the layout's own bytes through :func:`panelpack.verify.compiled.prepare`
-                    (panel64, ggml-x8, il8-*, rowmajor), activations quantized per SPEC §3
+                    (panel64, ggml-x8, il8-*, rowmajor), activations quantized per docs/FORMAT.md §3
 ``standard``        the standard blocks (the layout's ``unpack``; the source blocks of a
                     lossless bundle) through the standard dispatch, in its compiled row-major
                     form (``compiled.rowmajor``, bit-identical with ``dispatch.standard_matmul``)
@@ -25,19 +25,16 @@ records the path it ran as ``.path``, so a caller can list what a forward pass e
 from __future__ import annotations
 
 import json
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from ... import repack
 from ...formats import blocks as _blocks
 from ...formats import qtypes
 from ...formats.errors import BadInputError, UnsupportedError
-from ... import repack
-
-log = logging.getLogger(__name__)
 
 KERNEL_PATHS = ("compiled", "standard", "emulated-sme2", "emulated-neon", "f32")
 
