@@ -28,13 +28,15 @@ import secrets
 import shutil
 import stat
 from pathlib import Path
-from typing import IO, Iterator, Optional
+from typing import IO, Callable, Iterator, Optional, TypeVar
 
 import numpy as np
 
 from .errors import OutputError
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 PARTIAL = "partial"
 OLD = "old"
@@ -200,19 +202,19 @@ def publish(tmp: Path, target: Path, force: bool) -> None:
 
 
 @contextlib.contextmanager
-def atomic_dir(target: str | os.PathLike, *, force: bool = False) -> Iterator[Path]:
-    """Build a folder at a temporary path beside ``target``; on a clean exit fsync it and rename
-    it to ``target``. ``with atomic_dir(out) as tmp: (tmp / "a").write_bytes(...)``."""
+def _built_beside(target: str | os.PathLike, force: bool, create: Callable[[Path], T]) -> Iterator[tuple[Path, T]]:
+    """The shared frame of :func:`atomic_dir` and :func:`atomic_file`: check the target, sweep
+    stale partials, ``create(tmp)`` the temporary, and on any failure remove it; the caller's
+    block builds it and makes it durable, then :func:`publish` puts it in place."""
     target = check_target(target, force)
     sweep_stale(target)
     tmp = temp_name(target)
     try:
-        tmp.mkdir()
+        handle = create(tmp)
     except OSError as e:
         raise output_error(e, target) from None
     try:
-        yield tmp
-        fsync_tree(tmp)
+        yield tmp, handle
         publish(tmp, target, force)
         fsync_dir(target.parent)
     except OSError as e:
@@ -226,32 +228,27 @@ def atomic_dir(target: str | os.PathLike, *, force: bool = False) -> Iterator[Pa
 
 
 @contextlib.contextmanager
+def atomic_dir(target: str | os.PathLike, *, force: bool = False) -> Iterator[Path]:
+    """Build a folder at a temporary path beside ``target``; on a clean exit fsync it and rename
+    it to ``target``. ``with atomic_dir(out) as tmp: (tmp / "a").write_bytes(...)``."""
+    with _built_beside(target, force, lambda tmp: tmp.mkdir()) as (tmp, _):
+        yield tmp
+        fsync_tree(tmp)
+
+
+@contextlib.contextmanager
 def atomic_file(target: str | os.PathLike, *, force: bool = False, mode: str = "wb") -> Iterator[IO]:
     """Open a temporary file beside ``target`` for writing; on a clean exit flush, fsync and
     rename it to ``target`` (the folder is fsynced too). ``with atomic_file(p) as f: f.write(b)``.
     The open file's ``.name`` is the temporary path (for code that must reopen it)."""
-    target = check_target(target, force)
-    sweep_stale(target)
-    tmp = temp_name(target)
-    try:
-        f = open(tmp, mode)
-    except OSError as e:
-        raise output_error(e, target) from None
-    try:
+    def opened(tmp: Path) -> IO:
+        return open(tmp, mode)
+
+    with _built_beside(target, force, opened) as (_tmp, f):
         with f:
             yield f
             f.flush()
             os.fsync(f.fileno())
-        publish(tmp, target, force)
-        fsync_dir(target.parent)
-    except OSError as e:
-        remove_quietly(tmp)
-        if isinstance(e, OutputError):
-            raise
-        raise output_error(e, target) from None
-    except BaseException:
-        remove_quietly(tmp)
-        raise
 
 
 def write_bytes(target: str | os.PathLike, data: bytes, *, force: bool = False) -> None:
