@@ -239,3 +239,21 @@ def test_concurrent_unpacks_and_converts_to_one_target(tmp_path, small_bundle):
     assert results == ["ok"] * 3, results
     assert Bundle(out / "c.ppk").check_structure() == []
     assert _names(out) == ["c.ppk", "u.ppk"]
+
+
+def test_only_the_atomic_helper_renames_into_a_target():
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    pattern = re.compile(r"\bos\.(rename|replace|renames)\(|shutil\.move\(|\.rename\(|\.replace\(tmp")
+    offenders = []
+    for sub in ("formats", "repack", "verify", "convert"):
+        for p in (root / sub).rglob("*.py"):
+            if p.name == "atomic.py" and p.parent.name == "formats":
+                continue
+            for i, line in enumerate(p.read_text().splitlines(), 1):
+                if pattern.search(line):
+                    offenders.append(f"{p.relative_to(root)}:{i}: {line.strip()}")
+    for p in root.glob("*.py"):
+        offenders += [f"{p.name}: {ln}" for ln in p.read_text().splitlines() if pattern.search(ln)]
+    assert offenders == []
