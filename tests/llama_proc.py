@@ -36,6 +36,17 @@ np.save(sys.argv[2], llama_cpp_logits(job["model"], job["ids"], job["threads"]))
 """
 
 
+def require() -> None:
+    """Skip unless llama-cpp-python is installed, without importing it here (importing it loads
+    libllama into this process, which is what must not happen)."""
+    import importlib.util
+
+    import pytest
+
+    if importlib.util.find_spec("llama_cpp") is None:
+        pytest.skip("llama-cpp-python is not installed (pip install '.[oracle-llama]')")
+
+
 def _run(code: str, job: dict, out_name: str) -> Path:
     d = Path(tempfile.mkdtemp(prefix="panelpack-llama-"))
     (d / "job.json").write_text(json.dumps(job))

@@ -39,8 +39,9 @@ def test_round_trip(vocabs, name):
 @pytest.mark.parametrize("name", ["smollm2", "gemma"])
 @pytest.mark.parametrize("special", [False, True])
 def test_ids_identical_to_llama_cpp(vocabs, name, special):
-    pytest.importorskip("llama_cpp")
-    import llama_proc  # llama.cpp in its own process (see tests/llama_proc.py)
+    import llama_proc
+
+    llama_proc.require()  # llama.cpp in its own process (see tests/llama_proc.py)
 
     path, tok = vocabs[name]
     texts = CORPUS + [WHOLE]
