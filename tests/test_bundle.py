@@ -161,6 +161,8 @@ def _manifest(out):
     (lambda m: m["tensors"][0].update(type="Q9_9"), "unknown type"),
     (lambda m: m["tensors"][0]["regions"]["a"].update(bytes=7), "region says 7"),
     (lambda m: m["tensors"][0]["regions"]["a"].update(dtype="q7"), "unknown dtype"),
+    (lambda m: m["tensors"][0].update(blocks_sha256=None), "'blocks_sha256' is not 64 hex digits"),
+    (lambda m: m["tensors"][0]["regions"]["a"].update(sha256=7), "'sha256' is not 64 hex digits"),
     (lambda m: m["tensors"].append(dict(m["tensors"][0])), "listed twice"),
     (lambda m: m["source_files"][0].update(file="source/../../x"), "not a plain path"),
 ])
