@@ -66,6 +66,14 @@ def echo_json(doc) -> None:
     click.echo(json.dumps(doc, indent=2, sort_keys=False))
 
 
+def echo_result(result, as_json: bool) -> None:
+    """Print a result object: its ``to_json()`` with ``--json``, else its ``render()``."""
+    if as_json:
+        echo_json(result.to_json())
+    else:
+        click.echo(result.render())
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="panelpack")
 @click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
@@ -257,7 +265,7 @@ def convert(source, out, layout, quant, requant, include, exclude, jobs, dry_run
     2-D matmul weight of an HF source to it.
     """
     from panelpack.convert import convert as convert_fn
-    from panelpack.convert import mixes, report
+    from panelpack.convert import mixes
 
     if out is None and not dry_run:
         raise click.UsageError("missing -o/--out (or use --dry-run)")
@@ -275,10 +283,7 @@ def convert(source, out, layout, quant, requant, include, exclude, jobs, dry_run
                         allow_nonfinite=allow_nonfinite, mix_options=mix_options)
     for w in result.plan.warnings:
         click.echo(f"warning: {w}", err=True)
-    if as_json:
-        echo_json(result.to_json())
-    else:
-        click.echo(report.render_result(result))
+    echo_result(result, as_json)
 
 
 def _convert_cactus(source, out, target, quant, panels, dry_run, force, as_json) -> None:
@@ -293,10 +298,7 @@ def _convert_cactus(source, out, target, quant, panels, dry_run, force, as_json)
     if dry_run:
         raise click.UsageError("--dry-run is not available for --target cactus")
     result = convert_cactus(source, out, bits=QUANTS[q], panels=panels, force=force)
-    if as_json:
-        echo_json(result.to_json())
-    else:
-        click.echo(result.summary())
+    echo_result(result, as_json)
 
 
 @main.command()
@@ -310,10 +312,7 @@ def export(bundle, out, force, as_json):
     from panelpack.convert.gguf_export import export_gguf
 
     res = export_gguf(bundle, out, force=force)
-    if as_json:
-        echo_json(res.to_json())
-    else:
-        click.echo(res.render())
+    echo_result(res, as_json)
 
 
 @main.command()
@@ -488,10 +487,7 @@ def eval_cmd(bundle, text_file, tokens, against, kernels, source, threads, as_js
         except (OSError, UnicodeDecodeError) as e:
             raise BadInputError(f"cannot read the text ({e})", path=text_file) from None
     rep = evaluate.evaluate(bundle, text=text, tokens=tokens, against=against, kernels=kernels, source=source)
-    if as_json:
-        echo_json(rep.to_json())
-    else:
-        click.echo(rep.render())
+    echo_result(rep, as_json)
     if not rep.ok:
         sys.exit(EXIT_VERIFY_FAILED)
 

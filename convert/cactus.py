@@ -61,38 +61,38 @@ FAMILIES = {"llama": "generic", "qwen2": "qwen"}
 """HF ``model_type`` -> cactus's adapter family (also the runtime ``model_type``)."""
 TRANSFORMERS_VERSION = "5.5.4"
 
-# HF name -> (cactus file name, component); {i} is the layer index.
+#: The per-layer tensors of a llama-family model, one row each: the GGUF name after
+#: ``blk.{i}.``, the HF name after ``model.layers.{i}.``, the cactus file after ``layer_{i}_``.
+LAYER_TENSORS: tuple[tuple[str, str, str], ...] = (
+    ("attn_norm.weight", "input_layernorm.weight", "input_norm.weights"),
+    ("ffn_norm.weight", "post_attention_layernorm.weight", "post_attn_norm.weights"),
+    ("attn_q.weight", "self_attn.q_proj.weight", "attn_q.weights"),
+    ("attn_k.weight", "self_attn.k_proj.weight", "attn_k.weights"),
+    ("attn_v.weight", "self_attn.v_proj.weight", "attn_v.weights"),
+    ("attn_output.weight", "self_attn.o_proj.weight", "attn_output.weights"),
+    ("ffn_gate.weight", "mlp.gate_proj.weight", "ffn_gate.weights"),
+    ("ffn_up.weight", "mlp.up_proj.weight", "ffn_up.weights"),
+    ("ffn_down.weight", "mlp.down_proj.weight", "ffn_down.weights"),
+)
+#: The model-level tensors: GGUF name, HF name, cactus file, cactus component.
+MODEL_TENSORS: tuple[tuple[str, str, str, str], ...] = (
+    ("token_embd.weight", "model.embed_tokens.weight", "token_embeddings.weights", "embedding"),
+    ("output.weight", "lm_head.weight", "output_weight.weights", "embedding"),
+    ("output_norm.weight", "model.norm.weight", "output_norm.weights", "language"),
+)
+
+# HF name -> (cactus file name, component); {i} is the layer index, {p} q, k or v.
 NAME_RULES: tuple[tuple[str, str, str], ...] = (
-    (r"model\.embed_tokens\.weight", "token_embeddings.weights", "embedding"),
-    (r"lm_head\.weight", "output_weight.weights", "embedding"),
-    (r"model\.norm\.weight", "output_norm.weights", "language"),
-    (r"model\.layers\.(\d+)\.input_layernorm\.weight", "layer_{i}_input_norm.weights", "language"),
-    (r"model\.layers\.(\d+)\.post_attention_layernorm\.weight", "layer_{i}_post_attn_norm.weights", "language"),
-    (r"model\.layers\.(\d+)\.self_attn\.q_proj\.weight", "layer_{i}_attn_q.weights", "language"),
-    (r"model\.layers\.(\d+)\.self_attn\.k_proj\.weight", "layer_{i}_attn_k.weights", "language"),
-    (r"model\.layers\.(\d+)\.self_attn\.v_proj\.weight", "layer_{i}_attn_v.weights", "language"),
-    (r"model\.layers\.(\d+)\.self_attn\.o_proj\.weight", "layer_{i}_attn_output.weights", "language"),
-    (r"model\.layers\.(\d+)\.mlp\.gate_proj\.weight", "layer_{i}_ffn_gate.weights", "language"),
-    (r"model\.layers\.(\d+)\.mlp\.up_proj\.weight", "layer_{i}_ffn_up.weights", "language"),
-    (r"model\.layers\.(\d+)\.mlp\.down_proj\.weight", "layer_{i}_ffn_down.weights", "language"),
+    *((re.escape(hf), cactus, comp) for _, hf, cactus, comp in MODEL_TENSORS),
+    *((r"model\.layers\.(\d+)\." + re.escape(hf), "layer_{i}_" + cactus, "language") for _, hf, cactus in LAYER_TENSORS),
     (r"model\.layers\.(\d+)\.self_attn\.(q|k|v)_proj\.bias", "layer_{i}_self_attn_{p}_proj.bias", "language"),
 )
 _COMPILED = tuple((re.compile(p), o, c) for p, o, c in NAME_RULES)
 
 # GGUF llama-family name -> HF name ({i}: layer); the inverse of llama.cpp's tensor map.
 GGUF_NAMES: tuple[tuple[str, str], ...] = (
-    (r"token_embd\.weight", "model.embed_tokens.weight"),
-    (r"output\.weight", "lm_head.weight"),
-    (r"output_norm\.weight", "model.norm.weight"),
-    (r"blk\.(\d+)\.attn_norm\.weight", "model.layers.{i}.input_layernorm.weight"),
-    (r"blk\.(\d+)\.ffn_norm\.weight", "model.layers.{i}.post_attention_layernorm.weight"),
-    (r"blk\.(\d+)\.attn_q\.weight", "model.layers.{i}.self_attn.q_proj.weight"),
-    (r"blk\.(\d+)\.attn_k\.weight", "model.layers.{i}.self_attn.k_proj.weight"),
-    (r"blk\.(\d+)\.attn_v\.weight", "model.layers.{i}.self_attn.v_proj.weight"),
-    (r"blk\.(\d+)\.attn_output\.weight", "model.layers.{i}.self_attn.o_proj.weight"),
-    (r"blk\.(\d+)\.ffn_gate\.weight", "model.layers.{i}.mlp.gate_proj.weight"),
-    (r"blk\.(\d+)\.ffn_up\.weight", "model.layers.{i}.mlp.up_proj.weight"),
-    (r"blk\.(\d+)\.ffn_down\.weight", "model.layers.{i}.mlp.down_proj.weight"),
+    *((re.escape(gguf), hf) for gguf, hf, _, _ in MODEL_TENSORS),
+    *((r"blk\.(\d+)\." + re.escape(gguf), "model.layers.{i}." + hf) for gguf, hf, _ in LAYER_TENSORS),
     (r"blk\.(\d+)\.attn_(q|k|v)\.bias", "model.layers.{i}.self_attn.{p}_proj.bias"),
 )
 _GGUF_COMPILED = tuple((re.compile(p), o) for p, o in GGUF_NAMES)
@@ -368,12 +368,15 @@ class CactusResult:
     rows: list[dict[str, Any]] = field(default_factory=list)
     ledger: list[dict[str, Any]] = field(default_factory=list)
 
-    def summary(self) -> str:
+    def render(self) -> str:
+        """One line, as ``panelpack convert --target cactus`` prints it."""
         by = Counter(r["status"] for r in self.rows)
         size = sum(r["bytes"] for r in self.rows)
         return (f"wrote {self.out} (cactus {self.family}, CQ{self.bits}{', panels' if self.panels else ''}): "
                 f"{by.get('converted', 0)} converted, {by.get('fallback', 0)} fallback, "
                 f"{by.get('ignored', 0)} ignored, {size / 1e6:.1f} MB in {self.seconds:.1f} s")
+
+    summary = render
 
     def to_json(self) -> dict[str, Any]:
         return {"out": str(self.out), "family": self.family, "bits": self.bits, "panels": self.panels,

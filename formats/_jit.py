@@ -137,6 +137,17 @@ def lazy_njit(signatures: Any = None, tag: str | None = None, **options: Any) ->
 
 
 
+def inline_jit(fn: Callable) -> Callable:
+    """A kernel body compiled into every kernel that calls it (numba's typed-IR inlining), for
+    the per-block bodies a factory-made loop calls once per block, where a call would cost
+    more than the block (a :class:`LazyKernel` is a call: numba's inliner only sees its own
+    dispatchers). ``fn`` stays a plain Python function, so it is its own scalar reference, and
+    a closure holding it pickles by name (a stable numba cache key)."""
+    from numba.extending import register_jitable
+
+    return register_jitable(inline="always")(fn)
+
+
 # ---- the numba signature vocabulary every kernel module shares --------------------------
 def readonly(dtype: Any, ndim: int = 1) -> Any:
     """The numba type of a read-only C-contiguous array of ``dtype`` (a numba or numpy dtype):

@@ -299,15 +299,22 @@ def _done(value):
     return f
 
 
-def _file_digest(layout: list[Region], views: list) -> str:
-    """sha256 of the tensor file made of ``views`` at ``layout``'s offsets, zero-padded."""
-    h = hashlib.sha256()
+def _file_pieces(layout: list[Region], views: list):
+    """The bytes of the tensor file made of ``views`` at ``layout``'s offsets, in order: the
+    zero padding before each region, then the region."""
     pos = 0
     for reg, data in zip(layout, views):
         if reg.offset > pos:
-            h.update(bytes(reg.offset - pos))
-        h.update(data)
+            yield bytes(reg.offset - pos)
+        yield data
         pos = reg.offset + reg.nbytes
+
+
+def _file_digest(layout: list[Region], views: list) -> str:
+    """sha256 of the tensor file made of ``views`` at ``layout``'s offsets, zero-padded."""
+    h = hashlib.sha256()
+    for piece in _file_pieces(layout, views):
+        h.update(piece)
     return h.hexdigest()
 
 
@@ -449,12 +456,8 @@ class BundleWriter:
         path = self.tmp / rel
         try:
             with open(path, "wb") as f:
-                pos = 0
-                for reg, data in zip(layout, views):
-                    if reg.offset > pos:
-                        f.write(bytes(reg.offset - pos))
-                    f.write(data)
-                    pos = reg.offset + reg.nbytes
+                for piece in _file_pieces(layout, views):
+                    f.write(piece)
             self._unsynced.append(path)
         except OSError as e:
             raise atomic.output_error(e, path) from None

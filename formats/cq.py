@@ -283,6 +283,16 @@ def prepare_input_scale(input_scale, kp: int) -> np.ndarray:
     return np.clip(s, 1e-8, 65504.0).astype(np.float32)
 
 
+def _hadamard_inputs(w, bits: int, input_scale):
+    """The checked inputs of a Hadamard quantization: ``bits``, ``w`` as f32 zero-padded to
+    Kp (a multiple of GROUP), the original K, and the input scale for Kp columns."""
+    bits = _check_bits(bits)
+    w = _as_matrix(w)
+    k = w.shape[1]
+    w = pad_k(w)
+    return bits, w, k, prepare_input_scale(input_scale, w.shape[1])
+
+
 def quantize_hadamard(w, bits: int, seed: int = DEFAULT_SEED, input_scale=None,
                       return_rotated: bool = False):
     """CQ-``bits`` Hadamard quantization (numba kernel, all cores). Returns a :class:`CQTensor`
@@ -290,12 +300,8 @@ def quantize_hadamard(w, bits: int, seed: int = DEFAULT_SEED, input_scale=None,
     :func:`near_ties`)."""
     from . import _cq_kernels as kern
 
-    bits = _check_bits(bits)
-    w = _as_matrix(w)
-    k = w.shape[1]
-    w = pad_k(w)
+    bits, w, k, scale = _hadamard_inputs(w, bits, input_scale)
     n, kp = w.shape
-    scale = prepare_input_scale(input_scale, kp)
     left, right, perm = hadamard_components(GROUP, seed)
     cb = codebook(GROUP, bits)
     idx = np.empty((n, kp), dtype=np.uint8)
@@ -357,12 +363,8 @@ def nearest_ref(v: np.ndarray, cb: np.ndarray) -> np.ndarray:
 def quantize_hadamard_ref(w, bits: int, seed: int = DEFAULT_SEED, input_scale=None,
                           return_rotated: bool = False):
     """numpy reference of :func:`quantize_hadamard` (same results, bit for bit)."""
-    bits = _check_bits(bits)
-    w = _as_matrix(w)
-    k = w.shape[1]
-    w = pad_k(w)
+    bits, w, k, scale = _hadamard_inputs(w, bits, input_scale)
     n, kp = w.shape
-    scale = prepare_input_scale(input_scale, kp)
     work = w * scale[None, :]
     left, right, perm = hadamard_components(GROUP, seed)
     p = perm.astype(np.int64)

@@ -134,19 +134,9 @@ assert len(BY_ID) == len(TYPES) and len(BY_NAME) == len(TYPES), "duplicate type 
 REMOVED_IDS: dict[int, str] = {4: "Q4_2", 5: "Q4_3", 31: "Q4_0_4_4", 32: "Q4_0_4_8", 33: "Q4_0_8_8",
                                36: "IQ4_NL_4_4", 37: "IQ4_NL_4_8", 38: "IQ4_NL_8_8"}
 
-F32 = BY_NAME["F32"]
-F16 = BY_NAME["F16"]
-BF16 = BY_NAME["BF16"]
-Q4_0 = BY_NAME["Q4_0"]
-Q4_1 = BY_NAME["Q4_1"]
-Q5_0 = BY_NAME["Q5_0"]
-Q5_1 = BY_NAME["Q5_1"]
-Q8_0 = BY_NAME["Q8_0"]
-Q2_K = BY_NAME["Q2_K"]
-Q3_K = BY_NAME["Q3_K"]
-Q4_K = BY_NAME["Q4_K"]
-Q5_K = BY_NAME["Q5_K"]
-Q6_K = BY_NAME["Q6_K"]
+#: The types the codecs and layouts name directly.
+F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K = (BY_NAME[n] for n in (
+    "F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"))
 
 #: Types panelpack can decode (every codec), and those it can quantize into.
 DECODABLE = tuple(t for t in TYPES if t.codec)

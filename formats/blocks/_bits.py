@@ -170,6 +170,14 @@ def k_scale_parts(offset: int) -> tuple[tuple, tuple]:
     return tuple(sc), tuple(m)
 
 
+def k_min_fields() -> list:
+    """The fields Q4_K and Q5_K share: ``d`` and ``dmin`` (f16 words at bytes 0 and 2) and the
+    6-bit ``sc`` and ``m`` of the 12 scale bytes at 4 (:func:`k_scale_parts`)."""
+    sc, m = k_scale_parts(4)
+    return [Field("d", "u2", (f16_word(0),)), Field("dmin", "u2", (f16_word(2),)),
+            Field("sc", "u1", sc), Field("m", "u1", m)]
+
+
 def k_scale_table() -> np.ndarray:
     """:func:`k_scale_parts` as an int64 table ``[2 (sc, m), 8 (slot), 2 (part), 4]`` of
     ``(byte, shift, nbits, dst)`` (bytes counted from the start of ``scales``; a slot with one

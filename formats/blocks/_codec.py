@@ -10,7 +10,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .._jit import RO_F32, RO_U8, lazy_njit, readonly
+from .._jit import RO_F32, RO_U8, RO_U16, lazy_njit, readonly
 from ..errors import BadInputError
 from ..qtypes import GGMLType
 from ._bits import K_SCALES
@@ -53,10 +53,44 @@ def k_scale_put(blk, s, sc, m):
 
 def _tag(kernel) -> str:
     """The type module a kernel comes from (``q4_k``): the name suffix of its factory-made twins."""
-    return kernel.py_func.__module__.rsplit(".", 1)[-1]
+    return getattr(kernel, "py_func", kernel).__module__.rsplit(".", 1)[-1]
 
 
-def parallel_dequantize(range_kernel, words=RO_U8, chunk: int = CHUNK_BLOCKS):
+def _range_signature(words):
+    """The numba signature of a dequantize range kernel ``(b, y, i0, i1, qk)``."""
+    return numba.void(words, numba.float32[::1], numba.int64, numba.int64, numba.int64)
+
+
+def block_range(block_kernel, type_size: int):
+    """The dequantize range kernel of a block type from its block kernel: blocks ``[i0, i1)``
+    of the flat bytes ``b``, each ``block_kernel(blk, yb, qk)`` on its ``type_size`` bytes and
+    its ``qk`` outputs. ``qk`` (the block size) comes at run time on purpose: the kernels take
+    their loops' trip counts from it, and LLVM vectorizes a loop whose count it cannot see
+    (one of 16 or 32 it unrolls instead)."""
+
+    @lazy_njit(_range_signature(RO_U8), cache=True, error_model="numpy", tag=_tag(block_kernel))
+    def dequantize_range(b, y, i0, i1, qk):
+        for i in range(i0, i1):
+            block_kernel(b[i * type_size:i * type_size + type_size], y[i * qk:i * qk + qk], qk)
+
+    return dequantize_range
+
+
+def word_range(value_kernel):
+    """The dequantize range kernel of a plain 16-bit type from ``value_kernel(word) -> f32``:
+    elements ``[e0, e1)`` of the little-endian words ``b``."""
+
+    @lazy_njit(_range_signature(RO_U16), cache=True, tag=_tag(value_kernel))
+    def dequantize_range(b, y, e0, e1, qk):
+        bs = b[e0:e1]
+        ys = y[e0:e1]
+        for e in range(ys.size):  # from 0: LLVM sees the bounds and vectorizes
+            ys[e] = value_kernel(np.int64(bs[e]))
+
+    return dequantize_range
+
+
+def parallel_dequantize(range_kernel, words=RO_U8, chunk: int = CHUNK_BLOCKS, tag: str | None = None):
     """The parallel twin of a dequantize range kernel: ``prange`` over chunks of ``chunk`` units.
 
     ``range_kernel(b, y, i0, i1, qk)`` decodes units ``[i0, i1)`` (blocks of ``qk`` elements;
@@ -64,7 +98,7 @@ def parallel_dequantize(range_kernel, words=RO_U8, chunk: int = CHUNK_BLOCKS):
     """
 
     @lazy_njit(numba.void(words, numba.float32[::1], numba.int64), parallel=True, error_model="numpy",
-               tag=_tag(range_kernel))
+               tag=tag or _tag(range_kernel))
     def dequantize_parallel(b, y, qk):
         units = y.size // qk
         for c in numba.prange((units + chunk - 1) // chunk):
@@ -261,9 +295,42 @@ def run_quantize(qtype: GGMLType, x, range_kernel, parallel_kernel, parallel: bo
     return out
 
 
+# ---- numpy references from the plan's fields (the ``decode_ref`` of the common shapes) ------
+def f16_field(f: dict, name: str, repeat: int) -> np.ndarray:
+    """The f16 field ``name`` of a plan's fields as f32, each value repeated ``repeat`` times
+    along the row."""
+    return f[name].view("<f2").astype(np.float32).repeat(repeat, axis=1)
+
+
+def offset_ref(offset: int):
+    """``decode_ref`` of the 32-element types with one scale: ``d * (code - offset)`` (Q4_0: 8,
+    Q5_0: 16, Q8_0: 0, its codes signed already)."""
+    def decode_ref(f: dict) -> np.ndarray:
+        return f16_field(f, "d", 32) * (f["codes"].astype(np.float32) - np.float32(offset))
+
+    return decode_ref
+
+
+def min_ref(f: dict) -> np.ndarray:
+    """``decode_ref`` of the 32-element types with a scale and a min (Q4_1, Q5_1): ``d * code + m``."""
+    return f16_field(f, "d", 32) * f["codes"].astype(np.float32) + f16_field(f, "m", 32)
+
+
+def k_min_ref(sub: int):
+    """``decode_ref`` of the super-block types with sub-block scales and mins (Q2_K: ``sub`` =
+    16, Q4_K and Q5_K: 32): ``(d * sc) * code - (dmin * m)``."""
+    def decode_ref(f: dict) -> np.ndarray:
+        per = f["sc"].shape[1] // f["d"].shape[1]  # sub-blocks per super-block
+        ds = (f16_field(f, "d", per) * f["sc"].astype(np.float32)).repeat(sub, axis=1)
+        ms = (f16_field(f, "dmin", per) * f["m"].astype(np.float32)).repeat(sub, axis=1)
+        return ds * f["codes"].astype(np.float32) - ms
+
+    return decode_ref
+
+
 # ---- declaring a codec: its public surface, built from its plan and kernels ---------------
-def declare(namespace: dict, qtype: GGMLType, plan=None, *, dequantize_range, chunk: int = CHUNK_BLOCKS,
-            words=None, decode_ref=None, quantize_range=None, quantize_chunk: int = CHUNK_BLOCKS,
+def declare(namespace: dict, qtype: GGMLType, plan=None, *, dequantize_block=None, dequantize_word=None,
+            chunk: int = CHUNK_BLOCKS, decode_ref=None, quantize_range=None, quantize_chunk: int = CHUNK_BLOCKS,
             encode_ref=None, quantize_weighted_block=None) -> None:
     """Give a type module (``namespace`` is its ``globals()``) the codec surface of
     docs/DEVELOPING.md, the way gguf-py's ``__init_subclass__`` registers a quant class: the
@@ -271,10 +338,12 @@ def declare(namespace: dict, qtype: GGMLType, plan=None, *, dequantize_range, ch
     builds the rest, identically for every type.
 
     * ``to_fields`` / ``from_fields``: ``plan``'s, both ways (when there is a plan);
-    * ``dequantize(blocks, out=None)``: validates, then ``dequantize_range(b, y, i0, i1, qk)``
-      on the calling thread for small inputs, else its parallel twin ``_dequantize_parallel``
-      over chunks of ``chunk`` units (``words``: the kernel reads the bytes as these
-      little-endian words, e.g. ``np.uint16`` for F16);
+    * ``dequantize(blocks, out=None)``: validates, then the range kernel ``_dequantize_range(b,
+      y, i0, i1, qk)`` on the calling thread for small inputs, else its parallel twin
+      ``_dequantize_parallel`` over chunks of ``chunk`` units. The range kernel is made from
+      ``dequantize_block(blk, yb, qk)`` (one block's bytes to its ``qk`` values, see
+      :func:`block_range`) or, for the plain 16-bit types, from ``dequantize_word(w) -> f32``
+      (the bytes read as little-endian uint16 words, see :func:`word_range`);
     * ``dequantize_ref(blocks)``: ``decode_ref(fields) -> f32 [n, k]``, numpy on the plan's
       fields, with invalid/overflow warnings off (NaN and inf payloads are data here);
     * ``quantize(x, parallel=None)`` and ``_quantize_parallel`` from ``quantize_range(x, out,
@@ -289,14 +358,19 @@ def declare(namespace: dict, qtype: GGMLType, plan=None, *, dequantize_range, ch
     if plan is not None:
         namespace["to_fields"] = plan.to_fields
         namespace["from_fields"] = plan.from_fields
-    par = parallel_dequantize(dequantize_range, RO_U8 if words is None else readonly(words), chunk)
+    if dequantize_block is not None:
+        dequantize_range, words = block_range(dequantize_block, qtype.type_size), None
+    else:
+        dequantize_range, words = word_range(dequantize_word), np.uint16
+    par = parallel_dequantize(dequantize_range, RO_U8 if words is None else readonly(words), chunk,
+                              tag=_tag(dequantize_block or dequantize_word))
 
     def dequantize(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         return run_dequantize(qtype, blocks, out, dequantize_range, par, words=words)
 
     dequantize.__doc__ = (f"uint8 ``[rows, row_bytes]`` (or flat) {name} blocks to f32 ``[rows, K]``; "
                           "bit-identical with gguf-py.")
-    namespace.update(dequantize=dequantize, _dequantize_parallel=par)
+    namespace.update(dequantize=dequantize, _dequantize_range=dequantize_range, _dequantize_parallel=par)
     if decode_ref is not None:
         def dequantize_ref(blocks: np.ndarray) -> np.ndarray:
             f, shape = ref_fields(blocks, qtype, plan)

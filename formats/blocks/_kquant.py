@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._jit import lazy_njit
+from .._jit import inline_jit, lazy_njit
+from ._codec import k_scale_min
+from .f16 import f16_at, f16_to_f32, f32_to_f16_bits
 from .f32 import f32_bits
 
 #: ggml's GROUP_MAX_EPS: a group whose largest |x| is below it is all zero
@@ -366,3 +368,115 @@ def put_q5(blk, o_qh, o_qs, L):
         qh |= ((u1 >> 4) & 1) << (j + 16)
     for b in range(4):
         blk[o_qh + b] = np.uint8((qh >> (8 * b)) & 0xFF)
+
+
+
+@lazy_njit(inline="always")
+def u32_at(blk, o):
+    """The little-endian u32 at byte ``o`` of ``blk``, as int32 bits."""
+    return np.int32(np.int64(blk[o]) | (np.int64(blk[o + 1]) << 8) | (np.int64(blk[o + 2]) << 16)
+                    | (np.int64(blk[o + 3]) << 24))
+
+
+@inline_jit
+def q5_code(nibble, qh, j):
+    """A Q5_0/Q5_1 code as :func:`put_q5` stores it: its ``nibble`` from ``qs``, and bit ``j``
+    of ``qh`` (the block's qh word, shifted right 16 for the second half) as bit 4. int32
+    throughout (numba widens integer arithmetic to int64 unless told)."""
+    return np.int32(np.int32(nibble) | np.int32((np.int32(qh >> np.int32(j)) & np.int32(1)) << np.int32(4)))
+
+
+@lazy_njit(cache=True, error_model="numpy")
+def k_final_codes(xb, blk, L, d, dmin, nmax):
+    """The tail ggml's Q4_K and Q5_K quantizers share, once the 12 scale bytes are stored: store
+    ``d`` and ``dmin`` as f16 (bytes 0..3), then each sub-block's codes from the stored values,
+    ``L = clamp(nearest_int((x + dm) / dd), 0, nmax)`` with ``dd = f16(d) * sc`` and ``dm =
+    f16(dmin) * m``; a sub-block whose ``dd`` is 0 keeps the codes ``L`` holds."""
+    hd = f32_to_f16_bits(d)
+    hm = f32_to_f16_bits(dmin)
+    put_f16(blk, 0, hd)
+    put_f16(blk, 2, hm)
+    fd = f16_to_f32(hd)
+    fm = f16_to_f32(hm)
+    for j in range(8):
+        sc, m = k_scale_min(blk, j)
+        dd = fd * np.float32(sc)
+        if dd == np.float32(0):
+            continue
+        dm = fm * np.float32(m)
+        for e in range(32 * j, 32 * j + 32):
+            L[e] = clamp(nearest_int((xb[e] + dm) / dd), 0, nmax)
+
+
+@inline_jit
+def k_min_block(blk, yb, qk, o_qs, o_qh):
+    """Dequantize one Q4_K (``o_qh`` = -1) or Q5_K block: sub-block ``s`` is ``d*sc[s] * q -
+    dmin*m[s]``, ``q`` the nibble ``s & 1`` of the 32 bytes at ``o_qs + 32*(s >> 1)``, plus, for
+    Q5_K, bit ``s`` of the 32 bytes at ``o_qh`` as bit 4. ``qk >> 3`` (32) is the sub-block
+    loop's trip count at run time, so LLVM vectorizes it."""
+    sub = qk >> 3
+    d = f16_at(blk, 0)
+    dmin = f16_at(blk, 2)
+    for s in range(8):
+        sc, m = k_scale_min(blk, s)
+        ds = d * np.float32(sc)
+        ms = dmin * np.float32(m)
+        ql = blk[o_qs + 32 * (s >> 1):o_qs + 32 * (s >> 1) + 32]
+        ys = yb[32 * s:32 * s + 32]
+        sh = 4 * (s & 1)
+        if o_qh < 0:
+            for j in range(sub):
+                ys[j] = ds * np.float32((np.int32(ql[j]) >> sh) & 15) - ms
+        else:
+            qh = blk[o_qh:o_qh + 32]
+            for j in range(sub):
+                ys[j] = ds * np.float32(((np.int32(ql[j]) >> sh) & 15) | (((np.int32(qh[j]) >> s) & 1) << 4)) - ms
+
+
+@lazy_njit(inline="always")
+def put_q2(blk, o, L):
+    """256 two-bit codes ``L`` as Q2_K and Q3_K store their low bits: byte ``l`` of the 32 at
+    ``o + 32c`` holds ``L[128c + l + 32k]`` in bits ``2k..2k+1``, k = 0..3."""
+    for c in range(2):
+        qs = blk[o + 32 * c:o + 32 * c + 32]
+        Lc = L[128 * c:128 * c + 128]
+        for l in range(32):
+            qs[l] = np.uint8((Lc[l] | (Lc[l + 32] << 2) | (Lc[l + 64] << 4) | (Lc[l + 96] << 6)) & 0xFF)
+
+
+@lazy_njit(cache=True)
+def store_lanes(out, first, nl, type_size, d, qs):
+    """Store ``nl`` blocks of a one-scale type from the lanes of a side-by-side quantizer (the
+    inverse of ``_codec.load_lanes``): block ``first + l`` gets ``f16(d[l])`` at bytes 0..1, then
+    the bytes ``qs[j, l]`` at ``2 + j``."""
+    for l in range(nl):
+        o = (first + l) * type_size
+        dst = out[o:o + type_size]
+        put_f16(dst, 0, f32_to_f16_bits(d[l]))
+        for j in range(qs.shape[0]):
+            dst[2 + j] = np.uint8(qs[j, l])
+
+
+# ---- the importance-weighted 32-element blocks: the search and the stored scales ---------------
+@lazy_njit(cache=True, error_model="numpy")
+def weighted_scale(xb, qb, blk, sigma2, iscr, fscr, nmax):
+    """The head of ggml's ``quantize_row_q4_0_impl`` / ``q5_0_impl``: ``w = qb * sqrtf(sigma2 +
+    x^2)``, ``d = make_qx_quants(32, nmax, x, L, rmse_type=1, w)`` stored as f16 at byte 0;
+    returns the codes ``L`` (the caller packs them)."""
+    L, w = iscr[0, :32], fscr[0]
+    importance_weights(qb, xb, sigma2, w)
+    put_f16(blk, 0, f32_to_f16_bits(make_qx_quants(32, nmax, xb, L, w)))
+    return L
+
+
+@lazy_njit(cache=True, error_model="numpy")
+def weighted_scale_min(xb, qb, blk, sigma2, iscr, fscr, nmax):
+    """The head of ggml's ``quantize_row_q4_1_impl`` / ``q5_1_impl``: the weights as
+    :func:`weighted_scale`, ``d, min = make_qkx3_quants(32, nmax, x, w, L, &min, Laux, -0.9,
+    0.05, 36, false)``, stored ``f16(d)`` at byte 0 and ``f16(-min)`` at 2; returns ``L``."""
+    L, laux, w = iscr[0, :32], iscr[1, :32], fscr[0]
+    importance_weights(qb, xb, sigma2, w)
+    d, mn = make_qkx3_quants(32, nmax, xb, w, L, laux, RMIN3, RDELTA3, 36, False)
+    put_f16(blk, 0, f32_to_f16_bits(d))
+    put_f16(blk, 2, f32_to_f16_bits(-mn))
+    return L

@@ -15,28 +15,19 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .._jit import RO_U16, lazy_njit
+from .._jit import lazy_njit
 from ..qtypes import BF16 as QTYPE
-from ._codec import (
-    CHUNK_BLOCKS,
-    as_blocks,
-    as_rows_f32,
-    bytes_shape,
-    declare,
-    out_shape,
-)
+from ._codec import CHUNK_BLOCKS, as_blocks, as_rows_f32, bytes_shape, declare, out_shape
 from .f32 import bits_f32
 
 
-@lazy_njit(numba.void(RO_U16, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True)
-def _dequantize_range(b, y, e0, e1, qk):
-    bs = b[e0:e1]
-    ys = y[e0:e1]
-    for e in range(ys.size):  # from 0: LLVM sees the bounds and vectorizes
-        ys[e] = bits_f32(np.uint32(np.int64(bs[e]) << 16))
+@lazy_njit(numba.float32(numba.int64), cache=True, inline="always")
+def bf16_to_f32(h):
+    """The f32 value of the bf16 bits ``h`` (0..65535): a shift, NaN payloads kept."""
+    return bits_f32(np.uint32(h << 16))
 
 
-declare(globals(), QTYPE, dequantize_range=_dequantize_range, chunk=CHUNK_BLOCKS * 32, words=np.uint16)
+declare(globals(), QTYPE, dequantize_word=bf16_to_f32, chunk=CHUNK_BLOCKS * 32)
 
 
 def dequantize_ref(blocks: np.ndarray) -> np.ndarray:

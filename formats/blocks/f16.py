@@ -23,16 +23,9 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .._jit import RO_U16, lazy_njit
+from .._jit import lazy_njit
 from ..qtypes import F16 as QTYPE
-from ._codec import (
-    CHUNK_BLOCKS,
-    as_blocks,
-    as_rows_f32,
-    bytes_shape,
-    declare,
-    out_shape,
-)
+from ._codec import CHUNK_BLOCKS, as_blocks, as_rows_f32, bytes_shape, declare, out_shape
 from .f32 import bits_f32, f32_bits
 
 _TWO_M24 = np.float32(2.0**-24)
@@ -75,6 +68,12 @@ def f32_to_f16_bits(x):
     return sign | (r >> s)
 
 
+@lazy_njit(inline="always")
+def f16_at(blk, o):
+    """The f32 value of the little-endian f16 at byte ``o`` of the bytes ``blk``."""
+    return f16_to_f32(np.int64(blk[o]) | (np.int64(blk[o + 1]) << 8))
+
+
 def f16_bits_ref(x: np.ndarray) -> np.ndarray:
     """numpy twin of :func:`f32_to_f16_bits`: uint16 bits, NaN -> 0x7e00 | sign (as ggml)."""
     x = np.asarray(x, np.float32)
@@ -85,15 +84,7 @@ def f16_bits_ref(x: np.ndarray) -> np.ndarray:
 
 
 # ---- F16 tensors: element e is the LE u16 at byte 2e ---------------------------------------
-@lazy_njit(numba.void(RO_U16, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True)
-def _dequantize_range(b, y, e0, e1, qk):
-    bs = b[e0:e1]
-    ys = y[e0:e1]
-    for e in range(ys.size):  # from 0: LLVM sees the bounds and vectorizes
-        ys[e] = f16_to_f32(np.int64(bs[e]))
-
-
-declare(globals(), QTYPE, dequantize_range=_dequantize_range, chunk=CHUNK_BLOCKS * 32, words=np.uint16)
+declare(globals(), QTYPE, dequantize_word=f16_to_f32, chunk=CHUNK_BLOCKS * 32)
 
 
 def dequantize_ref(blocks: np.ndarray) -> np.ndarray:

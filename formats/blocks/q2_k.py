@@ -26,10 +26,10 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .._jit import RO_F32, RO_U8, lazy_njit
+from .._jit import RO_F32, inline_jit, lazy_njit
 from ..qtypes import Q2_K as QTYPE
 from ._bits import BlockPlan, Field, f16_word
-from ._codec import CHUNK_BLOCKS, declare
+from ._codec import CHUNK_BLOCKS, declare, k_min_ref
 from ._kquant import (
     RDELTA3,
     RMIN3,
@@ -39,9 +39,10 @@ from ._kquant import (
     make_qkx3_quants,
     make_qp_quants,
     nearest_int,
+    put_q2,
     sum_squares,
 )
-from .f16 import f16_to_f32, f32_to_f16_bits
+from .f16 import f16_at, f16_to_f32, f32_to_f16_bits
 
 
 def _code(e: int) -> tuple:
@@ -60,32 +61,20 @@ PLAN = BlockPlan(QTYPE, [
 
 
 # ---- dequantize ----------------------------------------------------------------------------
-@lazy_njit(numba.void(RO_U8, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True, error_model="numpy")
-def _dequantize_range(b, y, b0, b1, qk):
+@inline_jit
+def _dequantize_block(blk, yb, qk):
     n16 = qk >> 4  # 16; a run-time trip count, so LLVM vectorizes the loop below
-    for i in range(b0, b1):
-        blk = b[i * 84:i * 84 + 84]
-        yb = y[i * 256:i * 256 + 256]
-        d = f16_to_f32(np.int64(blk[80]) | (np.int64(blk[81]) << 8))
-        dmin = f16_to_f32(np.int64(blk[82]) | (np.int64(blk[83]) << 8))
-        for g in range(16):
-            s = np.int32(blk[g])
-            dl = d * np.float32(s & 15)
-            ml = dmin * np.float32(s >> 4)
-            q = blk[16 + 32 * (g >> 3) + 16 * (g & 1):16 + 32 * (g >> 3) + 16 * (g & 1) + 16]
-            sh = 2 * ((g & 7) >> 1)
-            ys = yb[16 * g:16 * g + 16]
-            for l in range(n16):
-                ys[l] = dl * np.float32((np.int32(q[l]) >> sh) & 3) - ml
-
-
-def _decode_ref(f):
-    """numpy: the f32 values from the bit fields (for ``dequantize_ref``)."""
-    d = f["d"].view("<f2").astype(np.float32).repeat(16, axis=1)
-    dmin = f["dmin"].view("<f2").astype(np.float32).repeat(16, axis=1)
-    dl = (d * f["sc"].astype(np.float32)).repeat(16, axis=1)
-    ml = (dmin * f["m"].astype(np.float32)).repeat(16, axis=1)
-    return dl * f["codes"].astype(np.float32) - ml
+    d = f16_at(blk, 80)
+    dmin = f16_at(blk, 82)
+    for g in range(16):
+        s = np.int32(blk[g])
+        dl = d * np.float32(s & 15)
+        ml = dmin * np.float32(s >> 4)
+        q = blk[16 + 32 * (g >> 3) + 16 * (g & 1):16 + 32 * (g >> 3) + 16 * (g & 1) + 16]
+        sh = 2 * ((g & 7) >> 1)
+        ys = yb[16 * g:16 * g + 16]
+        for l in range(n16):
+            ys[l] = dl * np.float32((np.int32(q[l]) >> sh) & 3) - ml
 
 
 # ---- quantize ------------------------------------------------------------------------------
@@ -151,11 +140,7 @@ def _finish_block(xb, blk, L, hd, hm):
         dm = fm * np.float32(np.int32(blk[g]) >> 4)
         for e in range(16 * g, 16 * g + 16):
             L[e] = clamp(nearest_int((xb[e] + dm) / dd), 0, 3)
-    for c in range(2):
-        qs = blk[16 + 32 * c:16 + 32 * c + 32]
-        Lc = L[128 * c:128 * c + 128]
-        for l in range(32):
-            qs[l] = np.uint8((Lc[l] | (Lc[l + 32] << 2) | (Lc[l + 64] << 4) | (Lc[l + 96] << 6)) & 0xFF)
+    put_q2(blk, 16, L)
 
 
 @lazy_njit(cache=True, error_model="numpy")
@@ -179,6 +164,6 @@ def _weighted_block(xb, qb, blk, sigma2, iscr, fscr):
     _finish_block(xb, blk, L, f32_to_f16_bits(dm), f32_to_f16_bits(mm))
 
 
-declare(globals(), QTYPE, PLAN, dequantize_range=_dequantize_range, chunk=CHUNK_BLOCKS // 8,
-        decode_ref=_decode_ref, quantize_range=_quantize_range, quantize_chunk=64, encode_ref="scalar",
+declare(globals(), QTYPE, PLAN, dequantize_block=_dequantize_block, chunk=CHUNK_BLOCKS // 8,
+        decode_ref=k_min_ref(16), quantize_range=_quantize_range, quantize_chunk=64, encode_ref="scalar",
         quantize_weighted_block=_weighted_block)

@@ -29,12 +29,12 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .._jit import RO_F32, RO_U8, lazy_njit
+from .._jit import RO_F32, inline_jit, lazy_njit
 from ..qtypes import Q3_K as QTYPE
 from ._bits import BlockPlan, Field, f16_word
-from ._codec import CHUNK_BLOCKS, declare
-from ._kquant import clamp, importance_weights, int8, make_q3_quants, make_qx_quants, nearest_int, sum_squares
-from .f16 import f16_to_f32, f32_to_f16_bits
+from ._codec import CHUNK_BLOCKS, declare, f16_field
+from ._kquant import clamp, importance_weights, int8, make_q3_quants, make_qx_quants, nearest_int, put_q2, sum_squares
+from .f16 import f16_at, f16_to_f32, f32_to_f16_bits
 
 
 def _code(e: int) -> tuple:
@@ -63,29 +63,26 @@ def _scale6(blk, g):
 
 
 # ---- dequantize ----------------------------------------------------------------------------
-@lazy_njit(numba.void(RO_U8, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True, error_model="numpy")
-def _dequantize_range(b, y, b0, b1, qk):
+@inline_jit
+def _dequantize_block(blk, yb, qk):
     n16 = qk >> 4  # 16; a run-time trip count, so LLVM vectorizes the loop below
-    for i in range(b0, b1):
-        blk = b[i * 110:i * 110 + 110]
-        yb = y[i * 256:i * 256 + 256]
-        d = f16_to_f32(np.int64(blk[108]) | (np.int64(blk[109]) << 8))
-        for g in range(16):
-            dl = d * np.float32(_scale6(blk, g) - 32)
-            o = 16 * (g & 1)
-            q = blk[32 + 32 * (g >> 3) + o:32 + 32 * (g >> 3) + o + 16]
-            hm = blk[o:o + 16]
-            sh = 2 * ((g & 7) >> 1)
-            hb = g >> 1  # e // 32 for this group's elements
-            ys = yb[16 * g:16 * g + 16]
-            for l in range(n16):
-                u = ((np.int32(q[l]) >> sh) & 3) | (((np.int32(hm[l]) >> hb) & 1) << 2)
-                ys[l] = dl * np.float32(u - 4)
+    d = f16_at(blk, 108)
+    for g in range(16):
+        dl = d * np.float32(_scale6(blk, g) - 32)
+        o = 16 * (g & 1)
+        q = blk[32 + 32 * (g >> 3) + o:32 + 32 * (g >> 3) + o + 16]
+        hm = blk[o:o + 16]
+        sh = 2 * ((g & 7) >> 1)
+        hb = g >> 1  # e // 32 for this group's elements
+        ys = yb[16 * g:16 * g + 16]
+        for l in range(n16):
+            u = ((np.int32(q[l]) >> sh) & 3) | (((np.int32(hm[l]) >> hb) & 1) << 2)
+            ys[l] = dl * np.float32(u - 4)
 
 
 def _decode_ref(f):
     """numpy: the f32 values from the bit fields (for ``dequantize_ref``)."""
-    d = f["d"].view("<f2").astype(np.float32).repeat(16, axis=1)
+    d = f16_field(f, "d", 16)
     dl = (d * (f["sc"].astype(np.float32) - np.float32(32))).repeat(16, axis=1)
     return dl * (f["codes"].astype(np.float32) - np.float32(4))
 
@@ -143,11 +140,7 @@ def _finish_block(xb, blk, L, hd):
         if L[e] > 3:
             blk[e % 32] = np.uint8(blk[e % 32] | (1 << (e // 32)))
             L[e] -= 4
-    for c in range(2):
-        qs = blk[32 + 32 * c:32 + 32 * c + 32]
-        Lc = L[128 * c:128 * c + 128]
-        for l in range(32):
-            qs[l] = np.uint8((Lc[l] | (Lc[l + 32] << 2) | (Lc[l + 64] << 4) | (Lc[l + 96] << 6)) & 0xFF)
+    put_q2(blk, 32, L)
 
 
 @lazy_njit(cache=True, error_model="numpy")
@@ -176,6 +169,6 @@ def _weighted_block(xb, qb, blk, sigma2, iscr, fscr):
     _finish_block(xb, blk, L, f32_to_f16_bits(d_block))
 
 
-declare(globals(), QTYPE, PLAN, dequantize_range=_dequantize_range, chunk=CHUNK_BLOCKS // 8,
+declare(globals(), QTYPE, PLAN, dequantize_block=_dequantize_block, chunk=CHUNK_BLOCKS // 8,
         decode_ref=_decode_ref, quantize_range=_quantize_range, quantize_chunk=64, encode_ref="scalar",
         quantize_weighted_block=_weighted_block)

@@ -24,12 +24,12 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .._jit import RO_F32, RO_U8, lazy_njit
+from .._jit import RO_F32, inline_jit, lazy_njit
 from ..qtypes import Q4_0 as QTYPE
 from ._bits import BlockPlan, Field, f16_word, nibble_codes
-from ._codec import LANES, declare, load_lanes
-from ._kquant import importance_weights, make_qx_quants, put_f16
-from .f16 import f16_bits_ref, f16_to_f32, f32_to_f16_bits
+from ._codec import LANES, declare, load_lanes, offset_ref
+from ._kquant import store_lanes, weighted_scale
+from .f16 import f16_at, f16_bits_ref
 from .f32 import cvtt_i32, cvtt_i32_ref, low_i8
 
 PLAN = BlockPlan(QTYPE, [
@@ -39,24 +39,14 @@ PLAN = BlockPlan(QTYPE, [
 
 
 # ---- dequantize ----------------------------------------------------------------------------
-@lazy_njit(numba.void(RO_U8, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True, error_model="numpy")
-def _dequantize_range(b, y, b0, b1, qk):
+@inline_jit
+def _dequantize_block(blk, yb, qk):
     half = qk >> 1  # 16; a run-time trip count, so LLVM vectorizes the loops below
-    for i in range(b0, b1):
-        blk = b[i * 18:i * 18 + 18]
-        yb = y[i * 32:i * 32 + 32]
-        d = f16_to_f32(np.int64(blk[0]) | (np.int64(blk[1]) << 8))
-        for j in range(half):
-            yb[j] = d * np.float32(np.int32(blk[2 + j] & 15) - 8)
-        for j in range(half):
-            yb[half + j] = d * np.float32(np.int32(blk[2 + j] >> 4) - 8)
-
-
-def _decode_ref(f):
-    """numpy: the f32 values from the bit fields (for ``dequantize_ref``)."""
-    d = f["d"].view("<f2").astype(np.float32).repeat(32, axis=1)
-    q = f["codes"].astype(np.float32) - np.float32(8)
-    return d * q
+    d = f16_at(blk, 0)
+    for j in range(half):
+        yb[j] = d * np.float32(np.int32(blk[2 + j] & 15) - 8)
+    for j in range(half):
+        yb[half + j] = d * np.float32(np.int32(blk[2 + j] >> 4) - 8)
 
 
 # ---- quantize ------------------------------------------------------------------------------
@@ -96,14 +86,7 @@ def _quantize_range(x, out, b0, b1):
                 u0 = min(15, ((t0 & 0xFF) ^ 0x80) - 0x80) & 0xFF  # MIN(15, (int8_t)...)
                 u1 = min(15, ((t1 & 0xFF) ^ 0x80) - 0x80) & 0xFF
                 qj[l] = np.int32((u0 | (u1 << 4)) & 0xFF)
-        for l in range(nl):
-            o = (c0 + l) * 18
-            dst = out[o:o + 18]
-            h = f32_to_f16_bits(d[l])
-            dst[0] = np.uint8(h & 0xFF)
-            dst[1] = np.uint8(h >> 8)
-            for j in range(16):
-                dst[2 + j] = np.uint8(qs[j, l])
+        store_lanes(out, c0, nl, 18, d, qs)
 
 
 def _encode_ref(xr: np.ndarray) -> dict[str, np.ndarray]:
@@ -133,12 +116,10 @@ def _weighted_block(xb, qb, blk, sigma2, iscr, fscr):
     """One block of ggml's ``quantize_row_q4_0_impl`` (importance weights ``qb``):
         w = qb * sqrtf(sigma2 + x^2) (sigma2 = sum x^2 / K of the row)
         d = make_qx_quants(32, 8, x, L, rmse_type=1, w); codes L as returned, packed as drawn above"""
-    L, w = iscr[0, :32], fscr[0]
-    importance_weights(qb, xb, sigma2, w)
-    put_f16(blk, 0, f32_to_f16_bits(make_qx_quants(32, 8, xb, L, w)))
+    L = weighted_scale(xb, qb, blk, sigma2, iscr, fscr, 8)
     for j in range(16):
         blk[2 + j] = np.uint8((L[j] | (L[j + 16] << 4)) & 0xFF)
 
 
-declare(globals(), QTYPE, PLAN, dequantize_range=_dequantize_range, decode_ref=_decode_ref,
+declare(globals(), QTYPE, PLAN, dequantize_block=_dequantize_block, decode_ref=offset_ref(8),
         quantize_range=_quantize_range, encode_ref=_encode_ref, quantize_weighted_block=_weighted_block)

@@ -16,12 +16,12 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .._jit import RO_F32, RO_U8, lazy_njit
+from .._jit import RO_F32, inline_jit, lazy_njit
 from ..qtypes import Q4_1 as QTYPE
 from ._bits import BlockPlan, Field, f16_word, nibble_codes
-from ._codec import declare
-from ._kquant import RDELTA3, RMIN3, block_min_max, importance_weights, int8, make_qkx3_quants, put_f16
-from .f16 import f16_bits_ref, f16_to_f32, f32_to_f16_bits
+from ._codec import declare, min_ref
+from ._kquant import block_min_max, int8, put_f16, weighted_scale_min
+from .f16 import f16_at, f16_bits_ref, f32_to_f16_bits
 from .f32 import add_first_nan, cvtt_i32, cvtt_i32_ref, low_i8, min_max_ref
 
 PLAN = BlockPlan(QTYPE, [
@@ -32,25 +32,14 @@ PLAN = BlockPlan(QTYPE, [
 
 
 # ---- dequantize ----------------------------------------------------------------------------
-@lazy_njit(numba.void(RO_U8, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True, error_model="numpy")
-def _dequantize_range(b, y, b0, b1, qk):
+@inline_jit
+def _dequantize_block(blk, yb, qk):
     half = qk >> 1  # 16; a run-time trip count, so LLVM vectorizes the loops below
-    for i in range(b0, b1):
-        blk = b[i * 20:i * 20 + 20]
-        yb = y[i * 32:i * 32 + 32]
-        d = f16_to_f32(np.int64(blk[0]) | (np.int64(blk[1]) << 8))
-        m = f16_to_f32(np.int64(blk[2]) | (np.int64(blk[3]) << 8))
-        for j in range(half):
-            yb[j] = add_first_nan(d * np.float32(np.int32(blk[4 + j] & 15)), m)
-        for j in range(half):
-            yb[half + j] = add_first_nan(d * np.float32(np.int32(blk[4 + j] >> 4)), m)
-
-
-def _decode_ref(f):
-    """numpy: the f32 values from the bit fields (for ``dequantize_ref``)."""
-    d = f["d"].view("<f2").astype(np.float32).repeat(32, axis=1)
-    m = f["m"].view("<f2").astype(np.float32).repeat(32, axis=1)
-    return d * f["codes"].astype(np.float32) + m
+    d, m = f16_at(blk, 0), f16_at(blk, 2)
+    for j in range(half):
+        yb[j] = add_first_nan(d * np.float32(np.int32(blk[4 + j] & 15)), m)
+    for j in range(half):
+        yb[half + j] = add_first_nan(d * np.float32(np.int32(blk[4 + j] >> 4)), m)
 
 
 # ---- quantize ------------------------------------------------------------------------------
@@ -98,14 +87,10 @@ def _weighted_block(xb, qb, blk, sigma2, iscr, fscr):
         w = qb * sqrtf(sigma2 + x^2) (sigma2 = sum x^2 / K of the row)
         d, min = make_qkx3_quants(32, 15, x, w, L, &min, Laux, -0.9, 0.05, 36, false)
         stored d = f16(d), m = f16(-min); codes L as returned"""
-    L, laux, w = iscr[0, :32], iscr[1, :32], fscr[0]
-    importance_weights(qb, xb, sigma2, w)
-    d, mn = make_qkx3_quants(32, 15, xb, w, L, laux, RMIN3, RDELTA3, 36, False)
-    put_f16(blk, 0, f32_to_f16_bits(d))
-    put_f16(blk, 2, f32_to_f16_bits(-mn))
+    L = weighted_scale_min(xb, qb, blk, sigma2, iscr, fscr, 15)
     for j in range(16):
         blk[4 + j] = np.uint8((L[j] | (L[j + 16] << 4)) & 0xFF)
 
 
-declare(globals(), QTYPE, PLAN, dequantize_range=_dequantize_range, decode_ref=_decode_ref,
+declare(globals(), QTYPE, PLAN, dequantize_block=_dequantize_block, decode_ref=min_ref,
         quantize_range=_quantize_range, encode_ref=_encode_ref, quantize_weighted_block=_weighted_block)

@@ -31,53 +31,25 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .._jit import RO_F32, RO_U8, lazy_njit
+from .._jit import RO_F32, inline_jit, lazy_njit
 from ..qtypes import Q4_K as QTYPE
-from ._bits import BlockPlan, Field, f16_word, k_scale_parts
-from ._codec import CHUNK_BLOCKS, declare, k_scale_min, k_scale_put, load_lanes
-from ._kquant import kx3_sub_blocks, make_qp_quants
+from ._bits import BlockPlan, Field, k_min_fields
+from ._codec import CHUNK_BLOCKS, declare, k_min_ref, k_scale_put, load_lanes
+from ._kquant import k_final_codes, k_min_block, kx3_sub_blocks, make_qp_quants
 from .f16 import f16_bits_ref, f16_to_f32, f32_to_f16_bits
 from .f32 import f32_bits
 
-_SC, _M = k_scale_parts(4)
-
 PLAN = BlockPlan(QTYPE, [
-    Field("d", "u2", (f16_word(0),)),
-    Field("dmin", "u2", (f16_word(2),)),
-    Field("sc", "u1", _SC),
-    Field("m", "u1", _M),
+    *k_min_fields(),
     Field("codes", "u1", tuple(((16 + 32 * (e // 64) + e % 32, 4 * ((e % 64) // 32), 4, 0),)
                                for e in range(256))),
 ])
 
 
 # ---- dequantize ----------------------------------------------------------------------------
-@lazy_njit(numba.void(RO_U8, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True, error_model="numpy")
-def _dequantize_range(b, y, b0, b1, qk):
-    sub = qk >> 3  # 32; a run-time trip count, so LLVM vectorizes the loops below
-    for i in range(b0, b1):
-        blk = b[i * 144:i * 144 + 144]
-        yb = y[i * 256:i * 256 + 256]
-        d = f16_to_f32(np.int64(blk[0]) | (np.int64(blk[1]) << 8))
-        dmin = f16_to_f32(np.int64(blk[2]) | (np.int64(blk[3]) << 8))
-        for s in range(8):
-            sc, m = k_scale_min(blk, s)
-            ds = d * np.float32(sc)
-            ms = dmin * np.float32(m)
-            qs = blk[16 + 32 * (s >> 1):16 + 32 * (s >> 1) + 32]
-            ys = yb[32 * s:32 * s + 32]
-            sh = 4 * (s & 1)
-            for j in range(sub):
-                ys[j] = ds * np.float32((np.int32(qs[j]) >> sh) & 15) - ms
-
-
-def _decode_ref(f):
-    """numpy: the f32 values from the bit fields (for ``dequantize_ref``)."""
-    d = f["d"].view("<f2").astype(np.float32).repeat(8, axis=1)
-    dmin = f["dmin"].view("<f2").astype(np.float32).repeat(8, axis=1)
-    ds = (d * f["sc"].astype(np.float32)).repeat(32, axis=1)
-    ms = (dmin * f["m"].astype(np.float32)).repeat(32, axis=1)
-    return ds * f["codes"].astype(np.float32) - ms
+@inline_jit
+def _dequantize_block(blk, yb, qk):
+    k_min_block(blk, yb, qk, 16, -1)
 
 
 # ---- quantize ------------------------------------------------------------------------------
@@ -407,42 +379,21 @@ def _weighted_block(xb, qb, blk, sigma2, iscr, fscr):
         sigma2 = 2 * sum x^2 / 256;  w = qb * sqrtf(sigma2 + x^2)
         scale[s], min[s] = make_qkx3_quants(32, 15, x, w, L, &min, Laux, -0.9, 0.05, 36, false)
         sc = make_qp_quants(8, 63, scale, Ls, sw), m likewise (sw[s] = sum of w over the sub-block)
-        the 12 scale bytes written as ggml writes them (low bytes, OR-ed), d = f16(sc), dmin = f16(m)
-        codes from the stored 6-bit scales, as the reference does."""
+        the 12 scale bytes as ggml writes them (its codes are <= 63), d = f16(sc), dmin = f16(m),
+        then the codes from the stored 6-bit scales, as the reference does."""
     L, laux, ls, lm = iscr[0], iscr[1], iscr[2, :8], iscr[3, :8]
     w, sw, scales, mins = fscr[0], fscr[1, :8], fscr[2, :8], fscr[3, :8]
     kx3_sub_blocks(xb, qb, L, laux, w, sw, scales, mins, 15)
     d_block = make_qp_quants(8, 63, scales, ls, sw)
     m_block = make_qp_quants(8, 63, mins, lm, sw)
     for j in range(8):
-        a = ls[j] & 0xFF
-        b = lm[j] & 0xFF
-        if j < 4:
-            blk[4 + j] = np.uint8(a)
-            blk[8 + j] = np.uint8(b)
-        else:
-            blk[8 + j] = np.uint8((a & 0xF) | ((b & 0xF) << 4))
-            blk[j] = np.uint8((np.int64(blk[j]) | ((a >> 4) << 6)) & 0xFF)
-            blk[4 + j] = np.uint8((np.int64(blk[4 + j]) | ((b >> 4) << 6)) & 0xFF)
-    hd = f32_to_f16_bits(d_block)
-    hm = f32_to_f16_bits(m_block)
-    blk[0], blk[1], blk[2], blk[3] = np.uint8(hd & 0xFF), np.uint8(hd >> 8), np.uint8(hm & 0xFF), np.uint8(hm >> 8)
-    fd = f16_to_f32(hd)
-    fm = f16_to_f32(hm)
-    for j in range(8):
-        sc6, m6 = k_scale_min(blk, j)
-        dd = fd * np.float32(sc6)
-        if dd == np.float32(0):
-            continue
-        dm = fm * np.float32(m6)
-        for e in range(32 * j, 32 * j + 32):
-            q = nearest_int((xb[e] + dm) / dd)
-            L[e] = 0 if q < 0 else (15 if q > 15 else q)
+        k_scale_put(blk, j, ls[j] & 0xFF, lm[j] & 0xFF)
+    k_final_codes(xb, blk, L, d_block, m_block, 15)
     qs = blk[16:144]
     for c in range(4):
         for t in range(32):
             qs[32 * c + t] = np.uint8((L[64 * c + t] | (L[64 * c + 32 + t] << 4)) & 0xFF)
 
-declare(globals(), QTYPE, PLAN, dequantize_range=_dequantize_range, chunk=CHUNK_BLOCKS // 8,
-        decode_ref=_decode_ref, quantize_range=_quantize_range, quantize_chunk=64, encode_ref=_encode_ref,
+declare(globals(), QTYPE, PLAN, dequantize_block=_dequantize_block, chunk=CHUNK_BLOCKS // 8,
+        decode_ref=k_min_ref(32), quantize_range=_quantize_range, quantize_chunk=64, encode_ref=_encode_ref,
         quantize_weighted_block=_weighted_block)

@@ -15,12 +15,12 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .._jit import RO_F32, RO_U8, lazy_njit
+from .._jit import RO_F32, inline_jit, lazy_njit
 from ..qtypes import Q5_0 as QTYPE
 from ._bits import BlockPlan, Field, f16_word, nibble_codes, qh_bit
-from ._codec import declare
-from ._kquant import importance_weights, int8, make_qx_quants, put_f16, put_q5
-from .f16 import f16_bits_ref, f16_to_f32, f32_to_f16_bits
+from ._codec import declare, offset_ref
+from ._kquant import int8, put_q5, q5_code, u32_at, weighted_scale
+from .f16 import f16_at, f16_bits_ref, f32_to_f16_bits
 from .f32 import cvtt_i32, cvtt_i32_ref, first_absmax_ref, low_i8
 
 PLAN = BlockPlan(QTYPE, [
@@ -30,30 +30,16 @@ PLAN = BlockPlan(QTYPE, [
 
 
 # ---- dequantize ----------------------------------------------------------------------------
-@lazy_njit(numba.void(RO_U8, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True, error_model="numpy")
-def _dequantize_range(b, y, b0, b1, qk):
+@inline_jit
+def _dequantize_block(blk, yb, qk):
     half = qk >> 1  # 16; a run-time trip count, so LLVM vectorizes the loops below
-    for i in range(b0, b1):
-        blk = b[i * 22:i * 22 + 22]
-        yb = y[i * 32:i * 32 + 32]
-        d = f16_to_f32(np.int64(blk[0]) | (np.int64(blk[1]) << 8))
-        qh = np.int32(np.int64(blk[2]) | (np.int64(blk[3]) << 8) | (np.int64(blk[4]) << 16) | (np.int64(blk[5]) << 24))
-        qs = blk[6:22]
-        # int32 throughout (numba widens integer arithmetic to int64 unless told)
-        for j in range(half):
-            q = np.int32(np.int32(qs[j] & 15) | np.int32((np.int32(qh >> np.int32(j)) & np.int32(1)) << np.int32(4)))
-            yb[j] = d * np.float32(q - 16)
-        qh2 = np.int32(qh >> np.int32(half))
-        for j in range(half):
-            q = np.int32(np.int32(qs[j] >> 4) | np.int32((np.int32(qh2 >> np.int32(j)) & np.int32(1)) << np.int32(4)))
-            yb[half + j] = d * np.float32(q - 16)
-
-
-def _decode_ref(f):
-    """numpy: the f32 values from the bit fields (for ``dequantize_ref``)."""
-    d = f["d"].view("<f2").astype(np.float32).repeat(32, axis=1)
-    q = f["codes"].astype(np.float32) - np.float32(16)
-    return d * q
+    d = f16_at(blk, 0)
+    qh = u32_at(blk, 2)
+    qh2 = np.int32(qh >> np.int32(half))
+    for j in range(half):
+        yb[j] = d * np.float32(q5_code(blk[6 + j] & 15, qh, j) - 16)
+    for j in range(half):
+        yb[half + j] = d * np.float32(q5_code(blk[6 + j] >> 4, qh2, j) - 16)
 
 
 # ---- quantize ------------------------------------------------------------------------------
@@ -100,11 +86,8 @@ def _weighted_block(xb, qb, blk, sigma2, iscr, fscr):
     """One block of ggml's ``quantize_row_q5_0_impl`` (importance weights ``qb``):
         w = qb * sqrtf(sigma2 + x^2) (sigma2 = sum x^2 / K of the row)
         d = make_qx_quants(32, 16, x, L, rmse_type=1, w); codes L as returned, packed as drawn above"""
-    L, w = iscr[0, :32], fscr[0]
-    importance_weights(qb, xb, sigma2, w)
-    put_f16(blk, 0, f32_to_f16_bits(make_qx_quants(32, 16, xb, L, w)))
-    put_q5(blk, 2, 6, L)
+    put_q5(blk, 2, 6, weighted_scale(xb, qb, blk, sigma2, iscr, fscr, 16))
 
 
-declare(globals(), QTYPE, PLAN, dequantize_range=_dequantize_range, decode_ref=_decode_ref,
+declare(globals(), QTYPE, PLAN, dequantize_block=_dequantize_block, decode_ref=offset_ref(16),
         quantize_range=_quantize_range, encode_ref=_encode_ref, quantize_weighted_block=_weighted_block)

@@ -16,12 +16,19 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .._jit import RO_F32, RO_U8, lazy_njit
+from .._jit import RO_F32, inline_jit, lazy_njit
 from ..qtypes import Q5_1 as QTYPE
 from ._bits import BlockPlan, Field, f16_word, nibble_codes, qh_bit
-from ._codec import declare
-from ._kquant import RDELTA3, RMIN3, block_min_max, importance_weights, make_qkx3_quants, put_f16, put_q5
-from .f16 import f16_bits_ref, f16_to_f32, f32_to_f16_bits
+from ._codec import declare, min_ref
+from ._kquant import (
+    block_min_max,
+    put_f16,
+    put_q5,
+    q5_code,
+    u32_at,
+    weighted_scale_min,
+)
+from .f16 import f16_at, f16_bits_ref, f32_to_f16_bits
 from .f32 import add_first_nan, cvtt_i32, cvtt_i32_ref, min_max_ref
 
 PLAN = BlockPlan(QTYPE, [
@@ -32,31 +39,16 @@ PLAN = BlockPlan(QTYPE, [
 
 
 # ---- dequantize ----------------------------------------------------------------------------
-@lazy_njit(numba.void(RO_U8, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True, error_model="numpy")
-def _dequantize_range(b, y, b0, b1, qk):
+@inline_jit
+def _dequantize_block(blk, yb, qk):
     half = qk >> 1  # 16; a run-time trip count, so LLVM vectorizes the loops below
-    for i in range(b0, b1):
-        blk = b[i * 24:i * 24 + 24]
-        yb = y[i * 32:i * 32 + 32]
-        d = f16_to_f32(np.int64(blk[0]) | (np.int64(blk[1]) << 8))
-        m = f16_to_f32(np.int64(blk[2]) | (np.int64(blk[3]) << 8))
-        qh = np.int32(np.int64(blk[4]) | (np.int64(blk[5]) << 8) | (np.int64(blk[6]) << 16) | (np.int64(blk[7]) << 24))
-        qs = blk[8:24]
-        # int32 throughout (numba widens integer arithmetic to int64 unless told)
-        for j in range(half):
-            q = np.int32(np.int32(qs[j] & 15) | np.int32((np.int32(qh >> np.int32(j)) & np.int32(1)) << np.int32(4)))
-            yb[j] = add_first_nan(d * np.float32(q), m)
-        qh2 = np.int32(qh >> np.int32(half))
-        for j in range(half):
-            q = np.int32(np.int32(qs[j] >> 4) | np.int32((np.int32(qh2 >> np.int32(j)) & np.int32(1)) << np.int32(4)))
-            yb[half + j] = add_first_nan(d * np.float32(q), m)
-
-
-def _decode_ref(f):
-    """numpy: the f32 values from the bit fields (for ``dequantize_ref``)."""
-    d = f["d"].view("<f2").astype(np.float32).repeat(32, axis=1)
-    m = f["m"].view("<f2").astype(np.float32).repeat(32, axis=1)
-    return d * f["codes"].astype(np.float32) + m
+    d, m = f16_at(blk, 0), f16_at(blk, 2)
+    qh = u32_at(blk, 4)
+    qh2 = np.int32(qh >> np.int32(half))
+    for j in range(half):
+        yb[j] = add_first_nan(d * np.float32(q5_code(blk[8 + j] & 15, qh, j)), m)
+    for j in range(half):
+        yb[half + j] = add_first_nan(d * np.float32(q5_code(blk[8 + j] >> 4, qh2, j)), m)
 
 
 # ---- quantize ------------------------------------------------------------------------------
@@ -100,13 +92,8 @@ def _weighted_block(xb, qb, blk, sigma2, iscr, fscr):
         w = qb * sqrtf(sigma2 + x^2) (sigma2 = sum x^2 / K of the row)
         d, min = make_qkx3_quants(32, 31, x, w, L, &min, Laux, -0.9, 0.05, 36, false)
         stored d = f16(d), m = f16(-min); codes L as returned"""
-    L, laux, w = iscr[0, :32], iscr[1, :32], fscr[0]
-    importance_weights(qb, xb, sigma2, w)
-    d, mn = make_qkx3_quants(32, 31, xb, w, L, laux, RMIN3, RDELTA3, 36, False)
-    put_f16(blk, 0, f32_to_f16_bits(d))
-    put_f16(blk, 2, f32_to_f16_bits(-mn))
-    put_q5(blk, 4, 8, L)
+    put_q5(blk, 4, 8, weighted_scale_min(xb, qb, blk, sigma2, iscr, fscr, 31))
 
 
-declare(globals(), QTYPE, PLAN, dequantize_range=_dequantize_range, decode_ref=_decode_ref,
+declare(globals(), QTYPE, PLAN, dequantize_block=_dequantize_block, decode_ref=min_ref,
         quantize_range=_quantize_range, encode_ref=_encode_ref, quantize_weighted_block=_weighted_block)

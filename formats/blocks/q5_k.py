@@ -16,54 +16,23 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .._jit import RO_F32, RO_U8, lazy_njit
+from .._jit import RO_F32, inline_jit, lazy_njit
 from ..qtypes import Q5_K as QTYPE
-from ._bits import BlockPlan, Field, f16_word, k_scale_parts
-from ._codec import CHUNK_BLOCKS, declare, k_scale_min, k_scale_put
-from ._kquant import clamp, kx3_sub_blocks, make_qkx2_quants, make_qp_quants, nearest_int
-from .f16 import f16_to_f32, f32_to_f16_bits
-
-_SC, _M = k_scale_parts(4)
+from ._bits import BlockPlan, Field, k_min_fields
+from ._codec import CHUNK_BLOCKS, declare, k_min_ref, k_scale_put
+from ._kquant import k_final_codes, k_min_block, kx3_sub_blocks, make_qkx2_quants, make_qp_quants, nearest_int
 
 PLAN = BlockPlan(QTYPE, [
-    Field("d", "u2", (f16_word(0),)),
-    Field("dmin", "u2", (f16_word(2),)),
-    Field("sc", "u1", _SC),
-    Field("m", "u1", _M),
+    *k_min_fields(),
     Field("codes", "u1", tuple(((48 + 32 * (e // 64) + e % 32, 4 * ((e // 32) % 2), 4, 0),
                                 (16 + e % 32, e // 32, 1, 4)) for e in range(256))),
 ])
 
 
 # ---- dequantize ----------------------------------------------------------------------------
-@lazy_njit(numba.void(RO_U8, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True, error_model="numpy")
-def _dequantize_range(b, y, b0, b1, qk):
-    sub = qk >> 3  # 32; a run-time trip count, so LLVM vectorizes the loops below
-    for i in range(b0, b1):
-        blk = b[i * 176:i * 176 + 176]
-        yb = y[i * 256:i * 256 + 256]
-        d = f16_to_f32(np.int64(blk[0]) | (np.int64(blk[1]) << 8))
-        dmin = f16_to_f32(np.int64(blk[2]) | (np.int64(blk[3]) << 8))
-        for s in range(8):
-            sc, m = k_scale_min(blk, s)
-            ds = d * np.float32(sc)
-            ms = dmin * np.float32(m)
-            ql = blk[48 + 32 * (s >> 1):48 + 32 * (s >> 1) + 32]
-            qh = blk[16:48]
-            ys = yb[32 * s:32 * s + 32]
-            sh = 4 * (s & 1)
-            for j in range(sub):
-                q = ((np.int32(ql[j]) >> sh) & 15) | (((np.int32(qh[j]) >> s) & 1) << 4)
-                ys[j] = ds * np.float32(q) - ms
-
-
-def _decode_ref(f):
-    """numpy: the f32 values from the bit fields (for ``dequantize_ref``)."""
-    d = f["d"].view("<f2").astype(np.float32).repeat(8, axis=1)
-    dmin = f["dmin"].view("<f2").astype(np.float32).repeat(8, axis=1)
-    ds = (d * f["sc"].astype(np.float32)).repeat(32, axis=1)
-    ms = (dmin * f["m"].astype(np.float32)).repeat(32, axis=1)
-    return ds * f["codes"].astype(np.float32) - ms
+@inline_jit
+def _dequantize_block(blk, yb, qk):
+    k_min_block(blk, yb, qk, 48, 16)
 
 
 # ---- quantize ------------------------------------------------------------------------------
@@ -113,22 +82,9 @@ def _quantize_range(x, out, b0, b1):
 
 @lazy_njit(cache=True, error_model="numpy")
 def _finish_block(xb, blk, L, d, dmin):
-    """Store d and dmin as f16, then the codes from the stored 6-bit scales (a sub-block whose
-    f32(d)*sc is 0 keeps ``L``), low 4 bits into qs and bit 4 into qh (ggml's tail of both
-    quantize_row_q5_K_ref and _impl)."""
-    hd = f32_to_f16_bits(d)
-    hm = f32_to_f16_bits(dmin)
-    blk[0], blk[1], blk[2], blk[3] = np.uint8(hd & 0xFF), np.uint8(hd >> 8), np.uint8(hm & 0xFF), np.uint8(hm >> 8)
-    fd = f16_to_f32(hd)
-    fm = f16_to_f32(hm)
-    for j in range(8):
-        sc, m = k_scale_min(blk, j)
-        dd = fd * np.float32(sc)
-        if dd == np.float32(0):
-            continue
-        dm = fm * np.float32(m)
-        for e in range(32 * j, 32 * j + 32):
-            L[e] = clamp(nearest_int((xb[e] + dm) / dd), 0, 31)
+    """ggml's tail of both quantize_row_q5_K_ref and _impl: d, dmin and the final codes
+    (:func:`~._kquant.k_final_codes`), then low 4 bits into qs and bit 4 into qh."""
+    k_final_codes(xb, blk, L, d, dmin, 31)
     qh = blk[16:48]
     qh[:] = 0
     for c in range(4):
@@ -160,6 +116,6 @@ def _weighted_block(xb, qb, blk, sigma2, iscr, fscr):
     _finish_block(xb, blk, L, d_block, m_block)
 
 
-declare(globals(), QTYPE, PLAN, dequantize_range=_dequantize_range, chunk=CHUNK_BLOCKS // 8,
-        decode_ref=_decode_ref, quantize_range=_quantize_range, quantize_chunk=64, encode_ref="scalar",
+declare(globals(), QTYPE, PLAN, dequantize_block=_dequantize_block, chunk=CHUNK_BLOCKS // 8,
+        decode_ref=k_min_ref(32), quantize_range=_quantize_range, quantize_chunk=64, encode_ref="scalar",
         quantize_weighted_block=_weighted_block)

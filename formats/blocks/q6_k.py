@@ -18,12 +18,12 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .._jit import RO_F32, RO_U8, lazy_njit
+from .._jit import RO_F32, inline_jit, lazy_njit
 from ..qtypes import Q6_K as QTYPE
 from ._bits import BlockPlan, Field, f16_word, whole_byte
-from ._codec import CHUNK_BLOCKS, declare
+from ._codec import CHUNK_BLOCKS, declare, f16_field
 from ._kquant import GROUP_MAX_EPS, clamp, int8, make_qx_quants, nearest_int
-from .f16 import f16_to_f32, f32_to_f16_bits
+from .f16 import f16_at, f16_to_f32, f32_to_f16_bits
 
 
 def _code(e: int) -> tuple:
@@ -40,44 +40,41 @@ PLAN = BlockPlan(QTYPE, [
 
 
 # ---- dequantize ----------------------------------------------------------------------------
-@lazy_njit(numba.void(RO_U8, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True, error_model="numpy")
-def _dequantize_range(b, y, b0, b1, qk):
+@inline_jit
+def _dequantize_block(blk, yb, qk):
     # ggml's loop: per half h, l in 0..31 gives elements l, l+32, l+64, l+96 of the half
     # (groups g = 0..3), scale index 8h + 2g + l // 16. n32 comes at run time so LLVM
     # vectorizes the l loop instead of unrolling it.
     n32 = qk >> 3
     g16 = qk >> 4
-    for i in range(b0, b1):
-        blk = b[i * 210:i * 210 + 210]
-        yb = y[i * 256:i * 256 + 256]
-        d = f16_to_f32(np.int64(blk[208]) | (np.int64(blk[209]) << 8))
-        for h in range(2):
-            ql = blk[64 * h:64 * h + 64]
-            qh = blk[128 + 32 * h:128 + 32 * h + 32]
-            sc = blk[192 + 8 * h:200 + 8 * h]
-            s0a = d * np.float32((np.int32(sc[0]) ^ 0x80) - 0x80)
-            s0b = d * np.float32((np.int32(sc[1]) ^ 0x80) - 0x80)
-            s1a = d * np.float32((np.int32(sc[2]) ^ 0x80) - 0x80)
-            s1b = d * np.float32((np.int32(sc[3]) ^ 0x80) - 0x80)
-            s2a = d * np.float32((np.int32(sc[4]) ^ 0x80) - 0x80)
-            s2b = d * np.float32((np.int32(sc[5]) ^ 0x80) - 0x80)
-            s3a = d * np.float32((np.int32(sc[6]) ^ 0x80) - 0x80)
-            s3b = d * np.float32((np.int32(sc[7]) ^ 0x80) - 0x80)
-            ys = yb[128 * h:128 * h + 128]
-            for l in range(n32):
-                lo0 = np.int32(ql[l])
-                lo1 = np.int32(ql[l + 32])
-                hi = np.int32(qh[l])
-                first = l < g16
-                ys[l] = (s0a if first else s0b) * np.float32(((lo0 & 15) | ((hi & 3) << 4)) - 32)
-                ys[l + 32] = (s1a if first else s1b) * np.float32(((lo1 & 15) | (((hi >> 2) & 3) << 4)) - 32)
-                ys[l + 64] = (s2a if first else s2b) * np.float32(((lo0 >> 4) | (((hi >> 4) & 3) << 4)) - 32)
-                ys[l + 96] = (s3a if first else s3b) * np.float32(((lo1 >> 4) | (((hi >> 6) & 3) << 4)) - 32)
+    d = f16_at(blk, 208)
+    for h in range(2):
+        ql = blk[64 * h:64 * h + 64]
+        qh = blk[128 + 32 * h:128 + 32 * h + 32]
+        sc = blk[192 + 8 * h:200 + 8 * h]
+        s0a = d * np.float32((np.int32(sc[0]) ^ 0x80) - 0x80)
+        s0b = d * np.float32((np.int32(sc[1]) ^ 0x80) - 0x80)
+        s1a = d * np.float32((np.int32(sc[2]) ^ 0x80) - 0x80)
+        s1b = d * np.float32((np.int32(sc[3]) ^ 0x80) - 0x80)
+        s2a = d * np.float32((np.int32(sc[4]) ^ 0x80) - 0x80)
+        s2b = d * np.float32((np.int32(sc[5]) ^ 0x80) - 0x80)
+        s3a = d * np.float32((np.int32(sc[6]) ^ 0x80) - 0x80)
+        s3b = d * np.float32((np.int32(sc[7]) ^ 0x80) - 0x80)
+        ys = yb[128 * h:128 * h + 128]
+        for l in range(n32):
+            lo0 = np.int32(ql[l])
+            lo1 = np.int32(ql[l + 32])
+            hi = np.int32(qh[l])
+            first = l < g16
+            ys[l] = (s0a if first else s0b) * np.float32(((lo0 & 15) | ((hi & 3) << 4)) - 32)
+            ys[l + 32] = (s1a if first else s1b) * np.float32(((lo1 & 15) | (((hi >> 2) & 3) << 4)) - 32)
+            ys[l + 64] = (s2a if first else s2b) * np.float32(((lo0 >> 4) | (((hi >> 4) & 3) << 4)) - 32)
+            ys[l + 96] = (s3a if first else s3b) * np.float32(((lo1 >> 4) | (((hi >> 6) & 3) << 4)) - 32)
 
 
 def _decode_ref(f):
     """numpy: the f32 values from the bit fields (for ``dequantize_ref``)."""
-    d = f["d"].view("<f2").astype(np.float32).repeat(16, axis=1)
+    d = f16_field(f, "d", 16)
     ds = (d * f["scale"].astype(np.float32)).repeat(16, axis=1)
     q = f["codes"].astype(np.float32) - np.float32(32)
     return ds * q
@@ -147,6 +144,6 @@ def _weighted_block(xb, qb, blk, sigma2, iscr, fscr):
     _quantize_block(xb, blk, iscr[0], fscr[0, :16], qb)
 
 
-declare(globals(), QTYPE, PLAN, dequantize_range=_dequantize_range, chunk=CHUNK_BLOCKS // 8,
+declare(globals(), QTYPE, PLAN, dequantize_block=_dequantize_block, chunk=CHUNK_BLOCKS // 8,
         decode_ref=_decode_ref, quantize_range=_quantize_range, quantize_chunk=64, encode_ref="scalar",
         quantize_weighted_block=_weighted_block)

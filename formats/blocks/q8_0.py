@@ -22,11 +22,12 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .._jit import RO_F32, RO_U8, lazy_njit
+from .._jit import RO_F32, inline_jit, lazy_njit
 from ..qtypes import Q8_0 as QTYPE
 from ._bits import BlockPlan, Field, f16_word, whole_byte
-from ._codec import LANES, declare, load_lanes
-from .f16 import f16_bits_ref, f16_to_f32, f32_to_f16_bits
+from ._codec import LANES, declare, load_lanes, offset_ref
+from ._kquant import store_lanes
+from .f16 import f16_at, f16_bits_ref
 from .f32 import cvtt_i32, cvtt_i32_ref, low_i8
 
 PLAN = BlockPlan(QTYPE, [
@@ -36,21 +37,12 @@ PLAN = BlockPlan(QTYPE, [
 
 
 # ---- dequantize ----------------------------------------------------------------------------
-@lazy_njit(numba.void(RO_U8, numba.float32[::1], numba.int64, numba.int64, numba.int64), cache=True, error_model="numpy")
-def _dequantize_range(b, y, b0, b1, qk):
+@inline_jit
+def _dequantize_block(blk, yb, qk):
     # qk (32) comes at run time, so LLVM vectorizes the inner loop instead of unrolling it
-    for i in range(b0, b1):
-        blk = b[i * 34:i * 34 + 34]
-        yb = y[i * 32:i * 32 + 32]
-        d = f16_to_f32(np.int64(blk[0]) | (np.int64(blk[1]) << 8))
-        for j in range(qk):
-            yb[j] = np.float32(((np.int32(blk[2 + j]) ^ 0x80) - 0x80)) * d
-
-
-def _decode_ref(f):
-    """numpy: the f32 values from the bit fields (for ``dequantize_ref``)."""
-    d = f["d"].view("<f2").astype(np.float32).repeat(32, axis=1)
-    return f["codes"].astype(np.float32) * d
+    d = f16_at(blk, 0)
+    for j in range(qk):
+        yb[j] = np.float32(((np.int32(blk[2 + j]) ^ 0x80) - 0x80)) * d
 
 
 # ---- quantize ------------------------------------------------------------------------------
@@ -85,14 +77,7 @@ def _quantize_range(x, out, b0, b1):
                 if abs(v - r) >= half:
                     r = r + (np.float32(1) if v > np.float32(0) else np.float32(-1))
                 qe[l] = np.int32(cvtt_i32(r) & 0xFF)
-        for l in range(nl):
-            o = (c0 + l) * 34
-            dst = out[o:o + 34]
-            h = f32_to_f16_bits(amax[l])
-            dst[0] = np.uint8(h & 0xFF)
-            dst[1] = np.uint8(h >> 8)
-            for e in range(32):
-                dst[2 + e] = np.uint8(qs[e, l])
+        store_lanes(out, c0, nl, 34, amax, qs)
 
 
 def roundf_ref(v: np.ndarray) -> np.ndarray:
@@ -119,5 +104,5 @@ def _encode_ref(xr: np.ndarray) -> dict[str, np.ndarray]:
     return fields
 
 
-declare(globals(), QTYPE, PLAN, dequantize_range=_dequantize_range, decode_ref=_decode_ref,
+declare(globals(), QTYPE, PLAN, dequantize_block=_dequantize_block, decode_ref=offset_ref(0),
         quantize_range=_quantize_range, encode_ref=_encode_ref)
