@@ -151,6 +151,20 @@ def run_process(argv: Sequence[str], env: Optional[dict] = None, cwd: Optional[s
     return ProcRun(log=text, **r)
 
 
+def scratch(workdir: Optional[Path], name: str):
+    """The benchmark's scratch folder (``workdir``, or a temporary one) and the environment of
+    its child processes, with their own numba cache in it: ``(tmp or None, folder, env)``."""
+    tmp = None
+    if workdir is None:
+        tmp = tempfile.TemporaryDirectory(prefix=f"panelpack-bench-{name}-")
+        workdir = Path(tmp.name)
+    else:
+        workdir.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    env.setdefault("NUMBA_CACHE_DIR", str(workdir / "numba-cache"))
+    return tmp, workdir, env
+
+
 def rmtree(path: Path) -> None:
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path)
@@ -533,15 +547,7 @@ def main() -> None:
     ap.add_argument("--workdir", type=Path, default=None, help="scratch folder (default: a temporary one)")
     args = ap.parse_args()
 
-    tmp = None
-    if args.workdir is None:
-        tmp = tempfile.TemporaryDirectory(prefix="panelpack-bench-convert-")
-        workdir = Path(tmp.name)
-    else:
-        workdir = args.workdir
-        workdir.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ)
-    env.setdefault("NUMBA_CACHE_DIR", str(workdir / "numba-cache"))
+    tmp, workdir, env = scratch(args.workdir, "convert")
     os.environ["NUMBA_CACHE_DIR"] = env["NUMBA_CACHE_DIR"]  # the in-process convert() shares it
     env.pop("PYTHONPROFILEIMPORTTIME", None)
 

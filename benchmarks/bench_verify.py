@@ -25,15 +25,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_convert import MB, fmt_s, gemma_path, loadavg, machine_line, rmtree, run_process, smollm2_path, table, warm_page_cache  # noqa: E402
+from bench_convert import MB, fmt_s, gemma_path, loadavg, machine_line, rmtree, run_process, scratch, smollm2_path, table, warm_page_cache  # noqa: E402
 
 TARGET_S = 60.0
 
@@ -52,15 +50,7 @@ def main() -> None:
     ap.add_argument("--workdir", type=Path, default=None, help="scratch folder (default: a temporary one)")
     args = ap.parse_args()
 
-    tmp = None
-    if args.workdir is None:
-        tmp = tempfile.TemporaryDirectory(prefix="panelpack-bench-verify-")
-        workdir = Path(tmp.name)
-    else:
-        workdir = args.workdir
-        workdir.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ)
-    env.setdefault("NUMBA_CACHE_DIR", str(workdir / "numba-cache"))
+    tmp, workdir, env = scratch(args.workdir, "verify")
     py = sys.executable
     print(machine_line())
     print(f"numba cache: {env['NUMBA_CACHE_DIR']}")

@@ -384,3 +384,17 @@ def tiny_llama_gguf(
         "tokenizer.ggml.eos_token_id": KV(2, VT.UINT32),
     }
     return build_gguf(path, tensors, metadata, arch="llama", alignment=alignment)
+
+
+def run_without_jit(code: str, *args: str, timeout: int = 600) -> str:
+    """Run ``code`` in a fresh Python with ``NUMBA_DISABLE_JIT=1`` (every kernel as plain
+    Python: the scalar references) and this folder on the path; its stdout, stripped. Fails
+    the calling test with the child's stderr when it exits non-zero."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, NUMBA_DISABLE_JIT="1")
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(__file__), env.get("PYTHONPATH", "")])
+    r = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r.stdout.strip()

@@ -7,9 +7,6 @@ of docs/FORMAT.md §4.2, independent of ``repack/``); the interleaved layouts re
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -23,7 +20,7 @@ from panelpack.verify import _simd
 from panelpack.verify import compiled as C
 from panelpack.verify import dispatch as D
 
-from builders import random_blocks
+from builders import random_blocks, run_without_jit
 
 TYPES8 = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K")
 PANEL_SCALES = {  # scheme -> (group fields, super-block fields)
@@ -256,12 +253,7 @@ def test_kernels_without_jit_match():
             assert np.array_equal(y.view(np.uint32), y0.view(np.uint32)), (layout, q)
         print("ok", len(C.KERNELS))
     """)
-    env = dict(os.environ, NUMBA_DISABLE_JIT="1")
-    here = os.path.dirname(__file__)
-    env["PYTHONPATH"] = os.pathsep.join([here, env.get("PYTHONPATH", "")])
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert r.stdout.strip() == f"ok {len(C.KERNELS)}"
+    assert run_without_jit(code) == f"ok {len(C.KERNELS)}"
 
 
 # ---- the repack packers ---------------------------------------------------------------------

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -19,7 +16,7 @@ from panelpack.formats.errors import BadInputError, UnsupportedError
 from panelpack.verify import dispatch as D
 
 import ggml_ref
-from builders import random_blocks
+from builders import random_blocks, run_without_jit
 
 TYPES8 = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K")
 
@@ -320,8 +317,4 @@ def test_dispatch_without_jit_matches():
             assert np.array_equal(y.view(np.uint32), r.view(np.uint32)), q
         print("ok")
     """)
-    env = dict(os.environ, NUMBA_DISABLE_JIT="1")
-    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(__file__), env.get("PYTHONPATH", "")])
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert r.stdout.strip() == "ok"
+    assert run_without_jit(code) == "ok"

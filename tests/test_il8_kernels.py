@@ -15,7 +15,7 @@ from panelpack.formats.errors import BadInputError, UnsupportedError
 from panelpack.verify import dispatch as D
 from panelpack.verify import il8
 
-from builders import random_blocks
+from builders import random_blocks, run_without_jit
 
 
 # ---- reference packers (test helpers; docs/FORMAT.md §4 closed forms) --------------------------------
@@ -271,9 +271,6 @@ def test_repack_pack_matches_reference_packer(form, rng):
 
 # ---- the kernel bodies without the JIT ------------------------------------------------------
 def test_il8_kernels_without_jit_match():
-    import os
-    import subprocess
-    import sys
     import textwrap
 
     code = textwrap.dedent("""
@@ -290,8 +287,4 @@ def test_il8_kernels_without_jit_match():
             assert np.array_equal(y.view(np.uint32), y0.view(np.uint32)), (layout, q)
         print("ok")
     """)
-    env = dict(os.environ, NUMBA_DISABLE_JIT="1")
-    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(__file__), env.get("PYTHONPATH", "")])
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert r.stdout.strip() == "ok"
+    assert run_without_jit(code) == "ok"

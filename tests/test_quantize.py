@@ -6,9 +6,6 @@ unchanged as plain Python (NUMBA_DISABLE_JIT=1)."""
 from __future__ import annotations
 
 import importlib
-import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -22,6 +19,7 @@ from hypothesis.extra import numpy as hnp
 from panelpack.formats import blocks, qtypes
 
 import ggml_ref
+from builders import run_without_jit
 
 QUANTIZABLE = [t.lower for t in qtypes.QUANTIZABLE]
 GGUF_PY_QUANTIZES = ["q4_0", "q8_0"]  # gguf-py cannot quantize Q4_K
@@ -298,11 +296,7 @@ def test_kernels_run_without_jit(tmp_path, rng):
         np.savez(d + "/out.npz", **out)
         """ % (QUANTIZABLE,)
     )
-    env = dict(os.environ, NUMBA_DISABLE_JIT="1")
-    proc = subprocess.run(
-        [sys.executable, "-c", script, str(tmp_path)], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_without_jit(script, str(tmp_path), timeout=300)
     out = np.load(tmp_path / "out.npz")
     with np.errstate(all="ignore"):
         for name in QUANTIZABLE:
