@@ -107,6 +107,24 @@ def parallel_dequantize(range_kernel, words=RO_U8, chunk: int = CHUNK_BLOCKS, ta
     return dequantize_parallel
 
 
+def block_quantize_range(block_kernel, qk: int, type_size: int):
+    """The quantize range kernel ``(x, out, b0, b1)`` of a block type from its per-block body
+    ``block_kernel(xb, blk, iscr, fscr)``: the ``qk`` values of a block to its ``type_size``
+    bytes, with the scratch :func:`weighted_rows` gives (int32 ``[4, 256]``, f32 ``[4, 32]``).
+    Its ``py_func`` runs the body as plain Python when that is an :func:`~.._jit.inline_jit`
+    function (the scalar reference of the K-quants)."""
+
+    @lazy_njit(numba.void(RO_F32, numba.uint8[::1], numba.int64, numba.int64), cache=True, error_model="numpy",
+               tag=_tag(block_kernel))
+    def quantize_range(x, out, b0, b1):
+        iscr = np.zeros((4, 256), np.int32)
+        fscr = np.zeros((4, 32), np.float32)
+        for i in range(b0, b1):
+            block_kernel(x[i * qk:i * qk + qk], out[i * type_size:i * type_size + type_size], iscr, fscr)
+
+    return quantize_range
+
+
 def parallel_quantize(range_kernel, block: int, chunk: int = CHUNK_BLOCKS):
     """The parallel twin of a quantize range kernel ``range_kernel(x, out, b0, b1)``."""
 
@@ -330,8 +348,8 @@ def k_min_ref(sub: int):
 
 # ---- declaring a codec: its public surface, built from its plan and kernels ---------------
 def declare(namespace: dict, qtype: GGMLType, plan=None, *, dequantize_block=None, dequantize_word=None,
-            chunk: int = CHUNK_BLOCKS, decode_ref=None, quantize_range=None, quantize_chunk: int = CHUNK_BLOCKS,
-            encode_ref=None, quantize_weighted_block=None) -> None:
+            chunk: int = CHUNK_BLOCKS, decode_ref=None, quantize_range=None, quantize_block=None,
+            quantize_chunk: int = CHUNK_BLOCKS, encode_ref=None, quantize_weighted_block=None) -> None:
     """Give a type module (``namespace`` is its ``globals()``) the codec surface of
     docs/DEVELOPING.md, the way gguf-py's ``__init_subclass__`` registers a quant class: the
     module states its byte diagram, its :class:`~._bits.BlockPlan` and its kernels; this
@@ -347,7 +365,8 @@ def declare(namespace: dict, qtype: GGMLType, plan=None, *, dequantize_block=Non
     * ``dequantize_ref(blocks)``: ``decode_ref(fields) -> f32 [n, k]``, numpy on the plan's
       fields, with invalid/overflow warnings off (NaN and inf payloads are data here);
     * ``quantize(x, parallel=None)`` and ``_quantize_parallel`` from ``quantize_range(x, out,
-      b0, b1)`` (blocks ``[b0, b1)``), when given;
+      b0, b1)`` (blocks ``[b0, b1)``), or from a per-block body ``quantize_block`` (see
+      :func:`block_quantize_range`), when given;
     * ``quantize_weighted(x, weights, parallel=None)`` (an imatrix row) from
       ``quantize_weighted_block`` (see :func:`weighted_rows`), when given;
     * ``quantize_ref(x)``: ``encode_ref(x2d) -> fields`` (``x2d`` f32 ``[n, k]``, checked),
@@ -379,6 +398,9 @@ def declare(namespace: dict, qtype: GGMLType, plan=None, *, dequantize_block=Non
 
         dequantize_ref.__doc__ = f"numpy reference of {name} ``dequantize``, from the bit fields."
         namespace["dequantize_ref"] = dequantize_ref
+    if quantize_block is not None:
+        quantize_range = block_quantize_range(quantize_block, qtype.block_size, qtype.type_size)
+        namespace["_quantize_range"] = quantize_range
     if quantize_range is not None:
         qpar = parallel_quantize(quantize_range, qtype.block_size, quantize_chunk)
 

@@ -23,10 +23,9 @@ Quantize: ggml's ``quantize_row_q2_K_ref`` (no importance matrix), in C order:
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
-from .._jit import RO_F32, inline_jit, lazy_njit
+from .._jit import inline_jit, lazy_njit
 from ..qtypes import Q2_K as QTYPE
 from ._bits import BlockPlan, Field, f16_word
 from ._codec import CHUNK_BLOCKS, declare, k_min_ref
@@ -82,48 +81,45 @@ _RMIN = np.float32(-0.5)
 _RDELTA = np.float32(0.1)
 
 
-@lazy_njit(numba.void(RO_F32, numba.uint8[::1], numba.int64, numba.int64), cache=True, error_model="numpy")
-def _quantize_range(x, out, b0, b1):
-    """Super-blocks ``[b0, b1)`` of ggml's ``quantize_row_q2_K_ref`` (recipe in the module text)."""
-    L = np.empty(256, np.int32)
-    laux = np.empty(16, np.int32)
-    w = np.empty(16, np.float32)
-    scales = np.empty(16, np.float32)
-    mins = np.empty(16, np.float32)
+@inline_jit
+def _quantize_block(xb, blk, iscr, fscr):
+    """One super-block of ggml's ``quantize_row_q2_K_ref`` (recipe in the module text)."""
+    L = iscr[0]
+    laux = iscr[1, :16]
+    w = fscr[0, :16]
+    scales = fscr[1, :16]
+    mins = fscr[2, :16]
     f15 = np.float32(15)
-    for i in range(b0, b1):
-        xb = x[i * 256:i * 256 + 256]
-        blk = out[i * 84:i * 84 + 84]
-        max_scale = np.float32(0)
-        max_min = np.float32(0)
+    max_scale = np.float32(0)
+    max_min = np.float32(0)
+    for g in range(16):
+        xs = xb[16 * g:16 * g + 16]
+        for l in range(16):
+            w[l] = abs(xs[l])
+        sc, mn = make_qkx2_quants(16, 3, xs, w, L[16 * g:16 * g + 16], laux, _RMIN, _RDELTA, 15, True)
+        scales[g] = sc
+        mins[g] = mn
+        if sc > max_scale:
+            max_scale = sc
+        if mn > max_min:
+            max_min = mn
+    if max_scale > np.float32(0):
+        iscale = f15 / max_scale
         for g in range(16):
-            xs = xb[16 * g:16 * g + 16]
-            for l in range(16):
-                w[l] = abs(xs[l])
-            sc, mn = make_qkx2_quants(16, 3, xs, w, L[16 * g:16 * g + 16], laux, _RMIN, _RDELTA, 15, True)
-            scales[g] = sc
-            mins[g] = mn
-            if sc > max_scale:
-                max_scale = sc
-            if mn > max_min:
-                max_min = mn
-        if max_scale > np.float32(0):
-            iscale = f15 / max_scale
-            for g in range(16):
-                blk[g] = np.uint8(nearest_int(iscale * scales[g]) & 0xFF)
-            hd = f32_to_f16_bits(max_scale / f15)
-        else:
-            for g in range(16):
-                blk[g] = 0
-            hd = f32_to_f16_bits(np.float32(0))
-        if max_min > np.float32(0):
-            iscale = f15 / max_min
-            for g in range(16):
-                blk[g] = np.uint8((np.int64(blk[g]) | (nearest_int(iscale * mins[g]) << 4)) & 0xFF)
-            hm = f32_to_f16_bits(max_min / f15)
-        else:
-            hm = f32_to_f16_bits(np.float32(0))
-        _finish_block(xb, blk, L, hd, hm)
+            blk[g] = np.uint8(nearest_int(iscale * scales[g]) & 0xFF)
+        hd = f32_to_f16_bits(max_scale / f15)
+    else:
+        for g in range(16):
+            blk[g] = 0
+        hd = f32_to_f16_bits(np.float32(0))
+    if max_min > np.float32(0):
+        iscale = f15 / max_min
+        for g in range(16):
+            blk[g] = np.uint8((np.int64(blk[g]) | (nearest_int(iscale * mins[g]) << 4)) & 0xFF)
+        hm = f32_to_f16_bits(max_min / f15)
+    else:
+        hm = f32_to_f16_bits(np.float32(0))
+    _finish_block(xb, blk, L, hd, hm)
 
 
 @lazy_njit(cache=True, error_model="numpy")
@@ -165,5 +161,5 @@ def _weighted_block(xb, qb, blk, sigma2, iscr, fscr):
 
 
 declare(globals(), QTYPE, PLAN, dequantize_block=_dequantize_block, chunk=CHUNK_BLOCKS // 8,
-        decode_ref=k_min_ref(16), quantize_range=_quantize_range, quantize_chunk=64, encode_ref="scalar",
+        decode_ref=k_min_ref(16), quantize_block=_quantize_block, quantize_chunk=64, encode_ref="scalar",
         quantize_weighted_block=_weighted_block)

@@ -26,10 +26,9 @@ Quantize: ggml's ``quantize_row_q3_K_ref`` (no importance matrix), in C order:
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
-from .._jit import RO_F32, inline_jit, lazy_njit
+from .._jit import inline_jit, lazy_njit
 from ..qtypes import Q3_K as QTYPE
 from ._bits import BlockPlan, Field, f16_word
 from ._codec import CHUNK_BLOCKS, declare, f16_field
@@ -88,37 +87,34 @@ def _decode_ref(f):
 
 
 # ---- quantize ------------------------------------------------------------------------------
-@lazy_njit(numba.void(RO_F32, numba.uint8[::1], numba.int64, numba.int64), cache=True, error_model="numpy")
-def _quantize_range(x, out, b0, b1):
-    """Super-blocks ``[b0, b1)`` of ggml's ``quantize_row_q3_K_ref`` (recipe in the module text)."""
-    L = np.empty(256, np.int32)
-    scales = np.empty(16, np.float32)
-    for i in range(b0, b1):
-        xb = x[i * 256:i * 256 + 256]
-        blk = out[i * 110:i * 110 + 110]
-        max_scale = np.float32(0)
-        amax = np.float32(0)
+@inline_jit
+def _quantize_block(xb, blk, iscr, fscr):
+    """One super-block of ggml's ``quantize_row_q3_K_ref`` (recipe in the module text)."""
+    L = iscr[0]
+    scales = fscr[0, :16]
+    max_scale = np.float32(0)
+    amax = np.float32(0)
+    for g in range(16):
+        sc = make_q3_quants(16, 4, xb[16 * g:16 * g + 16], L[16 * g:16 * g + 16])
+        scales[g] = sc
+        if abs(sc) > amax:
+            amax = abs(sc)
+            max_scale = sc
+    for j in range(12):
+        blk[96 + j] = 0
+    if max_scale != np.float32(0):
+        iscale = np.float32(-32) / max_scale
         for g in range(16):
-            sc = make_q3_quants(16, 4, xb[16 * g:16 * g + 16], L[16 * g:16 * g + 16])
-            scales[g] = sc
-            if abs(sc) > amax:
-                amax = abs(sc)
-                max_scale = sc
-        for j in range(12):
-            blk[96 + j] = 0
-        if max_scale != np.float32(0):
-            iscale = np.float32(-32) / max_scale
-            for g in range(16):
-                l = clamp(int8(nearest_int(iscale * scales[g])), -32, 31) + 32
-                if g < 8:
-                    blk[96 + g] = np.uint8(l & 15)
-                else:
-                    blk[96 + g - 8] = np.uint8(blk[96 + g - 8] | ((l & 15) << 4))
-                blk[104 + g % 4] = np.uint8((np.int64(blk[104 + g % 4]) | ((l >> 4) << (2 * (g // 4)))) & 0xFF)
-            hd = f32_to_f16_bits(np.float32(1) / iscale)
-        else:
-            hd = f32_to_f16_bits(np.float32(0))
-        _finish_block(xb, blk, L, hd)
+            l = clamp(int8(nearest_int(iscale * scales[g])), -32, 31) + 32
+            if g < 8:
+                blk[96 + g] = np.uint8(l & 15)
+            else:
+                blk[96 + g - 8] = np.uint8(blk[96 + g - 8] | ((l & 15) << 4))
+            blk[104 + g % 4] = np.uint8((np.int64(blk[104 + g % 4]) | ((l >> 4) << (2 * (g // 4)))) & 0xFF)
+        hd = f32_to_f16_bits(np.float32(1) / iscale)
+    else:
+        hd = f32_to_f16_bits(np.float32(0))
+    _finish_block(xb, blk, L, hd)
 
 
 @lazy_njit(cache=True, error_model="numpy")
@@ -170,5 +166,5 @@ def _weighted_block(xb, qb, blk, sigma2, iscr, fscr):
 
 
 declare(globals(), QTYPE, PLAN, dequantize_block=_dequantize_block, chunk=CHUNK_BLOCKS // 8,
-        decode_ref=_decode_ref, quantize_range=_quantize_range, quantize_chunk=64, encode_ref="scalar",
+        decode_ref=_decode_ref, quantize_block=_quantize_block, quantize_chunk=64, encode_ref="scalar",
         quantize_weighted_block=_weighted_block)

@@ -12,10 +12,9 @@ Dequantize (gguf-py ``Q5_0.dequantize_blocks``, ggml ``dequantize_row_q5_0``):
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
-from .._jit import RO_F32, inline_jit, lazy_njit
+from .._jit import inline_jit, lazy_njit
 from ..qtypes import Q5_0 as QTYPE
 from ._bits import BlockPlan, Field, f16_word, nibble_codes, qh_bit
 from ._codec import declare, offset_ref
@@ -43,29 +42,26 @@ def _dequantize_block(blk, yb, qk):
 
 
 # ---- quantize ------------------------------------------------------------------------------
-@lazy_njit(numba.void(RO_F32, numba.uint8[::1], numba.int64, numba.int64), cache=True, error_model="numpy")
-def _quantize_range(x, out, b0, b1):
-    """Blocks ``[b0, b1)`` of ggml's ``quantize_row_q5_0_ref``:
+@inline_jit
+def _quantize_block(xb, blk, iscr, fscr):
+    """One block of ggml's ``quantize_row_q5_0_ref``:
         max = the first element of largest |x| (as Q4_0); d = max / -16; id = d ? 1/d : 0
         u = MIN(31, (int8_t)(x*id + 16.5f)) (low byte); qs/qh as Q5_1"""
-    L = np.empty(32, np.int32)
-    for i in range(b0, b1):
-        xb = x[i * 32:i * 32 + 32]
-        blk = out[i * 22:i * 22 + 22]
-        amax = np.float32(0)
-        mx = np.float32(0)
-        for j in range(32):
-            v = xb[j]
-            if amax < abs(v):
-                amax = abs(v)
-                mx = v
-        d = mx / np.float32(-16)
-        idv = np.float32(1) / d if d != np.float32(0) else np.float32(0)
-        hd = f32_to_f16_bits(d)
-        blk[0], blk[1] = np.uint8(hd & 0xFF), np.uint8(hd >> 8)
-        for j in range(32):
-            L[j] = min(31, int8(cvtt_i32(xb[j] * idv + np.float32(16.5)))) & 0xFF
-        put_q5(blk, 2, 6, L)
+    L = iscr[0, :32]
+    amax = np.float32(0)
+    mx = np.float32(0)
+    for j in range(32):
+        v = xb[j]
+        if amax < abs(v):
+            amax = abs(v)
+            mx = v
+    d = mx / np.float32(-16)
+    idv = np.float32(1) / d if d != np.float32(0) else np.float32(0)
+    hd = f32_to_f16_bits(d)
+    blk[0], blk[1] = np.uint8(hd & 0xFF), np.uint8(hd >> 8)
+    for j in range(32):
+        L[j] = min(31, int8(cvtt_i32(xb[j] * idv + np.float32(16.5)))) & 0xFF
+    put_q5(blk, 2, 6, L)
 
 
 def _encode_ref(xr: np.ndarray) -> dict[str, np.ndarray]:
@@ -90,4 +86,4 @@ def _weighted_block(xb, qb, blk, sigma2, iscr, fscr):
 
 
 declare(globals(), QTYPE, PLAN, dequantize_block=_dequantize_block, decode_ref=offset_ref(16),
-        quantize_range=_quantize_range, encode_ref=_encode_ref, quantize_weighted_block=_weighted_block)
+        quantize_block=_quantize_block, encode_ref=_encode_ref, quantize_weighted_block=_weighted_block)

@@ -13,10 +13,9 @@ Dequantize (gguf-py ``Q5_K.dequantize_blocks``, ggml ``dequantize_row_q5_K``), i
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
-from .._jit import RO_F32, inline_jit, lazy_njit
+from .._jit import inline_jit, lazy_njit
 from ..qtypes import Q5_K as QTYPE
 from ._bits import BlockPlan, Field, k_min_fields
 from ._codec import CHUNK_BLOCKS, declare, k_min_ref, k_scale_put
@@ -40,44 +39,41 @@ _RMIN = np.float32(-0.5)
 _RDELTA = np.float32(0.1)
 
 
-@lazy_njit(numba.void(RO_F32, numba.uint8[::1], numba.int64, numba.int64), cache=True, error_model="numpy")
-def _quantize_range(x, out, b0, b1):
-    """Super-blocks ``[b0, b1)`` of ggml's ``quantize_row_q5_K_ref``: Q4_K's recipe (see
+@inline_jit
+def _quantize_block(xb, blk, iscr, fscr):
+    """One super-block of ggml's ``quantize_row_q5_K_ref``: Q4_K's recipe (see
     q4_k.py) with nmax 31 and make_qkx2_quants(32, 31, x, w, L, &min, Laux, -0.5, 0.1, 15,
     false), w = sqrtf(sum x^2 / 32) + |x|; the final codes from the stored 6-bit scales;
     low 4 bits into qs, bit 4 into qh as drawn above."""
-    L = np.empty(256, np.int32)
-    laux = np.empty(32, np.int32)
-    w = np.empty(32, np.float32)
-    scales = np.empty(8, np.float32)
-    mins = np.empty(8, np.float32)
-    for i in range(b0, b1):
-        xb = x[i * 256:i * 256 + 256]
-        blk = out[i * 176:i * 176 + 176]
-        max_scale = np.float32(0)
-        max_min = np.float32(0)
-        for j in range(8):
-            xs = xb[32 * j:32 * j + 32]
-            s2 = np.float32(0)
-            for l in range(32):
-                s2 = s2 + xs[l] * xs[l]
-            av = np.sqrt(s2 / np.float32(32))
-            for l in range(32):
-                w[l] = av + abs(xs[l])
-            sc, mn = make_qkx2_quants(32, 31, xs, w, L[32 * j:32 * j + 32], laux, _RMIN, _RDELTA, 15, False)
-            scales[j] = sc
-            mins[j] = mn
-            if sc > max_scale:
-                max_scale = sc
-            if mn > max_min:
-                max_min = mn
-        inv_scale = np.float32(63) / max_scale if max_scale > np.float32(0) else np.float32(0)
-        inv_min = np.float32(63) / max_min if max_min > np.float32(0) else np.float32(0)
-        for j in range(8):
-            ls = min(63, nearest_int(inv_scale * scales[j]) & 0xFF)
-            lm = min(63, nearest_int(inv_min * mins[j]) & 0xFF)
-            k_scale_put(blk, j, ls, lm)
-        _finish_block(xb, blk, L, max_scale / np.float32(63), max_min / np.float32(63))
+    L = iscr[0]
+    laux = iscr[1, :32]
+    w = fscr[0]
+    scales = fscr[1, :8]
+    mins = fscr[2, :8]
+    max_scale = np.float32(0)
+    max_min = np.float32(0)
+    for j in range(8):
+        xs = xb[32 * j:32 * j + 32]
+        s2 = np.float32(0)
+        for l in range(32):
+            s2 = s2 + xs[l] * xs[l]
+        av = np.sqrt(s2 / np.float32(32))
+        for l in range(32):
+            w[l] = av + abs(xs[l])
+        sc, mn = make_qkx2_quants(32, 31, xs, w, L[32 * j:32 * j + 32], laux, _RMIN, _RDELTA, 15, False)
+        scales[j] = sc
+        mins[j] = mn
+        if sc > max_scale:
+            max_scale = sc
+        if mn > max_min:
+            max_min = mn
+    inv_scale = np.float32(63) / max_scale if max_scale > np.float32(0) else np.float32(0)
+    inv_min = np.float32(63) / max_min if max_min > np.float32(0) else np.float32(0)
+    for j in range(8):
+        ls = min(63, nearest_int(inv_scale * scales[j]) & 0xFF)
+        lm = min(63, nearest_int(inv_min * mins[j]) & 0xFF)
+        k_scale_put(blk, j, ls, lm)
+    _finish_block(xb, blk, L, max_scale / np.float32(63), max_min / np.float32(63))
 
 
 @lazy_njit(cache=True, error_model="numpy")
@@ -117,5 +113,5 @@ def _weighted_block(xb, qb, blk, sigma2, iscr, fscr):
 
 
 declare(globals(), QTYPE, PLAN, dequantize_block=_dequantize_block, chunk=CHUNK_BLOCKS // 8,
-        decode_ref=k_min_ref(32), quantize_range=_quantize_range, quantize_chunk=64, encode_ref="scalar",
+        decode_ref=k_min_ref(32), quantize_block=_quantize_block, quantize_chunk=64, encode_ref="scalar",
         quantize_weighted_block=_weighted_block)
