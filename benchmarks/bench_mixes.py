@@ -7,7 +7,8 @@ llama-cpp-python), same thread count, and the bytes compared tensor by tensor.
 
 The F16 input is derived from the real checkpoint (tests/llama_ref.py ``f16_gguf``; all its
 layers and its whole vocabulary unless ``--layers``/``--vocab`` cut them). Each figure is the
-median of ``--runs`` whole-process wall times after one warm-up (numba's cache warm). Needs
+median of ``--runs`` whole-process wall times after one warm-up (numba's cache warm), each run
+writing a fresh output (the previous one removed beforehand, untimed). Needs
 the ``oracle-llama`` extra. The numbers move with machine load: run it alone.
 """
 
@@ -15,14 +16,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-
-import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
@@ -39,7 +39,14 @@ llama_ref.quantize({src!r}, {dst!r}, {mix!r}, threads={threads})
 """
 
 
-def timed(cmd: list[str], env: dict) -> float:
+def timed(cmd: list[str], env: dict, output: Path) -> float:
+    """Wall time of ``cmd``; the previous run's ``output`` is removed first, untimed (deleting a
+    fsynced folder costs ~1 s on a disk mounted with ``discard``, work neither tool is asked for)."""
+    if output.is_dir():
+        shutil.rmtree(output)
+    elif output.exists():
+        output.unlink()
+    subprocess.run(["sync"], check=False)
     t = time.perf_counter()
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return time.perf_counter() - t
@@ -64,8 +71,8 @@ def main() -> None:
             "-o", str(work / "out.ppk"), "--force", "--no-progress", "-j", str(a.threads)]
     theirs = [sys.executable, "-c", LLAMA.format(tests=str(HERE.parent / "tests"), src=str(f16),
                                                  dst=str(work / "llama.gguf"), mix=a.mix, threads=a.threads)]
-    t_ours = [timed(ours, env) for _ in range(a.runs + 1)][1:]
-    t_llama = [timed(theirs, env) for _ in range(a.runs + 1)][1:]
+    t_ours = [timed(ours, env, work / "out.ppk") for _ in range(a.runs + 1)][1:]
+    t_llama = [timed(theirs, env, work / "llama.gguf") for _ in range(a.runs + 1)][1:]
     from panelpack import repack
     from panelpack.formats.bundle import Bundle
 
@@ -73,10 +80,9 @@ def main() -> None:
     b = Bundle(work / "out.ppk")
     same = 0
     for t in b.tensors:
-        k = t["shape"][-1]
-        n = max(1, int(np.prod(t["shape"])) // k)
-        raw = repack.get("rowmajor").unpack(b.regions(t), n, k, t["type"]).tobytes()
-        same += int(want[t["name"]] == (t["type"], raw))
+        n, k = t.nk
+        raw = repack.get("rowmajor").unpack(b.regions(t), n, k, t.qtype).tobytes()
+        same += int(want[t.name] == (t.type, raw))
     mo, ml = statistics.median(t_ours), statistics.median(t_llama)
     print(f"{a.model} F16 ({f16.stat().st_size / 2**20:.1f} MiB) --quant {a.mix}, {a.threads} threads, "
           f"median of {a.runs}: panelpack {mo:.2f} s, llama_model_quantize {ml:.2f} s, ratio {ml / mo:.2f}x; "

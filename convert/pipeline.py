@@ -51,8 +51,8 @@ class TensorResult:
     error: Optional[dict[str, float]] = None  # quantization error added, when quantized
 
 
-def _as_f32(raw: np.ndarray, t: qtypes.GGMLType, n: int, k: int) -> np.ndarray:
-    return codecs.dequantize(raw, t, n, k).reshape(n, k)
+def _as_f32(raw: np.ndarray, t: qtypes.GGMLType, n: int, k: int, parallel: Optional[bool] = None) -> np.ndarray:
+    return codecs.dequantize(raw, t, n, k, parallel=parallel).reshape(n, k)
 
 
 #: f32 elements per step of a (re)quantization: the f32 copies exist one chunk at a time (16 MB)
@@ -60,40 +60,47 @@ REQUANT_CHUNK_ELEMENTS = 1 << 22
 
 
 def _quantize_rows(raw: np.ndarray, src: qtypes.GGMLType, dst: qtypes.GGMLType, n: int, k: int,
-                   name: str = "", allow_nonfinite: bool = False, imatrix: Optional[np.ndarray] = None
-                   ) -> tuple[np.ndarray, dict[str, Any]]:
+                   name: str = "", allow_nonfinite: bool = False, imatrix: Optional[np.ndarray] = None,
+                   parallel: Optional[bool] = None) -> tuple[np.ndarray, dict[str, Any]]:
     """(blocks of ``dst`` uint8 [n, row_bytes], the error added) from ``raw`` of ``src``, in
     steps of whole rows: dequantize, quantize and measure one chunk at a time, so memory is
     the output blocks plus one chunk's f32 copies, not whole-tensor f32/f64 arrays (the bytes
     are the same: every block is quantized on its own). Non-finite weights are refused
     (:func:`quality.check_finite`) unless ``allow_nonfinite``; ``imatrix`` (a
-    llama.cpp importance row over K) weights every row alike."""
+    llama.cpp importance row over K) weights every row alike. ``parallel``: the kernels' choice
+    (False when several tensors run at once: each then keeps to its own thread)."""
     rows = max(1, REQUANT_CHUNK_ELEMENTS // max(1, k))
     src_rb = raw.size // n if n else 0
-    out = np.empty((n, dst.row_bytes(k)), np.uint8)
     flat = raw.reshape(n, src_rb) if n else raw
+    single = 0 < n <= rows  # one chunk (most tensors): the quantizer's output is the result, no copy
+    out = np.empty((n, dst.row_bytes(k)), np.uint8) if not single else None
     stats = quality.ErrorStats()
     for r0 in range(0, n, rows):
         r1 = min(n, r0 + rows)
-        x = _as_f32(flat[r0:r1], src, r1 - r0, k)
-        quality.check_finite(x, name, allow_nonfinite, row0=r0)
-        out[r0:r1] = codecs.quantize(x, dst, imatrix=imatrix).reshape(r1 - r0, -1)
-        stats.add(_as_f32(out[r0:r1], dst, r1 - r0, k), x, out[r0:r1], dst)
+        x = _as_f32(flat[r0:r1], src, r1 - r0, k, parallel)
+        q = codecs.quantize(x, dst, imatrix=imatrix, parallel=parallel).reshape(r1 - r0, -1)
+        if single:
+            out = q
+        else:
+            out[r0:r1] = q
+        if stats.add(_as_f32(q, dst, r1 - r0, k, parallel), x, q, dst):
+            # a non-finite element: refused here, before anything is written, unless allowed
+            quality.check_finite(x, name, allow_nonfinite, row0=r0)
     return out, stats.result(name)
 
-def convert_tensor(ckpt: Checkpoint, tp: TensorPlan, allow_nonfinite: bool = False
+def convert_tensor(ckpt: Checkpoint, tp: TensorPlan, allow_nonfinite: bool = False, parallel: Optional[bool] = None
                    ) -> tuple[dict[str, np.ndarray], dict[str, Any], Optional[dict]]:
     """Produce one tensor's regions. Returns (regions, extra manifest fields, error)."""
     info, d = tp.info, tp.decision
     n, k = info.n, info.k
-    raw = ckpt.raw(info.name)
+    raw = np.asarray(ckpt.raw(info.name))  # a plain view of the map: slicing a np.memmap is slow
     source_hash = hash_async(sha256_bytes, raw)  # on a hash thread, while this one converts
     err = blocks_hash = None
     if d.action in ("repack", "copy"):
         blocks = raw.reshape(n, -1) if info.type.quantized else raw
     elif d.action in ("quantize", "requantize"):
         blocks, err = _quantize_rows(raw, info.type, d.target_type, n, k, info.name, allow_nonfinite,
-                                     imatrix=tp.importance)
+                                     imatrix=tp.importance, parallel=parallel)
         blocks_hash = hash_async(sha256_bytes, blocks)
     else:  # pragma: no cover - the policy produces only the actions above
         raise AssertionError(d.action)
@@ -240,7 +247,8 @@ def run(ckpt: Checkpoint, plan: Plan, out: str | os.PathLike, force: bool = Fals
             with ThreadPoolExecutor(max_workers=jobs) as pool:
                 window: deque = deque()
                 for tp in plan.tensors:
-                    window.append((tp, pool.submit(convert_tensor, ckpt, tp, allow_nonfinite)))
+                    # each worker keeps its kernels on its own thread: --jobs is the parallelism
+                    window.append((tp, pool.submit(convert_tensor, ckpt, tp, allow_nonfinite, False)))
                     if len(window) >= jobs:
                         tp0, fut = window.popleft()
                         finish(tp0, fut.result())

@@ -47,6 +47,34 @@ def _announce_if_cold(fn: Callable, options: dict[str, Any]) -> None:
             hook()
 
 
+_probe_skipped = False
+
+
+def _skip_blas_probe() -> None:
+    """Spare the first kernel numba's BLAS probe: loading its array-math registry (at the first
+    compile or cache load) imports ``scipy.linalg`` when scipy is installed, to set one flag
+    (``arraymath._HAVE_BLAS``) that only picks how one inner product inside numba is written
+    (0.6 s of every command's start here). The registry is imported once with that probe told
+    "no", and the answer is withdrawn at once: BLAS-backed routines still find scipy when they
+    run (``numba.np.linalg.ensure_blas`` imports it then), and so does everyone else."""
+    global _probe_skipped
+    import sys
+
+    if _probe_skipped or "numba.np.arraymath" in sys.modules or "scipy.linalg" in sys.modules:
+        _probe_skipped = True
+        return
+    _probe_skipped = True
+    key = "scipy.linalg.cython_blas"
+    sys.modules[key] = None  # type: ignore[assignment]  # "import scipy.linalg.cython_blas" raises ImportError
+    try:
+        import numba.np.arraymath  # noqa: F401
+    except Exception:  # noqa: BLE001 - a numba internal moved: numba loads it itself, as before
+        pass
+    finally:
+        if key in sys.modules and sys.modules[key] is None:
+            del sys.modules[key]
+
+
 class LazyKernel:
     def __init__(self, fn: Callable, signatures: Any, options: dict[str, Any]):
         self.py_func = fn
@@ -64,6 +92,7 @@ class LazyKernel:
                 if self._dispatcher is None:
                     import numba
 
+                    _skip_blas_probe()
                     _announce_if_cold(self.py_func, self.options)
 
                     if self.signatures is None:

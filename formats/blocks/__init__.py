@@ -44,11 +44,12 @@ def integer_codes(fields: dict[str, np.ndarray], qtype) -> np.ndarray:
     return fields["codes"].astype(np.int16) - np.int16(t.code_offset)
 
 
-def dequantize(raw, qtype, n: int, k: int, out: np.ndarray | None = None) -> np.ndarray:
+def dequantize(raw, qtype, n: int, k: int, out: np.ndarray | None = None, parallel: bool | None = None) -> np.ndarray:
     """Decode ``[n, k]`` worth of ``qtype`` data to f32 ``[n, k]``, bit-identical with gguf-py.
 
     ``raw``: the bytes (any C-contiguous array or buffer; read as uint8), exactly
     ``n * row_bytes(k)`` of them. ``out``: optional f32 ``[n, k]`` array to write into.
+    ``parallel``: None picks by size, False runs on the calling thread, True on numba's threads.
     """
     t = qtypes.get(qtype)
     mod = codec(t)
@@ -66,7 +67,7 @@ def dequantize(raw, qtype, n: int, k: int, out: np.ndarray | None = None) -> np.
     row_bytes = t.row_bytes(k)
     if raw.size != n * row_bytes:
         raise BadInputError(f"{t.name} [{n}, {k}] needs {n * row_bytes} bytes, got {raw.size}")
-    return mod.dequantize(raw.reshape(n, row_bytes), out=out)
+    return mod.dequantize(raw.reshape(n, row_bytes), out=out, parallel=parallel)
 
 
 #: Types ggml quantizes without looking at importance weights (``quantize_q8_0`` ignores them).
@@ -79,10 +80,11 @@ def can_weight(qtype) -> bool:
     return t.name in IGNORES_IMATRIX or (t.codec is not None and hasattr(t.codec_module, "quantize_weighted"))
 
 
-def quantize(x: np.ndarray, qtype, imatrix: np.ndarray | None = None) -> np.ndarray:
+def quantize(x: np.ndarray, qtype, imatrix: np.ndarray | None = None, parallel: bool | None = None) -> np.ndarray:
     """Encode f32 ``[n, k]`` (1-D: one row) as ``qtype`` blocks, uint8 ``[n, row_bytes]``,
     byte-identical with ggml's reference quantizer of that type; with ``imatrix`` (importance
-    weights ``f32[k]``), byte-identical with ``ggml_quantize_chunk`` given those weights."""
+    weights ``f32[k]``), byte-identical with ``ggml_quantize_chunk`` given those weights.
+    ``parallel``: as :func:`dequantize` (the plain float types are numpy and ignore it)."""
     t = qtypes.get(qtype)
     mod = codec(t) if t.codec else None
     if t.quantized and not t.can_quantize or not hasattr(mod, "quantize"):
@@ -94,5 +96,5 @@ def quantize(x: np.ndarray, qtype, imatrix: np.ndarray | None = None) -> np.ndar
         if not can_weight(t):
             known = ", ".join(q.name for q in qtypes.QUANTIZABLE if can_weight(q) and q.quantized)
             raise UnsupportedError(f"panelpack cannot quantize {t.name} with importance weights yet (it can: {known})")
-        return mod.quantize_weighted(x, imatrix)
-    return mod.quantize(x)
+        return mod.quantize_weighted(x, imatrix, parallel=parallel)
+    return mod.quantize(x, parallel=parallel)

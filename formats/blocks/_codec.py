@@ -271,7 +271,8 @@ def check_out(out, shape: tuple[int, ...], dtype, qtype: GGMLType) -> np.ndarray
     return out
 
 
-def run_dequantize(qtype: GGMLType, blocks, out, range_kernel, parallel_kernel, words=None) -> np.ndarray:
+def run_dequantize(qtype: GGMLType, blocks, out, range_kernel, parallel_kernel, words=None,
+                   parallel: bool | None = None) -> np.ndarray:
     """Validate, allocate, and run a codec's dequantize kernel (serial when small).
 
     ``range_kernel(b, y, i0, i1, qk)`` decodes blocks ``[i0, i1)`` of the flat bytes ``b`` into
@@ -279,7 +280,9 @@ def run_dequantize(qtype: GGMLType, blocks, out, range_kernel, parallel_kernel, 
     ``qk`` is the block size, passed at run time on purpose: a loop whose trip count LLVM
     cannot see gets vectorized (numba runs no SLP vectorizer), one of 16 or 32 is unrolled.
     ``words``: hand the kernel the bytes as this little-endian word type (F16/BF16: uint16),
-    copying first in the rare case the buffer is not aligned for it.
+    copying first in the rare case the buffer is not aligned for it. ``parallel``: None picks
+    by size; False forces the calling thread (callers that run several tensors at once: a
+    parallel launch waits for every core, which a busy machine does not give at once).
     """
     b = as_blocks(blocks, qtype)
     shape = out_shape(b, qtype)
@@ -289,7 +292,9 @@ def run_dequantize(qtype: GGMLType, blocks, out, range_kernel, parallel_kernel, 
         if fb.ctypes.data % np.dtype(words).itemsize:
             fb = fb.copy()
         fb = fb.view(np.dtype(words).newbyteorder("<")).astype(words, copy=False)
-    if fy.size < PARALLEL_MIN_ELEMENTS:
+    if parallel is None:
+        parallel = fy.size >= PARALLEL_MIN_ELEMENTS
+    if not parallel:
         range_kernel(fb, fy, 0, fy.size // qtype.block_size, qtype.block_size)
     else:
         parallel_kernel(fb, fy, qtype.block_size)
@@ -349,7 +354,8 @@ def k_min_ref(sub: int):
 # ---- declaring a codec: its public surface, built from its plan and kernels ---------------
 def declare(namespace: dict, qtype: GGMLType, plan=None, *, dequantize_block=None, dequantize_word=None,
             chunk: int = CHUNK_BLOCKS, decode_ref=None, quantize_range=None, quantize_block=None,
-            quantize_chunk: int = CHUNK_BLOCKS, encode_ref=None, quantize_weighted_block=None) -> None:
+            quantize_chunk: int = CHUNK_BLOCKS, encode_ref=None, scalar_range=None,
+            quantize_weighted_block=None) -> None:
     """Give a type module (``namespace`` is its ``globals()``) the codec surface of
     docs/DEVELOPING.md, the way gguf-py's ``__init_subclass__`` registers a quant class: the
     module states its byte diagram, its :class:`~._bits.BlockPlan` and its kernels; this
@@ -371,7 +377,8 @@ def declare(namespace: dict, qtype: GGMLType, plan=None, *, dequantize_block=Non
       ``quantize_weighted_block`` (see :func:`weighted_rows`), when given;
     * ``quantize_ref(x)``: ``encode_ref(x2d) -> fields`` (``x2d`` f32 ``[n, k]``, checked),
       packed by ``plan.from_fields``, when given; ``encode_ref="scalar"``: the range kernel's
-      Python function run serially (the K-quant searches, whose reference is ggml's C).
+      Python function run serially (the K-quant searches, whose reference is ggml's C), or
+      ``scalar_range``'s when the fast range kernel is not ggml's loop block by block.
     """
     name = qtype.name
     if plan is not None:
@@ -384,11 +391,11 @@ def declare(namespace: dict, qtype: GGMLType, plan=None, *, dequantize_block=Non
     par = parallel_dequantize(dequantize_range, RO_U8 if words is None else readonly(words), chunk,
                               tag=_tag(dequantize_block or dequantize_word))
 
-    def dequantize(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        return run_dequantize(qtype, blocks, out, dequantize_range, par, words=words)
+    def dequantize(blocks: np.ndarray, out: np.ndarray | None = None, parallel: bool | None = None) -> np.ndarray:
+        return run_dequantize(qtype, blocks, out, dequantize_range, par, words=words, parallel=parallel)
 
     dequantize.__doc__ = (f"uint8 ``[rows, row_bytes]`` (or flat) {name} blocks to f32 ``[rows, K]``; "
-                          "bit-identical with gguf-py.")
+                          "bit-identical with gguf-py. ``parallel``: None picks by size.")
     namespace.update(dequantize=dequantize, _dequantize_range=dequantize_range, _dequantize_parallel=par)
     if decode_ref is not None:
         def dequantize_ref(blocks: np.ndarray) -> np.ndarray:
@@ -438,7 +445,7 @@ def declare(namespace: dict, qtype: GGMLType, plan=None, *, dequantize_block=Non
             xr = as_rows_f32(x, qtype)
             out = np.empty(bytes_shape(xr, qtype), np.uint8)
             fx, fo = xr.reshape(-1), out.reshape(-1)
-            quantize_range.py_func(fx, fo, 0, fx.size // qtype.block_size)
+            (scalar_range or quantize_range).py_func(fx, fo, 0, fx.size // qtype.block_size)
             return out
 
         quantize_ref.__doc__ = (f"scalar reference of {name} ``quantize``: the block loop as plain Python "

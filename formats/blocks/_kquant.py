@@ -125,6 +125,69 @@ def make_qx_quants(n, nmax, x, L, qw):
 
 
 @lazy_njit(cache=True, error_model="numpy")
+def make_qx_quants_lanes(xt, nl, nmax, scale, L):
+    """:func:`make_qx_quants` without importance weights (``w = x*x``) for ``nl`` groups side
+    by side: lane ``l`` runs ggml's scalar loop on ``xt[:, l]`` (``n = xt.shape[0]`` values) in
+    ggml's order, every float operation as there, so each lane's result is bit-identical while
+    the work is SIMD across lanes. Writes ``scale[l]`` and the codes ``L[e, l]`` (0 .. 2nmax-1).
+
+    A candidate step's codes are not stored when it wins: they are ``clamp(nearest_int(iscale *
+    x), -nmax, nmax-1)`` of the winning ``iscale``, recomputed once at the end."""
+    f32 = np.float32
+    n = xt.shape[0]
+    mx = np.zeros(nl, f32)
+    amax = np.zeros(nl, f32)
+    for e in range(n):  # signed_absmax: the first value of largest |x| (strict >: a NaN never wins)
+        row = xt[e]
+        for l in range(nl):
+            a = abs(row[l])
+            upd = a > amax[l]
+            amax[l] = a if upd else amax[l]
+            mx[l] = row[l] if upd else mx[l]
+    live = np.empty(nl, np.bool_)
+    for l in range(nl):
+        live[l] = amax[l] >= GROUP_MAX_EPS
+        mx[l] = mx[l] if live[l] else f32(1)  # a dead lane computes harmlessly, its result is 0
+    iscale = np.empty(nl, f32)
+    best_is = np.empty(nl, f32)
+    best = np.empty(nl, f32)
+    sumlx = np.empty(nl, f32)
+    suml2 = np.empty(nl, f32)
+    lo, hi = -nmax, nmax - 1
+    for step in range(-10, 10):  # -10: the first pass at -nmax/max; then -9..9 without 0
+        if step == 0:
+            continue
+        for l in range(nl):
+            iscale[l] = f32(-nmax) / mx[l] if step == -10 else -(f32(nmax) + f32(0.1) * f32(step)) / mx[l]
+            sumlx[l] = f32(0)
+            suml2[l] = f32(0)
+        for e in range(n):
+            row = xt[e]
+            for l in range(nl):
+                v = row[l]
+                fl = f32(clamp(nearest_int(iscale[l] * v), lo, hi))
+                w = v * v
+                sumlx[l] = sumlx[l] + w * v * fl
+                suml2[l] = suml2[l] + w * fl * fl
+        for l in range(nl):
+            if step == -10:
+                scale[l] = sumlx[l] / suml2[l] if suml2[l] != f32(0) else f32(0)
+                best[l] = scale[l] * sumlx[l]
+                best_is[l] = iscale[l]
+            elif suml2[l] > f32(0) and sumlx[l] * sumlx[l] > best[l] * suml2[l]:
+                scale[l] = sumlx[l] / suml2[l]
+                best[l] = scale[l] * sumlx[l]
+                best_is[l] = iscale[l]
+    for e in range(n):
+        row = xt[e]
+        le = L[e]
+        for l in range(nl):
+            le[l] = (nmax + clamp(nearest_int(best_is[l] * row[l]), lo, hi)) if live[l] else 0
+    for l in range(nl):
+        scale[l] = scale[l] if live[l] else f32(0)
+
+
+@lazy_njit(cache=True, error_model="numpy")
 def make_q3_quants(n, nmax, x, L):
     """``make_q3_quants(n, nmax, x, L, do_rmse=true)``: writes ``L[0:n]`` (0 .. 2nmax-1),
     returns the scale."""

@@ -36,7 +36,7 @@ def dequantize_ref(blocks: np.ndarray) -> np.ndarray:
     return u.view(np.float32).reshape(out_shape(b, QTYPE))
 
 
-def quantize(x: np.ndarray) -> np.ndarray:
+def quantize(x: np.ndarray, parallel: bool | None = None) -> np.ndarray:
     """f32 to bf16 bytes: round to nearest even, NaN quietened (ggml / gguf-py)."""
     x = as_rows_f32(x, QTYPE)
     n = x.reshape(-1).view(np.uint32).astype(np.uint64)

@@ -92,7 +92,7 @@ def dequantize_ref(blocks: np.ndarray) -> np.ndarray:
     return b.reshape(-1).view("<f2").astype(np.float32).reshape(out_shape(b, QTYPE))
 
 
-def quantize(x: np.ndarray) -> np.ndarray:
+def quantize(x: np.ndarray, parallel: bool | None = None) -> np.ndarray:
     """f32 to f16 bytes, round to nearest even (numpy's conversion, as gguf-py writes F16)."""
     x = as_rows_f32(x, QTYPE)
     return x.astype("<f2").view(np.uint8).reshape(bytes_shape(x, QTYPE))

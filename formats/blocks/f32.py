@@ -59,7 +59,7 @@ else:
         return nbt.float32(u), codegen
 
 
-def dequantize(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+def dequantize(blocks: np.ndarray, out: np.ndarray | None = None, parallel: bool | None = None) -> np.ndarray:
     """uint8 ``[rows, 4*K]`` (or flat) to f32 ``[rows, K]``: a view unless ``out`` is given."""
     b = as_blocks(blocks, QTYPE)
     y = b.reshape(-1).view("<f4").reshape(out_shape(b, QTYPE))
@@ -74,7 +74,7 @@ def dequantize_ref(blocks: np.ndarray) -> np.ndarray:
     return np.frombuffer(b.tobytes(), "<f4").astype(np.float32).reshape(out_shape(b, QTYPE))
 
 
-def quantize(x: np.ndarray) -> np.ndarray:
+def quantize(x: np.ndarray, parallel: bool | None = None) -> np.ndarray:
     """f32 ``[rows, K]`` (or 1-D) to its little-endian bytes ``uint8 [rows, 4*K]``."""
     x = as_rows_f32(x, QTYPE)
     return x.astype("<f4").view(np.uint8).reshape(bytes_shape(x, QTYPE))

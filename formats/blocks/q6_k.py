@@ -21,8 +21,8 @@ import numpy as np
 from .._jit import RO_F32, inline_jit, lazy_njit
 from ..qtypes import Q6_K as QTYPE
 from ._bits import BlockPlan, Field, f16_word, whole_byte
-from ._codec import CHUNK_BLOCKS, declare, f16_field
-from ._kquant import GROUP_MAX_EPS, clamp, int8, make_qx_quants, nearest_int
+from ._codec import CHUNK_BLOCKS, LANES, declare, f16_field, load_lanes
+from ._kquant import GROUP_MAX_EPS, clamp, int8, make_qx_quants, make_qx_quants_lanes, nearest_int
 from .f16 import f16_at, f16_to_f32, f32_to_f16_bits
 
 
@@ -94,11 +94,18 @@ def _quantize_block(xb, blk, L, scales, qw):
         iscale = -128/max_scale; d = f16(1/iscale); sc[g] = (int8)MIN(127, nearest_int(iscale*scale[g]))
         per group with dd = f32(d)*sc[g] != 0: L = clamp(nearest_int(x/dd), -32, 31) + 32
         (dd == 0: make_qx_quants' codes stay); packed as drawn above."""
+    for g in range(16):
+        scales[g] = make_qx_quants(16, 32, xb[16 * g:16 * g + 16], L[16 * g:16 * g + 16], qw[16 * g:16 * g + 16])
+    _finish_block(xb, blk, L, scales)
+
+
+@lazy_njit(cache=True, error_model="numpy")
+def _finish_block(xb, blk, L, scales):
+    """The rest of ``_quantize_block`` once the 16 group scales and their codes are found."""
     max_scale = np.float32(0)
     max_abs = np.float32(0)
     for g in range(16):
-        sc = make_qx_quants(16, 32, xb[16 * g:16 * g + 16], L[16 * g:16 * g + 16], qw[16 * g:16 * g + 16])
-        scales[g] = sc
+        sc = scales[g]
         if abs(sc) > max_abs:
             max_abs = abs(sc)
             max_scale = sc
@@ -130,12 +137,40 @@ def _quantize_block(xb, blk, L, scales, qw):
 
 
 @lazy_njit(numba.void(RO_F32, numba.uint8[::1], numba.int64, numba.int64), cache=True, error_model="numpy")
-def _quantize_range(x, out, b0, b1):
-    """Super-blocks ``[b0, b1)`` of ggml's ``quantize_row_q6_K_ref`` (see ``_quantize_block``)."""
+def _quantize_range_scalar(x, out, b0, b1):
+    """Super-blocks ``[b0, b1)`` of ggml's ``quantize_row_q6_K_ref``, one at a time (see
+    ``_quantize_block``): the scalar reference of :func:`_quantize_range`."""
     L = np.empty(256, np.int32)
     scales = np.empty(16, np.float32)
     for i in range(b0, b1):
         _quantize_block(x[i * 256:i * 256 + 256], out[i * 210:i * 210 + 210], L, scales, _NO_WEIGHTS)
+
+
+#: Super-blocks per lane group of the fast quantizer (16 groups of 16 each).
+_SB_LANES = LANES // 16
+
+
+@lazy_njit(numba.void(RO_F32, numba.uint8[::1], numba.int64, numba.int64), cache=True, error_model="numpy")
+def _quantize_range(x, out, b0, b1):
+    """Super-blocks ``[b0, b1)`` of ggml's ``quantize_row_q6_K_ref``: the 16-value groups of
+    ``_SB_LANES`` super-blocks searched side by side (``make_qx_quants_lanes``, ggml's order in
+    each lane), then each super-block finished as ``_quantize_block`` does."""
+    xt = np.empty((16, LANES), np.float32)
+    lt = np.empty((16, LANES), np.int32)
+    sct = np.empty(LANES, np.float32)
+    L = np.empty(256, np.int32)
+    scales = np.empty(16, np.float32)
+    for s0 in range(b0, b1, _SB_LANES):
+        ns = min(_SB_LANES, b1 - s0)
+        load_lanes(x, 16 * s0, 16 * ns, xt)
+        make_qx_quants_lanes(xt, 16 * ns, 32, sct, lt)
+        for s in range(ns):
+            for g in range(16):
+                scales[g] = sct[16 * s + g]
+                for e in range(16):
+                    L[16 * g + e] = lt[e, 16 * s + g]
+            i = s0 + s
+            _finish_block(x[i * 256:i * 256 + 256], out[i * 210:i * 210 + 210], L, scales)
 
 
 @lazy_njit(cache=True, error_model="numpy")
@@ -146,4 +181,5 @@ def _weighted_block(xb, qb, blk, sigma2, iscr, fscr):
 
 declare(globals(), QTYPE, PLAN, dequantize_block=_dequantize_block, chunk=CHUNK_BLOCKS // 8,
         decode_ref=_decode_ref, quantize_range=_quantize_range, quantize_chunk=64, encode_ref="scalar",
+        scalar_range=_quantize_range_scalar,
         quantize_weighted_block=_weighted_block)
