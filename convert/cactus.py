@@ -456,7 +456,7 @@ def convert_cactus(source: str | os.PathLike, out: str | os.PathLike, bits: int 
             else:
                 from .cactus_tokenizer import write_tokenizer_files
 
-                write_tokenizer_files(Path(top), tmp, family)
+                write_tokenizer_files(Path(top), tmp, mt, family)
             (tmp / "config.txt").write_text(config_txt(merged), encoding="utf-8")
             (tmp / "hf_config.json").write_text(json.dumps(merged, indent=2, sort_keys=True), encoding="utf-8")
             for st in tensors:

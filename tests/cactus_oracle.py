@@ -16,6 +16,9 @@ writes its result under the job's folder. Operations (``op`` plus arguments):
 * ``qdq`` ``path, out``: cactus's reader, ``dequantize_path(path, float32)`` -> npz
 * ``convert`` ``model, out, bits``: the whole converter (``cactus.convert.cli.main``)
 * ``time_quantize`` ``n, k, bits, out``: seconds of ``quantize_hadamard`` on a seeded matrix
+* ``tokenizer`` ``model, out``: only the converter's tokenizer step: the processor its adapter
+  loads from the HF folder ``model``, its side-file copy, then ``convert_hf_tokenizer`` into the
+  new folder ``out``
 """
 
 from __future__ import annotations
@@ -82,6 +85,22 @@ def main(job_path: str) -> None:
             t0 = time.perf_counter()
             ccq.quantize_hadamard(w, op["bits"])
             Path(op["out"]).write_text(f"{time.perf_counter() - t0:.4f}\n")
+        elif kind == "tokenizer":
+            from transformers import AutoConfig
+
+            from cactus.convert.cactus_adapters.tokenizer import convert_hf_tokenizer
+            from cactus.convert.export.files import copy_runtime_files
+            from cactus.convert.model_adapters.adapters import adapter_for_family
+            from cactus.convert.model_adapters.detection import detect_family
+
+            family = detect_family(AutoConfig.from_pretrained(op["model"]), "auto")
+            proc = adapter_for_family(family).load_processor(op["model"])
+            out = Path(op["out"])
+            out.mkdir(parents=True, exist_ok=True)
+            copy_runtime_files(op["model"], out)
+            tok = getattr(proc, "tokenizer", proc)
+            if tok is not None:  # as the converter: no processor, no tokenizer files
+                convert_hf_tokenizer(tok, out, model_id=op["model"], model_type=family)
         else:
             raise SystemExit(f"unknown oracle op {kind!r}")
 
