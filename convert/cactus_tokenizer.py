@@ -30,9 +30,15 @@ the vocabulary are appended with new ids as the ``tokenizers`` library assigns t
 from cactus's converter; the reason is logged. Not reproduced: the re-serialised
 ``tokenizer.json`` (the source's own is copied).
 
-Sources: an HF folder (:func:`spec_from_hf`), with a BPE ``tokenizer.json`` or only a
-SentencePiece ``tokenizer.model`` (:mod:`.sentencepiece_model`), or a GGUF file's tokenizer
-metadata (:func:`spec_from_gguf`).
+Sources: an HF folder (:func:`spec_from_hf`) with a BPE ``tokenizer.json``, or with only a
+SentencePiece ``tokenizer.model`` (``formats/sentencepiece.py`` reads its pieces; transformers'
+``SentencePieceExtractor`` re-expresses it as BPE: the pieces as vocabulary, merges generated
+from it by :func:`generate_merges`, the control and user-defined pieces as additional special
+tokens, then the class rebuilds its backend as above; a class without a rebuilt backend is not
+reproduced). Note that cactus-compute 2.2.2 on its pinned stack (protobuf < 7, whose
+sentencepiece 0.2.3 proto module needs protobuf >= 7) cannot read a ``tokenizer.model`` at all
+and writes no tokenizer files for such a source; what is written here is what it writes where
+that extraction works.
 """
 
 from __future__ import annotations
@@ -127,6 +133,8 @@ class TokenizerSpec:
     chat_file: Optional[str] = None
     model_type: str = ""
     has_config_file: bool = False
+    spm_extras: Optional[list[str]] = None
+    """SentencePiece sources: the control and user-defined pieces (else None)."""
 
 
 def _load(path: Path) -> Optional[dict]:
@@ -146,19 +154,43 @@ def spec_from_hf(src: Path, model_type: str) -> Optional[TokenizerSpec]:
                   chat_file=chat.read_text(encoding="utf-8") if chat.is_file() else None,
                   model_type=model_type, has_config_file=tc is not None)
     if tj is None and (src / "tokenizer.model").is_file():
-        from .sentencepiece_model import spec_fields
-
-        return TokenizerSpec(**spec_fields(src / "tokenizer.model", tc or {}), **common)
+        return _spec_from_sentencepiece(src / "tokenizer.model", common)
     model = (tj or {}).get("model") or {}
     if not tj or str(model.get("type", "")).upper() != "BPE" or not isinstance(model.get("vocab"), dict):
-        log.info("%s: no BPE tokenizer.json or SentencePiece tokenizer.model; the cactus tokenizer files are not "
-                 "written", src)
+        kind = model.get("type") if tj else None
+        log.warning("%s: %s; the cactus tokenizer files are not written (this converter reproduces BPE "
+                    "tokenizer.json files and SentencePiece tokenizer.model files)", src,
+                    f"tokenizer.json has a {kind} model" if kind else "no readable tokenizer.json or tokenizer.model")
         return None
     merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model.get("merges") or []]
     added = [(int(a["id"]), a["content"]) for a in tj.get("added_tokens") or []
              if isinstance(a, dict) and isinstance(a.get("content"), str) and a.get("id") is not None]
     return TokenizerSpec(dict(model["vocab"]), merges, added, tj.get("normalizer"), tj.get("decoder"),
                          bool(model.get("byte_fallback", False)), **common)
+
+
+def generate_merges(vocab: dict[str, int]) -> list[tuple[str, str]]:
+    """transformers' merges for a vocabulary without any (``generate_merges`` without scores):
+    every split of every piece whose halves are both pieces, grouped by piece in vocabulary
+    order, each group by (left id, right id), then stably by (piece id, left length, right length)."""
+    merges = []
+    for piece, pid in vocab.items():
+        local = [(piece[:i], piece[i:], pid) for i in range(1, len(piece)) if piece[:i] in vocab and piece[i:] in vocab]
+        merges.extend(sorted(local, key=lambda x: (vocab[x[0]], vocab[x[1]])))
+    merges.sort(key=lambda m: (m[2], len(m[0]), len(m[1])))
+    return [(a, b) for a, b, _ in merges]
+
+
+def _spec_from_sentencepiece(path: Path, common: dict) -> TokenizerSpec:
+    """A folder with only a SentencePiece ``tokenizer.model``: transformers' ``SentencePieceExtractor``
+    for a BPE class gives the vocabulary (piece -> id), merges generated from it, and the control
+    and user-defined pieces as additional special tokens (by id)."""
+    from ..formats import sentencepiece
+
+    pieces = sentencepiece.read_pieces(path)
+    vocab = {p.piece: i for i, p in enumerate(pieces)}
+    spm_extras = [p.piece for p in pieces if p.type in (sentencepiece.CONTROL, sentencepiece.USER_DEFINED)]
+    return TokenizerSpec(vocab, generate_merges(vocab), [], spm_extras=spm_extras, **common)
 
 
 def tokenizer_class(spec: TokenizerSpec) -> str:
@@ -207,6 +239,9 @@ def _resolve(spec: TokenizerSpec) -> Resolved:
     if name not in TOKENIZER_CLASSES:
         raise Unloadable(f"tokenizer class {name!r} is not one this converter reproduces ({sorted(TOKENIZER_CLASSES)})")
     cls = TOKENIZER_CLASSES[name]
+    if spec.spm_extras is not None and cls.backend is None:
+        raise Unloadable(f"a SentencePiece tokenizer.model without tokenizer.json for {name!r}, which builds its "
+                         "backend from the proto (not reproduced here)")
     tc = spec.config
     specials = {k: cls.defaults.get(k) for k in SPECIAL_ATTRIBUTES}
     for k in SPECIAL_ATTRIBUTES:
@@ -224,6 +259,8 @@ def _resolve(spec: TokenizerSpec) -> Resolved:
             if k in SPECIAL_ATTRIBUTES:
                 specials[k] = v if isinstance(v, str) or v is None else v.get("content") if isinstance(v, dict) else None
         map_extras = spec.special_map.get("additional_special_tokens")
+    if spec.spm_extras is not None:  # the extractor's list replaces the map's
+        map_extras = spec.spm_extras
     cfg_extras = tc.get("extra_special_tokens", tc.get("additional_special_tokens"))
     if cfg_extras is not None:
         extras = list(cfg_extras)
