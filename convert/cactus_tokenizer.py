@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import json
 import logging
+import operator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -167,6 +168,65 @@ def spec_from_hf(src: Path, model_type: str) -> Optional[TokenizerSpec]:
              if isinstance(a, dict) and isinstance(a.get("content"), str) and a.get("id") is not None]
     return TokenizerSpec(dict(model["vocab"]), merges, added, tj.get("normalizer"), tj.get("decoder"),
                          bool(model.get("byte_fallback", False)), **common)
+
+
+GGUF_TOKENIZER_CLASSES = {"gpt2": "PreTrainedTokenizerFast", "llama": "LlamaTokenizer"}
+"""GGUF ``tokenizer.ggml.model`` -> the class of the equivalent HF folder's tokenizer config
+(``gpt2``: byte-level BPE, taken as it is; ``llama``: a SentencePiece model)."""
+_BYTE_LEVEL = {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True}
+
+
+def spec_from_gguf(meta: Any, model_type: str, what: str = "GGUF") -> Optional[TokenizerSpec]:
+    """The tokenizer of the HF folder a GGUF file's tokenizer metadata stands for (llama.cpp's
+    converter keeps the vocabulary, token types, merges, special ids and chat template):
+
+    * ``gpt2``: ``tokenizer.json`` = BPE over ``tokens`` (id = position) with ``merges``, no byte
+      fallback, byte-level decoder; added tokens = CONTROL (special) and USER_DEFINED pieces;
+    * ``llama``: a SentencePiece ``tokenizer.model`` whose pieces and types are ``tokens`` and
+      ``token_type`` (llama.cpp writes the SentencePiece types unchanged), no ``tokenizer.json``;
+    * ``tokenizer_config.json``: :data:`GGUF_TOKENIZER_CLASSES`' class, bos/eos/unk/pad from the
+      ``*_token_id`` keys (explicitly none when absent), ``chat_template``, and
+      ``added_tokens_decoder`` for the CONTROL and USER_DEFINED tokens. ``model_max_length`` is
+      not recorded in GGUF, so it stays transformers' default.
+
+    None (logged) for other tokenizer models."""
+    from ..formats import sentencepiece
+    from ..formats.tokenizer import from_gguf_metadata
+
+    model = meta.get("tokenizer.ggml.model")
+    if model not in GGUF_TOKENIZER_CLASSES:
+        log.warning("%s: tokenizer model %r: the cactus tokenizer files are written for %s only", what, model,
+                    sorted(GGUF_TOKENIZER_CLASSES))
+        return None
+    t = from_gguf_metadata(meta)
+    types = list(t.types) + [sentencepiece.NORMAL] * (len(t.tokens) - len(t.types))
+    vocab = {tok: i for i, tok in enumerate(t.tokens)}
+    added = [(i, tok) for i, tok in enumerate(t.tokens) if types[i] in (sentencepiece.CONTROL, sentencepiece.USER_DEFINED)]
+    tc: dict[str, Any] = {"tokenizer_class": GGUF_TOKENIZER_CLASSES[model]}
+    for key, gkey in (("bos", "bos"), ("eos", "eos"), ("unk", "unknown"), ("pad", "padding")):
+        i = meta.get(f"tokenizer.ggml.{gkey}_token_id")
+        try:
+            i = None if isinstance(i, bool) else operator.index(i)
+        except TypeError:
+            i = None
+        tc[f"{key}_token"] = t.tokens[i] if i is not None and 0 <= i < len(t.tokens) else None
+    chat = meta.get("tokenizer.chat_template")
+    if isinstance(chat, str):
+        tc["chat_template"] = chat
+    tc["added_tokens_decoder"] = {str(i): {"content": tok, "lstrip": False, "normalized": types[i] != sentencepiece.CONTROL,
+                                           "rstrip": False, "single_word": False,
+                                           "special": types[i] == sentencepiece.CONTROL} for i, tok in added}
+    common = dict(config=tc, model_type=model_type, has_config_file=True)
+    if model == "llama":
+        merges = sorted(t.merges, key=t.merges.__getitem__) if t.merges else generate_merges(vocab)
+        return TokenizerSpec(vocab, merges, [], spm_extras=[tok for _, tok in added], **common)
+    return TokenizerSpec(vocab, sorted(t.merges, key=t.merges.__getitem__), added, None, _BYTE_LEVEL, False, **common)
+
+
+def write_gguf_tokenizer_files(meta: Any, out: Path, model_type: str, family: str, what: str = "GGUF") -> list[str]:
+    """:func:`write_tokenizer_files` for a GGUF source (see :func:`spec_from_gguf`)."""
+    spec = spec_from_gguf(meta, model_type, what)
+    return write_spec(spec, out, family, what) if spec is not None else []
 
 
 def generate_merges(vocab: dict[str, int]) -> list[tuple[str, str]]:

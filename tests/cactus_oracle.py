@@ -18,6 +18,8 @@ writes its result under the job's folder. Operations (``op`` plus arguments):
 * ``time_quantize`` ``n, k, bits, out``: seconds of ``quantize_hadamard`` on a seeded matrix
 * ``spm_train`` ``corpus, folder, model_type, vocab_size[, user_defined, control]``: a small
   SentencePiece model trained by the ``sentencepiece`` package -> ``folder/tokenizer.model``
+* ``spm_pieces`` ``model, out``: its pieces, scores, types and special ids (JSON), read with
+  sentencepiece's model proto (through ``spm_proto_shim``)
 * ``tokenizer`` ``model, out[, spm_proto_shim]``: only the converter's tokenizer step: the processor its adapter
   loads from the HF folder ``model``, its side-file copy, then ``convert_hf_tokenizer`` into the
   new folder ``out``. sentencepiece 0.2.3's model proto needs protobuf >= 7 while the oracle pins
@@ -109,6 +111,16 @@ def main(job_path: str) -> None:
                 byte_fallback=True, character_coverage=1.0, user_defined_symbols=op.get("user_defined", []),
                 control_symbols=op.get("control", []), num_threads=1, minloglevel=2)
             prefix.with_suffix(".vocab").unlink()
+        elif kind == "spm_pieces":  # the pieces as sentencepiece's model proto reads them
+            _spm_proto_shim()
+            from sentencepiece import sentencepiece_model_pb2 as pb
+
+            m = pb.ModelProto()
+            m.ParseFromString(Path(op["model"]).read_bytes())
+            Path(op["out"]).write_text(json.dumps({
+                "pieces": [[p.piece, p.score, p.type] for p in m.pieces],
+                "bos": m.trainer_spec.bos_id, "eos": m.trainer_spec.eos_id, "unk": m.trainer_spec.unk_id,
+                "pad": m.trainer_spec.pad_id}))
         elif kind == "tokenizer":
             from transformers import AutoConfig
 

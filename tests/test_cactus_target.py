@@ -120,6 +120,7 @@ def test_gguf_source_dequantized_and_unpermuted(tmp_path):
     assert cq.relative_rmse(q, d) < 0.12
     cfg = (out / "config.txt").read_text()
     assert "hidden_dim=256\n" in cfg and "model_type=generic\n" in cfg
+    assert (out / "vocab.txt").is_file() and (out / "special_tokens.json").is_file()  # from the GGUF metadata
     assert json.loads((out / "config.json").read_text())["num_key_value_heads"] == 2
 
 
@@ -160,6 +161,11 @@ def test_smollm2_gguf_to_cactus_panels_verifies(smollm2, tmp_path):
     assert led["model.layers.0.self_attn.q_proj.weight"]["precision"] == "FP16"
     assert led["model.embed_tokens.weight"]["precision"] == "CQ4"  # orthogonal, full width
     assert (out / "layer_29_ffn_down.cq4p.weights").is_file() and not (out / "output_weight.weights").exists()
+    # the tokenizer files from the GGUF metadata (equal to cactus's: test_cactus_tokenizer_oracle.py)
+    tcfg = (out / "tokenizer_config.txt").read_text().splitlines()
+    assert tcfg[:5] == ["vocab_size=49152", "eos_token_id=2", "pad_token_id=2", "bos_token_id=1", "unk_token_id=0"]
+    assert len((out / "merges.txt").read_text(encoding="utf-8").splitlines()) == 48901
+    assert target.check_folder(out) == []
     assert led["model.layers.0.mlp.down_proj.weight"]["relative_rmse"] < 0.2
     rep = verify(out, "all", sample=1, names=["layer_0_ffn_down.cq4p.weights", "token_embeddings.weights"])
     assert rep.ok, rep.render()

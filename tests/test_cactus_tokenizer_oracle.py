@@ -57,6 +57,17 @@ def test_tokenizer_files_equal_cactus(variants, name, tmp_path):
     assert_same_tokenizer_files(d / "cactus" / name, tmp_path / "ours")
 
 
+LLAMA2_CONFIG = {
+    "tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
+    "pad_token": None, "chat_template": "{{ bos_token }}{% for m in messages %}[INST] {{ m.content }} [/INST]{% endfor %}",
+    "added_tokens_decoder": {str(i): {"content": c, "lstrip": False, "normalized": not sp, "rstrip": False,
+                                      "single_word": False, "special": sp}
+                             for i, (c, sp) in enumerate([("<unk>", True), ("<s>", True), ("</s>", True), ("<ctl>", True),
+                                                          ("<tool_call>", False)])}}
+"""A Llama-2 style tokenizer config (the folder a llama.cpp ``llama``-tokenizer GGUF stands for);
+``<ctl>`` (control, id 3) and ``<tool_call>`` (user-defined, id 4) are the trained extra pieces
+(SentencePiece puts control symbols before user-defined ones; asserted in the test)."""
+
 CORPUS = "\n".join([f"the quick brown fox jumps over the lazy dog {i} times, said the panel packer" for i in range(200)]
                    + ["hello world tokenizer café naïve 東京 ü"] * 20) + "\n"
 
@@ -74,7 +85,8 @@ def sentencepiece_folders(tmp_path_factory):
                "spm-bpe-config": ("bpe", 340, {"tokenizer_class": "LlamaTokenizerFast", "chat_template": "{{ x }}",
                                                 "additional_special_tokens": ["<tool_call>"], "pad_token": "<unk>"}),
                "spm-qwen2": ("bpe", 340, None),
-               "spm-qwen2-backend": ("bpe", 340, {"tokenizer_class": "GPT2Tokenizer"})}
+               "spm-qwen2-backend": ("bpe", 340, {"tokenizer_class": "GPT2Tokenizer"}),
+               "gguf-llama-hf": ("bpe", 330, LLAMA2_CONFIG)}
     ops = []
     for name, (kind, size, tc) in folders.items():
         f = d / "src" / name
@@ -85,6 +97,8 @@ def sentencepiece_folders(tmp_path_factory):
         ops.append({"op": "spm_train", "corpus": str(d / "corpus.txt"), "folder": str(f), "model_type": kind,
                     "vocab_size": size, "user_defined": ["<tool_call>"], "control": ["<ctl>"]})
     ops.append({"op": "tokenizer", "model": str(d / "src" / "spm-bpe"), "out": str(d / "cactus" / "unshimmed")})
+    ops.append({"op": "spm_pieces", "model": str(d / "src" / "gguf-llama-hf" / "tokenizer.model"),
+                "out": str(d / "gguf-llama-pieces.json")})
     for name in folders:  # after the unshimmed run: the shim stays in the oracle process
         ops.append({"op": "tokenizer", "model": str(d / "src" / name), "out": str(d / "cactus" / name),
                     "spm_proto_shim": True})
@@ -115,3 +129,102 @@ def test_sentencepiece_cases_not_reproduced(sentencepiece_folders, tmp_path, cap
     assert "builds its backend from the proto" in caplog.text and not (tmp_path / "ours" / "vocab.txt").exists()
     assert (d / "cactus" / "spm-qwen2-backend" / "vocab.txt").exists()  # the case is real: cactus writes them
     assert not (d / "cactus" / "unshimmed" / "vocab.txt").exists()
+
+
+def _gguf_tokenizer_only(path, meta: dict):
+    """A GGUF holding only tokenizer key/values, written by gguf-py (no tensors)."""
+    gguf = pytest.importorskip("gguf")
+    w = gguf.GGUFWriter(str(path), "llama")
+    for key, value in meta.items():
+        if isinstance(value, str):
+            w.add_string(key, value)
+        elif isinstance(value, int):
+            w.add_uint32(key, value)
+        elif isinstance(value[0], str):
+            w.add_array(key, value)
+        elif isinstance(value[0], float):
+            w.add_key_value(key, value, gguf.GGUFValueType.ARRAY, sub_type=gguf.GGUFValueType.FLOAT32)
+        else:
+            w.add_key_value(key, value, gguf.GGUFValueType.ARRAY, sub_type=gguf.GGUFValueType.INT32)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def test_gguf_sentencepiece_tokenizer_equals_cactus_on_its_hf_folder(sentencepiece_folders, tmp_path):
+    """A ``llama``-tokenizer GGUF as llama.cpp writes one from a SentencePiece model (pieces,
+    scores and types unchanged, special ids from the trainer spec, the chat template), read by
+    our GGUF reader: its tokenizer files equal cactus's on the HF folder it came from (the
+    tokenizer.model and a Llama-2 style tokenizer config)."""
+    from panelpack.formats.checkpoint import open_checkpoint
+
+    d = sentencepiece_folders
+    info = json.loads((d / "gguf-llama-pieces.json").read_text(encoding="utf-8"))
+    pieces = info["pieces"]
+    meta = {"tokenizer.ggml.model": "llama",
+            "tokenizer.ggml.tokens": [p[0] for p in pieces], "tokenizer.ggml.scores": [float(p[1]) for p in pieces],
+            "tokenizer.ggml.token_type": [int(p[2]) for p in pieces], "tokenizer.ggml.bos_token_id": info["bos"],
+            "tokenizer.ggml.eos_token_id": info["eos"], "tokenizer.ggml.unknown_token_id": info["unk"],
+            "tokenizer.chat_template": LLAMA2_CONFIG["chat_template"]}
+    assert info["pad"] < 0  # no pad: llama.cpp writes no padding id
+    assert [p[0] for p in pieces[:5]] == [v["content"] for v in LLAMA2_CONFIG["added_tokens_decoder"].values()]
+    g = _gguf_tokenizer_only(tmp_path / "t.gguf", meta)
+    out = tmp_path / "ours"
+    out.mkdir()
+    with open_checkpoint(g) as ck:
+        assert ct.write_gguf_tokenizer_files(ck.metadata, out, "llama", "generic")
+    assert_same_derived_files(d / "cactus" / "gguf-llama-hf", out)
+
+
+def assert_same_derived_files(theirs, mine):
+    """The files derived from a GGUF (no side files to copy) against cactus's on the HF folder."""
+    names = {p.name for p in mine.iterdir()}
+    assert names == {p.name for p in theirs.iterdir()} - {"tokenizer.json", "tokenizer.model", "config.json"}
+    for name in sorted(names):
+        assert (theirs / name).read_bytes() == (mine / name).read_bytes(), name
+
+
+@pytest.mark.real
+def test_gguf_bpe_tokenizer_equals_cactus_on_its_hf_folder(smollm2, tmp_path):
+    """The real SmolLM2 GGUF (byte-level BPE, 49152 tokens, 48900 merges): its tokenizer files
+    equal what cactus writes for the HF folder the GGUF stands for, written here from the GGUF
+    the way SmolLM2's own repository has it (a GPT2Tokenizer class, byte-level tokenizer.json,
+    the control tokens as special added tokens); model_max_length is not in GGUF."""
+    cactus_peer.require()
+    from cactus_models import build_hf_config
+
+    from panelpack.formats.checkpoint import open_checkpoint
+
+    with open_checkpoint(smollm2) as ck:
+        meta = ck.metadata
+        tokens = [str(t) for t in meta["tokenizer.ggml.tokens"].tolist()]
+        types = [int(t) for t in meta["tokenizer.ggml.token_type"].tolist()]
+        merges = [str(m).split(" ") for m in meta["tokenizer.ggml.merges"].tolist()]
+        ids = {k: int(meta[f"tokenizer.ggml.{g}_token_id"]) for k, g in
+               (("bos", "bos"), ("eos", "eos"), ("unk", "unknown"), ("pad", "padding"))}
+        chat = str(meta["tokenizer.chat_template"])
+        out = tmp_path / "ours"
+        out.mkdir()
+        assert ct.write_gguf_tokenizer_files(meta, out, "llama", "generic")
+    src = tmp_path / "hf"
+    src.mkdir()
+    added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
+              "normalized": False, "special": True} for i, t in enumerate(tokens) if types[i] == 3]
+    bl = {"add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+    (src / "tokenizer.json").write_text(json.dumps({
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
+        "pre_tokenizer": {"type": "ByteLevel", **bl}, "post_processor": {"type": "ByteLevel", **bl},
+        "decoder": {"type": "ByteLevel", **bl},
+        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
+                  "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                  "vocab": {t: i for i, t in enumerate(tokens)}, "merges": merges}}, ensure_ascii=False), encoding="utf-8")
+    (src / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "GPT2Tokenizer", **{f"{k}_token": tokens[i] for k, i in ids.items()}, "chat_template": chat,
+        "added_tokens_decoder": {str(a["id"]): {k: v for k, v in a.items() if k != "id"} for a in added}},
+        ensure_ascii=False), encoding="utf-8")
+    (src / "config.json").write_text(json.dumps(build_hf_config("llama")))
+    cactus_peer.run([{"op": "tokenizer", "model": str(src), "out": str(tmp_path / "cactus")}], tmp_path)
+    assert_same_derived_files(tmp_path / "cactus", out)
+    assert "has_chat_template=true" in (out / "tokenizer_config.txt").read_text()
