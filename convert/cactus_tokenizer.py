@@ -85,8 +85,12 @@ class Backend:
 class TokenizerClass:
     defaults: dict[str, str] = field(default_factory=dict)
     """Default named special tokens (``bos_token`` ...) the config does not override."""
-    extras: tuple[str, ...] = ()
-    """Extra special tokens the class adds (after the config's own additional ones)."""
+    specific: dict[str, str] = field(default_factory=dict)
+    """Model-specific named special tokens, parameters of the class (``prefix_token`` ...). The
+    class adds them after the standard ones and also lists them as its additional special tokens
+    (used when the config gives none). A config ``*_token`` key overrides one: ``null`` removes
+    it from both, an ``AddedToken`` replaces it in both, a string replaces only the named one
+    (transformers moves string values aside before the class sees its parameter)."""
     backend: Optional[Backend] = None
     """None: the source ``tokenizer.json`` is used as it is; else the class rebuilds it."""
 
@@ -97,12 +101,13 @@ TOKENIZER_CLASSES: dict[str, TokenizerClass] = {
     # transformers 5.5.4, models/<name>/tokenization_<name>.py, each class's __init__ defaults
     "TokenizersBackend": TokenizerClass(),
     "PreTrainedTokenizer": TokenizerClass(),  # PreTrainedTokenizerFast: the backend itself
-    "LlamaTokenizer": TokenizerClass(_LLAMA_SPECIALS, (), Backend(None, _LLAMA_DECODER, True)),
-    "CodeLlamaTokenizer": TokenizerClass(_LLAMA_SPECIALS, ("\u2581<PRE>", "\u2581<MID>", "\u2581<SUF>", "\u2581<EOT>", "<FILL_ME>"),
-                                         Backend(None, _LLAMA_DECODER, True)),
-    "Qwen2Tokenizer": TokenizerClass({"unk_token": _ENDOFTEXT, "eos_token": _ENDOFTEXT, "pad_token": _ENDOFTEXT}, (),
+    "LlamaTokenizer": TokenizerClass(_LLAMA_SPECIALS, {}, Backend(None, _LLAMA_DECODER, True)),
+    "CodeLlamaTokenizer": TokenizerClass(_LLAMA_SPECIALS, {
+        "prefix_token": "\u2581<PRE>", "middle_token": "\u2581<MID>", "suffix_token": "\u2581<SUF>",
+        "eot_token": "\u2581<EOT>", "fill_token": "<FILL_ME>"}, Backend(None, _LLAMA_DECODER, True)),
+    "Qwen2Tokenizer": TokenizerClass({"unk_token": _ENDOFTEXT, "eos_token": _ENDOFTEXT, "pad_token": _ENDOFTEXT}, {},
                                      Backend({"type": "NFC"}, {"type": "ByteLevel"}, False)),
-    "GPT2Tokenizer": TokenizerClass({"unk_token": _ENDOFTEXT, "bos_token": _ENDOFTEXT, "eos_token": _ENDOFTEXT}, (),
+    "GPT2Tokenizer": TokenizerClass({"unk_token": _ENDOFTEXT, "bos_token": _ENDOFTEXT, "eos_token": _ENDOFTEXT}, {},
                                     Backend(None, {"type": "ByteLevel"}, False)),
 }
 MODEL_TYPE_CLASSES: dict[str, tuple[str, bool]] = {
@@ -307,8 +312,11 @@ def _resolve(spec: TokenizerSpec) -> Resolved:
     for k in SPECIAL_ATTRIBUTES:
         if k in tc:
             specials[k] = _token(tc[k], k)
-    model_specific = {k: _token(v, k) for k, v in tc.items()
-                      if k.endswith("_token") and k not in SPECIAL_ATTRIBUTES and isinstance(v, (str, dict))}
+    params = {k: (d if k not in tc or isinstance(tc[k], str) else _token(tc[k], k)) for k, d in cls.specific.items()}
+    model_specific = {k: v for k, v in params.items() if v is not None}
+    for k, v in tc.items():
+        if k.endswith("_token") and k not in SPECIAL_ATTRIBUTES and isinstance(v, str):
+            model_specific[k] = v
     declared = sorted(spec.added)
     if isinstance(tc.get("added_tokens_decoder"), dict):
         declared = sorted((int(i), d["content"]) for i, d in tc["added_tokens_decoder"].items()
@@ -322,10 +330,9 @@ def _resolve(spec: TokenizerSpec) -> Resolved:
     if spec.spm_extras is not None:  # the extractor's list replaces the map's
         map_extras = spec.spm_extras
     cfg_extras = tc.get("extra_special_tokens", tc.get("additional_special_tokens"))
-    if cfg_extras is not None:
-        extras = list(cfg_extras)
-    else:
-        extras = list(map_extras or []) + list(cls.extras)
+    if cfg_extras is None:
+        cfg_extras = list(map_extras or []) + [v for v in params.values() if v is not None]
+    extras = list(cfg_extras)
     extras = [e if isinstance(e, str) else (e or {}).get("content") for e in extras]
 
     vocab = spec.vocab

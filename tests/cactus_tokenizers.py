@@ -96,5 +96,15 @@ def build_variants(root: Path) -> dict[str, Path]:
             "tokenizer_class": "Qwen2TokenizerFast", "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
             "bos_token": None}),
         "gpt2-defaults": _write(root / "j", "llama", bl_out, {"tokenizer_class": "GPT2TokenizerFast"}),
+        "model-specific-tokens": _write(root / "k", "llama", bl, {
+            "tokenizer_class": "GPT2Tokenizer", "eos_token": "<|im_end|>", "image_token": "<image>",
+            "additional_special_tokens": ["<|im_start|>", "<new_extra>"]}),
+        "codellama-config-extras": _write(root / "l", "llama", sp, {
+            "additional_special_tokens": ["<tok300>", "tok301"], "eos_token": "</s>"}),
+        "codellama-specific-override": _write(root / "n", "llama", sp, {
+            "prefix_token": None, "suffix_token": "<suf2>", "eot_token": _added_token("tok400")}),
+        "map-overrides-config": _write(root / "m", "llama", bl, {
+            "tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|endoftext|>", "bos_token": "<|im_start|>"},
+            stm={"eos_token": "<|im_end|>", "unk_token": {"content": "<|endoftext|>", "lstrip": False}}),
     }
     return v
