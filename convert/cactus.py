@@ -27,9 +27,10 @@ mapped to Hugging Face names, and llama's q/k rows (stored permuted for pairwise
 llama.cpp's converter) put back in HF order. The engine's tokenizer files (``vocab.txt``,
 ``merges.txt``, ``special_tokens.json``, ``tokenizer_config.txt``) are what cactus writes
 through transformers, reproduced by ``cactus_tokenizer.py`` from the source's own tokenizer
-files (GGUF sources: from the tokenizer metadata, as for the HF folder it stands for). Not
-reproduced: the ``tokenizer.json`` transformers re-serialises (the source's is copied), and
-cactus's ``hessian_metadata.json`` (timings of a calibration that does not run).
+files (GGUF sources: from the tokenizer metadata, as for the HF folder it stands for), and so
+is the ``tokenizer.json`` transformers re-serialises (not for byte-level GGUF tokenizers: their
+pre-tokenizer is only named in GGUF). Not reproduced: cactus's ``hessian_metadata.json``
+(timings of a calibration that does not run).
 """
 
 from __future__ import annotations

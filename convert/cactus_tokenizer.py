@@ -26,9 +26,9 @@ tokenizer classes it picks for the llama family (keyed by class name; which clas
 merges, the normalizer, decoder and byte fallback they rebuild it with (those decide
 ``tokenizer_config.txt``'s ``normalizer``/``decoder``/``byte_fallback``). Special tokens not in
 the vocabulary are appended with new ids as the ``tokenizers`` library assigns them
-(:func:`_resolve`). Sources transformers (hence cactus) cannot load get no tokenizer files, as
-from cactus's converter; the reason is logged. Not reproduced: the re-serialised
-``tokenizer.json`` (the source's own is copied).
+(:func:`_resolve`). The re-serialised ``tokenizer.json`` is :mod:`.cactus_tokenizer_json`'s.
+Sources transformers (hence cactus) cannot load get no tokenizer files, as from cactus's
+converter; the reason is logged.
 
 Sources: an HF folder (:func:`spec_from_hf`) with a BPE ``tokenizer.json``, or with only a
 SentencePiece ``tokenizer.model`` (``formats/sentencepiece.py`` reads its pieces; transformers'
@@ -93,6 +93,8 @@ class TokenizerClass:
     (transformers moves string values aside before the class sees its parameter)."""
     backend: Optional[Backend] = None
     """None: the source ``tokenizer.json`` is used as it is; else the class rebuilds it."""
+    readds_specials: bool = False
+    """The class adds all its special tokens again, as plain special tokens, after init (Qwen2)."""
 
 
 _LLAMA_SPECIALS = {"unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>"}
@@ -106,7 +108,7 @@ TOKENIZER_CLASSES: dict[str, TokenizerClass] = {
         "prefix_token": "\u2581<PRE>", "middle_token": "\u2581<MID>", "suffix_token": "\u2581<SUF>",
         "eot_token": "\u2581<EOT>", "fill_token": "<FILL_ME>"}, Backend(None, _LLAMA_DECODER, True)),
     "Qwen2Tokenizer": TokenizerClass({"unk_token": _ENDOFTEXT, "eos_token": _ENDOFTEXT, "pad_token": _ENDOFTEXT}, {},
-                                     Backend({"type": "NFC"}, {"type": "ByteLevel"}, False)),
+                                     Backend({"type": "NFC"}, {"type": "ByteLevel"}, False), readds_specials=True),
     "GPT2Tokenizer": TokenizerClass({"unk_token": _ENDOFTEXT, "bos_token": _ENDOFTEXT, "eos_token": _ENDOFTEXT}, {},
                                     Backend(None, {"type": "ByteLevel"}, False)),
 }
@@ -141,6 +143,12 @@ class TokenizerSpec:
     has_config_file: bool = False
     spm_extras: Optional[list[str]] = None
     """SentencePiece sources: the control and user-defined pieces (else None)."""
+    spm_plain: frozenset = frozenset()
+    """Of those, the user-defined ones (added as not special, as the extractor does)."""
+    source_json: Optional[dict] = None
+    """The source ``tokenizer.json`` as parsed (None: there is none)."""
+    added_flags: dict[int, dict] = field(default_factory=dict)
+    """``single_word``/``lstrip``/``rstrip``/``normalized``/``special`` of ``added`` tokens, by id."""
 
 
 def _load(path: Path) -> Optional[dict]:
@@ -169,10 +177,12 @@ def spec_from_hf(src: Path, model_type: str) -> Optional[TokenizerSpec]:
                     f"tokenizer.json has a {kind} model" if kind else "no readable tokenizer.json or tokenizer.model")
         return None
     merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model.get("merges") or []]
-    added = [(int(a["id"]), a["content"]) for a in tj.get("added_tokens") or []
-             if isinstance(a, dict) and isinstance(a.get("content"), str) and a.get("id") is not None]
+    entries = [a for a in tj.get("added_tokens") or []
+               if isinstance(a, dict) and isinstance(a.get("content"), str) and a.get("id") is not None]
+    added = [(int(a["id"]), a["content"]) for a in entries]
     return TokenizerSpec(dict(model["vocab"]), merges, added, tj.get("normalizer"), tj.get("decoder"),
-                         bool(model.get("byte_fallback", False)), **common)
+                         bool(model.get("byte_fallback", False)), source_json=tj,
+                         added_flags={int(a["id"]): added_token_flags(a) for a in entries}, **common)
 
 
 GGUF_TOKENIZER_CLASSES = {"gpt2": "PreTrainedTokenizerFast", "llama": "LlamaTokenizer"}
@@ -224,7 +234,8 @@ def spec_from_gguf(meta: Any, model_type: str, what: str = "GGUF") -> Optional[T
     common = dict(config=tc, model_type=model_type, has_config_file=True)
     if model == "llama":
         merges = sorted(t.merges, key=t.merges.__getitem__) if t.merges else generate_merges(vocab)
-        return TokenizerSpec(vocab, merges, [], spm_extras=[tok for _, tok in added], **common)
+        plain = frozenset(tok for i, tok in added if types[i] == sentencepiece.USER_DEFINED)
+        return TokenizerSpec(vocab, merges, [], spm_extras=[tok for _, tok in added], spm_plain=plain, **common)
     return TokenizerSpec(vocab, sorted(t.merges, key=t.merges.__getitem__), added, None, _BYTE_LEVEL, False, **common)
 
 
@@ -255,7 +266,8 @@ def _spec_from_sentencepiece(path: Path, common: dict) -> TokenizerSpec:
     pieces = sentencepiece.read_pieces(path)
     vocab = {p.piece: i for i, p in enumerate(pieces)}
     spm_extras = [p.piece for p in pieces if p.type in (sentencepiece.CONTROL, sentencepiece.USER_DEFINED)]
-    return TokenizerSpec(vocab, generate_merges(vocab), [], spm_extras=spm_extras, **common)
+    plain = frozenset(p.piece for p in pieces if p.type == sentencepiece.USER_DEFINED)
+    return TokenizerSpec(vocab, generate_merges(vocab), [], spm_extras=spm_extras, spm_plain=plain, **common)
 
 
 def tokenizer_class(spec: TokenizerSpec) -> str:
@@ -268,6 +280,20 @@ def tokenizer_class(spec: TokenizerSpec) -> str:
     if listed and named != own:
         return "TokenizersBackend"
     return named
+
+
+FLAG_KEYS = ("single_word", "lstrip", "rstrip", "normalized", "special")
+
+
+def added_token_flags(d: Optional[dict] = None) -> dict:
+    """An ``AddedToken``'s flags from its serialized form (``tokenizers``' defaults where absent:
+    ``normalized`` = not ``special``); None: a token transformers adds as special itself."""
+    if d is None:
+        return {"single_word": False, "lstrip": False, "rstrip": False, "normalized": False, "special": True}
+    special = bool(d.get("special", False))
+    return {"single_word": bool(d.get("single_word", False)), "lstrip": bool(d.get("lstrip", False)),
+            "rstrip": bool(d.get("rstrip", False)), "normalized": bool(d.get("normalized", not special)),
+            "special": special}
 
 
 def _token(value: Any, key: str) -> Optional[str]:
@@ -291,6 +317,9 @@ class Resolved:
     byte_fallback: bool
     max_length: Any
     chat_template: Optional[str]
+    class_name: str = ""
+    flags: dict[int, dict] = field(default_factory=dict)
+    """The saved ``tokenizer.json``'s added-token flags, by id."""
 
     def token_id(self, tok: str) -> Optional[int]:
         for i, t in self.added.items():
@@ -318,9 +347,12 @@ def _resolve(spec: TokenizerSpec) -> Resolved:
         if k.endswith("_token") and k not in SPECIAL_ATTRIBUTES and isinstance(v, str):
             model_specific[k] = v
     declared = sorted(spec.added)
+    declared_flags = dict(spec.added_flags)
     if isinstance(tc.get("added_tokens_decoder"), dict):
-        declared = sorted((int(i), d["content"]) for i, d in tc["added_tokens_decoder"].items()
-                          if isinstance(d, dict) and isinstance(d.get("content"), str))
+        good = {int(i): d for i, d in tc["added_tokens_decoder"].items()
+                if isinstance(d, dict) and isinstance(d.get("content"), str)}
+        declared = sorted((i, d["content"]) for i, d in good.items())
+        declared_flags = {i: added_token_flags(d) for i, d in good.items()}
         map_extras = None
     else:  # legacy: special_tokens_map.json overrides the named tokens
         for k, v in spec.special_map.items():
@@ -328,19 +360,37 @@ def _resolve(spec: TokenizerSpec) -> Resolved:
                 specials[k] = v if isinstance(v, str) or v is None else v.get("content") if isinstance(v, dict) else None
         map_extras = spec.special_map.get("additional_special_tokens")
     if spec.spm_extras is not None:  # the extractor's list replaces the map's
-        map_extras = spec.spm_extras
+        map_extras = [t if t not in spec.spm_plain else {"content": t, "special": False, "normalized": False}
+                      for t in spec.spm_extras]
     cfg_extras = tc.get("extra_special_tokens", tc.get("additional_special_tokens"))
+    extra_flags: dict[str, dict] = {}
     if cfg_extras is None:
         cfg_extras = list(map_extras or []) + [v for v in params.values() if v is not None]
-    extras = list(cfg_extras)
-    extras = [e if isinstance(e, str) else (e or {}).get("content") for e in extras]
+    extras = []
+    for e in cfg_extras:
+        if isinstance(e, dict) and isinstance(e.get("content"), str):
+            extra_flags[e["content"]] = added_token_flags(e)
+            e = e["content"]
+        extras.append(e if isinstance(e, str) else None)
 
     vocab = spec.vocab
     added: dict[int, str] = {} if cls.backend is not None else {i: t for i, t in spec.added}
+    flags: dict[int, dict] = {} if cls.backend is not None else {i: spec.added_flags.get(i, added_token_flags())
+                                                                  for i in added}
     known = {t: i for i, t in added.items()}
+    token_flags: dict[str, dict] = {}
+    for k in SPECIAL_ATTRIBUTES:
+        if isinstance(tc.get(k), dict):
+            token_flags[tc[k]["content"]] = added_token_flags(tc[k])
+    for i, t in declared:
+        token_flags[t] = declared_flags.get(i, added_token_flags())
+    for t, fl in extra_flags.items():
+        token_flags.setdefault(t, fl)
 
-    def add(tok: str) -> None:
+    def add(tok: str, redeclared: bool = False) -> None:
         if tok in known:
+            if redeclared:  # a declared token added again: tokenizers keeps the last flags
+                flags[known[tok]] = token_flags[tok]
             return
         if tok in vocab:
             i = vocab[tok]
@@ -351,13 +401,19 @@ def _resolve(spec: TokenizerSpec) -> Resolved:
             i = len(vocab)
         added[i] = tok
         known[tok] = i
+        flags[i] = token_flags.get(tok, added_token_flags())
 
     queue = [t for _, t in declared]
-    for t in [*(v for v in specials.values() if v), *(v for v in model_specific.values() if v), *extras]:
-        if t and t not in queue:
-            queue.append(t)
     for t in queue:
-        add(t)
+        add(t, redeclared=True)
+    every_special = [t for t in [*specials.values(), *model_specific.values(), *extras] if t]
+    for t in every_special:
+        if t not in queue:
+            queue.append(t)
+            add(t)
+    if cls.readds_specials:
+        for t in every_special:
+            flags[known[t]] = added_token_flags()
     if cls.backend is None:
         normalizer, decoder, byte_fallback = spec.normalizer, spec.decoder, spec.byte_fallback
     else:
@@ -367,7 +423,7 @@ def _resolve(spec: TokenizerSpec) -> Resolved:
         raise Unloadable("the chat template is not one string (named templates: cactus's writer fails on them)")
     max_len = tc.get("model_max_length")
     return Resolved(vocab, spec.merges, dict(sorted(added.items())), specials, normalizer, decoder, byte_fallback,
-                    VERY_LARGE_INTEGER if max_len is None else max_len, chat or None)
+                    VERY_LARGE_INTEGER if max_len is None else max_len, chat or None, name, flags)
 
 
 def _is_metaspace_normalizer(n: Any) -> bool:
@@ -466,6 +522,15 @@ def write_spec(spec: TokenizerSpec, out: Path, family: str, what: str = "source"
     for i, t in special.items():
         id_to_token[i] = t
     written = ["merges.txt", "vocab.txt", "special_tokens.json", "tokenizer_config.txt"]
+    from .cactus_tokenizer_json import REBUILT, saved_tokenizer_json
+
+    if spec.source_json is not None or r.class_name in REBUILT:
+        with (out / "tokenizer.json").open("w", encoding="utf-8", newline="") as f:
+            f.write(saved_tokenizer_json(spec, r))
+        written.append("tokenizer.json")
+    else:
+        log.info("%s: no tokenizer.json is written (the byte-level pre-tokenizer of a GGUF tokenizer is only named "
+                 "in its metadata, %r)", what, spec.config.get("tokenizer_class"))
     with (out / "vocab.txt").open("w", encoding="utf-8", newline="") as f:
         for i, t in enumerate(id_to_token):
             if t:
