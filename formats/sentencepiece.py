@@ -20,6 +20,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from .errors import FormatError
 
@@ -48,43 +49,40 @@ def _varint(data: bytes, pos: int, end: int, where: str) -> tuple[int, int]:
     raise FormatError(f"{where}: varint longer than {MAX_VARINT_BYTES} bytes")
 
 
-def _skip(data: bytes, pos: int, end: int, wire: int, where: str) -> int:
-    if wire == 0:
-        return _varint(data, pos, end, where)[1]
-    if wire in (1, 5):
-        n = 8 if wire == 1 else 4
-    elif wire == 2:
-        n, pos = _varint(data, pos, end, where)
-    else:
-        raise FormatError(f"{where}: unsupported wire type {wire}")
-    if pos + n > end:
-        raise FormatError(f"{where}: field of {n} bytes runs past the end")
-    return pos + n
+def _fields(data: bytes, pos: int, end: int, where: str) -> Iterator[tuple[int, int, int, int]]:
+    """``(field, wire type, a, b)`` of each field in ``data[pos:end]``: wire 0 gives the value
+    as ``a``; the others the byte range ``data[a:b]`` of the value (checked to lie inside)."""
+    while pos < end:
+        key, pos = _varint(data, pos, end, where)
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            value, pos = _varint(data, pos, end, where)
+            yield field, wire, value, pos
+            continue
+        if wire in (1, 5):
+            n = 8 if wire == 1 else 4
+        elif wire == 2:
+            n, pos = _varint(data, pos, end, where)
+        else:
+            raise FormatError(f"{where}: unsupported wire type {wire}")
+        if pos + n > end:
+            raise FormatError(f"{where}: field {field} of {n} bytes runs past the end")
+        yield field, wire, pos, pos + n
+        pos += n
 
 
 def _piece(data: bytes, pos: int, end: int, where: str) -> Piece:
     text, score, kind = None, 0.0, NORMAL
-    while pos < end:
-        key, pos = _varint(data, pos, end, where)
-        field, wire = key >> 3, key & 7
+    for field, wire, a, b in _fields(data, pos, end, where):
         if field == 1 and wire == 2:
-            n, pos = _varint(data, pos, end, where)
-            if pos + n > end:
-                raise FormatError(f"{where}: piece string of {n} bytes runs past its message")
             try:
-                text = data[pos:pos + n].decode("utf-8")
+                text = data[a:b].decode("utf-8")
             except UnicodeDecodeError as exc:
                 raise FormatError(f"{where}: piece is not UTF-8 ({exc.reason})") from None
-            pos += n
         elif field == 2 and wire == 5:
-            if pos + 4 > end:
-                raise FormatError(f"{where}: score runs past its message")
-            score = struct.unpack_from("<f", data, pos)[0]
-            pos += 4
+            score = struct.unpack_from("<f", data, a)[0]
         elif field == 3 and wire == 0:
-            kind, pos = _varint(data, pos, end, where)
-        else:
-            pos = _skip(data, pos, end, wire, where)
+            kind = a
     if text is None:
         raise FormatError(f"{where}: a piece without its string")
     return Piece(text, float(score), int(kind))
@@ -92,19 +90,9 @@ def _piece(data: bytes, pos: int, end: int, where: str) -> Piece:
 
 def parse_pieces(data: bytes, where: str = "tokenizer.model") -> list[Piece]:
     """The pieces of a serialized ``ModelProto``, in id order."""
-    pieces: list[Piece] = []
-    pos, end = 0, len(data)
-    while pos < end:
-        key, pos = _varint(data, pos, end, where)
-        field, wire = key >> 3, key & 7
-        if field == 1 and wire == 2:
-            n, pos = _varint(data, pos, end, where)
-            if pos + n > end:
-                raise FormatError(f"{where}: piece {len(pieces)} of {n} bytes runs past the end")
-            pieces.append(_piece(data, pos, pos + n, f"{where}: piece {len(pieces)}"))
-            pos += n
-        else:
-            pos = _skip(data, pos, end, wire, where)
+    pieces = [_piece(data, a, b, f"{where}: piece {i}")
+              for i, (field, wire, a, b) in enumerate(f for f in _fields(data, 0, len(data), where)
+                                                      if f[0] == 1 and f[1] == 2)]
     if not pieces:
         raise FormatError(f"{where}: no pieces (not a SentencePiece model)")
     return pieces

@@ -52,6 +52,7 @@ def test_hand_built_model():
 @pytest.mark.parametrize("data, message", [
     (b"\x0a", "varint runs past the end"),
     (b"\x0a\x05\x0a\x01", "runs past the end"),
+    (field(1, 2, field(2, 5, b"\0\0")[:-2] + b"\0"), "field 2 of 4 bytes runs past the end"),
     (field(1, 2, field(1, 2, b"\xff\xfe")), "not UTF-8"),
     (field(1, 2, field(2, 5, b"\0\0\0\0")), "without its string"),
     (field(1, 2, field(1, 2, b"a") + b"\x13"), "unsupported wire type 3"),

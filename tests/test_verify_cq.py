@@ -25,16 +25,22 @@ def _panel_file(tmp_path, n, k, seed=0):
     return cactus.read(p), t
 
 
+def _agreeing_run(pc, rng, m, outlier):
+    """Random activations (one outlier column) through both leaves: partials equal to the direct
+    computation, outputs within the bound of the oracle. Returns the activations."""
+    a = rng.standard_normal((m, pc.kp)).astype(np.float32)
+    a[:, outlier] *= 30
+    r = pc.run(a)
+    assert r["partials_equal"], r["first_diff"]
+    assert 0 < r["bound_ratio"] <= 1.0
+    return a
+
+
 @pytest.mark.parametrize("m", [1, 16, 17])
 def test_emulated_leaves_equal_direct_partials_and_bound(tmp_path, m):
     f, t = _panel_file(tmp_path, 70, 256)
     pc = vcq.PanelCheck(f)
-    rng = np.random.default_rng(m)
-    a = rng.standard_normal((m, 256)).astype(np.float32)
-    a[:, 3] *= 30
-    r = pc.run(a)
-    assert r["partials_equal"], r["first_diff"]
-    assert 0 < r["bound_ratio"] <= 1.0
+    a = _agreeing_run(pc, np.random.default_rng(m), m, 3)
     # the oracle is the legacy dequantization applied to the activations
     z, q, s = pc.activations(a)
     legacy = tmp_path / "legacy.weights"
@@ -101,11 +107,7 @@ def test_legacy_cq4_files_run_the_panel_leaves(tmp_path, interleaved):
         assert np.allclose(pc.folded, pp.folded, rtol=1e-3, atol=0)
     rng = np.random.default_rng(7)
     for m in (1, 17):
-        a = rng.standard_normal((m, 256)).astype(np.float32)
-        a[:, 9] *= 25
-        r = pc.run(a)
-        assert r["partials_equal"], r["first_diff"]
-        assert 0 < r["bound_ratio"] <= 1.0
+        a = _agreeing_run(pc, rng, m, 9)
         z, _q, _s = pc.activations(a)
         o = vcq.oracle(pc.indices, pc.cb, pc.norms, z)
         want = a.astype(np.float64) @ lf.dequantize().astype(np.float64).T
