@@ -65,6 +65,26 @@ ADDED = [("<|endoftext|>", True), ("<|im_start|>", True), ("<|im_end|>", True), 
          ("</tool_call>", True), ("<extra>", False)]
 
 
+def _llama3_json() -> dict:
+    """Llama-3 style: byte-level BPE, special tokens outside the model vocabulary, a
+    TemplateProcessing post-processor that adds ``<|begin_of_text|>``."""
+    names = ["<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>", "<|eot_id|>"]
+    tj, base = bytelevel_tokenizer([(n, True) for n in names], in_vocab=False)
+    bos = {"id": "<|begin_of_text|>", "ids": [base], "tokens": ["<|begin_of_text|>"]}
+    tj["post_processor"] = {"type": "Sequence", "processors": [
+        {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True},
+        {"type": "TemplateProcessing",
+         "single": [{"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+         "pair": [{"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                  {"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
+         "special_tokens": {"<|begin_of_text|>": bos}}]}
+    tj["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}"},
+         "behavior": "Isolated", "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}
+    return tj
+
+
 def build_variants(root: Path) -> dict[str, Path]:
     """name -> folder; every one loads in transformers 5.5.4 (and so in cactus's converter)."""
     sp = _tokenizer(512)
@@ -103,6 +123,11 @@ def build_variants(root: Path) -> dict[str, Path]:
             "additional_special_tokens": ["<tok300>", "tok301"], "eos_token": "</s>"}),
         "codellama-specific-override": _write(root / "n", "llama", sp, {
             "prefix_token": None, "suffix_token": "<suf2>", "eot_token": _added_token("tok400")}),
+        "llama3-like": _write(root / "o", "llama", _llama3_json(), {
+            "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>",
+            "model_max_length": 131072, "chat_template": CHAT, "clean_up_tokenization_spaces": True,
+            "added_tokens_decoder": {str(i): {k: v for k, v in a.items() if k != "id"}
+                                     for a in _llama3_json()["added_tokens"] for i in [a["id"]]}}),
         "map-overrides-config": _write(root / "m", "llama", bl, {
             "tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|endoftext|>", "bos_token": "<|im_start|>"},
             stm={"eos_token": "<|im_end|>", "unk_token": {"content": "<|endoftext|>", "lstrip": False}}),

@@ -51,7 +51,8 @@ def variants(tmp_path_factory):
 @pytest.mark.parametrize("name", ["llama-config-dicts", "llama-class", "gpt2-class-tools", "fast-backend-map",
                                   "qwen2-class-jinja", "codellama-bytelevel", "qwen2-foreign-class",
                                   "qwen2-added-outside-vocab", "gpt2-defaults", "model-specific-tokens",
-                                  "codellama-config-extras", "map-overrides-config", "codellama-specific-override"])
+                                  "codellama-config-extras", "map-overrides-config", "codellama-specific-override",
+                                  "llama3-like"])
 def test_tokenizer_files_equal_cactus(variants, name, tmp_path):
     d, v = variants
     written = ours(v[name], tmp_path / "ours")
