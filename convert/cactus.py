@@ -25,11 +25,12 @@ What goes in the folder (the tables below are the facts, read from cactus's conv
 GGUF sources are dequantized to f32 first (the ledger says ``dequantized from``), their names
 mapped to Hugging Face names, and llama's q/k rows (stored permuted for pairwise RoPE by
 llama.cpp's converter) put back in HF order. The engine's tokenizer files (``vocab.txt``,
-``merges.txt``, ``special_tokens.json``, ``tokenizer_config.txt``) are derived from the source's
-own tokenizer files by ``cactus_tokenizer.py`` (cactus goes through transformers, which adds
-tokenizer-class defaults: see there). Not reproduced: the ``tokenizer.json`` transformers
-re-serialises (the source's is copied), cactus's ``hessian_metadata.json`` (timings of a
-calibration that does not run), and tokenizer files for GGUF sources.
+``merges.txt``, ``special_tokens.json``, ``tokenizer_config.txt``) are what cactus writes
+through transformers, reproduced by ``cactus_tokenizer.py`` from the source's own tokenizer
+files (GGUF sources: from the tokenizer metadata, as for the HF folder it stands for), and so
+is the ``tokenizer.json`` transformers re-serialises (not for byte-level GGUF tokenizers: their
+pre-tokenizer is only named in GGUF). Not reproduced: cactus's ``hessian_metadata.json``
+(timings of a calibration that does not run).
 """
 
 from __future__ import annotations
@@ -455,11 +456,14 @@ def convert_cactus(source: str | os.PathLike, out: str | os.PathLike, bits: int 
                 if name in by_name:
                     shutil.copy2(by_name[name], tmp / name)
             if kind == "gguf":
+                from .cactus_tokenizer import write_gguf_tokenizer_files
+
                 (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+                write_gguf_tokenizer_files(ckpt.metadata, tmp, mt, family, str(src))
             else:
                 from .cactus_tokenizer import write_tokenizer_files
 
-                write_tokenizer_files(Path(top), tmp, family)
+                write_tokenizer_files(Path(top), tmp, mt, family)
             (tmp / "config.txt").write_text(config_txt(merged), encoding="utf-8")
             (tmp / "hf_config.json").write_text(json.dumps(merged, indent=2, sort_keys=True), encoding="utf-8")
             for st in tensors:

@@ -12,11 +12,16 @@ from panelpack.convert.example import CONFIG, _tokenizer, f32_to_bf16_bits, tiny
 from panelpack.formats.safetensors import save_file
 
 
-def build_hf(folder: Path, arch: str = "llama", seed: int = 5) -> Path:
+def build_hf_config(arch: str = "llama") -> dict:
     cfg = dict(CONFIG)
     cfg.update(intermediate_size=768, vocab_size=512)
     if arch == "qwen2":
         cfg.update(architectures=["Qwen2ForCausalLM"], model_type="qwen2", tie_word_embeddings=True)
+    return cfg
+
+
+def build_hf(folder: Path, arch: str = "llama", seed: int = 5) -> Path:
+    cfg = build_hf_config(arch)
     t = tiny_llama_tensors(cfg)
     if arch == "qwen2":
         rng = np.random.default_rng(seed)

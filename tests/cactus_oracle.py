@@ -16,6 +16,17 @@ writes its result under the job's folder. Operations (``op`` plus arguments):
 * ``qdq`` ``path, out``: cactus's reader, ``dequantize_path(path, float32)`` -> npz
 * ``convert`` ``model, out, bits``: the whole converter (``cactus.convert.cli.main``)
 * ``time_quantize`` ``n, k, bits, out``: seconds of ``quantize_hadamard`` on a seeded matrix
+* ``spm_train`` ``corpus, folder, model_type, vocab_size[, user_defined, control]``: a small
+  SentencePiece model trained by the ``sentencepiece`` package -> ``folder/tokenizer.model``
+* ``spm_pieces`` ``model, out``: its pieces, scores, types and special ids (JSON), read with
+  sentencepiece's model proto (through ``spm_proto_shim``)
+* ``tokenizer`` ``model, out[, spm_proto_shim]``: only the converter's tokenizer step: the processor its adapter
+  loads from the HF folder ``model``, its side-file copy, then ``convert_hf_tokenizer`` into the
+  new folder ``out``. sentencepiece 0.2.3's model proto needs protobuf >= 7 while the oracle pins
+  protobuf < 7, so transformers cannot read a ``tokenizer.model`` there (it falls back to
+  tiktoken, fails, and the converter writes no tokenizer files); ``spm_proto_shim`` gives it the
+  same proto generated for protobuf 6 (transformers' own copy), i.e. what cactus writes where its
+  SentencePiece extraction works
 """
 
 from __future__ import annotations
@@ -26,6 +37,15 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+
+def _spm_proto_shim() -> None:
+    import sentencepiece
+
+    from transformers.utils import sentencepiece_model_pb2_new
+
+    sys.modules["sentencepiece.sentencepiece_model_pb2"] = sentencepiece_model_pb2_new
+    sentencepiece.sentencepiece_model_pb2 = sentencepiece_model_pb2_new
 
 
 def main(job_path: str) -> None:
@@ -82,6 +102,43 @@ def main(job_path: str) -> None:
             t0 = time.perf_counter()
             ccq.quantize_hadamard(w, op["bits"])
             Path(op["out"]).write_text(f"{time.perf_counter() - t0:.4f}\n")
+        elif kind == "spm_train":
+            import sentencepiece as spm
+
+            prefix = Path(op["folder"]) / "tokenizer"
+            spm.SentencePieceTrainer.train(
+                input=op["corpus"], model_prefix=str(prefix), model_type=op["model_type"], vocab_size=op["vocab_size"],
+                byte_fallback=True, character_coverage=1.0, user_defined_symbols=op.get("user_defined", []),
+                control_symbols=op.get("control", []), num_threads=1, minloglevel=2)
+            prefix.with_suffix(".vocab").unlink()
+        elif kind == "spm_pieces":  # the pieces as sentencepiece's model proto reads them
+            _spm_proto_shim()
+            from sentencepiece import sentencepiece_model_pb2 as pb
+
+            m = pb.ModelProto()
+            m.ParseFromString(Path(op["model"]).read_bytes())
+            Path(op["out"]).write_text(json.dumps({
+                "pieces": [[p.piece, p.score, p.type] for p in m.pieces],
+                "bos": m.trainer_spec.bos_id, "eos": m.trainer_spec.eos_id, "unk": m.trainer_spec.unk_id,
+                "pad": m.trainer_spec.pad_id}))
+        elif kind == "tokenizer":
+            from transformers import AutoConfig
+
+            from cactus.convert.cactus_adapters.tokenizer import convert_hf_tokenizer
+            from cactus.convert.export.files import copy_runtime_files
+            from cactus.convert.model_adapters.adapters import adapter_for_family
+            from cactus.convert.model_adapters.detection import detect_family
+
+            if op.get("spm_proto_shim"):
+                _spm_proto_shim()
+            family = detect_family(AutoConfig.from_pretrained(op["model"]), "auto")
+            proc = adapter_for_family(family).load_processor(op["model"])
+            out = Path(op["out"])
+            out.mkdir(parents=True, exist_ok=True)
+            copy_runtime_files(op["model"], out)
+            tok = getattr(proc, "tokenizer", proc)
+            if tok is not None:  # as the converter: no processor, no tokenizer files
+                convert_hf_tokenizer(tok, out, model_id=op["model"], model_type=family)
         else:
             raise SystemExit(f"unknown oracle op {kind!r}")
 

@@ -120,6 +120,7 @@ def test_gguf_source_dequantized_and_unpermuted(tmp_path):
     assert cq.relative_rmse(q, d) < 0.12
     cfg = (out / "config.txt").read_text()
     assert "hidden_dim=256\n" in cfg and "model_type=generic\n" in cfg
+    assert (out / "vocab.txt").is_file() and (out / "special_tokens.json").is_file()  # from the GGUF metadata
     assert json.loads((out / "config.json").read_text())["num_key_value_heads"] == 2
 
 
@@ -160,6 +161,11 @@ def test_smollm2_gguf_to_cactus_panels_verifies(smollm2, tmp_path):
     assert led["model.layers.0.self_attn.q_proj.weight"]["precision"] == "FP16"
     assert led["model.embed_tokens.weight"]["precision"] == "CQ4"  # orthogonal, full width
     assert (out / "layer_29_ffn_down.cq4p.weights").is_file() and not (out / "output_weight.weights").exists()
+    # the tokenizer files from the GGUF metadata (equal to cactus's: test_cactus_tokenizer_oracle.py)
+    tcfg = (out / "tokenizer_config.txt").read_text().splitlines()
+    assert tcfg[:5] == ["vocab_size=49152", "eos_token_id=2", "pad_token_id=2", "bos_token_id=1", "unk_token_id=0"]
+    assert len((out / "merges.txt").read_text(encoding="utf-8").splitlines()) == 48901
+    assert target.check_folder(out) == []
     assert led["model.layers.0.mlp.down_proj.weight"]["relative_rmse"] < 0.2
     rep = verify(out, "all", sample=1, names=["layer_0_ffn_down.cq4p.weights", "token_embeddings.weights"])
     assert rep.ok, rep.render()
@@ -168,16 +174,33 @@ def test_smollm2_gguf_to_cactus_panels_verifies(smollm2, tmp_path):
 def test_tokenizer_files_from_the_source(tmp_path):
     src = build_hf(tmp_path / "hf", "llama")
     (src / "tokenizer_config.json").write_text(json.dumps({
-        "bos_token": "<s>", "eos_token": {"content": "</s>"}, "unk_token": "<unk>", "model_max_length": 2048,
+        "bos_token": "<s>", "eos_token": {"__type": "AddedToken", "content": "</s>"}, "unk_token": "<unk>",
+        "model_max_length": 2048,
         "chat_template": "{{ messages }}"}))
     out = tmp_path / "out"
     target.convert_cactus(src, out)
     cfg = (out / "tokenizer_config.txt").read_text().splitlines()
-    assert cfg[:4] == ["vocab_size=512", "eos_token_id=2", "bos_token_id=1", "unk_token_id=0"]
+    # no tokenizer_class with a llama config: transformers' CodeLlamaTokenizer, 5 infill tokens appended
+    assert cfg[:4] == ["vocab_size=517", "eos_token_id=2", "bos_token_id=1", "unk_token_id=0"]
     assert "model_type=generic" in cfg and "has_chat_template=true" in cfg and "model_max_length=2048" in cfg
+    assert "byte_fallback=true" in cfg and "decoder=replace_metaspace" in cfg  # the class's rebuilt backend
     sp = json.loads((out / "special_tokens.json").read_text())
     assert sp["special_tokens"]["2"] == "</s>" and sp["chat_template"] == "{{ messages }}"
     vocab = (out / "vocab.txt").read_text().splitlines()
-    assert len(vocab) == 512 and vocab[1] == "1\t<s>" and vocab[300] == "300\ttok300"
+    assert len(vocab) == 517 and vocab[1] == "1\t<s>" and vocab[300] == "300\ttok300"
+    assert vocab[512:] == ["512\t\u2581<PRE>", "513\t\u2581<MID>", "514\t\u2581<SUF>", "515\t\u2581<EOT>", "516\t<FILL_ME>"]
+    assert not (out / "tokenizer_config.json").exists()  # cactus deletes the copied config
     assert (out / "merges.txt").read_text() == "#version: 0.2\n"
     assert (out / "chat_template.jinja2").read_text() == "{{ messages }}"
+
+
+def test_tokenizer_transformers_refuses_gets_no_files(tmp_path, caplog):
+    """A special token given as a plain dict (no ``__type``): transformers raises, so cactus's
+    converter writes no tokenizer files; neither do we, and the reason is logged."""
+    src = build_hf(tmp_path / "hf", "llama")
+    (src / "tokenizer_config.json").write_text(json.dumps({"eos_token": {"content": "</s>"}}))
+    out = tmp_path / "out"
+    with caplog.at_level("WARNING"):
+        target.convert_cactus(src, out)
+    assert not (out / "vocab.txt").exists() and not (out / "special_tokens.json").exists()
+    assert "eos_token is dict" in caplog.text

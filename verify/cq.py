@@ -104,7 +104,12 @@ def error_bound(nibbles: np.ndarray, c8: np.ndarray, norms16: np.ndarray, z: np.
 
 
 class PanelCheck:
-    """The emulated leaves of one ``.cq4p.weights`` file against the direct computation."""
+    """The emulated leaves of one ``.cq4p.weights`` file against the direct computation;
+    :meth:`from_legacy` packs a legacy CQ4 Hadamard file into the same panels in memory.
+
+    The oracle and bound read ``indices`` (the codebook indices), ``cb`` and ``norms`` (the
+    pre-divided codebook and the matching norms): a panel file's own values (its nibbles are
+    its indices), a legacy file's values as :meth:`from_legacy` derives them."""
 
     def __init__(self, f: cfile.CactusTensorFile):
         if f.lineage != cfile.LINEAGE_PANEL:
@@ -120,6 +125,36 @@ class PanelCheck:
         self.nibbles = cq4_panel.unpack(self.panels, self.n, self.kp)
         sb = -(-self.n // cq4_panel.CHANNELS)
         self.folded = m["folded_norms"].transpose(0, 2, 1).reshape(sb * cq4_panel.CHANNELS, -1)[: self.n]
+        self.indices, self.cb, self.norms = self.nibbles, self.cb16, m["norms"]
+
+    @classmethod
+    def from_legacy(cls, f: cfile.CactusTensorFile) -> "PanelCheck":
+        """A legacy CQ4 Hadamard file (row-major LSB or INTERLEAVED_4ROW) in panel form, in memory:
+        INTERLEAVED_4ROW files store the codebook pre-divided by ``max|cb|/127`` and the norms
+        multiplied by it, the values of a panel file; row-major files store them plain, so both
+        are scaled here by that factor in f64 (the oracle is then exactly the file's own
+        dequantization applied to the activations; the folded f32 norms round once). Indices
+        become nibbles (the first index of equal int8 value) packed by ``repack/cq4_panel.py``."""
+        if f.kind != "cq" or f.bits != 4 or f.orthogonal or f.lineage != cfile.LINEAGE_LEGACY:
+            raise BadInputError(f"{f.path}: not a legacy CQ4 Hadamard file")
+        self = cls.__new__(cls)
+        self.f = f
+        self.n, self.kp = f.shape
+        m = f.metadata()
+        self.meta = m
+        cb, norms = m["codebook"].astype(np.float64), m["norms"].astype(np.float64)
+        if not f.interleaved:
+            factor = cfile.codebook_factor(cb)
+            cb, norms = cb / factor, norms * factor
+        self.cb16, self.cb, self.norms = cb, cb, norms
+        self.c8 = np.clip(np.rint(cb), -127, 127).astype(np.int8)
+        first = np.array([int(np.flatnonzero(self.c8 == self.c8[i])[0]) for i in range(16)], dtype=np.uint8)
+        self.indices = f.indices()
+        self.nibbles = first[self.indices]
+        self.panels = cq4_panel.pack(self.nibbles)
+        self.zt0 = zt0_bytes(self.c8[np.arange(16)])
+        self.folded = norms.astype(np.float32)
+        return self
 
     def activations(self, a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         m = self.meta
@@ -136,8 +171,8 @@ class PanelCheck:
         gemv = leaves.gemv_leaf(self.panels, self.zt0, q, self.n, self.kp, G, True, sbs)
         gemm = leaves.gemm_leaf(self.panels, self.zt0, q, self.n, self.kp, G, True, sbs)
         y = rescale(gemm, self.folded[chans], s)
-        o = oracle(self.nibbles[chans], self.cb16, self.meta["norms"][chans], z)
-        bound = error_bound(self.nibbles[chans], self.c8, self.meta["norms"][chans], z, s)
+        o = oracle(self.indices[chans], self.cb, self.norms[chans], z)
+        bound = error_bound(self.indices[chans], self.c8, self.norms[chans], z, s)
         ratio = float((np.abs(y.astype(np.float64) - o) / bound).max()) if y.size else 0.0
         first = None
         for name, got in (("sme2.gemv.luti4_sdot", gemv), ("sme2.gemm.luti4_smopa", gemm)):

@@ -10,8 +10,9 @@ Levels (the same names as for bundles):
 * ``agreement``: ``.cq4p.weights``: the emulated SME2 GEMV (LUTI4 + SDOT vgx4) and GEMM
   (SMOPA) leaves on ``sample`` sampled super-blocks at M = 1 and 17 give int32 partials
   identical to the direct integer computation, and the rescaled outputs lie within the stated
-  bound of the f64 oracle (``verify/cq.py``). Legacy CQ files: the f64 dequantized product
-  against the integer path is not run (no kernel reads them here): SKIPPED.
+  bound of the f64 oracle (``verify/cq.py``). Legacy CQ4 Hadamard files: the same, on the
+  panels they pack to in memory (``PanelCheck.from_legacy``). Other CQ files (CQ1-3, the
+  orthogonal CQ4 tables): no emulated kernel reads them: SKIPPED.
 """
 
 from __future__ import annotations
@@ -99,10 +100,15 @@ def _lossless(f: cfile.CactusTensorFile, v: TensorVerdict) -> None:
         v.problems.append("lossless: index packing does not round-trip")
 
 
+def _emulated(f: cfile.CactusTensorFile) -> bool:
+    """Files the emulated CQ4 leaves run on: panel files, and legacy CQ4 Hadamard files."""
+    return f.lineage == cfile.LINEAGE_PANEL or (f.kind == "cq" and f.bits == 4 and not f.orthogonal)
+
+
 def _agreement(f: cfile.CactusTensorFile, v: TensorVerdict, rng: np.random.Generator, sample: int) -> None:
     from .cq import PanelCheck
 
-    pc = PanelCheck(f)
+    pc = PanelCheck(f) if f.lineage == cfile.LINEAGE_PANEL else PanelCheck.from_legacy(f)
     nsb = -(-pc.n // cq4_panel.CHANNELS)
     sbs = np.sort(rng.choice(nsb, size=min(sample, nsb), replace=False)) if sample else np.arange(nsb)
     worst = 0.0
@@ -115,7 +121,8 @@ def _agreement(f: cfile.CactusTensorFile, v: TensorVerdict, rng: np.random.Gener
         if r["bound_ratio"] > 1.0:
             v.problems.append(f"agreement: M={m}: output off the f64 oracle by {r['bound_ratio']:.3g} x the bound")
         worst = max(worst, r["bound_ratio"])
-    v.paths.extend(["sme2.gemv.luti4_sdot", "sme2.gemm.luti4_smopa", "direct.int32"])
+    v.paths.extend((["cq4_panel.pack(in memory)"] if f.lineage != cfile.LINEAGE_PANEL else [])
+                   + ["sme2.gemv.luti4_sdot", "sme2.gemm.luti4_smopa", "direct.int32"])
     v.max_error = worst
 
 
@@ -150,7 +157,7 @@ def verify_cactus(path: str | os.PathLike, level: str = "all", seed: int = 0, sa
             _lossless(f, v)
             v.levels["lossless"] = "failed" if v.problems else "ok"
         if "agreement" in runs and not v.problems:
-            if f.lineage == cfile.LINEAGE_PANEL:
+            if _emulated(f):
                 _agreement(f, v, np.random.default_rng([seed, i]), sample)
                 v.levels["agreement"] = "failed" if v.problems else "ok"
             else:
