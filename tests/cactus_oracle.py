@@ -41,7 +41,6 @@ import numpy as np
 
 def _spm_proto_shim() -> None:
     import sentencepiece
-
     from transformers.utils import sentencepiece_model_pb2_new
 
     sys.modules["sentencepiece.sentencepiece_model_pb2"] = sentencepiece_model_pb2_new
@@ -122,12 +121,11 @@ def main(job_path: str) -> None:
                 "bos": m.trainer_spec.bos_id, "eos": m.trainer_spec.eos_id, "unk": m.trainer_spec.unk_id,
                 "pad": m.trainer_spec.pad_id}))
         elif kind == "tokenizer":
-            from transformers import AutoConfig
-
             from cactus.convert.cactus_adapters.tokenizer import convert_hf_tokenizer
             from cactus.convert.export.files import copy_runtime_files
             from cactus.convert.model_adapters.adapters import adapter_for_family
             from cactus.convert.model_adapters.detection import detect_family
+            from transformers import AutoConfig
 
             if op.get("spm_proto_shim"):
                 _spm_proto_shim()

@@ -9,12 +9,12 @@ import json
 import shutil
 
 import pytest
+from cactus_tokenizers import build_variants
 
 from panelpack.convert import cactus as target
 from panelpack.convert import cactus_tokenizer as ct
 
 import cactus_peer
-from cactus_tokenizers import build_variants
 
 ENGINE_FILES = ("vocab.txt", "merges.txt", "special_tokens.json", "tokenizer_config.txt", "chat_template.jinja2",
                 "tokenizer.json")
@@ -196,9 +196,9 @@ def test_gguf_bpe_tokenizer_equals_cactus_on_its_hf_folder(smollm2, tmp_path):
     the way SmolLM2's own repository has it (a GPT2Tokenizer class, byte-level tokenizer.json,
     the control tokens as special added tokens); model_max_length is not in GGUF."""
     cactus_peer.require()
-    from cactus_models import build_hf_config
-
     from panelpack.formats.checkpoint import open_checkpoint
+
+    from cactus_models import build_hf_config
 
     with open_checkpoint(smollm2) as ck:
         meta = ck.metadata
