@@ -1,9 +1,10 @@
 """The streaming pipeline: read, convert and write one tensor at a time (a few with ``jobs``).
 
 Peak memory is bounded by ``jobs`` times the working set of the largest tensor (its f32
-copy when it is quantized, plus its blocks and regions), independent of the model size:
-tensor data is read through memory maps, each result is written and dropped before the
-window moves on.
+copy when it is quantized, plus its blocks and regions) plus the finished results waiting
+to be written in order (at most twice the largest tensor's output, see :func:`run`),
+independent of the model size: tensor data is read through memory maps, each result is
+written and dropped as soon as the tensors before it are.
 """
 
 from __future__ import annotations
@@ -54,6 +55,11 @@ class TensorResult:
 def _as_f32(raw: np.ndarray, t: qtypes.GGMLType, n: int, k: int, parallel: Optional[bool] = None) -> np.ndarray:
     return codecs.dequantize(raw, t, n, k, parallel=parallel).reshape(n, k)
 
+
+#: ``--jobs``: tensors queued per worker beyond the one being written, and the least byte budget
+#: of finished results waiting to be written (see :func:`run`).
+WINDOW_PER_JOB = 4
+WINDOW_BYTES = 64 << 20
 
 #: f32 elements per step of a (re)quantization: the f32 copies exist one chunk at a time (16 MB)
 REQUANT_CHUNK_ELEMENTS = 1 << 22
@@ -244,13 +250,21 @@ def run(ckpt: Checkpoint, plan: Plan, out: str | os.PathLike, force: bool = Fals
             for tp in plan.tensors:
                 finish(tp, convert_tensor(ckpt, tp, allow_nonfinite))
         else:
+            # Results are written in plan order, each as soon as it and all before it are done.
+            # Tensors queue ahead while the oldest is still running (a worker never idles behind
+            # one large tensor), up to WINDOW_PER_JOB per worker and a byte budget of finished
+            # results held for writing: twice the largest tensor's output, at least WINDOW_BYTES.
+            budget = max(WINDOW_BYTES, 2 * max((tp.bytes_out for tp in plan.tensors), default=0))
             with ThreadPoolExecutor(max_workers=jobs) as pool:
                 window: deque = deque()
+                held = 0
                 for tp in plan.tensors:
                     # each worker keeps its kernels on its own thread: --jobs is the parallelism
                     window.append((tp, pool.submit(convert_tensor, ckpt, tp, allow_nonfinite, False)))
-                    if len(window) >= jobs:
+                    held += tp.bytes_out
+                    while window and (window[0][1].done() or len(window) > WINDOW_PER_JOB * jobs or held > budget):
                         tp0, fut = window.popleft()
+                        held -= tp0.bytes_out
                         finish(tp0, fut.result())
                 while window:
                     tp0, fut = window.popleft()
