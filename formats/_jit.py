@@ -167,14 +167,16 @@ def lazy_njit(signatures: Any = None, tag: str | None = None, **options: Any) ->
 
 
 def inline_jit(fn: Callable) -> Callable:
-    """A kernel body compiled into every kernel that calls it (numba's typed-IR inlining), for
-    the per-block bodies a factory-made loop calls once per block, where a call would cost
-    more than the block (a :class:`LazyKernel` is a call: numba's inliner only sees its own
-    dispatchers). ``fn`` stays a plain Python function, so it is its own scalar reference, and
-    a closure holding it pickles by name (a stable numba cache key)."""
-    from numba.extending import register_jitable
+    """A kernel body numba inlines into each kernel that calls it (``njit(inline="always")``:
+    numba's IR inliner, cheap to compile), for the per-block bodies a type module's range
+    loop calls once per block, where a call would cost more than the block. A
+    :class:`LazyKernel` would stay a call: numba's inliner only sees its own dispatchers. The
+    caller must name the body as a module global (a dispatcher in a closure cell would put its
+    random uuid into the caller's cache key). ``body.py_func`` is the plain Python function,
+    which the scalar references run."""
+    import numba
 
-    return register_jitable(inline="always")(fn)
+    return numba.njit(inline="always")(fn)
 
 
 # ---- the numba signature vocabulary every kernel module shares --------------------------

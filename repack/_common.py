@@ -81,6 +81,41 @@ def first_reason(*reasons: str | None) -> str | None:
     return None
 
 
+def layout_refuse(name: str, source_types, row_multiple: int = 1):
+    """The ``refuse(qtype, n, k)`` of a layout that takes ``source_types``, K in whole blocks
+    and N a multiple of ``row_multiple``: the first reason it cannot, or None."""
+
+    def refuse(qtype, n, k) -> str | None:
+        t = qtypes.get(qtype)
+        return first_reason(shape_reason(n, k), type_reason(t, name, source_types), k_reason(t, k),
+                            n_reason(n, row_multiple))
+
+    return refuse
+
+
+def invertible_for(types_):
+    """The ``invertible(qtype)`` of a layout whose unpack gives back exactly ``types_``."""
+
+    def invertible(qtype) -> bool:
+        return qtypes.get(qtype) in types_
+
+    return invertible
+
+
+def words_out(a: np.ndarray):
+    """(uint64 view to write, finisher) for an output byte array that may be misaligned: the
+    view is ``a`` itself when 8-byte aligned, else a scratch array the finisher copies back."""
+    flat = a.reshape(-1)
+    if flat.ctypes.data % 8 == 0:
+        return flat.view(np.uint64), lambda: None
+    tmp = np.empty(flat.size, np.uint8)
+
+    def finish():
+        flat[...] = tmp
+
+    return tmp.view(np.uint64), finish
+
+
 def accepted(name: str, refuse, qtype, n, k) -> qtypes.GGMLType:
     """Resolve ``qtype`` and raise UnsupportedError with the layout's refusal, if any."""
     t = qtypes.get(qtype)

@@ -45,14 +45,8 @@ _KERNEL_NAMES = {"Q4_0": "q4_0_8x8_q8_0", "Q4_K": "q4_K_8x8_q8_K"}
 _BYTES = {"Q4_0": 8 * 18, "Q4_K": 8 * 144}  # bytes per (sr, block) = 8 source blocks
 
 
-def refuse(qtype, n, k) -> str | None:
-    t = qtypes.get(qtype)
-    return C.first_reason(C.shape_reason(n, k), C.type_reason(t, NAME, SOURCE_TYPES), C.k_reason(t, k),
-                          C.n_reason(n, ROW_MULTIPLE))
-
-
-def invertible(qtype) -> bool:
-    return qtypes.get(qtype) in SOURCE_TYPES
+refuse = C.layout_refuse(NAME, SOURCE_TYPES, ROW_MULTIPLE)
+invertible = C.invertible_for(SOURCE_TYPES)
 
 
 def plan(qtype, n: int, k: int) -> list[C.RegionSpec]:
@@ -69,22 +63,32 @@ def params(qtype, n: int, k: int) -> dict:
     return p
 
 
+#: (type, direction) -> (the kernel on 64-bit words, the bytewise one for rows of blocks that are
+#: not whole words, or None when every row is)
+_KERNELS = {
+    ("Q4_0", "pack"): ("_q4_0_x8_pack_w", "_q4_0_x8_pack_b"),
+    ("Q4_0", "unpack"): ("_q4_0_x8_unpack_w", "_q4_0_x8_unpack_b"),
+    ("Q4_K", "pack"): ("_q4_k_x8_pack", None),
+    ("Q4_K", "unpack"): ("_q4_k_x8_unpack", None),
+}
+
+
+def _run(direction: str, t, n: int, k: int, src: np.ndarray, dst: np.ndarray) -> None:
+    words, bytewise = _KERNELS[t.name, direction]
+    nb = k // t.block_size
+    if bytewise is not None and nb % 4:  # Q4_0 rows of 18-byte blocks are whole words every 4 blocks
+        getattr(_k(), bytewise)(src.reshape(-1), n, nb, dst.reshape(-1))
+        return
+    w_out, finish = C.words_out(dst)
+    getattr(_k(), words)(C.aligned_words(src), n, nb, w_out)
+    finish()
+
+
 def pack(blocks, n: int, k: int, qtype, out: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
     t = C.accepted(NAME, refuse, qtype, n, k)
     raw = C.as_blocks(NAME, blocks, t, n, k)
     regions = C.out_regions(NAME, out, plan(t, n, k))
-    dst = regions["blocks"]
-    kern = _k()
-    if t.name == "Q4_0":
-        nb = k // 32
-        if nb % 4 == 0 and dst.ctypes.data % 8 == 0:
-            kern._q4_0_x8_pack_w(C.aligned_words(raw), n, nb, dst.reshape(-1).view(np.uint64))
-        else:
-            kern._q4_0_x8_pack_b(raw.reshape(-1), n, nb, dst.reshape(-1))
-    else:
-        w_out, finish = _words_out(dst)
-        kern._q4_k_x8_pack(C.aligned_words(raw), n, k // 256, w_out)
-        finish()
+    _run("pack", t, n, k, raw, regions["blocks"])
     return regions
 
 
@@ -92,19 +96,7 @@ def unpack(regions, n: int, k: int, qtype, out: np.ndarray | None = None) -> np.
     t = C.accepted(NAME, refuse, qtype, n, k)
     src = C.as_regions(NAME, regions, plan(t, n, k))["blocks"]
     raw = C.out_blocks(NAME, out, t, n, k)
-    kern = _k()
-    if t.name == "Q4_0":
-        nb = k // 32
-        if nb % 4 == 0:
-            w_out, finish = _words_out(raw)
-            kern._q4_0_x8_unpack_w(C.aligned_words(src), n, nb, w_out)
-            finish()
-        else:
-            kern._q4_0_x8_unpack_b(src.reshape(-1), n, nb, raw.reshape(-1))
-    else:
-        w_out, finish = _words_out(raw)
-        kern._q4_k_x8_unpack(C.aligned_words(src), n, k // 256, w_out)
-        finish()
+    _run("unpack", t, n, k, src, raw)
     return raw
 
 
@@ -177,14 +169,3 @@ def _k():
 
     return _ggml_x8_kernels
 
-
-def _words_out(a: np.ndarray):
-    flat = a.reshape(-1)
-    if flat.ctypes.data % 8 == 0:
-        return flat.view(np.uint64), lambda: None
-    tmp = np.empty(flat.size, np.uint8)
-
-    def finish():
-        flat[...] = tmp
-
-    return tmp.view(np.uint64), finish

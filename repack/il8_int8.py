@@ -30,14 +30,8 @@ TARGET = {"isa": "aarch64-neon", "runtime": "seed CPU backend, 8-row interleaved
 DESCRIPTION = "8-row interleaved int8 codes (u-8) + f32 scales (seed aarch64 form)"
 
 
-def refuse(qtype, n, k) -> str | None:
-    t = qtypes.get(qtype)
-    return C.first_reason(C.shape_reason(n, k), C.type_reason(t, NAME, SOURCE_TYPES), C.k_reason(t, k),
-                          C.n_reason(n, ROW_MULTIPLE))
-
-
-def invertible(qtype) -> bool:
-    return qtypes.get(qtype) in SOURCE_TYPES
+refuse = C.layout_refuse(NAME, SOURCE_TYPES, ROW_MULTIPLE)
+invertible = C.invertible_for(SOURCE_TYPES)
 
 
 def plan(qtype, n: int, k: int) -> list[C.RegionSpec]:

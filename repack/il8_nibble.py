@@ -37,14 +37,8 @@ TARGET = {"isa": "x86-avx2", "runtime": "seed CPU backend, 8-row interleaved Q4 
 DESCRIPTION = "8-row interleaved nibbles + f32 scales (seed x86 form); Q4_K bakes d*sc, dmin*m"
 
 
-def refuse(qtype, n, k) -> str | None:
-    t = qtypes.get(qtype)
-    return C.first_reason(C.shape_reason(n, k), C.type_reason(t, NAME, SOURCE_TYPES), C.k_reason(t, k),
-                          C.n_reason(n, ROW_MULTIPLE))
-
-
-def invertible(qtype) -> bool:
-    return qtypes.get(qtype) == qtypes.Q4_0
+refuse = C.layout_refuse(NAME, SOURCE_TYPES, ROW_MULTIPLE)
+invertible = C.invertible_for(frozenset({qtypes.Q4_0}))
 
 
 def plan(qtype, n: int, k: int) -> list[C.RegionSpec]:

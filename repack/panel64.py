@@ -277,18 +277,6 @@ def _fill_pads(regions: dict[str, np.ndarray], t, n: int) -> None:
             a[-1, :, cpad:] = 0
 
 
-def _words_out(raw: np.ndarray):
-    """(uint64 view to write, finisher) for an output block array that may be misaligned."""
-    flat = raw.reshape(-1)
-    if flat.ctypes.data % 8 == 0:
-        return flat.view(np.uint64), lambda: None
-    tmp = np.empty(flat.size, np.uint8)
-
-    def finish():
-        flat[...] = tmp
-
-    return tmp.view(np.uint64), finish
-
 
 def _pack_q4_small(raw, t, n, k, out):
     geo = geometry(t, n, k)
@@ -304,7 +292,7 @@ def _unpack_q4_small(r, t, n, k, raw):
     p16 = r["panels"].reshape(-1).view(np.uint16)
     d = r["d"].reshape(-1)
     if t.name == "Q4_0" and geo.ng % 4 == 0:
-        w64, finish = _words_out(raw)
+        w64, finish = C.words_out(raw)
         _k()._q4_0_unpack_w(p16, d, n, geo.ng, w64)
         finish()
     else:
@@ -320,7 +308,7 @@ def _pack_q4_k(raw, t, n, k, out):
 
 def _unpack_q4_k(r, t, n, k, raw):
     geo = geometry(t, n, k)
-    w64, finish = _words_out(raw)
+    w64, finish = C.words_out(raw)
     _k()._q4_k_unpack(r["panels"].reshape(-1).view(np.uint16), r["sc"].reshape(-1), r["m"].reshape(-1),
                       r["d"].reshape(-1), r["dmin"].reshape(-1), n, geo.nsb, w64)
     finish()

@@ -61,19 +61,19 @@ def _range_signature(words):
     return numba.void(words, numba.float32[::1], numba.int64, numba.int64, numba.int64)
 
 
-def block_range(block_kernel, type_size: int):
-    """The dequantize range kernel of a block type from its block kernel: blocks ``[i0, i1)``
-    of the flat bytes ``b``, each ``block_kernel(blk, yb, qk)`` on its ``type_size`` bytes and
-    its ``qk`` outputs. ``qk`` (the block size) comes at run time on purpose: the kernels take
-    their loops' trip counts from it, and LLVM vectorizes a loop whose count it cannot see
-    (one of 16 or 32 it unrolls instead)."""
+#: The numba signatures of a block type's range kernels: ``_dequantize_range(b, y, i0, i1, qk)``
+#: (blocks ``[i0, i1)`` of the flat bytes ``b`` into the flat f32 ``y``) and
+#: ``_quantize_range(x, out, b0, b1)``. A type module's range kernel is a three-line loop over its
+#: ``inline_jit`` block body, which numba inlines (docs/DEVELOPING.md, "the codec surface").
+DEQUANTIZE_RANGE = _range_signature(RO_U8)
+QUANTIZE_RANGE = numba.void(RO_F32, numba.uint8[::1], numba.int64, numba.int64)
 
-    @lazy_njit(_range_signature(RO_U8), cache=True, error_model="numpy", tag=_tag(block_kernel))
-    def dequantize_range(b, y, i0, i1, qk):
-        for i in range(i0, i1):
-            block_kernel(b[i * type_size:i * type_size + type_size], y[i * qk:i * qk + qk], qk)
 
-    return dequantize_range
+@lazy_njit(cache=True)
+def block_scratch():
+    """The scratch a per-block quantizer body gets: int32 ``[4, 256]`` and f32 ``[4, 32]`` (as
+    :func:`weighted_rows` gives the weighted bodies)."""
+    return np.zeros((4, 256), np.int32), np.zeros((4, 32), np.float32)
 
 
 def word_range(value_kernel):
@@ -105,24 +105,6 @@ def parallel_dequantize(range_kernel, words=RO_U8, chunk: int = CHUNK_BLOCKS, ta
             range_kernel(b, y, c * chunk, min(units, (c + 1) * chunk), qk)
 
     return dequantize_parallel
-
-
-def block_quantize_range(block_kernel, qk: int, type_size: int):
-    """The quantize range kernel ``(x, out, b0, b1)`` of a block type from its per-block body
-    ``block_kernel(xb, blk, iscr, fscr)``: the ``qk`` values of a block to its ``type_size``
-    bytes, with the scratch :func:`weighted_rows` gives (int32 ``[4, 256]``, f32 ``[4, 32]``).
-    Its ``py_func`` runs the body as plain Python when that is an :func:`~.._jit.inline_jit`
-    function (the scalar reference of the K-quants)."""
-
-    @lazy_njit(numba.void(RO_F32, numba.uint8[::1], numba.int64, numba.int64), cache=True, error_model="numpy",
-               tag=_tag(block_kernel))
-    def quantize_range(x, out, b0, b1):
-        iscr = np.zeros((4, 256), np.int32)
-        fscr = np.zeros((4, 32), np.float32)
-        for i in range(b0, b1):
-            block_kernel(x[i * qk:i * qk + qk], out[i * type_size:i * type_size + type_size], iscr, fscr)
-
-    return quantize_range
 
 
 def parallel_quantize(range_kernel, block: int, chunk: int = CHUNK_BLOCKS):
@@ -352,7 +334,7 @@ def k_min_ref(sub: int):
 
 
 # ---- declaring a codec: its public surface, built from its plan and kernels ---------------
-def declare(namespace: dict, qtype: GGMLType, plan=None, *, dequantize_block=None, dequantize_word=None,
+def declare(namespace: dict, qtype: GGMLType, plan=None, *, dequantize_range=None, dequantize_word=None,
             chunk: int = CHUNK_BLOCKS, decode_ref=None, quantize_range=None, quantize_block=None,
             quantize_chunk: int = CHUNK_BLOCKS, encode_ref=None, scalar_range=None,
             quantize_weighted_block=None) -> None:
@@ -362,34 +344,32 @@ def declare(namespace: dict, qtype: GGMLType, plan=None, *, dequantize_block=Non
     builds the rest, identically for every type.
 
     * ``to_fields`` / ``from_fields``: ``plan``'s, both ways (when there is a plan);
-    * ``dequantize(blocks, out=None)``: validates, then the range kernel ``_dequantize_range(b,
-      y, i0, i1, qk)`` on the calling thread for small inputs, else its parallel twin
-      ``_dequantize_parallel`` over chunks of ``chunk`` units. The range kernel is made from
-      ``dequantize_block(blk, yb, qk)`` (one block's bytes to its ``qk`` values, see
-      :func:`block_range`) or, for the plain 16-bit types, from ``dequantize_word(w) -> f32``
-      (the bytes read as little-endian uint16 words, see :func:`word_range`);
+    * ``dequantize(blocks, out=None, parallel=None)``: validates, then ``dequantize_range(b, y,
+      i0, i1, qk)`` on the calling thread for small inputs, else its parallel twin
+      ``_dequantize_parallel`` over chunks of ``chunk`` units; the plain 16-bit types give
+      ``dequantize_word(w) -> f32`` instead (the bytes read as little-endian uint16 words,
+      see :func:`word_range`);
     * ``dequantize_ref(blocks)``: ``decode_ref(fields) -> f32 [n, k]``, numpy on the plan's
       fields, with invalid/overflow warnings off (NaN and inf payloads are data here);
     * ``quantize(x, parallel=None)`` and ``_quantize_parallel`` from ``quantize_range(x, out,
-      b0, b1)`` (blocks ``[b0, b1)``), or from a per-block body ``quantize_block`` (see
-      :func:`block_quantize_range`), when given;
+      b0, b1)`` (blocks ``[b0, b1)``), when given;
     * ``quantize_weighted(x, weights, parallel=None)`` (an imatrix row) from
       ``quantize_weighted_block`` (see :func:`weighted_rows`), when given;
     * ``quantize_ref(x)``: ``encode_ref(x2d) -> fields`` (``x2d`` f32 ``[n, k]``, checked),
       packed by ``plan.from_fields``, when given; ``encode_ref="scalar"``: the range kernel's
       Python function run serially (the K-quant searches, whose reference is ggml's C), or
-      ``scalar_range``'s when the fast range kernel is not ggml's loop block by block.
+      ``scalar_range``'s when the fast range kernel is not ggml's loop block by block, or the
+      per-block body ``quantize_block(xb, blk, iscr, fscr)``'s (with :func:`block_scratch`).
     """
     name = qtype.name
     if plan is not None:
         namespace["to_fields"] = plan.to_fields
         namespace["from_fields"] = plan.from_fields
-    if dequantize_block is not None:
-        dequantize_range, words = block_range(dequantize_block, qtype.type_size), None
-    else:
+    words = None
+    if dequantize_range is None:
         dequantize_range, words = word_range(dequantize_word), np.uint16
     par = parallel_dequantize(dequantize_range, RO_U8 if words is None else readonly(words), chunk,
-                              tag=_tag(dequantize_block or dequantize_word))
+                              tag=_tag(dequantize_word or dequantize_range))
 
     def dequantize(blocks: np.ndarray, out: np.ndarray | None = None, parallel: bool | None = None) -> np.ndarray:
         return run_dequantize(qtype, blocks, out, dequantize_range, par, words=words, parallel=parallel)
@@ -405,9 +385,6 @@ def declare(namespace: dict, qtype: GGMLType, plan=None, *, dequantize_block=Non
 
         dequantize_ref.__doc__ = f"numpy reference of {name} ``dequantize``, from the bit fields."
         namespace["dequantize_ref"] = dequantize_ref
-    if quantize_block is not None:
-        quantize_range = block_quantize_range(quantize_block, qtype.block_size, qtype.type_size)
-        namespace["_quantize_range"] = quantize_range
     if quantize_range is not None:
         qpar = parallel_quantize(quantize_range, qtype.block_size, quantize_chunk)
 
@@ -445,7 +422,14 @@ def declare(namespace: dict, qtype: GGMLType, plan=None, *, dequantize_block=Non
             xr = as_rows_f32(x, qtype)
             out = np.empty(bytes_shape(xr, qtype), np.uint8)
             fx, fo = xr.reshape(-1), out.reshape(-1)
-            (scalar_range or quantize_range).py_func(fx, fo, 0, fx.size // qtype.block_size)
+            nb = fx.size // qtype.block_size
+            if quantize_block is not None:  # the block loop and the body as plain Python
+                qk, ts = qtype.block_size, qtype.type_size
+                iscr, fscr = np.zeros((4, 256), np.int32), np.zeros((4, 32), np.float32)
+                for i in range(nb):
+                    quantize_block.py_func(fx[i * qk:(i + 1) * qk], fo[i * ts:(i + 1) * ts], iscr, fscr)
+            else:
+                (scalar_range or quantize_range).py_func(fx, fo, 0, nb)
             return out
 
         quantize_ref.__doc__ = (f"scalar reference of {name} ``quantize``: the block loop as plain Python "

@@ -418,6 +418,13 @@ def put_f16(blk, o, h):
     blk[o + 1] = np.uint8((h >> 8) & 0xFF)
 
 
+@lazy_njit(inline="always")
+def put_q4(blk, o, L):
+    """32 four-bit codes ``L`` as Q4_0/Q4_1 store them at ``o``: ``qs[j] = L[j] | L[j+16] << 4``."""
+    for j in range(16):
+        blk[o + j] = np.uint8((L[j] | (L[j + 16] << 4)) & 0xFF)
+
+
 @lazy_njit(cache=True, error_model="numpy")
 def put_q5(blk, o_qh, o_qs, L):
     """32 five-bit codes ``L`` (their low byte) as Q5_0/Q5_1 store them: ``qs[j] = L[j] & 15 |

@@ -27,8 +27,8 @@ import numpy as np
 from .._jit import RO_F32, inline_jit, lazy_njit
 from ..qtypes import Q4_0 as QTYPE
 from ._bits import BlockPlan, Field, f16_word, nibble_codes
-from ._codec import LANES, declare, load_lanes, offset_ref
-from ._kquant import store_lanes, weighted_scale
+from ._codec import DEQUANTIZE_RANGE, LANES, declare, load_lanes, offset_ref
+from ._kquant import put_q4, store_lanes, weighted_scale
 from .f16 import f16_at, f16_bits_ref
 from .f32 import cvtt_i32, cvtt_i32_ref, low_i8
 
@@ -116,10 +116,15 @@ def _weighted_block(xb, qb, blk, sigma2, iscr, fscr):
     """One block of ggml's ``quantize_row_q4_0_impl`` (importance weights ``qb``):
         w = qb * sqrtf(sigma2 + x^2) (sigma2 = sum x^2 / K of the row)
         d = make_qx_quants(32, 8, x, L, rmse_type=1, w); codes L as returned, packed as drawn above"""
-    L = weighted_scale(xb, qb, blk, sigma2, iscr, fscr, 8)
-    for j in range(16):
-        blk[2 + j] = np.uint8((L[j] | (L[j + 16] << 4)) & 0xFF)
+    put_q4(blk, 2, weighted_scale(xb, qb, blk, sigma2, iscr, fscr, 8))
 
 
-declare(globals(), QTYPE, PLAN, dequantize_block=_dequantize_block, decode_ref=offset_ref(8),
+# ---- the dequantize loop: it inlines the block body (docs/DEVELOPING.md, "the codec surface")
+@lazy_njit(DEQUANTIZE_RANGE, cache=True, error_model="numpy")
+def _dequantize_range(b, y, i0, i1, qk):
+    for i in range(i0, i1):
+        _dequantize_block(b[i * 18:i * 18 + 18], y[i * qk:i * qk + qk], qk)
+
+
+declare(globals(), QTYPE, PLAN, dequantize_range=_dequantize_range, decode_ref=offset_ref(8),
         quantize_range=_quantize_range, encode_ref=_encode_ref, quantize_weighted_block=_weighted_block)
