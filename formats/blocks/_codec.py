@@ -69,6 +69,38 @@ DEQUANTIZE_RANGE = _range_signature(RO_U8)
 QUANTIZE_RANGE = numba.void(RO_F32, numba.uint8[::1], numba.int64, numba.int64)
 
 
+def _dequantize_loop(b, y, i0, i1, qk):
+    # the template of every block type's ``_dequantize_range`` (see :func:`type_loop`): the
+    # globals resolve in the type module
+    for i in range(i0, i1):
+        _dequantize_block(b[i * _TYPE_SIZE:i * _TYPE_SIZE + _TYPE_SIZE], y[i * qk:i * qk + qk], qk)  # noqa: F821
+
+
+def _quantize_loop(x, out, b0, b1):
+    # the template of the block-by-block ``_quantize_range`` (see :func:`type_loop`)
+    iscr, fscr = block_scratch()
+    for i in range(b0, b1):
+        _quantize_block(x[i * _BLOCK_SIZE:i * _BLOCK_SIZE + _BLOCK_SIZE],  # noqa: F821
+                        out[i * _TYPE_SIZE:i * _TYPE_SIZE + _TYPE_SIZE], iscr, fscr)  # noqa: F821
+
+
+def type_loop(template, namespace: dict, qtype: GGMLType, signature, name: str):
+    """A type module's range kernel: ``template``'s code as a function of the type module itself
+    (its globals are ``namespace``, its file the module's). So the names it calls, the module's
+    ``inline_jit`` block body, are module globals, which numba inlines; the block geometry
+    (``_TYPE_SIZE``, ``_BLOCK_SIZE``, set here) is a compile-time constant; and numba caches the
+    kernel beside the type module, invalidated when that file changes."""
+    import types
+
+    namespace.setdefault("_TYPE_SIZE", qtype.type_size)
+    namespace.setdefault("_BLOCK_SIZE", qtype.block_size)
+    namespace.setdefault("block_scratch", block_scratch)
+    code = template.__code__.replace(co_filename=namespace["__file__"], co_name=name, co_qualname=name)
+    fn = types.FunctionType(code, namespace, name)
+    fn.__module__ = namespace["__name__"]
+    return lazy_njit(signature, cache=True, error_model="numpy")(fn)
+
+
 @lazy_njit(cache=True)
 def block_scratch():
     """The scratch a per-block quantizer body gets: int32 ``[4, 256]`` and f32 ``[4, 32]`` (as
@@ -352,7 +384,9 @@ def declare(namespace: dict, qtype: GGMLType, plan=None, *, dequantize_range=Non
     * ``dequantize_ref(blocks)``: ``decode_ref(fields) -> f32 [n, k]``, numpy on the plan's
       fields, with invalid/overflow warnings off (NaN and inf payloads are data here);
     * ``quantize(x, parallel=None)`` and ``_quantize_parallel`` from ``quantize_range(x, out,
-      b0, b1)`` (blocks ``[b0, b1)``), when given;
+      b0, b1)`` (blocks ``[b0, b1)``), or from the module's ``inline_jit`` body
+      ``quantize_block`` (``_quantize_block(xb, blk, iscr, fscr)``) in the one loop
+      (:func:`type_loop`), when given;
     * ``quantize_weighted(x, weights, parallel=None)`` (an imatrix row) from
       ``quantize_weighted_block`` (see :func:`weighted_rows`), when given;
     * ``quantize_ref(x)``: ``encode_ref(x2d) -> fields`` (``x2d`` f32 ``[n, k]``, checked),
@@ -366,8 +400,10 @@ def declare(namespace: dict, qtype: GGMLType, plan=None, *, dequantize_range=Non
         namespace["to_fields"] = plan.to_fields
         namespace["from_fields"] = plan.from_fields
     words = None
-    if dequantize_range is None:
+    if dequantize_word is not None:
         dequantize_range, words = word_range(dequantize_word), np.uint16
+    elif dequantize_range is None:  # the module's ``_dequantize_block`` in the one loop
+        dequantize_range = type_loop(_dequantize_loop, namespace, qtype, DEQUANTIZE_RANGE, "_dequantize_range")
     par = parallel_dequantize(dequantize_range, RO_U8 if words is None else readonly(words), chunk,
                               tag=_tag(dequantize_word or dequantize_range))
 
@@ -385,6 +421,9 @@ def declare(namespace: dict, qtype: GGMLType, plan=None, *, dequantize_range=Non
 
         dequantize_ref.__doc__ = f"numpy reference of {name} ``dequantize``, from the bit fields."
         namespace["dequantize_ref"] = dequantize_ref
+    if quantize_range is None and quantize_block is not None:  # the module's ``_quantize_block`` in the one loop
+        quantize_range = type_loop(_quantize_loop, namespace, qtype, QUANTIZE_RANGE, "_quantize_range")
+        namespace["_quantize_range"] = quantize_range
     if quantize_range is not None:
         qpar = parallel_quantize(quantize_range, qtype.block_size, quantize_chunk)
 

@@ -28,7 +28,7 @@ import numpy as np
 from .._jit import inline_jit, lazy_njit
 from ..qtypes import Q2_K as QTYPE
 from ._bits import BlockPlan, Field, f16_word
-from ._codec import CHUNK_BLOCKS, DEQUANTIZE_RANGE, QUANTIZE_RANGE, block_scratch, declare, k_min_ref
+from ._codec import CHUNK_BLOCKS, declare, k_min_ref
 from ._kquant import (
     RDELTA3,
     RMIN3,
@@ -122,13 +122,6 @@ def _quantize_block(xb, blk, iscr, fscr):
     _finish_block(xb, blk, L, hd, hm)
 
 
-@lazy_njit(QUANTIZE_RANGE, cache=True, error_model="numpy")
-def _quantize_range(x, out, b0, b1):
-    iscr, fscr = block_scratch()
-    for i in range(b0, b1):
-        _quantize_block(x[i * 256:i * 256 + 256], out[i * 84:i * 84 + 84], iscr, fscr)
-
-
 @lazy_njit(cache=True, error_model="numpy")
 def _finish_block(xb, blk, L, hd, hm):
     """Store the f16 bits d/dmin, then the codes from the stored 4-bit scales (a group whose
@@ -167,13 +160,6 @@ def _weighted_block(xb, qb, blk, sigma2, iscr, fscr):
     _finish_block(xb, blk, L, f32_to_f16_bits(dm), f32_to_f16_bits(mm))
 
 
-# ---- the dequantize loop: it inlines the block body (docs/DEVELOPING.md, "the codec surface")
-@lazy_njit(DEQUANTIZE_RANGE, cache=True, error_model="numpy")
-def _dequantize_range(b, y, i0, i1, qk):
-    for i in range(i0, i1):
-        _dequantize_block(b[i * 84:i * 84 + 84], y[i * qk:i * qk + qk], qk)
-
-
-declare(globals(), QTYPE, PLAN, dequantize_range=_dequantize_range, chunk=CHUNK_BLOCKS // 8,
-        decode_ref=k_min_ref(16), quantize_range=_quantize_range, quantize_block=_quantize_block, quantize_chunk=64, encode_ref="scalar",
+declare(globals(), QTYPE, PLAN, chunk=CHUNK_BLOCKS // 8,
+        decode_ref=k_min_ref(16), quantize_block=_quantize_block, quantize_chunk=64, encode_ref="scalar",
         quantize_weighted_block=_weighted_block)

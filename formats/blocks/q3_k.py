@@ -31,7 +31,7 @@ import numpy as np
 from .._jit import inline_jit, lazy_njit
 from ..qtypes import Q3_K as QTYPE
 from ._bits import BlockPlan, Field, f16_word
-from ._codec import CHUNK_BLOCKS, DEQUANTIZE_RANGE, QUANTIZE_RANGE, block_scratch, declare, f16_field
+from ._codec import CHUNK_BLOCKS, declare, f16_field
 from ._kquant import clamp, importance_weights, int8, make_q3_quants, make_qx_quants, nearest_int, put_q2, sum_squares
 from .f16 import f16_at, f16_to_f32, f32_to_f16_bits
 
@@ -117,13 +117,6 @@ def _quantize_block(xb, blk, iscr, fscr):
     _finish_block(xb, blk, L, hd)
 
 
-@lazy_njit(QUANTIZE_RANGE, cache=True, error_model="numpy")
-def _quantize_range(x, out, b0, b1):
-    iscr, fscr = block_scratch()
-    for i in range(b0, b1):
-        _quantize_block(x[i * 256:i * 256 + 256], out[i * 110:i * 110 + 110], iscr, fscr)
-
-
 @lazy_njit(cache=True, error_model="numpy")
 def _finish_block(xb, blk, L, hd):
     """Store the f16 bits d, then the codes from the stored 6-bit scales (a group whose
@@ -172,13 +165,6 @@ def _weighted_block(xb, qb, blk, sigma2, iscr, fscr):
     _finish_block(xb, blk, L, f32_to_f16_bits(d_block))
 
 
-# ---- the dequantize loop: it inlines the block body (docs/DEVELOPING.md, "the codec surface")
-@lazy_njit(DEQUANTIZE_RANGE, cache=True, error_model="numpy")
-def _dequantize_range(b, y, i0, i1, qk):
-    for i in range(i0, i1):
-        _dequantize_block(b[i * 110:i * 110 + 110], y[i * qk:i * qk + qk], qk)
-
-
-declare(globals(), QTYPE, PLAN, dequantize_range=_dequantize_range, chunk=CHUNK_BLOCKS // 8,
-        decode_ref=_decode_ref, quantize_range=_quantize_range, quantize_block=_quantize_block, quantize_chunk=64, encode_ref="scalar",
+declare(globals(), QTYPE, PLAN, chunk=CHUNK_BLOCKS // 8,
+        decode_ref=_decode_ref, quantize_block=_quantize_block, quantize_chunk=64, encode_ref="scalar",
         quantize_weighted_block=_weighted_block)

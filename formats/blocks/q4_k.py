@@ -34,7 +34,7 @@ import numpy as np
 from .._jit import RO_F32, inline_jit, lazy_njit
 from ..qtypes import Q4_K as QTYPE
 from ._bits import BlockPlan, Field, k_min_fields
-from ._codec import CHUNK_BLOCKS, DEQUANTIZE_RANGE, declare, k_min_ref, k_scale_put, load_lanes
+from ._codec import CHUNK_BLOCKS, declare, k_min_ref, k_scale_put, load_lanes
 from ._kquant import k_final_codes, k_min_block, kx3_sub_blocks, make_qp_quants
 from .f16 import f16_bits_ref, f16_to_f32, f32_to_f16_bits
 from .f32 import f32_bits
@@ -395,13 +395,6 @@ def _weighted_block(xb, qb, blk, sigma2, iscr, fscr):
             qs[32 * c + t] = np.uint8((L[64 * c + t] | (L[64 * c + 32 + t] << 4)) & 0xFF)
 
 
-# ---- the dequantize loop: it inlines the block body (docs/DEVELOPING.md, "the codec surface")
-@lazy_njit(DEQUANTIZE_RANGE, cache=True, error_model="numpy")
-def _dequantize_range(b, y, i0, i1, qk):
-    for i in range(i0, i1):
-        _dequantize_block(b[i * 144:i * 144 + 144], y[i * qk:i * qk + qk], qk)
-
-
-declare(globals(), QTYPE, PLAN, dequantize_range=_dequantize_range, chunk=CHUNK_BLOCKS // 8,
+declare(globals(), QTYPE, PLAN, chunk=CHUNK_BLOCKS // 8,
         decode_ref=k_min_ref(32), quantize_range=_quantize_range, quantize_chunk=64, encode_ref=_encode_ref,
         quantize_weighted_block=_weighted_block)

@@ -17,7 +17,7 @@ import numpy as np
 from .._jit import inline_jit, lazy_njit
 from ..qtypes import Q5_0 as QTYPE
 from ._bits import BlockPlan, Field, f16_word, nibble_codes, qh_bit
-from ._codec import DEQUANTIZE_RANGE, QUANTIZE_RANGE, block_scratch, declare, offset_ref
+from ._codec import declare, offset_ref
 from ._kquant import int8, put_q5, q5_code, u32_at, weighted_scale
 from .f16 import f16_at, f16_bits_ref, f32_to_f16_bits
 from .f32 import cvtt_i32, cvtt_i32_ref, first_absmax_ref, low_i8
@@ -64,13 +64,6 @@ def _quantize_block(xb, blk, iscr, fscr):
     put_q5(blk, 2, 6, L)
 
 
-@lazy_njit(QUANTIZE_RANGE, cache=True, error_model="numpy")
-def _quantize_range(x, out, b0, b1):
-    iscr, fscr = block_scratch()
-    for i in range(b0, b1):
-        _quantize_block(x[i * 32:i * 32 + 32], out[i * 22:i * 22 + 22], iscr, fscr)
-
-
 def _encode_ref(xr: np.ndarray) -> dict[str, np.ndarray]:
     """numpy: ggml's scalar loop, vectorised over blocks, as bit fields (for ``quantize_ref``)."""
     xb = xr.reshape(-1, 32)
@@ -92,12 +85,5 @@ def _weighted_block(xb, qb, blk, sigma2, iscr, fscr):
     put_q5(blk, 2, 6, weighted_scale(xb, qb, blk, sigma2, iscr, fscr, 16))
 
 
-# ---- the dequantize loop: it inlines the block body (docs/DEVELOPING.md, "the codec surface")
-@lazy_njit(DEQUANTIZE_RANGE, cache=True, error_model="numpy")
-def _dequantize_range(b, y, i0, i1, qk):
-    for i in range(i0, i1):
-        _dequantize_block(b[i * 22:i * 22 + 22], y[i * qk:i * qk + qk], qk)
-
-
-declare(globals(), QTYPE, PLAN, dequantize_range=_dequantize_range, decode_ref=offset_ref(16),
-        quantize_range=_quantize_range, quantize_block=_quantize_block, encode_ref=_encode_ref, quantize_weighted_block=_weighted_block)
+declare(globals(), QTYPE, PLAN, decode_ref=offset_ref(16),
+        quantize_block=_quantize_block, encode_ref=_encode_ref, quantize_weighted_block=_weighted_block)

@@ -19,7 +19,7 @@ import numpy as np
 from .._jit import RO_F32, inline_jit, lazy_njit
 from ..qtypes import Q5_1 as QTYPE
 from ._bits import BlockPlan, Field, f16_word, nibble_codes, qh_bit
-from ._codec import DEQUANTIZE_RANGE, declare, min_ref
+from ._codec import declare, min_ref
 from ._kquant import (
     block_min_max,
     put_f16,
@@ -95,12 +95,5 @@ def _weighted_block(xb, qb, blk, sigma2, iscr, fscr):
     put_q5(blk, 4, 8, weighted_scale_min(xb, qb, blk, sigma2, iscr, fscr, 31))
 
 
-# ---- the dequantize loop: it inlines the block body (docs/DEVELOPING.md, "the codec surface")
-@lazy_njit(DEQUANTIZE_RANGE, cache=True, error_model="numpy")
-def _dequantize_range(b, y, i0, i1, qk):
-    for i in range(i0, i1):
-        _dequantize_block(b[i * 24:i * 24 + 24], y[i * qk:i * qk + qk], qk)
-
-
-declare(globals(), QTYPE, PLAN, dequantize_range=_dequantize_range, decode_ref=min_ref,
+declare(globals(), QTYPE, PLAN, decode_ref=min_ref,
         quantize_range=_quantize_range, encode_ref=_encode_ref, quantize_weighted_block=_weighted_block)

@@ -18,7 +18,7 @@ import numpy as np
 from .._jit import inline_jit, lazy_njit
 from ..qtypes import Q5_K as QTYPE
 from ._bits import BlockPlan, Field, k_min_fields
-from ._codec import CHUNK_BLOCKS, DEQUANTIZE_RANGE, QUANTIZE_RANGE, block_scratch, declare, k_min_ref, k_scale_put
+from ._codec import CHUNK_BLOCKS, declare, k_min_ref, k_scale_put
 from ._kquant import k_final_codes, k_min_block, kx3_sub_blocks, make_qkx2_quants, make_qp_quants, nearest_int
 
 PLAN = BlockPlan(QTYPE, [
@@ -76,13 +76,6 @@ def _quantize_block(xb, blk, iscr, fscr):
     _finish_block(xb, blk, L, max_scale / np.float32(63), max_min / np.float32(63))
 
 
-@lazy_njit(QUANTIZE_RANGE, cache=True, error_model="numpy")
-def _quantize_range(x, out, b0, b1):
-    iscr, fscr = block_scratch()
-    for i in range(b0, b1):
-        _quantize_block(x[i * 256:i * 256 + 256], out[i * 176:i * 176 + 176], iscr, fscr)
-
-
 @lazy_njit(cache=True, error_model="numpy")
 def _finish_block(xb, blk, L, d, dmin):
     """ggml's tail of both quantize_row_q5_K_ref and _impl: d, dmin and the final codes
@@ -119,13 +112,6 @@ def _weighted_block(xb, qb, blk, sigma2, iscr, fscr):
     _finish_block(xb, blk, L, d_block, m_block)
 
 
-# ---- the dequantize loop: it inlines the block body (docs/DEVELOPING.md, "the codec surface")
-@lazy_njit(DEQUANTIZE_RANGE, cache=True, error_model="numpy")
-def _dequantize_range(b, y, i0, i1, qk):
-    for i in range(i0, i1):
-        _dequantize_block(b[i * 176:i * 176 + 176], y[i * qk:i * qk + qk], qk)
-
-
-declare(globals(), QTYPE, PLAN, dequantize_range=_dequantize_range, chunk=CHUNK_BLOCKS // 8,
-        decode_ref=k_min_ref(32), quantize_range=_quantize_range, quantize_block=_quantize_block, quantize_chunk=64, encode_ref="scalar",
+declare(globals(), QTYPE, PLAN, chunk=CHUNK_BLOCKS // 8,
+        decode_ref=k_min_ref(32), quantize_block=_quantize_block, quantize_chunk=64, encode_ref="scalar",
         quantize_weighted_block=_weighted_block)

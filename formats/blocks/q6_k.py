@@ -21,7 +21,7 @@ import numpy as np
 from .._jit import RO_F32, inline_jit, lazy_njit
 from ..qtypes import Q6_K as QTYPE
 from ._bits import BlockPlan, Field, f16_word, whole_byte
-from ._codec import CHUNK_BLOCKS, DEQUANTIZE_RANGE, LANES, declare, f16_field, load_lanes
+from ._codec import CHUNK_BLOCKS, LANES, declare, f16_field, load_lanes
 from ._kquant import GROUP_MAX_EPS, clamp, int8, make_qx_quants, make_qx_quants_lanes, nearest_int
 from .f16 import f16_at, f16_to_f32, f32_to_f16_bits
 
@@ -179,14 +179,7 @@ def _weighted_block(xb, qb, blk, sigma2, iscr, fscr):
     _quantize_block(xb, blk, iscr[0], fscr[0, :16], qb)
 
 
-# ---- the dequantize loop: it inlines the block body (docs/DEVELOPING.md, "the codec surface")
-@lazy_njit(DEQUANTIZE_RANGE, cache=True, error_model="numpy")
-def _dequantize_range(b, y, i0, i1, qk):
-    for i in range(i0, i1):
-        _dequantize_block(b[i * 210:i * 210 + 210], y[i * qk:i * qk + qk], qk)
-
-
-declare(globals(), QTYPE, PLAN, dequantize_range=_dequantize_range, chunk=CHUNK_BLOCKS // 8,
+declare(globals(), QTYPE, PLAN, chunk=CHUNK_BLOCKS // 8,
         decode_ref=_decode_ref, quantize_range=_quantize_range, quantize_chunk=64, encode_ref="scalar",
         scalar_range=_quantize_range_scalar,
         quantize_weighted_block=_weighted_block)

@@ -25,7 +25,7 @@ import numpy as np
 from .._jit import RO_F32, inline_jit, lazy_njit
 from ..qtypes import Q8_0 as QTYPE
 from ._bits import BlockPlan, Field, f16_word, whole_byte
-from ._codec import DEQUANTIZE_RANGE, LANES, declare, load_lanes, offset_ref
+from ._codec import LANES, declare, load_lanes, offset_ref
 from ._kquant import store_lanes
 from .f16 import f16_at, f16_bits_ref
 from .f32 import cvtt_i32, cvtt_i32_ref, low_i8
@@ -104,12 +104,5 @@ def _encode_ref(xr: np.ndarray) -> dict[str, np.ndarray]:
     return fields
 
 
-# ---- the dequantize loop: it inlines the block body (docs/DEVELOPING.md, "the codec surface")
-@lazy_njit(DEQUANTIZE_RANGE, cache=True, error_model="numpy")
-def _dequantize_range(b, y, i0, i1, qk):
-    for i in range(i0, i1):
-        _dequantize_block(b[i * 34:i * 34 + 34], y[i * qk:i * qk + qk], qk)
-
-
-declare(globals(), QTYPE, PLAN, dequantize_range=_dequantize_range, decode_ref=offset_ref(0),
+declare(globals(), QTYPE, PLAN, decode_ref=offset_ref(0),
         quantize_range=_quantize_range, encode_ref=_encode_ref)
