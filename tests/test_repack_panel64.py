@@ -3,6 +3,8 @@ and the fast kernels against the field-based references."""
 
 from __future__ import annotations
 
+import textwrap
+
 import numpy as np
 import pytest
 
@@ -11,7 +13,7 @@ from panelpack.formats import qtypes
 from panelpack.repack import _panel64_kernels as K
 from panelpack.repack import panel64 as P
 
-from builders import random_blocks
+from builders import random_blocks, run_without_jit
 
 NIBBLE = ["Q4_0", "Q4_1", "Q4_K"]
 INT8 = ["Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q8_0", "Q2_K", "Q3_K"]
@@ -271,3 +273,20 @@ def test_dequantize_reads_the_zt0_value_of_the_nibble():
     raw1 = np.frombuffer(b"\x00\x3c\x00\x00" + bytes(0x11 * i for i in range(16)), np.uint8).reshape(1, 20)
     y = P.dequantize(P.pack(raw1, 1, 32, "Q4_1"), 1, 32, "Q4_1")
     assert y.reshape(-1).tolist() == [float(i) for i in range(16)] * 2
+
+
+def test_table_driven_kernels_without_jit_match_the_references():
+    # _tab_pack/_tab_unpack as plain Python (NUMBA_DISABLE_JIT): the same bytes as pack_ref
+    code = textwrap.dedent("""
+        import numpy as np
+        from builders import random_blocks
+        from panelpack.repack import panel64 as P
+        rng = np.random.default_rng(3)
+        for q, n in (("Q2_K", 5), ("Q3_K", 66)):
+            raw = random_blocks(q, n, 256, rng)
+            fast, ref = P.pack(raw, n, 256, q), P.pack_ref(raw, n, 256, q)
+            assert all(np.array_equal(fast[r].view(np.uint8), ref[r].view(np.uint8)) for r in ref), q
+            assert np.array_equal(P.unpack(fast, n, 256, q), raw), q
+        print("ok")
+    """)
+    assert run_without_jit(code) == "ok"
