@@ -36,8 +36,10 @@ class GGMLType:
     can_quantize: bool = False  # the codec can quantize f32 into this type
     group: Optional[int] = None  # K elements per scale group in the standard dispatch (docs/FORMAT.md §3)
     code_bits: Optional[int] = None  # bits of the integer code
-    code_offset: int = 0  # c = code - code_offset  (Q4_0: 8, Q5_0: 16, Q6_K: 32)
+    code_offset: int = 0  # c = code - code_offset  (Q4_0: 8, Q5_0: 16, Q6_K: 32, Q3_K: 4)
     scheme: Optional[str] = None  # rescale family: "scale", "scale_min", "k_scale_min", "k_scale"
+    scale_field: Optional[str] = None  # "k_scale": the codec field of the per-group scale (Q6_K "scale", Q3_K "sc")
+    scale_offset: int = 0  # "k_scale": the group scale is that field minus this (Q3_K: sc - 32)
 
     @property
     def quantized(self) -> bool:
@@ -91,14 +93,16 @@ TYPES: tuple[GGMLType, ...] = (
     _t(8,  "Q8_0",    QK,    2 + QK,                         codec="q8_0", can_quantize=True,
        group=32, code_bits=8, code_offset=0, scheme="scale"),
     _t(9,  "Q8_1",    QK,    2 + 2 + QK),  # ggml block_q8_1: half d, half s, 32 x int8
-    _t(10, "Q2_K",    QK_K,  QK_K // 16 + QK_K // 4 + 2 + 2,  codec="q2_k", can_quantize=True),
-    _t(11, "Q3_K",    QK_K,  QK_K // 8 + QK_K // 4 + 12 + 2,  codec="q3_k", can_quantize=True),
+    _t(10, "Q2_K",    QK_K,  QK_K // 16 + QK_K // 4 + 2 + 2,  codec="q2_k", can_quantize=True,
+       group=16, code_bits=2, code_offset=0, scheme="k_scale_min"),
+    _t(11, "Q3_K",    QK_K,  QK_K // 8 + QK_K // 4 + 12 + 2,  codec="q3_k", can_quantize=True,
+       group=16, code_bits=3, code_offset=4, scheme="k_scale", scale_field="sc", scale_offset=32),
     _t(12, "Q4_K",    QK_K,  2 + 2 + 12 + QK_K // 2,         codec="q4_k", can_quantize=True,
        group=32, code_bits=4, code_offset=0, scheme="k_scale_min"),
     _t(13, "Q5_K",    QK_K,  2 + 2 + 12 + QK_K // 8 + QK_K // 2, codec="q5_k", can_quantize=True,
        group=32, code_bits=5, code_offset=0, scheme="k_scale_min"),
     _t(14, "Q6_K",    QK_K,  QK_K // 2 + QK_K // 4 + QK_K // 16 + 2, codec="q6_k", can_quantize=True,
-       group=16, code_bits=6, code_offset=32, scheme="k_scale"),
+       group=16, code_bits=6, code_offset=32, scheme="k_scale", scale_field="scale"),
     _t(15, "Q8_K",    QK_K,  4 + QK_K + QK_K // 16 * 2),
     _t(16, "IQ2_XXS", QK_K,  2 + QK_K // 8 * 2),
     _t(17, "IQ2_XS",  QK_K,  2 + QK_K // 8 * 2 + QK_K // 32),

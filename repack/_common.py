@@ -14,6 +14,7 @@ from typing import Mapping
 
 import numpy as np
 
+from ..formats import blocks as _blocks
 from ..formats import qtypes
 from ..formats.blocks import _bits as _kbits
 from ..formats.errors import BadInputError, UnsupportedError
@@ -315,7 +316,7 @@ def dequant_from_fields(t: qtypes.GGMLType, c: np.ndarray, fields: Mapping[str, 
         o = dmin * np.asarray(fields["m"]).astype(np.float32)
         return dequant_integer_form(c, s, o, -1)
     if scheme == "k_scale":
-        s = d * np.asarray(fields["scale"]).view(np.int8).astype(np.float32)
+        s = d * _blocks.k_scales(fields, t).astype(np.float32)
         return dequant_integer_form(c, s)
     raise UnsupportedError(f"type {t.name} has no integer form")  # pragma: no cover - registry guards
 

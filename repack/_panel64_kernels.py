@@ -404,7 +404,7 @@ def _q8_0_unpack(p32, d16, n, ng, a8):
             _unstage_b(t8, _U(sb * 64) * rb + _U(b * 34), rb, cn, 34, a8)
 
 
-# -- any other int8-panel type (Q5_0, Q5_1, Q5_K, Q6_K), driven by the codec's bit table ------
+# -- any other int8-panel type (Q5_0, Q5_1, Q5_K, Q6_K, Q2_K, Q3_K), driven by the codec's bit table
 # ``tab[e] = (byte0, shift0, mask0, dst0, byte1, shift1, mask1, dst1)``: element e's code is
 # ((blk[byte0] >> shift0) & mask0) << dst0 | ((blk[byte1] >> shift1) & mask1) << dst1 (mask 0 =
 # no second part), the parts of ``formats/blocks/<type>.PLAN``. One 32-bit panel word holds the
@@ -420,7 +420,7 @@ def _put_code(t8, c, v, a0, s0, m0, d0, a1, s1, m1, d1):
 @lazy_njit(nt.void(_RO_U32, nt.int64, nt.Array(nt.int64, 2, "C", readonly=True), nt.int64, nt.int64, nt.int64, nt.uint64,
               nt.uint8[::1]), **_HELPER)
 def _tab_uncompute(p32, cn, tab, off, bs, g, w0, t8):
-    """Inverse of _tab_compute: OR each code's bits into the (zeroed) staged block bytes."""
+    """Inverse of _tab_compute (below): OR each code's bits into the (zeroed) staged block bytes."""
     for e4 in range(bs // 4):
         e = 4 * e4
         w = w0 + _U(e // g) * _U(g // 4) * _U(64) + _U((e % g) // 4) * _U(64)
@@ -451,6 +451,57 @@ def _tab_unpack(p32, n, nblk, bb, tab, off, bs, g, a8):
                 o = o0 + _U(c) * rb
                 for i in range(bb):
                     a8[o + _U(i)] |= t8[_U(i) * _U(64) + _U(c)]
+
+
+# The packing direction of the same table (Q2_K, Q3_K: the int8 types without a block-column
+# kernel): stage the 64 channels' block bytes as byte planes t8[byte][64] (_stage_b, the
+# inverse of _unstage_b), then build each panel word from the table, one loop over the
+# channels per element (contiguous loads and stores in the channel):
+#   p32[w0 + 64*(e//4) + c] byte e%4 = (code(e) - off) & 0xFF        (c < channels in use)
+@lazy_njit(nt.void(_RO_U8, nt.uint64, nt.uint64, nt.int64, nt.int64, nt.uint8[::1]), **_HELPER)
+def _stage_b(a8, o0, rb, cn, nb, t8):
+    for c in range(cn):
+        o = o0 + _U(c) * rb
+        for i in range(nb):
+            t8[_U(i) * _U(64) + _U(c)] = a8[o + _U(i)]
+
+
+@njit
+def _get_code(t8, c, a0, s0, m0, d0, a1, s1, m1, d1):
+    """Inverse of _put_code: element's code from the staged bytes of channel c."""
+    v0 = ((_U(t8[_U(a0) * _U(64) + c]) >> _U(s0)) & _U(m0)) << _U(d0)
+    return v0 | (((_U(t8[_U(a1) * _U(64) + c]) >> _U(s1)) & _U(m1)) << _U(d1))
+
+
+@lazy_njit(nt.void(_RO_U8, nt.int64, nt.Array(nt.int64, 2, "C", readonly=True), nt.int64, nt.int64, nt.uint64,
+                   nt.uint32[::1]), **_HELPER)
+def _tab_compute(t8, cn, tab, off, bs, w0, p32):
+    uo = _U(off)
+    for e4 in range(bs // 4):
+        w = w0 + _U(e4) * _U(64)
+        for c in range(cn):
+            p32[w + _U(c)] = 0
+        for j in range(4):
+            e = 4 * e4 + j
+            a0, s0, m0, d0, a1, s1, m1, d1 = (tab[e, 0], tab[e, 1], tab[e, 2], tab[e, 3],
+                                              tab[e, 4], tab[e, 5], tab[e, 6], tab[e, 7])
+            for c in range(cn):
+                uc = _U(c)
+                v = (_get_code(t8, uc, a0, s0, m0, d0, a1, s1, m1, d1) - uo) & _U(0xFF)
+                p32[w + uc] |= np.uint32(v << _U(8 * j))
+
+
+@lazy_njit(nt.void(_RO_U8, nt.int64, nt.int64, nt.int64, nt.Array(nt.int64, 2, "C", readonly=True), nt.int64, nt.int64,
+                   nt.uint32[::1]), **_KERNEL)
+def _tab_pack(a8, n, nblk, bb, tab, off, bs, p32):
+    """The int8 panel words of every real channel (pad channels are left to the wrapper)."""
+    rb = _U(nblk * bb)
+    t8 = np.zeros(bb * 64, np.uint8)
+    for sb in range((n + 63) >> 6):
+        cn = min(64, n - sb * 64)
+        for b in range(nblk):
+            _stage_b(a8, _U(sb * 64) * rb + _U(b * bb), rb, cn, bb, t8)
+            _tab_compute(t8, cn, tab, off, bs, _U((sb * nblk + b) * (bs // 4) * 64), p32)
 
 
 # ---- block-column kernels of the int8 panels (Q8_0, Q5_0, Q5_1, Q5_K, Q6_K) --------------

@@ -1,6 +1,6 @@
 """panel64: SME2 weight panels at a 512-bit streaming vector length (lossless, invertible).
 
-Geometry (N output channels, K inputs; G = the type's scale group, 32, or 16 for Q6_K)::
+Geometry (N output channels, K inputs; G = the type's scale group, 32, or 16 for Q6_K, Q3_K, Q2_K)::
 
     SB = ceil(N / 64) super-blocks of 64 channels; channels >= N are padding
     ng = K / G groups;   kq = G / 4 kg-blocks per group (4 consecutive K each)
@@ -20,11 +20,19 @@ kg-block; channel c owns bytes 2c and 2c+1::
     weight (n, k):  byte  = (((n//64)*ng + k//G)*kq + (k%G)//4)*128 + 2*(n%64) + (k%4)//2
                     shift = 4*(k%2)
 
-Int8 panels (Q5_0, Q5_1, Q5_K, Q6_K, Q8_0), 256 B per kg-block, the signed integer code
-``c = code - code_offset`` of the standard dispatch (Q5_0 q-16, Q6_K q-32, the others q)::
+Int8 panels (Q5_0, Q5_1, Q5_K, Q6_K, Q8_0, Q2_K, Q3_K), 256 B per kg-block, the signed integer
+code ``c = code - code_offset`` of the standard dispatch (Q5_0 q-16, Q6_K q-32, Q3_K u-4, the
+others q)::
 
     byte 4*ch + j = c(channel ch, K offset j)     (= 64v + 4*(ch%16) + j for ch = 16v + ch%16)
     weight (n, k):  byte  = (((n//64)*ng + k//G)*kq + (k%G)//4)*256 + 4*(n%64) + k%4
+
+    Q2_K (c 0..3) and Q3_K (c -4..3) are int8 panels too, not nibble panels with a ZT0 table:
+    nibble panels would be half the size (4 instead of 8 bits a weight), but every reader of
+    panel64 (the verifier's compiled kernel, the SME2/NEON leaves, the AVX2 group dot) takes
+    nibble panels as G = 32 4-bit types; as int8 panels these two run through the existing
+    table-driven path (_tab_pack/_tab_unpack over the codec's bit plan) and the int8 readers
+    unchanged. A runtime expands them with ld1b, as Q5_x/Q6_K.
 
 Scale regions, channel order inside each [64], source values unchanged (f16 as raw uint16)::
 
@@ -32,6 +40,8 @@ Scale regions, channel order inside each [64], source values unchanged (f16 as r
     Q4_1 Q5_1        d, m  uint16 [SB][ng][64]
     Q4_K Q5_K        sc, m uint8  [SB][ng][64] (6-bit values)   d, dmin uint16 [SB][nsb][64]
     Q6_K             scale int8   [SB][ng][64] (G = 16)         d       uint16 [SB][nsb][64]
+    Q2_K             sc, m uint8  [SB][ng][64] (4-bit, G = 16)  d, dmin uint16 [SB][nsb][64]
+    Q3_K             sc    uint8  [SB][ng][64] (6-bit, value sc-32, G = 16)   d uint16 [SB][nsb][64]
 
 Padding: nibble pad channels hold the code whose ZT0 value is 0 (Q4_0: 8, Q4_1/Q4_K: 0),
 int8 pad channels 0, pad scales 0. ZT0 (``params()["zt0"]``, 64 bytes): byte 4i = int8 value
@@ -48,7 +58,8 @@ from ..formats import qtypes
 from . import _common as C
 
 NAME = "panel64"
-SOURCE_TYPES = frozenset({qtypes.Q4_0, qtypes.Q4_1, qtypes.Q4_K, qtypes.Q5_0, qtypes.Q5_1, qtypes.Q5_K, qtypes.Q6_K, qtypes.Q8_0})
+SOURCE_TYPES = frozenset({qtypes.Q4_0, qtypes.Q4_1, qtypes.Q4_K, qtypes.Q5_0, qtypes.Q5_1, qtypes.Q5_K, qtypes.Q6_K, qtypes.Q8_0,
+                          qtypes.Q2_K, qtypes.Q3_K})
 ROW_MULTIPLE = 1
 TARGET = {"isa": "sme2", "svl_bits": 512}
 DESCRIPTION = "SME2 64-channel panels at SVL 512 (LUTI4 nibble panels or int8 panels), lossless"
@@ -67,6 +78,8 @@ _SCALES: dict[str, tuple[tuple[str, str, str], ...]] = {
     "Q4_K": (("sc", "uint8", "group"), ("m", "uint8", "group"), ("d", "uint16", "super"), ("dmin", "uint16", "super")),
     "Q5_K": (("sc", "uint8", "group"), ("m", "uint8", "group"), ("d", "uint16", "super"), ("dmin", "uint16", "super")),
     "Q6_K": (("scale", "int8", "group"), ("d", "uint16", "super")),
+    "Q2_K": (("sc", "uint8", "group"), ("m", "uint8", "group"), ("d", "uint16", "super"), ("dmin", "uint16", "super")),
+    "Q3_K": (("sc", "uint8", "group"), ("d", "uint16", "super")),
 }
 
 
@@ -383,7 +396,8 @@ def _np_pack_q8_0(raw, t, n, k, out):
     _header_fields(b3, ["d"], geo, out)
 
 
-# -- table-driven int8 panels (Q5_0, Q5_1, Q5_K, Q6_K): the codec's bit table drives one kernel -
+# -- table-driven int8 panels (unpack: Q5_0, Q5_1, Q5_K, Q6_K, Q2_K, Q3_K; pack: Q2_K, Q3_K): the
+# -- codec's bit table drives one kernel each way ------------------------------------------------
 def _field_table(t, name: str) -> tuple[np.ndarray, int]:
     """int64 [count, 8] = (byte, shift, mask, dst) x 2 parts of one codec field, and its count."""
     parts = t.codec_module.PLAN.fields[name].parts
@@ -464,6 +478,22 @@ def _pack_int8_cols(raw, t, n, k, out):
         fin()
 
 
+def _pack_int8_table(raw, t, n, k, out):
+    """Codes through the table-driven kernel (_panel64_kernels._tab_pack), the scale fields
+    gathered from the same bit plan (numpy: a few values per block) into channel order."""
+    geo = geometry(t, n, k)
+    nblk = k // t.block_size
+    b3 = raw.reshape(n, nblk, t.type_size)
+    for name, dtype, _ in _SCALES[t.name]:
+        tab, count = _field_table(t, name)
+        v = _gather_field(b3, tab).reshape(n, nblk * count).astype(C.DTYPES[dtype].replace("i", "u"))
+        out[name][...] = _to_channel_order(v, geo, C.DTYPES[dtype])
+    codes, _ = _field_table(t, "codes")
+    p32, finish = _aligned_view(out["panels"], np.uint32)
+    _k()._tab_pack(raw.reshape(-1), n, nblk, t.type_size, codes, t.code_offset, t.block_size, p32)
+    finish()
+
+
 def _unpack_int8_table(r, t, n, k, raw):
     geo = geometry(t, n, k)
     nblk = k // t.block_size
@@ -480,8 +510,8 @@ def _unpack_int8_table(r, t, n, k, raw):
 
 _FAST_PACK = {"Q4_0": _pack_q4_small, "Q4_1": _pack_q4_cols, "Q4_K": _pack_q4_k, "Q8_0": _pack_int8_cols,
               "Q5_0": _pack_int8_cols, "Q5_1": _pack_int8_cols, "Q5_K": _pack_int8_cols,
-              "Q6_K": _pack_int8_cols}
+              "Q6_K": _pack_int8_cols, "Q2_K": _pack_int8_table, "Q3_K": _pack_int8_table}
 _NUMPY_PACK = {"Q4_0": _np_pack_q4_small, "Q4_1": _np_pack_q4_small, "Q8_0": _np_pack_q8_0}
 _FAST_UNPACK = {"Q4_0": _unpack_q4_small, "Q4_1": _unpack_q4_small, "Q4_K": _unpack_q4_k, "Q8_0": _unpack_q8_0,
                 "Q5_0": _unpack_int8_table, "Q5_1": _unpack_int8_table, "Q5_K": _unpack_int8_table,
-                "Q6_K": _unpack_int8_table}
+                "Q6_K": _unpack_int8_table, "Q2_K": _unpack_int8_table, "Q3_K": _unpack_int8_table}

@@ -22,12 +22,12 @@ from panelpack.verify import dispatch as D
 
 from builders import random_blocks, run_without_jit
 
-TYPES8 = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K")
-PANEL_SCALES = {  # scheme -> (group fields, super-block fields)
+TYPES8 = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "Q2_K", "Q3_K")
+PANEL_SCALES = {  # scheme -> (group fields, super-block fields); None: the type's scale_field
     "scale": (("d",), ()),
     "scale_min": (("d", "m"), ()),
     "k_scale_min": (("sc", "m"), ("d", "dmin")),
-    "k_scale": (("scale",), ("d",)),
+    "k_scale": ((None,), ("d",)),
 }
 
 
@@ -56,6 +56,7 @@ def ref_pack_panel64(blocks, n, k, qtype):
     regions = {"panels": panels}
     group_f, super_f = PANEL_SCALES[t.scheme]
     for name in group_f + super_f:
+        name = name or t.scale_field
         v = f[name]
         pad = np.zeros((npad, v.shape[1]), v.dtype)
         pad[:n] = v

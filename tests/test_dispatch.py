@@ -18,7 +18,7 @@ from panelpack.verify import dispatch as D
 import ggml_ref
 from builders import random_blocks, run_without_jit
 
-TYPES8 = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K")
+TYPES8 = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "Q2_K", "Q3_K")
 
 
 def _bits(y):
@@ -163,6 +163,14 @@ HAND = {
     #   y = Σ_b 254·(0.5·(2b − 8)) = 127·(56 − 64)
     "Q6_K": (256, lambda: {"d": _f16bits([[0.5]]), "scale": (np.arange(16) - 8).astype(np.int8)[None],
                            "codes": np.full((1, 256), 34, np.uint8)}, [-1016.0]),
+    # Q2_K: q = 2, d = 1, dmin = 0.5, sc[g] = g, m[g] = 3 (G = 16: the 127s sit in the even groups):
+    #   y = Σ_b ((2b·254) − (1.5·127)) = 508·28 − 8·190.5
+    "Q2_K": (256, lambda: {"d": _f16bits([[1.0]]), "dmin": _f16bits([[0.5]]),
+                           "sc": np.arange(16, dtype=np.uint8)[None], "m": np.full((1, 16), 3, np.uint8),
+                           "codes": np.full((1, 256), 2, np.uint8)}, [12700.0]),
+    # Q3_K: u = 7 -> c = 3, d = 0.25, sc[g] = 28 + g -> scale g − 4: y = Σ_b 381·(0.25·(2b − 4)) = 95.25·24
+    "Q3_K": (256, lambda: {"d": _f16bits([[0.25]]), "sc": (28 + np.arange(16)).astype(np.uint8)[None],
+                           "codes": np.full((1, 256), 7, np.uint8)}, [2286.0]),
 }
 
 
@@ -297,8 +305,8 @@ def test_entry_points_refuse_bad_input(rng):
         D.standard_matmul(blocks, 4, 64, "q4_0", np.zeros(32, np.float32))
     with pytest.raises(BadInputError, match=r"int8 \[M, 64\]"):
         D.standard_partials(blocks, 4, 64, "q4_0", np.zeros((1, 64), np.float32))
-    with pytest.raises(UnsupportedError, match="Q2_K has no integer form"):
-        D.standard_matmul(blocks, 4, 64, "q2_k", np.zeros(64, np.float32))
+    with pytest.raises(UnsupportedError, match="IQ4_NL has no integer form"):
+        D.standard_matmul(blocks, 4, 64, "iq4_nl", np.zeros(64, np.float32))
 
 
 # ---- the kernels without the JIT ------------------------------------------------------------
@@ -308,7 +316,7 @@ def test_dispatch_without_jit_matches():
         from builders import random_blocks
         from panelpack.verify import dispatch as D
         rng = np.random.default_rng(11)
-        for q in ("Q4_0", "Q4_1", "Q5_K", "Q6_K"):
+        for q in ("Q4_0", "Q4_1", "Q5_K", "Q6_K", "Q2_K", "Q3_K"):
             k = 256
             blocks = random_blocks(q, 8, k, rng)
             x = rng.standard_normal((2, k)).astype(np.float32)

@@ -75,7 +75,7 @@ def test_describe_is_json_and_complete():
     json.dumps(d)
     by = {x["name"]: x for x in d}
     assert by["rowmajor"]["any_type"] and len(by["rowmajor"]["source_types"]) == len(qtypes.TYPES)
-    assert by["panel64"]["source_types"] == ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"]
+    assert by["panel64"]["source_types"] == ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]
     assert by["panel64"]["row_multiple"] == 1 and by["panel64"]["target"] == {"isa": "sme2", "svl_bits": 512}
     assert by["ggml-x8"]["row_multiple"] == 8 and by["ggml-x8"]["k_multiple"] == {"Q4_0": 32, "Q4_K": 256}
     assert by["il8-nibble"]["invertible"] == {"Q4_0": True, "Q4_K": False}
@@ -90,9 +90,9 @@ def test_describe_is_json_and_complete():
     ("il8-int8", "Q4_K", 8, 256, "type Q4_K is not accepted by il8-int8 (accepts Q4_0)"),
     ("ggml-x8", "Q8_0", 8, 32, "type Q8_0 is not accepted by ggml-x8 (accepts Q4_0, Q4_K)"),
     ("panel64", "F32", 8, 32,
-     "type F32 is not accepted by panel64 (accepts Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)"),
-    ("panel64", "Q2_K", 8, 256,
-     "type Q2_K is not accepted by panel64 (accepts Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)"),
+     "type F32 is not accepted by panel64 (accepts Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)"),
+    ("panel64", "IQ4_NL", 8, 256,
+     "type IQ4_NL is not accepted by panel64 (accepts Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)"),
     ("panel64", "Q4_K", 8, 100, "K=100 is not a multiple of the Q4_K block size 256"),
     ("rowmajor", "Q4_0", 3, 33, "K=33 is not a multiple of the Q4_0 block size 32"),
     ("panel64", "Q4_0", 0, 32, "N=0 is not a positive size"),

@@ -3,6 +3,8 @@ and the fast kernels against the field-based references."""
 
 from __future__ import annotations
 
+import textwrap
+
 import numpy as np
 import pytest
 
@@ -11,10 +13,10 @@ from panelpack.formats import qtypes
 from panelpack.repack import _panel64_kernels as K
 from panelpack.repack import panel64 as P
 
-from builders import random_blocks
+from builders import random_blocks, run_without_jit
 
 NIBBLE = ["Q4_0", "Q4_1", "Q4_K"]
-INT8 = ["Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q8_0"]
+INT8 = ["Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q8_0", "Q2_K", "Q3_K"]
 
 
 def blocks_with_codes(qtype, codes, rng):
@@ -66,6 +68,26 @@ def test_golden_q5_0_int8_code_is_signed():
     reg = P.pack(blocks_with_codes("Q5_0", codes, rng), 1, 32, "Q5_0")
     p = reg["panels"].reshape(8, 256)
     assert p[0, :4].tolist() == [-16, -15, -14, -13] and p[7, :4].tolist() == [12, 13, 14, 15]
+
+
+def test_golden_q2_k_q3_k_int8_codes():
+    # Q3_K code u in 0..7 is stored as u - 4, Q2_K q in 0..3 as q; G = 16 (4 kg-blocks a group),
+    # the scale regions keep the 4-bit sc/m (Q2_K) and the 6-bit sc (Q3_K) of each 16-group.
+    rng = np.random.default_rng(0)
+    e = np.arange(256)
+    for qtype, span, off in (("Q3_K", 8, 4), ("Q2_K", 4, 0)):
+        codes = (e % span).astype(np.uint8).reshape(1, 256)
+        raw = blocks_with_codes(qtype, codes, rng)
+        reg = P.pack(raw, 1, 256, qtype)
+        p = reg["panels"]
+        assert p.shape == (1, 16, 4, 256) and p.dtype == np.int8
+        assert p[0, 0, 0, :8].tolist() == [c - off for c in (0, 1, 2, 3)] + [0] * 4
+        assert p[0, 0, 1, :4].tolist() == [c % span - off for c in (4, 5, 6, 7)]
+        assert not p[..., 4:].any()
+        f = B.to_fields(raw, qtype, 1, 256)
+        assert reg["sc"].shape == (1, 16, 64) and np.array_equal(reg["sc"][0, :, 0], f["sc"][0])
+        assert not reg["sc"][0, :, 1:].any()
+        assert np.array_equal(P.unpack(reg, 1, 256, qtype), raw)
 
 
 def test_zt0_tables():
@@ -165,6 +187,7 @@ def test_scale_regions_are_the_source_fields_in_channel_order(qtype, rng):
     ("Q8_0", 70, 96), ("Q8_0", 128, 256),
     ("Q5_0", 70, 96), ("Q5_1", 64, 64), ("Q5_K", 70, 512), ("Q6_K", 70, 512), ("Q6_K", 1, 256),  # bit tables
     ("Q8_0", 71, 64), ("Q5_0", 3, 64), ("Q5_1", 129, 32), ("Q5_K", 65, 256),  # odd last row: paired with a pad
+    ("Q2_K", 70, 512), ("Q2_K", 1, 256), ("Q3_K", 130, 768), ("Q3_K", 63, 256),  # _tab_pack
 ])
 def test_fast_kernels_match_the_references(qtype, n, k, rng):
     raw = random_blocks(qtype, n, k, rng)
@@ -177,7 +200,7 @@ def test_fast_kernels_match_the_references(qtype, n, k, rng):
     assert np.array_equal(P.unpack(fast, n, k, qtype), raw)
 
 
-@pytest.mark.parametrize("qtype", ["Q8_0", "Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q4_1"])
+@pytest.mark.parametrize("qtype", ["Q8_0", "Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q4_1", "Q2_K", "Q3_K"])
 def test_block_column_kernels_write_misaligned_out_regions(qtype, rng):
     n, k = 67, 256
     raw = random_blocks(qtype, n, k, rng)
@@ -222,7 +245,8 @@ def test_numba_is_used_from_the_payoff_size_or_once_loaded(monkeypatch):
 def test_the_fast_paths_are_the_ones_exercised():
     assert set(P._FAST_PACK) == {t.name for t in P.SOURCE_TYPES} == set(P._FAST_UNPACK)
     for name in ("_q4_0_pack_w", "_q4_0_unpack_w", "_q4_small_cols", "_q4_unpack_b", "_q4_k_pack", "_q4_k_unpack",
-                 "_q8_0_unpack", "_tab_unpack", "_q8_0_cols", "_q5_small_cols", "_q5_k_cols", "_q6_k_cols"):
+                 "_q8_0_unpack", "_tab_unpack", "_q8_0_cols", "_q5_small_cols", "_q5_k_cols", "_q6_k_cols",
+                 "_tab_pack"):
         f = getattr(K, name)
         if not hasattr(f, "signatures"):
             pytest.skip("numba JIT disabled (NUMBA_DISABLE_JIT=1)")
@@ -249,3 +273,20 @@ def test_dequantize_reads_the_zt0_value_of_the_nibble():
     raw1 = np.frombuffer(b"\x00\x3c\x00\x00" + bytes(0x11 * i for i in range(16)), np.uint8).reshape(1, 20)
     y = P.dequantize(P.pack(raw1, 1, 32, "Q4_1"), 1, 32, "Q4_1")
     assert y.reshape(-1).tolist() == [float(i) for i in range(16)] * 2
+
+
+def test_table_driven_kernels_without_jit_match_the_references():
+    # _tab_pack/_tab_unpack as plain Python (NUMBA_DISABLE_JIT): the same bytes as pack_ref
+    code = textwrap.dedent("""
+        import numpy as np
+        from builders import random_blocks
+        from panelpack.repack import panel64 as P
+        rng = np.random.default_rng(3)
+        for q, n in (("Q2_K", 5), ("Q3_K", 66)):
+            raw = random_blocks(q, n, 256, rng)
+            fast, ref = P.pack(raw, n, 256, q), P.pack_ref(raw, n, 256, q)
+            assert all(np.array_equal(fast[r].view(np.uint8), ref[r].view(np.uint8)) for r in ref), q
+            assert np.array_equal(P.unpack(fast, n, 256, q), raw), q
+        print("ok")
+    """)
+    assert run_without_jit(code) == "ok"

@@ -345,6 +345,30 @@ def _row_q6_k(wt, r, out):
                 out[r, j, 128 * h + 96 + i] = ((l1 >> 4) | (((hb >> 6) & 3) << 4)) - 32
 
 
+@lazy_njit(inline="always")
+def _row_q2_k(wt, r, out):
+    # [scales 16][qs 64][d f16][dmin f16]: e = 128h + 32j + l: q = (qs[32h + l] >> 2j) & 3; c = q
+    for b in range(wt.shape[1]):
+        for h in range(2):
+            for i in range(32):
+                v = np.int16(wt[r, b, 16 + 32 * h + i])
+                for j in range(4):
+                    out[r, b, 128 * h + 32 * j + i] = (v >> (2 * j)) & 3
+
+
+@lazy_njit(inline="always")
+def _row_q3_k(wt, r, out):
+    # [hmask 32][qs 64][scales 12][d f16]: e = 128h + 32j + l: u = (qs[32 + 32h + l] >> 2j) & 3
+    # | ((hmask[l] >> (4h + j)) & 1) << 2; c = u - 4
+    for b in range(wt.shape[1]):
+        for h in range(2):
+            for i in range(32):
+                v = np.int16(wt[r, b, 32 + 32 * h + i])
+                hb = np.int16(wt[r, b, i])
+                for j in range(4):
+                    out[r, b, 128 * h + 32 * j + i] = (((v >> (2 * j)) & 3) | (((hb >> (4 * h + j)) & 1) << 2)) - 4
+
+
 # =============================================================================================
 # the kernels: one tile function per table row (serial, compiled on first use), all run by one
 # parallel driver (prange over tiles). Keeping the heavy bodies out of the parfor keeps compile
@@ -639,7 +663,8 @@ def _signed_code_max(t):
 #: rowmajor: the row decoder of each type (the standard GGUF block layouts)
 _ROW_TILES = {t: _row_tile(dec) for t, dec in (
     ("Q4_0", _row_q4_0), ("Q4_1", _row_q4_1), ("Q5_0", _row_q5_0), ("Q5_1", _row_q5_1),
-    ("Q8_0", _row_q8_0), ("Q4_K", _row_q4_k), ("Q5_K", _row_q5_k), ("Q6_K", _row_q6_k))}
+    ("Q8_0", _row_q8_0), ("Q4_K", _row_q4_k), ("Q5_K", _row_q5_k), ("Q6_K", _row_q6_k),
+    ("Q2_K", _row_q2_k), ("Q3_K", _row_q3_k))}
 
 
 def _nibble_tile(t):

@@ -12,7 +12,7 @@ A matrix product ``y = W·x`` on quantized weights runs in three steps:
        da   = f32(f16(d))        (round to nearest even through f16)
 
 2. **Integer partials** (:func:`standard_partials`): per activation row ``m``, output channel
-   ``n`` and weight group ``g`` (``G`` consecutive K; 32, or 16 for Q6_K)::
+   ``n`` and weight group ``g`` (``G`` consecutive K; 32, or 16 for Q6_K, Q3_K, Q2_K)::
 
        P[m, n, g] = Σ_k c[n, k] · a[m, k]      A[m, g] = Σ_k a[m, k]      (int32)
 
@@ -21,13 +21,14 @@ A matrix product ``y = W·x`` on quantized weights runs in three steps:
 3. **Rescale** (:func:`rescale`), in f32, groups in increasing order from ``y = 0.0f``, every
    product and sum rounded on its own (numba does not contract to FMA without ``fastmath``)::
 
-       scale        (Q4_0, Q5_0, Q8_0, Q6_K)  y = y + (f32(P)·s)·da
-       scale_min    (Q4_1, Q5_1)              y = y + ((f32(P)·s)·da + (o·f32(A))·da)
-       k_scale_min  (Q4_K, Q5_K)              y = y + ((s·f32(P)) − (o·f32(A)))·da
+       scale        (Q4_0, Q5_0, Q8_0, Q6_K, Q3_K)  y = y + (f32(P)·s)·da
+       scale_min    (Q4_1, Q5_1)                    y = y + ((f32(P)·s)·da + (o·f32(A))·da)
+       k_scale_min  (Q4_K, Q5_K, Q2_K)              y = y + ((s·f32(P)) − (o·f32(A)))·da
 
    with ``s``/``o`` per (channel, group) from :func:`scale_arrays` (``s = f32(d)``,
-   ``f32(d)·f32(sc)``, ``f32(d)·f32(scale)``; ``o = f32(m)``, ``f32(dmin)·f32(m)``) and
-   ``da = da[m, (g·G)//32]`` (two Q6_K 16-groups share one activation block).
+   ``f32(d)·f32(sc)``, ``f32(d)·f32(scale)``, Q3_K ``f32(d)·f32(sc − 32)``; ``o = f32(m)``,
+   ``f32(dmin)·f32(m)``) and ``da = da[m, (g·G)//32]`` (two 16-groups of Q6_K, Q3_K, Q2_K
+   share one activation block).
 
 Every path in ``verify/`` (this reference, the emulated SME2/NEON leaves, the interleaved kernels,
 the compiled kernels) ends in :func:`rescale`, or in :func:`rescale_lanes` (many channels side by
@@ -53,7 +54,7 @@ from ..formats.errors import BadInputError, UnsupportedError
 QK8 = 32  # activation block (Q8_0)
 
 #: rescale family (``GGMLType.scheme``) -> the formula number used by :func:`rescale_step`.
-#: ``k_scale`` (Q6_K) is the scale-only formula with G = 16.
+#: ``k_scale`` (Q6_K, Q3_K) is the scale-only formula with G = 16; Q2_K is ``k_scale_min`` with G = 16.
 SCALE, SCALE_MIN, K_SCALE_MIN = 0, 1, 2
 SCHEME_KIND: dict[str, int] = {"scale": SCALE, "scale_min": SCALE_MIN, "k_scale": SCALE,
                                "k_scale_min": K_SCALE_MIN}
@@ -245,8 +246,9 @@ def _scales_k_scale_min(fields, t):
 
 
 def _scales_k_scale(fields, t):
+    # s = f32(d)·f32(scale) (Q6_K), f32(d)·f32(sc − 32) (Q3_K): the registry's scale_field/offset
     per = qtypes.QK_K // t.group
-    s = _per_group(_f16(fields["d"]), per) * fields["scale"].astype(np.int8).astype(np.float32)
+    s = _per_group(_f16(fields["d"]), per) * _blocks.k_scales(fields, t).astype(np.float32)
     return s, np.zeros_like(s)
 
 

@@ -44,6 +44,16 @@ def integer_codes(fields: dict[str, np.ndarray], qtype) -> np.ndarray:
     return fields["codes"].astype(np.int16) - np.int16(t.code_offset)
 
 
+def k_scales(fields: dict[str, np.ndarray], qtype) -> np.ndarray:
+    """The signed per-group scale of a ``k_scale`` type (docs/FORMAT.md §3), int16 ``[n, k/G]``:
+    the registry's ``scale_field`` minus ``scale_offset`` (Q6_K ``scale``, Q3_K ``sc - 32``).
+    The field is read as int8 (Q6_K's is signed; Q3_K's 6-bit values are below 64 either way)."""
+    t = qtypes.get(qtype)
+    if t.scale_field is None:
+        raise UnsupportedError(f"type {t.name} has no per-group K scale")
+    return np.asarray(fields[t.scale_field]).astype(np.int8).astype(np.int16) - np.int16(t.scale_offset)
+
+
 def dequantize(raw, qtype, n: int, k: int, out: np.ndarray | None = None, parallel: bool | None = None) -> np.ndarray:
     """Decode ``[n, k]`` worth of ``qtype`` data to f32 ``[n, k]``, bit-identical with gguf-py.
 
