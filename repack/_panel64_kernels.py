@@ -578,6 +578,28 @@ def _pair_rows(sb, c, cn, rb, b, bb):
 
 
 @njit
+def _pair_steps(n, nblk):
+    """How many steps :func:`_pair_walk` takes over an [n, nblk]-block matrix."""
+    return ((n + 63) >> 6) * nblk * 32
+
+
+@njit
+def _pair_walk(t, n, nblk, bb):
+    """Step ``t`` of the int8 column kernels' walk, in the order of the loops ``for sb (64-row
+    super-block), for b (block along K), for c in 0, 2, .. < 64 (channel pair)``: ``(blk, hc,
+    o0, o1, live)`` with ``blk = sb * nblk + b``, ``hc = c / 2``, the byte offsets of block b in
+    rows c and c+1 (row c again when c+1 is past the last row), and ``live`` False for the
+    steps past the last channel of a ragged super-block (the caller skips them)."""
+    sb, r = divmod(t, nblk * 32)
+    b, h = divmod(r, 32)
+    c = 2 * h
+    cn = min(64, n - sb * 64)
+    rb = _U(nblk * bb)
+    o0, o1 = _pair_rows(sb, c, cn, rb, b, bb)
+    return _U(sb * nblk + b), _U(h), o0, o1, c < cn
+
+
+@njit
 def _put_u16_pair(d32, i, a8, o0, o1, at):
     """The u16 fields at byte ``at`` of two blocks -> one uint32 (channel c low, c+1 high)."""
     d32[i] = np.uint32(_u16_at(a8, o0 + _U(at)) | (_u16_at(a8, o1 + _U(at)) << _U(16)))
@@ -597,6 +619,7 @@ def _q5_small_value(a8, o, hq, off, q):
 @lazy_njit(nt.void(_RO_U8, nt.int64, nt.int64, nt.uint64[::1], nt.uint32[::1]), **_KERNEL)
 def _q8_0_cols(a8, n, nblk, p64, d32):
     """Q8_0 (34 B: d, then 32 int8 codes, offset 0): the codes are the words already."""
+    # the walk of _pair_walk as nested loops: for 34-byte blocks its per-step divisions cost ~40%
     rb = _U(nblk * 34)
     for sb in range((n + 63) >> 6):
         cn = min(64, n - sb * 64)
@@ -617,22 +640,19 @@ def _q5_small_cols(a8, n, nblk, hq, off, p64, d32, m32):
     high bits at bytes hq..hq+3, qs[16] after; element j < 16 = qs[j] low nibble | qh bit j
     << 4, element 16 + j = qs[j] high nibble | qh bit 16 + j << 4."""
     bb = hq + 20
-    rb = _U(nblk * bb)
-    for sb in range((n + 63) >> 6):
-        cn = min(64, n - sb * 64)
-        for b in range(nblk):
-            blk = _U(sb * nblk + b)
-            for c in range(0, cn, 2):
-                o0, o1 = _pair_rows(sb, c, cn, rb, b, bb)
-                _put_u16_pair(d32, blk * _U(32) + _U(c >> 1), a8, o0, o1, 0)
-                if hq == 4:
-                    _put_u16_pair(m32, blk * _U(32) + _U(c >> 1), a8, o0, o1, 2)
-                i0 = blk * _U(256) + _U(c >> 1)
-                for q in range(2):
-                    lo0, hi0 = _q5_small_value(a8, o0, hq, off, q)
-                    lo1, hi1 = _q5_small_value(a8, o1, hq, off, q)
-                    _put_pair(p64, i0 + _U(64 * q), lo0, lo1)
-                    _put_pair(p64, i0 + _U(64 * (2 + q)), hi0, hi1)
+    for t in range(_pair_steps(n, nblk)):
+        blk, hc, o0, o1, live = _pair_walk(t, n, nblk, bb)
+        if not live:
+            continue
+        _put_u16_pair(d32, blk * _U(32) + hc, a8, o0, o1, 0)
+        if hq == 4:
+            _put_u16_pair(m32, blk * _U(32) + hc, a8, o0, o1, 2)
+        i0 = blk * _U(256) + hc
+        for q in range(2):
+            lo0, hi0 = _q5_small_value(a8, o0, hq, off, q)
+            lo1, hi1 = _q5_small_value(a8, o1, hq, off, q)
+            _put_pair(p64, i0 + _U(64 * q), lo0, lo1)
+            _put_pair(p64, i0 + _U(64 * (2 + q)), hi0, hi1)
 
 
 @njit
@@ -671,27 +691,23 @@ def _q5_k_cols(a8, n, nblk, p64, sc16, m16, d32, dmin32):
     """Q5_K (176 B: d, dmin, scales[12], qh[32], qs[128], offset 0): element 64j + l (l < 32)
     = qs[32j + l] low nibble | qh[l] bit 2j << 4; element 64j + 32 + l = the high nibble |
     qh[l] bit 2j+1 << 4."""
-    rb = _U(nblk * 176)
-    for sb in range((n + 63) >> 6):
-        cn = min(64, n - sb * 64)
-        for b in range(nblk):
-            blk = _U(sb * nblk + b)
-            for c in range(0, cn, 2):
-                o0, o1 = _pair_rows(sb, c, cn, rb, b, 176)
-                hc = _U(c >> 1)
-                _put_u16_pair(d32, blk * _U(32) + hc, a8, o0, o1, 0)
-                _put_u16_pair(dmin32, blk * _U(32) + hc, a8, o0, o1, 2)
-                sc0, m0 = _k_scale_bytes(a8, o0)
-                sc1, m1 = _k_scale_bytes(a8, o1)
-                _put_lanes_pair(sc16, blk * _U(256) + hc, sc0, sc1, 8)
-                _put_lanes_pair(m16, blk * _U(256) + hc, m0, m1, 8)
-                i0 = blk * _U(2048) + hc
-                for j in range(4):
-                    for l8 in range(4):
-                        lo0, hi0 = _q5_k_value(a8, o0, j, l8)
-                        lo1, hi1 = _q5_k_value(a8, o1, j, l8)
-                        _put_pair(p64, i0 + _U(64 * (8 * j + l8)), lo0, lo1)
-                        _put_pair(p64, i0 + _U(64 * (8 * j + 4 + l8)), hi0, hi1)
+    for t in range(_pair_steps(n, nblk)):
+        blk, hc, o0, o1, live = _pair_walk(t, n, nblk, 176)
+        if not live:
+            continue
+        _put_u16_pair(d32, blk * _U(32) + hc, a8, o0, o1, 0)
+        _put_u16_pair(dmin32, blk * _U(32) + hc, a8, o0, o1, 2)
+        sc0, m0 = _k_scale_bytes(a8, o0)
+        sc1, m1 = _k_scale_bytes(a8, o1)
+        _put_lanes_pair(sc16, blk * _U(256) + hc, sc0, sc1, 8)
+        _put_lanes_pair(m16, blk * _U(256) + hc, m0, m1, 8)
+        i0 = blk * _U(2048) + hc
+        for j in range(4):
+            for l8 in range(4):
+                lo0, hi0 = _q5_k_value(a8, o0, j, l8)
+                lo1, hi1 = _q5_k_value(a8, o1, j, l8)
+                _put_pair(p64, i0 + _U(64 * (8 * j + l8)), lo0, lo1)
+                _put_pair(p64, i0 + _U(64 * (8 * j + 4 + l8)), hi0, hi1)
 
 
 @njit
@@ -710,28 +726,24 @@ def _q6_k_values(a8, o, h, l8):
 def _q6_k_cols(a8, n, nblk, p64, s16, d32):
     """Q6_K (210 B: ql[128], qh[64], scales[16], d; offset 32): element 128h + 32s + l (l < 32)
     = ql[64h + 32(s & 1) + l] nibble s >> 1 | (qh[32h + l] >> 2s & 3) << 4."""
-    rb = _U(nblk * 210)
-    for sb in range((n + 63) >> 6):
-        cn = min(64, n - sb * 64)
-        for b in range(nblk):
-            blk = _U(sb * nblk + b)
-            for c in range(0, cn, 2):
-                o0, o1 = _pair_rows(sb, c, cn, rb, b, 210)
-                hc = _U(c >> 1)
-                _put_u16_pair(d32, blk * _U(32) + hc, a8, o0, o1, 208)
-                _put_lanes_pair(s16, blk * _U(512) + hc, _u64_at(a8, o0 + _U(192)), _u64_at(a8, o1 + _U(192)), 8)
-                _put_lanes_pair(s16, blk * _U(512) + _U(256) + hc, _u64_at(a8, o0 + _U(200)),
-                                _u64_at(a8, o1 + _U(200)), 8)
-                i0 = blk * _U(2048) + hc
-                for h in range(2):
-                    for l8 in range(4):
-                        x0, x1, x2, x3 = _q6_k_values(a8, o0, h, l8)
-                        y0, y1, y2, y3 = _q6_k_values(a8, o1, h, l8)
-                        i = i0 + _U(64 * (16 * h + l8))
-                        _put_pair(p64, i, x0, y0)
-                        _put_pair(p64, i + _U(256), x1, y1)
-                        _put_pair(p64, i + _U(512), x2, y2)
-                        _put_pair(p64, i + _U(768), x3, y3)
+    for t in range(_pair_steps(n, nblk)):
+        blk, hc, o0, o1, live = _pair_walk(t, n, nblk, 210)
+        if not live:
+            continue
+        _put_u16_pair(d32, blk * _U(32) + hc, a8, o0, o1, 208)
+        _put_lanes_pair(s16, blk * _U(512) + hc, _u64_at(a8, o0 + _U(192)), _u64_at(a8, o1 + _U(192)), 8)
+        _put_lanes_pair(s16, blk * _U(512) + _U(256) + hc, _u64_at(a8, o0 + _U(200)),
+                        _u64_at(a8, o1 + _U(200)), 8)
+        i0 = blk * _U(2048) + hc
+        for h in range(2):
+            for l8 in range(4):
+                x0, x1, x2, x3 = _q6_k_values(a8, o0, h, l8)
+                y0, y1, y2, y3 = _q6_k_values(a8, o1, h, l8)
+                i = i0 + _U(64 * (16 * h + l8))
+                _put_pair(p64, i, x0, y0)
+                _put_pair(p64, i + _U(256), x1, y1)
+                _put_pair(p64, i + _U(512), x2, y2)
+                _put_pair(p64, i + _U(768), x3, y3)
 
 
 # ---- block-column kernel of the Q4_0/Q4_1 nibble panels ------------------------------------

@@ -148,38 +148,44 @@ def _read_gguf(data: bytes, work: Path, corpus: Corpus) -> None:
                 np.asarray(f.array(t.name)).sum()
 
 
+def _read_every_array(f) -> None:
+    """Decode every tensor of an open reader (the values themselves are not checked)."""
+    for t in f.tensors:
+        with np.errstate(all="ignore"):
+            np.asarray(f.array(t.name)).sum()
+
+
+def _copy_once(src: Path, dst: Path) -> Path:
+    """``dst``: a copy of the folder ``src``, made on first use (later cases overwrite one file)."""
+    if not dst.exists():
+        shutil.copytree(src, dst)
+    return dst
+
+
 def _read_safetensors(data: bytes, work: Path, corpus: Corpus) -> None:
     from panelpack.formats.safetensors import SafetensorsFile
 
     p = work / "x.safetensors"
     p.write_bytes(data)
     with SafetensorsFile(p) as f:
-        for t in f.tensors:
-            with np.errstate(all="ignore"):
-                np.asarray(f.array(t.name)).sum()
+        _read_every_array(f)
 
 
 def _read_index(data: bytes, work: Path, corpus: Corpus) -> None:
     from panelpack.formats.checkpoint import open_checkpoint
 
-    d = work / "hf"
-    if not d.exists():
-        shutil.copytree(corpus.hf, d)
+    d = _copy_once(corpus.hf, work / "hf")
     (d / "model.safetensors.index.json").write_bytes(data)
     with open_checkpoint(d) as f:
         f.hyperparameters()
-        for t in f.tensors:
-            with np.errstate(all="ignore"):
-                np.asarray(f.array(t.name)).sum()
+        _read_every_array(f)
 
 
 def _read_manifest(data: bytes, work: Path, corpus: Corpus) -> None:
     from panelpack.formats import describe
     from panelpack.verify import bundle_check
 
-    d = work / "b.ppk"
-    if not d.exists():
-        shutil.copytree(corpus.bundle, d)
+    d = _copy_once(corpus.bundle, work / "b.ppk")
     (d / "manifest.json").write_bytes(data)
     rep = bundle_check.verify(d, level="lossless")
     rep.render()

@@ -20,9 +20,9 @@ from __future__ import annotations
 import numpy as np
 
 from .._jit import inline_jit, lazy_njit
-from ._codec import k_scale_min
-from .f16 import f16_at, f16_to_f32, f32_to_f16_bits
-from .f32 import f32_bits
+from ._codec import k_scale_min, k_scale_put
+from .f16 import f16_at, f16_bits_ref, f16_to_f32, f32_to_f16_bits
+from .f32 import cvtt_i32_ref, f32_bits, min_max_ref
 
 #: ggml's GROUP_MAX_EPS: a group whose largest |x| is below it is all zero
 GROUP_MAX_EPS = np.float32(1e-15)
@@ -85,24 +85,41 @@ def block_min_max(x):
 FLT_MAX = np.float32(3.4028234663852886e38)
 
 
+#: "no importance weights" (ggml's NULL): the searches then weight by x*x
+NO_WEIGHTS = np.empty(0, np.float32)
+
+
 @lazy_njit(cache=True, error_model="numpy")
-def make_qx_quants(n, nmax, x, L, qw):
-    """``make_qx_quants(n, nmax, x, L, rmse_type=1, qw)``: writes ``L[0:n]`` (0 .. 2nmax-1),
-    returns the scale. Weights: ``qw[i]`` (importance), or ``x*x`` when ``qw`` is empty (NULL)."""
+def _first_pass(n, nmax, x, L, qw, bias):
+    """The opening make_qx_quants and make_q3_quants share: ``iscale = -nmax / max`` (the signed
+    absmax), ``L = clamp(nearest_int(iscale * x), -nmax, nmax-1) + bias`` and the sums
+    ``sum w*x*l``, ``sum w*l*l`` in ggml's order (``w = qw``, or ``x*x`` when ``qw`` is empty).
+    Returns ``(max, sumlx, suml2)``; ``max`` 0: every |x| is below GROUP_MAX_EPS, ``L`` all 0."""
     f32 = np.float32
     mx = signed_absmax(n, x, L)
-    if mx == f32(0):  # all |x| below GROUP_MAX_EPS: L = 0, scale 0
-        return f32(0)
+    if mx == f32(0):
+        return f32(0), f32(0), f32(0)
     iscale = f32(-nmax) / mx
     sumlx = f32(0)
     suml2 = f32(0)
     for i in range(n):
         l = clamp(nearest_int(iscale * x[i]), -nmax, nmax - 1)
-        L[i] = l + nmax
+        L[i] = l + bias
         w = qw[i] if qw.size else x[i] * x[i]
         fl = f32(l)
         sumlx = sumlx + w * x[i] * fl
         suml2 = suml2 + w * fl * fl
+    return mx, sumlx, suml2
+
+
+@lazy_njit(cache=True, error_model="numpy")
+def make_qx_quants(n, nmax, x, L, qw):
+    """``make_qx_quants(n, nmax, x, L, rmse_type=1, qw)``: writes ``L[0:n]`` (0 .. 2nmax-1),
+    returns the scale. Weights: ``qw[i]`` (importance), or ``x*x`` when ``qw`` is empty (NULL)."""
+    f32 = np.float32
+    mx, sumlx, suml2 = _first_pass(n, nmax, x, L, qw, nmax)
+    if mx == f32(0):  # all |x| below GROUP_MAX_EPS: L = 0, scale 0
+        return f32(0)
     scale = sumlx / suml2 if suml2 != f32(0) else f32(0)
     best = scale * sumlx
     for step in range(-9, 10):
@@ -192,18 +209,9 @@ def make_q3_quants(n, nmax, x, L):
     """``make_q3_quants(n, nmax, x, L, do_rmse=true)``: writes ``L[0:n]`` (0 .. 2nmax-1),
     returns the scale."""
     f32 = np.float32
-    mx = signed_absmax(n, x, L)
+    mx, sumlx, suml2 = _first_pass(n, nmax, x, L, NO_WEIGHTS, 0)
     if mx == f32(0):  # all |x| below GROUP_MAX_EPS: L = 0, scale 0
         return f32(0)
-    iscale = f32(-nmax) / mx
-    sumlx = f32(0)
-    suml2 = f32(0)
-    for i in range(n):
-        l = clamp(nearest_int(iscale * x[i]), -nmax, nmax - 1)
-        L[i] = l
-        w = x[i] * x[i]
-        sumlx = sumlx + w * x[i] * f32(l)
-        suml2 = suml2 + w * f32(l) * f32(l)
     for _ in range(5):
         changed = 0
         for i in range(n):
@@ -550,3 +558,62 @@ def weighted_scale_min(xb, qb, blk, sigma2, iscr, fscr, nmax):
     put_f16(blk, 0, f32_to_f16_bits(d))
     put_f16(blk, 2, f32_to_f16_bits(-mn))
     return L
+
+
+@lazy_njit(cache=True, error_model="numpy")
+def k_weighted_scales(xb, qb, blk, iscr, fscr, nmax):
+    """The head ggml's ``quantize_row_q4_K_impl`` and ``q5_K_impl`` share: the sub-block
+    searches (:func:`kx3_sub_blocks`, codes up to ``nmax``), ``d = make_qp_quants(8, 63, scale,
+    Ls, sw)`` and ``dmin`` likewise, the 6-bit ``Ls``/``Lm`` stored in the 12 scale bytes.
+    Returns ``(L, d, dmin)``: the codes so far and the two super-block scales."""
+    L, laux, ls, lm = iscr[0], iscr[1], iscr[2, :8], iscr[3, :8]
+    w, sw, scales, mins = fscr[0], fscr[1, :8], fscr[2, :8], fscr[3, :8]
+    kx3_sub_blocks(xb, qb, L, laux, w, sw, scales, mins, nmax)
+    d = make_qp_quants(8, 63, scales, ls, sw)
+    dmin = make_qp_quants(8, 63, mins, lm, sw)
+    for j in range(8):  # make_qp_quants' codes are <= 63: the MIN(63, ...) of q5_K_impl is a no-op
+        k_scale_put(blk, j, min(63, ls[j] & 0xFF), min(63, lm[j] & 0xFF))
+    return L, d, dmin
+
+
+@lazy_njit(inline="always")
+def positive_max(v):
+    """ggml's ``max = 0; for (...) if (v[j] > max) max = v[j];``: the largest value above 0, or 0."""
+    m = np.float32(0)
+    for j in range(v.size):
+        if v[j] > m:
+            m = v[j]
+    return m
+
+
+def f16_fields(n: int, k: int, codes: np.ndarray, **scales: np.ndarray) -> dict[str, np.ndarray]:
+    """numpy: a 32-element type's bit fields from its f32 scales (stored as ggml's f16, one per
+    block) and its codes: what the ``_encode_ref`` references return."""
+    out = {name: f16_bits_ref(v).reshape(n, -1) for name, v in scales.items()}
+    out["codes"] = codes.astype(np.uint8).reshape(n, k)
+    return out
+
+
+@inline_jit
+def min_scale_head(xb, blk, nmax):
+    """The opening of ggml's ``quantize_row_q4_1_ref`` / ``q5_1_ref``: min and max of the block
+    (:func:`block_min_max`), ``d = (max - min) / nmax``, ``id = d ? 1/d : 0``; stores ``f16(d)``
+    at byte 0 and ``f16(min)`` at 2; returns ``(min, id)``."""
+    mn, mx = block_min_max(xb)
+    d = (mx - mn) / np.float32(nmax)
+    idv = np.float32(1) / d if d != np.float32(0) else np.float32(0)
+    put_f16(blk, 0, f32_to_f16_bits(d))
+    put_f16(blk, 2, f32_to_f16_bits(mn))
+    return mn, idv
+
+
+def min_scale_ref(xr: np.ndarray, nmax: int):
+    """numpy twin of :func:`min_scale_head` over all blocks of ``xr``: ``(min, d, t)`` with ``t =
+    (int32)((x - min) * id + 0.5f)`` (C's truncation), each type clamping and packing ``t``."""
+    xb = xr.reshape(-1, 32)
+    mn, mx = min_max_ref(xb)
+    with np.errstate(all="ignore"):
+        d = (mx - mn) / np.float32(nmax)
+        idv = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
+        t = cvtt_i32_ref((xb - mn[:, None]) * idv[:, None] + np.float32(0.5))
+    return mn, d, t

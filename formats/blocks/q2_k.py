@@ -38,6 +38,7 @@ from ._kquant import (
     make_qkx3_quants,
     make_qp_quants,
     nearest_int,
+    positive_max,
     put_q2,
     sum_squares,
 )
@@ -90,19 +91,12 @@ def _quantize_block(xb, blk, iscr, fscr):
     scales = fscr[1, :16]
     mins = fscr[2, :16]
     f15 = np.float32(15)
-    max_scale = np.float32(0)
-    max_min = np.float32(0)
     for g in range(16):
         xs = xb[16 * g:16 * g + 16]
         for l in range(16):
             w[l] = abs(xs[l])
-        sc, mn = make_qkx2_quants(16, 3, xs, w, L[16 * g:16 * g + 16], laux, _RMIN, _RDELTA, 15, True)
-        scales[g] = sc
-        mins[g] = mn
-        if sc > max_scale:
-            max_scale = sc
-        if mn > max_min:
-            max_min = mn
+        scales[g], mins[g] = make_qkx2_quants(16, 3, xs, w, L[16 * g:16 * g + 16], laux, _RMIN, _RDELTA, 15, True)
+    max_scale, max_min = positive_max(scales), positive_max(mins)
     if max_scale > np.float32(0):
         iscale = f15 / max_scale
         for g in range(16):

@@ -13,16 +13,15 @@ operand, as ggml and gguf-py compute it; see ``f32.add_first_nan``).
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
-from .._jit import RO_F32, inline_jit, lazy_njit
+from .._jit import inline_jit, lazy_njit
 from ..qtypes import Q4_1 as QTYPE
 from ._bits import BlockPlan, Field, f16_word, nibble_codes
 from ._codec import declare, min_ref
-from ._kquant import block_min_max, int8, put_f16, put_q4, weighted_scale_min
-from .f16 import f16_at, f16_bits_ref, f32_to_f16_bits
-from .f32 import add_first_nan, cvtt_i32, cvtt_i32_ref, low_i8, min_max_ref
+from ._kquant import f16_fields, int8, min_scale_head, min_scale_ref, put_q4, weighted_scale_min
+from .f16 import f16_at
+from .f32 import add_first_nan, cvtt_i32, low_i8
 
 PLAN = BlockPlan(QTYPE, [
     Field("d", "u2", (f16_word(0),)),
@@ -43,41 +42,28 @@ def _dequantize_block(blk, yb, qk):
 
 
 # ---- quantize ------------------------------------------------------------------------------
-@lazy_njit(numba.void(RO_F32, numba.uint8[::1], numba.int64, numba.int64), cache=True, error_model="numpy")
-def _quantize_range(x, out, b0, b1):
-    """Blocks ``[b0, b1)`` of ggml's ``quantize_row_q4_1_ref``:
+@inline_jit
+def _quantize_block(xb, blk, iscr, fscr):
+    """One block of ggml's ``quantize_row_q4_1_ref``:
         min, max over the block ("if (v < min)", from +-FLT_MAX); d = (max - min) / 15
         id = d ? 1/d : 0;  u = MIN(15, (int8_t)((x - min)*id + 0.5f))  (low byte stored)"""
-    for i in range(b0, b1):
-        xb = x[i * 32:i * 32 + 32]
-        blk = out[i * 20:i * 20 + 20]
-        mn, mx = block_min_max(xb)
-        d = (mx - mn) / np.float32(15)
-        idv = np.float32(1) / d if d != np.float32(0) else np.float32(0)
-        put_f16(blk, 0, f32_to_f16_bits(d))
-        put_f16(blk, 2, f32_to_f16_bits(mn))
-        for j in range(16):
-            u0 = min(15, int8(cvtt_i32((xb[j] - mn) * idv + np.float32(0.5)))) & 0xFF
-            u1 = min(15, int8(cvtt_i32((xb[j + 16] - mn) * idv + np.float32(0.5)))) & 0xFF
-            blk[4 + j] = np.uint8((u0 | (u1 << 4)) & 0xFF)
+    mn, idv = min_scale_head(xb, blk, 15)
+    for j in range(16):
+        u0 = min(15, int8(cvtt_i32((xb[j] - mn) * idv + np.float32(0.5)))) & 0xFF
+        u1 = min(15, int8(cvtt_i32((xb[j + 16] - mn) * idv + np.float32(0.5)))) & 0xFF
+        blk[4 + j] = np.uint8((u0 | (u1 << 4)) & 0xFF)
 
 
 def _encode_ref(xr: np.ndarray) -> dict[str, np.ndarray]:
     """numpy: ggml's scalar loop, vectorised over blocks, as bit fields (for ``quantize_ref``)."""
-    xb = xr.reshape(-1, 32)
-    mn, mx = min_max_ref(xb)
-    with np.errstate(all="ignore"):
-        d = (mx - mn) / np.float32(15)
-        idv = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
-        t = cvtt_i32_ref((xb - mn[:, None]) * idv[:, None] + np.float32(0.5))
+    mn, d, t = min_scale_ref(xr, 15)
     u = np.minimum(15, low_i8(t)) & 0xFF
     n, k = xr.shape
     # a code above 15 (a negative int8) spills into the other nibble, as ggml's "|=" does
     lo, hi = u[:, :16], u[:, 16:]
     byte = (lo | (hi << 4)) & 0xFF
     codes = np.concatenate([byte & 15, byte >> 4], axis=1)
-    return {"d": f16_bits_ref(d).reshape(n, -1), "m": f16_bits_ref(mn).reshape(n, -1),
-            "codes": codes.astype(np.uint8).reshape(n, k)}
+    return f16_fields(n, k, codes, d=d, m=mn)
 
 
 # ---- quantize with importance weights (an imatrix row) ----------------------------------------
@@ -91,4 +77,4 @@ def _weighted_block(xb, qb, blk, sigma2, iscr, fscr):
 
 
 declare(globals(), QTYPE, PLAN, decode_ref=min_ref,
-        quantize_range=_quantize_range, encode_ref=_encode_ref, quantize_weighted_block=_weighted_block)
+        quantize_block=_quantize_block, encode_ref=_encode_ref, quantize_weighted_block=_weighted_block)

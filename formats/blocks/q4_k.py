@@ -35,7 +35,7 @@ from .._jit import RO_F32, inline_jit, lazy_njit
 from ..qtypes import Q4_K as QTYPE
 from ._bits import BlockPlan, Field, k_min_fields
 from ._codec import CHUNK_BLOCKS, declare, k_min_ref, k_scale_put, load_lanes
-from ._kquant import k_final_codes, k_min_block, kx3_sub_blocks, make_qp_quants
+from ._kquant import k_final_codes, k_min_block, k_weighted_scales
 from .f16 import f16_bits_ref, f16_to_f32, f32_to_f16_bits
 from .f32 import f32_bits
 
@@ -381,13 +381,7 @@ def _weighted_block(xb, qb, blk, sigma2, iscr, fscr):
         sc = make_qp_quants(8, 63, scale, Ls, sw), m likewise (sw[s] = sum of w over the sub-block)
         the 12 scale bytes as ggml writes them (its codes are <= 63), d = f16(sc), dmin = f16(m),
         then the codes from the stored 6-bit scales, as the reference does."""
-    L, laux, ls, lm = iscr[0], iscr[1], iscr[2, :8], iscr[3, :8]
-    w, sw, scales, mins = fscr[0], fscr[1, :8], fscr[2, :8], fscr[3, :8]
-    kx3_sub_blocks(xb, qb, L, laux, w, sw, scales, mins, 15)
-    d_block = make_qp_quants(8, 63, scales, ls, sw)
-    m_block = make_qp_quants(8, 63, mins, lm, sw)
-    for j in range(8):
-        k_scale_put(blk, j, ls[j] & 0xFF, lm[j] & 0xFF)
+    L, d_block, m_block = k_weighted_scales(xb, qb, blk, iscr, fscr, 15)
     k_final_codes(xb, blk, L, d_block, m_block, 15)
     qs = blk[16:144]
     for c in range(4):

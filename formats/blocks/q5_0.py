@@ -18,8 +18,8 @@ from .._jit import inline_jit, lazy_njit
 from ..qtypes import Q5_0 as QTYPE
 from ._bits import BlockPlan, Field, f16_word, nibble_codes, qh_bit
 from ._codec import declare, offset_ref
-from ._kquant import int8, put_q5, q5_code, u32_at, weighted_scale
-from .f16 import f16_at, f16_bits_ref, f32_to_f16_bits
+from ._kquant import f16_fields, int8, put_q5, q5_code, u32_at, weighted_scale
+from .f16 import f16_at, f32_to_f16_bits
 from .f32 import cvtt_i32, cvtt_i32_ref, first_absmax_ref, low_i8
 
 PLAN = BlockPlan(QTYPE, [
@@ -73,7 +73,7 @@ def _encode_ref(xr: np.ndarray) -> dict[str, np.ndarray]:
         idv = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
         u = (np.minimum(31, low_i8(cvtt_i32_ref(xb * idv[:, None] + np.float32(16.5)))) & 0xFF) & 31
     n, k = xr.shape
-    return {"d": f16_bits_ref(d).reshape(n, -1), "codes": u.astype(np.uint8).reshape(n, k)}
+    return f16_fields(n, k, u, d=d)
 
 
 # ---- quantize with importance weights (an imatrix row) ----------------------------------------

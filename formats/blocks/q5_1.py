@@ -13,23 +13,23 @@ operand, as ggml and gguf-py compute it; see ``f32.add_first_nan``).
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
-from .._jit import RO_F32, inline_jit, lazy_njit
+from .._jit import inline_jit, lazy_njit
 from ..qtypes import Q5_1 as QTYPE
 from ._bits import BlockPlan, Field, f16_word, nibble_codes, qh_bit
 from ._codec import declare, min_ref
 from ._kquant import (
-    block_min_max,
-    put_f16,
+    f16_fields,
+    min_scale_head,
+    min_scale_ref,
     put_q5,
     q5_code,
     u32_at,
     weighted_scale_min,
 )
-from .f16 import f16_at, f16_bits_ref, f32_to_f16_bits
-from .f32 import add_first_nan, cvtt_i32, cvtt_i32_ref, min_max_ref
+from .f16 import f16_at
+from .f32 import add_first_nan, cvtt_i32
 
 PLAN = BlockPlan(QTYPE, [
     Field("d", "u2", (f16_word(0),)),
@@ -52,48 +52,34 @@ def _dequantize_block(blk, yb, qk):
 
 
 # ---- quantize ------------------------------------------------------------------------------
-@lazy_njit(numba.void(RO_F32, numba.uint8[::1], numba.int64, numba.int64), cache=True, error_model="numpy")
-def _quantize_range(x, out, b0, b1):
-    """Blocks ``[b0, b1)`` of ggml's ``quantize_row_q5_1_ref``:
+@inline_jit
+def _quantize_block(xb, blk, iscr, fscr):
+    """One block of ggml's ``quantize_row_q5_1_ref``:
         min, max as Q4_1; d = (max - min) / 31; id = d ? 1/d : 0
         u = (uint8_t)((x - min)*id + 0.5f)  (the low byte of the truncation, no clamp)
         qs[j] = u[j] & 15 | (u[j+16] & 15) << 4;  qh bit j = bit 4 of u[j]"""
-    L = np.empty(32, np.int32)
-    for i in range(b0, b1):
-        xb = x[i * 32:i * 32 + 32]
-        blk = out[i * 24:i * 24 + 24]
-        mn, mx = block_min_max(xb)
-        d = (mx - mn) / np.float32(31)
-        idv = np.float32(1) / d if d != np.float32(0) else np.float32(0)
-        put_f16(blk, 0, f32_to_f16_bits(d))
-        put_f16(blk, 2, f32_to_f16_bits(mn))
-        for j in range(32):
-            L[j] = cvtt_i32((xb[j] - mn) * idv + np.float32(0.5)) & 0xFF
-        put_q5(blk, 4, 8, L)
+    L = iscr[0, :32]
+    mn, idv = min_scale_head(xb, blk, 31)
+    for j in range(32):
+        L[j] = cvtt_i32((xb[j] - mn) * idv + np.float32(0.5)) & 0xFF
+    put_q5(blk, 4, 8, L)
 
 
 def _encode_ref(xr: np.ndarray) -> dict[str, np.ndarray]:
     """numpy: ggml's scalar loop, vectorised over blocks, as bit fields (for ``quantize_ref``)."""
-    xb = xr.reshape(-1, 32)
-    mn, mx = min_max_ref(xb)
-    with np.errstate(all="ignore"):
-        d = (mx - mn) / np.float32(31)
-        idv = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
-        u = cvtt_i32_ref((xb - mn[:, None]) * idv[:, None] + np.float32(0.5)) & 31
+    mn, d, t = min_scale_ref(xr, 31)
+    u = t & 31
     n, k = xr.shape
-    return {"d": f16_bits_ref(d).reshape(n, -1), "m": f16_bits_ref(mn).reshape(n, -1),
-            "codes": u.astype(np.uint8).reshape(n, k)}
+    return f16_fields(n, k, u, d=d, m=mn)
 
 
 # ---- quantize with importance weights (an imatrix row) ----------------------------------------
 @lazy_njit(cache=True, error_model="numpy")
 def _weighted_block(xb, qb, blk, sigma2, iscr, fscr):
-    """One block of ggml's ``quantize_row_q5_1_impl`` (importance weights ``qb``):
-        w = qb * sqrtf(sigma2 + x^2) (sigma2 = sum x^2 / K of the row)
-        d, min = make_qkx3_quants(32, 31, x, w, L, &min, Laux, -0.9, 0.05, 36, false)
-        stored d = f16(d), m = f16(-min); codes L as returned"""
+    """One block of ggml's ``quantize_row_q5_1_impl``: Q4_1's weighted recipe (q4_1.py) with
+    nmax 31, the codes stored as Q5_1 stores them."""
     put_q5(blk, 4, 8, weighted_scale_min(xb, qb, blk, sigma2, iscr, fscr, 31))
 
 
 declare(globals(), QTYPE, PLAN, decode_ref=min_ref,
-        quantize_range=_quantize_range, encode_ref=_encode_ref, quantize_weighted_block=_weighted_block)
+        quantize_block=_quantize_block, encode_ref=_encode_ref, quantize_weighted_block=_weighted_block)

@@ -19,7 +19,14 @@ from .._jit import inline_jit, lazy_njit
 from ..qtypes import Q5_K as QTYPE
 from ._bits import BlockPlan, Field, k_min_fields
 from ._codec import CHUNK_BLOCKS, declare, k_min_ref, k_scale_put
-from ._kquant import k_final_codes, k_min_block, kx3_sub_blocks, make_qkx2_quants, make_qp_quants, nearest_int
+from ._kquant import (
+    k_final_codes,
+    k_min_block,
+    k_weighted_scales,
+    make_qkx2_quants,
+    nearest_int,
+    positive_max,
+)
 
 PLAN = BlockPlan(QTYPE, [
     *k_min_fields(),
@@ -50,8 +57,6 @@ def _quantize_block(xb, blk, iscr, fscr):
     w = fscr[0]
     scales = fscr[1, :8]
     mins = fscr[2, :8]
-    max_scale = np.float32(0)
-    max_min = np.float32(0)
     for j in range(8):
         xs = xb[32 * j:32 * j + 32]
         s2 = np.float32(0)
@@ -60,13 +65,8 @@ def _quantize_block(xb, blk, iscr, fscr):
         av = np.sqrt(s2 / np.float32(32))
         for l in range(32):
             w[l] = av + abs(xs[l])
-        sc, mn = make_qkx2_quants(32, 31, xs, w, L[32 * j:32 * j + 32], laux, _RMIN, _RDELTA, 15, False)
-        scales[j] = sc
-        mins[j] = mn
-        if sc > max_scale:
-            max_scale = sc
-        if mn > max_min:
-            max_min = mn
+        scales[j], mins[j] = make_qkx2_quants(32, 31, xs, w, L[32 * j:32 * j + 32], laux, _RMIN, _RDELTA, 15, False)
+    max_scale, max_min = positive_max(scales), positive_max(mins)
     inv_scale = np.float32(63) / max_scale if max_scale > np.float32(0) else np.float32(0)
     inv_min = np.float32(63) / max_min if max_min > np.float32(0) else np.float32(0)
     for j in range(8):
@@ -102,13 +102,7 @@ def _weighted_block(xb, qb, blk, sigma2, iscr, fscr):
     """One super-block of ggml's ``quantize_row_q5_K_impl`` (importance weights ``qb``):
     Q4_K's weighted recipe (q4_k.py) with nmax 31 (make_qkx3_quants(32, 31, ..., -0.9, 0.05,
     36)), the make_qp_quants codes clamped to 63, then the reference's tail."""
-    L, laux, ls, lm = iscr[0], iscr[1], iscr[2, :8], iscr[3, :8]
-    w, sw, scales, mins = fscr[0], fscr[1, :8], fscr[2, :8], fscr[3, :8]
-    kx3_sub_blocks(xb, qb, L, laux, w, sw, scales, mins, 31)
-    d_block = make_qp_quants(8, 63, scales, ls, sw)
-    m_block = make_qp_quants(8, 63, mins, lm, sw)
-    for j in range(8):
-        k_scale_put(blk, j, min(63, ls[j] & 0xFF), min(63, lm[j] & 0xFF))
+    L, d_block, m_block = k_weighted_scales(xb, qb, blk, iscr, fscr, 31)
     _finish_block(xb, blk, L, d_block, m_block)
 
 

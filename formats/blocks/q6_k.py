@@ -22,7 +22,7 @@ from .._jit import RO_F32, inline_jit, lazy_njit
 from ..qtypes import Q6_K as QTYPE
 from ._bits import BlockPlan, Field, f16_word, whole_byte
 from ._codec import CHUNK_BLOCKS, LANES, declare, f16_field, load_lanes
-from ._kquant import GROUP_MAX_EPS, clamp, int8, make_qx_quants, make_qx_quants_lanes, nearest_int
+from ._kquant import GROUP_MAX_EPS, NO_WEIGHTS, clamp, int8, make_qx_quants, make_qx_quants_lanes, nearest_int
 from .f16 import f16_at, f16_to_f32, f32_to_f16_bits
 
 
@@ -81,7 +81,6 @@ def _decode_ref(f):
 
 
 # ---- quantize ------------------------------------------------------------------------------
-_NO_WEIGHTS = np.zeros(0, np.float32)  # make_qx_quants' qw = NULL
 
 
 @lazy_njit(cache=True, error_model="numpy")
@@ -143,7 +142,7 @@ def _quantize_range_scalar(x, out, b0, b1):
     L = np.empty(256, np.int32)
     scales = np.empty(16, np.float32)
     for i in range(b0, b1):
-        _quantize_block(x[i * 256:i * 256 + 256], out[i * 210:i * 210 + 210], L, scales, _NO_WEIGHTS)
+        _quantize_block(x[i * 256:i * 256 + 256], out[i * 210:i * 210 + 210], L, scales, NO_WEIGHTS)
 
 
 #: Super-blocks per lane group of the fast quantizer (16 groups of 16 each).
