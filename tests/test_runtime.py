@@ -34,6 +34,29 @@ def test_attention_matches_reference(rng, window):
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
 
 
+def test_exp_nonpositive_against_numpy():
+    """The softmax's expf: within 1.5 ulp of the exact e^x on [-87, 0], 0 below, 1 at 0."""
+    x = -np.concatenate([np.linspace(0, 100, 100001), 10.0 ** np.linspace(-9, 1.9, 5000),
+                         [0.0, 86.999, 87.0, 87.001, np.inf]]).astype(np.float32)
+    got = x.copy()
+    ops.exp_nonpositive(got, got.size, np.empty(got.size, np.int32))
+    exact = np.exp(x.astype(np.float64))
+    inside = x >= -87
+    rel = np.abs(got[inside] - exact[inside]) / exact[inside]
+    assert rel.max() <= 1.5 * 2.0 ** -24
+    assert np.all(got[~inside] == 0) and np.all(got[x == 0] == 1.0)
+
+
+def test_attention_serial_equals_parallel(rng):
+    """One query row runs serially (ops.SERIAL_QUERIES): the same bits as the parallel kernel."""
+    kt = rng.standard_normal((2, 16, 40), dtype=np.float32)
+    vt = rng.standard_normal((2, 40, 16), dtype=np.float32)
+    q = rng.standard_normal((3, 4, 16), dtype=np.float32)
+    batch = ops.attention(q, kt, vt, 20, 0.25, 7)
+    for m in range(3):
+        assert np.array_equal(ops.attention(q[m:m + 1], kt, vt, 20 + m, 0.25, 7), batch[m:m + 1])
+
+
 def test_attention_is_causal(rng):
     q = rng.standard_normal((1, 2, 8), dtype=np.float32)
     kc = rng.standard_normal((6, 1, 8), dtype=np.float32)
