@@ -209,6 +209,27 @@ def test_avx2_and_portable_nibble_kernels_agree(qname, rng):
     assert np.array_equal(prep.run(a, da)[0], D.standard_partials(blocks, n, k, qname, a)[0])
 
 
+@needs_avx2
+@pytest.mark.parametrize("qname", ["Q4_0", "Q4_1", "Q4_K"])
+def test_avx2_and_portable_rowmajor_kernels_agree(qname, rng):
+    """rowmajor 4-bit rows through the AVX2 nibble tile == the portable row tile, bit for bit."""
+    import dataclasses
+
+    n, k = 136, 512
+    blocks = random_blocks(qname, n, k, rng)
+    prep = C.prepare("rowmajor", {"blocks": blocks}, n, k, qname)
+    assert prep.spec.kernel is C._ROW_TILES_AVX2[qname] and prep.spec.path == "compiled.rowmajor.avx2"
+    portable = dataclasses.replace(prep, geom=C._geom_rows(prep.qtype, n, k), spec=dataclasses.replace(
+        prep.spec, kernel=C._ROW_TILES[qname], activations=None))
+    x = rng.standard_normal((3, k)).astype(np.float32)
+    x[1] *= 1e3
+    a, da = D.quantize_activations(x)
+    a[2, :40] = -128
+    for p_fast, p_port in zip(prep.run(a, da), portable.run(a, da)):
+        assert np.array_equal(np.asarray(p_fast).view(np.uint32), np.asarray(p_port).view(np.uint32))
+    assert np.array_equal(prep.run(a, da)[0], D.standard_partials(blocks, n, k, qname, a)[0])
+
+
 def test_panel64_reference_reader_matches_codes(rng):
     for qname in TYPES8:
         n, k = 65, 256

@@ -156,7 +156,7 @@ def test_tiny_paths_bit_identical(tiny):
         want = comp.logits(TINY_IDS, chunk=3)  # prefill chunks of 3, 3, 2: M > 1 and M = 1 mixed
         assert any("panel64" in p for p in comp.paths())
         std = Model.open(tiny[quant], "standard")
-        assert std.paths() == ["standard:compiled.rowmajor"]
+        assert all(p.startswith("standard:compiled.rowmajor") for p in std.paths())
         assert np.array_equal(std.logits(TINY_IDS, chunk=3).view(np.uint32), want.view(np.uint32))
         for kern in ("emulated-sme2", "emulated-neon"):
             emu = Model.open(tiny[quant], kern)

@@ -536,6 +536,56 @@ def _row_tile(decode):
     return tile
 
 
+if _simd.AVAILABLE:
+    _NIBBLE_GROUP_BYTES = _simd.KG_BLOCKS * _simd.KG_BYTES  # one group of a 64-channel nibble tile
+
+    def _row_tile_nibble_avx2(decode):
+        """rowmajor 4-bit rows (Q4_0, Q4_1, Q4_K; G = 32) through the AVX2 panel64 kernel: the
+        tile's rows are decoded (``decode``, as the portable row tile), re-biased to the raw code
+        ``u = c + code_offset`` and written as one panel64 nibble tile in a scratch buffer, then
+        each group is one ``vpmaddubsw`` sequence per activation row (:func:`_simd.nibble_group_dot`)
+        and ``off·A`` is subtracted after it. The partials are the same exact int32 sums as the
+        portable row tile's (tested against each other); the scratch costs one pass over the
+        tile's codes, shared by the ``M`` activation rows. geom = [row_bytes, blocks per row,
+        code_offset]::
+
+            scratch[g·1024 + q·128 + 2c]     = u(c, 32g + 4q)     | u(c, 32g + 4q + 1) << 4
+            scratch[g·1024 + q·128 + 2c + 1] = u(c, 32g + 4q + 2) | u(c, 32g + 4q + 3) << 4
+        """
+
+        @njit(cache=True)
+        def tile(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
+            tw = _tile_width(n, t)
+            k = a.shape[1]
+            ng = s_t.shape[1]
+            off = geom[2]
+            wt = _tile_view(w, TILE * t, tw, geom[1], geom[0] // geom[1])
+            codes = np.zeros((TILE, geom[1], k // geom[1]), np.int16)  # lanes past tw stay 0
+            for r in range(tw):
+                decode(wt, r, codes)
+            c4 = codes.reshape(TILE, ng, _simd.KG_BLOCKS, 4)
+            panel = np.empty(ng * _NIBBLE_GROUP_BYTES, np.uint8)
+            for g in range(ng):
+                for q in range(_simd.KG_BLOCKS):
+                    at = g * _NIBBLE_GROUP_BYTES + q * _simd.KG_BYTES
+                    for c in range(TILE):
+                        panel[at + 2 * c] = np.uint8((c4[c, g, q, 0] + off) | ((c4[c, g, q, 1] + off) << 4))
+                        panel[at + 2 * c + 1] = np.uint8((c4[c, g, q, 2] + off) | ((c4[c, g, q, 3] + off) << 4))
+            af = a.reshape(-1)
+            acc = np.empty(TILE, np.int32)
+            yt = np.zeros((a.shape[0], TILE), np.float32)
+            for g in range(ng):
+                k0 = g * group
+                for m in range(a.shape[0]):
+                    _nibble_group_dot(panel, g * _NIBBLE_GROUP_BYTES, af, m * k + k0, acc)
+                    _group_done(acc, t, g, m, tw, off, A, s_t, o_t, da, kind, k0, P, yt, want_p, want_y)
+            _tile_done(yt, t, tw, y, want_y)
+
+        return tile
+else:
+    _row_tile_nibble_avx2 = None
+
+
 # the driver: one parallel loop over tiles for every table row; the tile function comes in as a
 # first-class function value (numba FunctionType), so only one parfor is ever compiled
 _TSIG = types.void(types.int64, *_KSIG.args)
@@ -640,6 +690,9 @@ def _signed_code_max(t):
 _ROW_TILES = {t: _row_tile(dec) for t, dec in (
     ("Q4_0", _row_q4_0), ("Q4_1", _row_q4_1), ("Q5_0", _row_q5_0), ("Q5_1", _row_q5_1),
     ("Q8_0", _row_q8_0), ("Q4_K", _row_q4_k), ("Q5_K", _row_q5_k), ("Q6_K", _row_q6_k))}
+#: rowmajor 4-bit types (G = 32) where numba targets AVX2: the nibble tile of each decoder
+_ROW_TILES_AVX2 = {} if _row_tile_nibble_avx2 is None else {
+    t: _row_tile_nibble_avx2(dec) for t, dec in (("Q4_0", _row_q4_0), ("Q4_1", _row_q4_1), ("Q4_K", _row_q4_k))}
 
 
 def _nibble_tile(t):
@@ -663,10 +716,18 @@ def panel64_kernel(layout: str, t) -> KernelSpec | None:
                       _geom_offset(0), _signed_code_max(t))
 
 
+def _geom_rows_offset(t, n, k):
+    return np.array([t.row_bytes(k), k // t.block_size, t.code_offset], np.int64)
+
+
 def rowmajor_kernel(layout: str, t) -> KernelSpec | None:
     tile = _ROW_TILES.get(t.name)
     if tile is None:
         return None
+    fast = _ROW_TILES_AVX2.get(t.name)
+    if fast is not None:  # 4-bit rows through the AVX2 nibble kernel (_row_tile_nibble_avx2)
+        return KernelSpec(layout, t.name, fast, _rowmajor_bytes, _rowmajor_scales, _geom_rows_offset, 15,
+                          activations=_simd.pair_order, variant="avx2")
     return KernelSpec(layout, t.name, tile, _rowmajor_bytes, _rowmajor_scales, _geom_rows, _signed_code_max(t))
 
 
