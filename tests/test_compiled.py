@@ -190,6 +190,26 @@ def test_nibble_group_dot_against_numpy_reference(rng):
 
 
 @needs_avx2
+def test_int8_group_dot_against_numpy_reference(rng):
+    from numba import njit
+
+    @njit
+    def call(w, woff, a, aoff, acc):
+        _simd.int8_group_dot(w, woff, a, aoff, acc)
+
+    w = rng.integers(-127, 128, 5 * 2048 + 9).astype(np.int8).view(np.uint8)
+    a = rng.integers(-128, 128, 200, dtype=np.int8)
+    cases = [(w, woff, a, aoff) for woff, aoff in ((0, 0), (2048 + 3, 8), (3 * 2048 + 9, 160))]
+    for code in (127, -127):  # the bound: |code| 127 against a = -128 and 127 in every lane
+        cases += [(np.full(2048, code, np.int8).view(np.uint8), 0, np.full(32, v, np.int8), 0) for v in (-128, 127)]
+    for wb, woff, ab, aoff in cases:
+        acc = np.full(70, -1, np.int32)
+        call(wb, woff, ab, aoff, acc)
+        assert np.array_equal(acc[:64], _simd.int8_group_dot_ref(wb, woff, ab, aoff)), (woff, aoff)
+        assert np.all(acc[64:] == -1)
+
+
+@needs_avx2
 @pytest.mark.parametrize("qname", ["Q4_0", "Q4_1", "Q4_K"])
 def test_avx2_and_portable_nibble_kernels_agree(qname, rng):
     import dataclasses
@@ -210,13 +230,20 @@ def test_avx2_and_portable_nibble_kernels_agree(qname, rng):
 
 
 @needs_avx2
-@pytest.mark.parametrize("qname", ["Q4_0", "Q4_1", "Q4_K"])
+@pytest.mark.parametrize("qname", ["Q4_0", "Q4_1", "Q4_K", "Q8_0"])
 def test_avx2_and_portable_rowmajor_kernels_agree(qname, rng):
-    """rowmajor 4-bit rows through the AVX2 nibble tile == the portable row tile, bit for bit."""
+    """rowmajor rows through the AVX2 tiles (4-bit: the nibble kernel; Q8_0: the int8 kernel,
+    whose tiles holding a code of -128 fall back to the row partials) == the portable row tile."""
     import dataclasses
 
     n, k = 136, 512
     blocks = random_blocks(qname, n, k, rng)
+    if qname == "Q8_0":  # codes at both ends; one -128 in the second tile only
+        t = qtypes.get(qname)
+        f = B.to_fields(blocks, t, n, k)
+        f["codes"] = np.where(rng.random(f["codes"].shape) < 0.3, 127, -127).astype(f["codes"].dtype)
+        f["codes"].reshape(n, k)[70, 5] = -128
+        blocks = B.from_fields(f, t, n, k)
     prep = C.prepare("rowmajor", {"blocks": blocks}, n, k, qname)
     assert prep.spec.kernel is C._ROW_TILES_AVX2[qname] and prep.spec.path == "compiled.rowmajor.avx2"
     portable = dataclasses.replace(prep, geom=C._geom_rows(prep.qtype, n, k), spec=dataclasses.replace(

@@ -536,6 +536,17 @@ def _row_tile(decode):
     return tile
 
 
+SCRATCH_MIN_ROWS = 4  # activation rows from which the AVX2 row tiles build their scratch tile
+
+
+@njit(inline="always")
+def _rows_portable(codes, tw, t, a, A, s_t, o_t, da, kind, group, P, y, want_p, want_y):
+    """The portable row tile's partials and finish on the decoded (signed) codes."""
+    pt = np.zeros((a.shape[0], s_t.shape[1], TILE), np.int32)
+    _rows_partials(codes.reshape(TILE, a.shape[1]), tw, a, group, pt)
+    _rows_finish(pt, tw, t, A, s_t, o_t, da, kind, group, P, y, want_p, want_y)
+
+
 if _simd.AVAILABLE:
     _NIBBLE_GROUP_BYTES = _simd.KG_BLOCKS * _simd.KG_BYTES  # one group of a 64-channel nibble tile
 
@@ -564,6 +575,13 @@ if _simd.AVAILABLE:
             for r in range(tw):
                 decode(wt, r, codes)
             c4 = codes.reshape(TILE, ng, _simd.KG_BLOCKS, 4)
+            if a.shape[0] < SCRATCH_MIN_ROWS:  # the scratch would cost more than it saves:
+                for r in range(tw):  # codes into the activations' pair order (x0, x2, x1, x3)
+                    for g in range(ng):
+                        for q in range(_simd.KG_BLOCKS):
+                            c4[r, g, q, 1], c4[r, g, q, 2] = c4[r, g, q, 2], c4[r, g, q, 1]
+                _rows_portable(codes, tw, t, a, A, s_t, o_t, da, kind, group, P, y, want_p, want_y)
+                return
             panel = np.empty(ng * _NIBBLE_GROUP_BYTES, np.uint8)
             for g in range(ng):
                 for q in range(_simd.KG_BLOCKS):
@@ -582,8 +600,47 @@ if _simd.AVAILABLE:
             _tile_done(yt, t, tw, y, want_y)
 
         return tile
+
+    _int8_group_dot = _simd.int8_group_dot
+    _INT8_GROUP_BYTES = _simd.INT8_GROUP_BYTES
+
+    @njit(cache=True)
+    def _tile_rowmajor_q8_0_avx2(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
+        # rowmajor Q8_0 ([d f16][qs i8 32] per block = group) through the AVX2 int8 kernel: the
+        # tile's codes copied into one int8 scratch tile (byte 2048g + 256q + 4c + j = code of
+        # row c at K 32g + 4q + j), then one _simd.int8_group_dot per group and activation row.
+        # A code of -128 (which vpsignb cannot negate) sends the tile to the portable row
+        # partials instead; both give the exact int32 sums (tested against each other).
+        tw = _tile_width(n, t)
+        k = a.shape[1]
+        ng = s_t.shape[1]
+        wt = _tile_view(w, TILE * t, tw, geom[1], geom[0] // geom[1])
+        extreme = a.shape[0] < SCRATCH_MIN_ROWS  # then the scratch would cost more than it saves
+        scratch = np.zeros(0 if extreme else ng * _INT8_GROUP_BYTES, np.uint8)
+        for c in range(0 if extreme else tw):
+            for g in range(ng):
+                for b in range(group):
+                    v = wt[c, g, 2 + b]
+                    extreme = extreme or v == 128
+                    scratch[g * _INT8_GROUP_BYTES + (b // 4) * (4 * TILE) + 4 * c + b % 4] = v
+        if extreme:
+            codes = np.zeros((TILE, geom[1], k // geom[1]), np.int16)
+            for r in range(tw):
+                _row_q8_0(wt, r, codes)
+            _rows_portable(codes, tw, t, a, A, s_t, o_t, da, kind, group, P, y, want_p, want_y)
+            return
+        af = a.reshape(-1)
+        acc = np.empty(TILE, np.int32)
+        yt = np.zeros((a.shape[0], TILE), np.float32)
+        for g in range(ng):
+            k0 = g * group
+            for m in range(a.shape[0]):
+                _int8_group_dot(scratch, g * _INT8_GROUP_BYTES, af, m * k + k0, acc)
+                _group_done(acc, t, g, m, tw, 0, A, s_t, o_t, da, kind, k0, P, yt, want_p, want_y)
+        _tile_done(yt, t, tw, y, want_y)
 else:
     _row_tile_nibble_avx2 = None
+    _tile_rowmajor_q8_0_avx2 = None
 
 
 # the driver: one parallel loop over tiles for every table row; the tile function comes in as a
@@ -692,7 +749,8 @@ _ROW_TILES = {t: _row_tile(dec) for t, dec in (
     ("Q8_0", _row_q8_0), ("Q4_K", _row_q4_k), ("Q5_K", _row_q5_k), ("Q6_K", _row_q6_k))}
 #: rowmajor 4-bit types (G = 32) where numba targets AVX2: the nibble tile of each decoder
 _ROW_TILES_AVX2 = {} if _row_tile_nibble_avx2 is None else {
-    t: _row_tile_nibble_avx2(dec) for t, dec in (("Q4_0", _row_q4_0), ("Q4_1", _row_q4_1), ("Q4_K", _row_q4_k))}
+    **{t: _row_tile_nibble_avx2(dec) for t, dec in (("Q4_0", _row_q4_0), ("Q4_1", _row_q4_1), ("Q4_K", _row_q4_k))},
+    "Q8_0": _tile_rowmajor_q8_0_avx2}
 
 
 def _nibble_tile(t):
@@ -725,9 +783,12 @@ def rowmajor_kernel(layout: str, t) -> KernelSpec | None:
     if tile is None:
         return None
     fast = _ROW_TILES_AVX2.get(t.name)
-    if fast is not None:  # 4-bit rows through the AVX2 nibble kernel (_row_tile_nibble_avx2)
+    if fast is not None and t.code_bits == 4:  # through the AVX2 nibble kernel (_row_tile_nibble_avx2)
         return KernelSpec(layout, t.name, fast, _rowmajor_bytes, _rowmajor_scales, _geom_rows_offset, 15,
                           activations=_simd.pair_order, variant="avx2")
+    if fast is not None:  # Q8_0 through the AVX2 int8 kernel (_tile_rowmajor_q8_0_avx2)
+        return KernelSpec(layout, t.name, fast, _rowmajor_bytes, _rowmajor_scales, _geom_rows,
+                          _signed_code_max(t), variant="avx2")
     return KernelSpec(layout, t.name, tile, _rowmajor_bytes, _rowmajor_scales, _geom_rows, _signed_code_max(t))
 
 
