@@ -395,3 +395,19 @@ def test_read_only_inputs(rng):
         if (layout, qname) in il8.FORMS:
             assert _same_bits(il8.il8_matmul(layout, regions, n, k, qname, x), y0)
             assert np.array_equal(il8.il8_partials(layout, regions, n, k, qname, a)[0], P0)
+
+
+def test_serial_and_parallel_drivers_agree(rng, monkeypatch):
+    """Small calls run their tiles on the calling thread (compiled.SERIAL_WORK): the same bits."""
+    n, k = 200, 256
+    for layout, qname in (("panel64", "Q4_1"), ("rowmajor", "Q8_0"), ("rowmajor", "Q4_K")):
+        blocks = random_blocks(qname, n, k, rng)
+        regions = {"blocks": blocks} if layout == "rowmajor" else ref_pack_panel64(blocks, n, k, qname)
+        prep = C.prepare(layout, regions, n, k, qname)
+        a, da = D.quantize_activations(rng.standard_normal((5, k)).astype(np.float32))
+        monkeypatch.setattr(C, "SERIAL_WORK", 0)
+        par = prep.run(a, da)
+        monkeypatch.setattr(C, "SERIAL_WORK", 1 << 40)
+        ser = prep.run(a, da)
+        for x, z in zip(par, ser):
+            assert np.array_equal(np.asarray(x).view(np.uint32), np.asarray(z).view(np.uint32)), (layout, qname)

@@ -818,16 +818,31 @@ def __getattr__(name: str):
 
 
 _DRIVER: list = []
+_SERIAL_DRIVER: list = []
+
+#: a call with fewer multiply-adds than this (M·N·K) runs its tiles on the calling thread: a
+#: decoded token's layer products (M = 1, under 2 M MACs, tens of microseconds) cost less than
+#: waking the thread pool, and on a shared host a parallel region waits for a thread that lost
+#: its core. Tiles are computed independently, so the result is the same either way.
+SERIAL_WORK = 1 << 22
 
 
-def _driver() -> Callable:
-    """The parallel driver (compiled, or loaded from the cache, on first use)."""
-    if not _DRIVER:
+def _drive_serial(tile, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
+    for t in range(s_t.shape[0]):
+        tile(np.int64(t), w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y)
+
+
+def _driver(serial: bool = False) -> Callable:
+    """The parallel driver, or with ``serial`` its one-thread twin (compiled, or loaded from the
+    cache, on first use)."""
+    store, body = (_SERIAL_DRIVER, _drive_serial) if serial else (_DRIVER, _drive)
+    if not store:
         if config.DISABLE_JIT:
-            _DRIVER.append(_drive)
+            store.append(body)
         else:
-            _DRIVER.append(njit(types.void(types.FunctionType(_TSIG), *_KSIG.args), parallel=True, cache=True)(_drive))
-    return _DRIVER[0]
+            store.append(njit(types.void(types.FunctionType(_TSIG), *_KSIG.args), parallel=not serial,
+                              cache=True)(body))
+    return store[0]
 
 
 _READY: dict = {}
@@ -931,13 +946,17 @@ class Prepared:
         y = np.empty((m, self.n) if want_y else (1, 1), np.float32)
         if da is None:
             da = np.zeros((m, self.k // _d.QK8), np.float32)
+        a_k = a if self.spec.activations is None else self.spec.activations(a)
+        args = (_compiled(self.spec.kernel), self.weights, self.geom, a_k, A, self.s_t, self.o_t, da,
+                _d.SCHEME_KIND[t.scheme], t.group, chunk, self.n, P, y, want_p, want_y)
+        if m * self.n * self.k < SERIAL_WORK:
+            _driver(serial=True)(*args)
+            return P, A, y
         # tiles handed out a few at a time (not one static half per thread), so a thread that
         # loses its core for a while does not hold the whole call up
         previous = numba.set_parallel_chunksize(_TILES_PER_GRAB)
         try:
-            a_k = a if self.spec.activations is None else self.spec.activations(a)
-            _driver()(_compiled(self.spec.kernel), self.weights, self.geom, a_k, A, self.s_t, self.o_t, da,
-                      _d.SCHEME_KIND[t.scheme], t.group, chunk, self.n, P, y, want_p, want_y)
+            _driver()(*args)
         finally:
             numba.set_parallel_chunksize(previous)
         return P, A, y
