@@ -411,3 +411,17 @@ def test_serial_and_parallel_drivers_agree(rng, monkeypatch):
         ser = prep.run(a, da)
         for x, z in zip(par, ser):
             assert np.array_equal(np.asarray(x).view(np.uint32), np.asarray(z).view(np.uint32)), (layout, qname)
+
+
+@pytest.mark.parametrize("qname", TYPES8)
+def test_rowmajor_scale_fields_subset(qname, rng):
+    """The rowmajor scales gather only the scale fields (BlockPlan.to_fields names=): the same
+    fields, bit for bit, as the whole plan's."""
+    n, k = 9, 256
+    t = qtypes.get(qname)
+    raw = random_blocks(qname, n, k, rng)
+    full = B.to_fields(raw, t, n, k)
+    part = C._scale_fields(t, raw, n, k)
+    assert "codes" not in part and set(part) == set(full) - {"codes"}
+    for name, v in part.items():
+        assert np.array_equal(v, full[name]), name

@@ -699,13 +699,22 @@ def _rowmajor_bytes(t, regions, n, k, layout=repack.rowmajor.NAME):
 _FIELD_ROWS = 4096  # rows per to_fields call (bounds its temporaries on 262k-row embeddings)
 
 
+def _scale_fields(t, raw, n, k):
+    """The block fields :func:`~panelpack.verify.dispatch.scale_arrays` reads: all but the
+    codes (the codec's bit plan gathers only those; the codes were 90% of the time)."""
+    plan = getattr(t.codec_module, "PLAN", None)
+    if plan is None:
+        return _blocks.to_fields(raw, t, n, k)
+    return plan.to_fields(raw, n, k, names=[f for f in plan.fields if f != "codes"])
+
+
 def _rowmajor_scales(t, regions, n, k, layout=repack.rowmajor.NAME):
     raw = _rowmajor_bytes(t, regions, n, k).reshape(n, t.row_bytes(k))
     s = np.empty((n, k // t.group), np.float32)
     o = np.empty((n, k // t.group), np.float32)
     for r0 in range(0, n, _FIELD_ROWS):
         r1 = min(n, r0 + _FIELD_ROWS)
-        s[r0:r1], o[r0:r1] = _d.scale_arrays(_blocks.to_fields(raw[r0:r1], t, r1 - r0, k), t)
+        s[r0:r1], o[r0:r1] = _d.scale_arrays(_scale_fields(t, raw[r0:r1], r1 - r0, k), t)
     return s, o
 
 
