@@ -455,3 +455,10 @@ def test_demo_says_what_eval_and_generate_show(tmp_path):
     assert r.exit_code == 0, r.output
     line = [ln for ln in r.output.splitlines() if "panelpack eval" in ln]
     assert len(line) == 1 and "panelpack generate" in line[0] and "random" in line[0]
+
+
+def test_eval_chunk_bounds_the_logits_per_call():
+    from panelpack.verify.runtime.evaluate import eval_chunk
+
+    assert eval_chunk(49152) == 256 and eval_chunk(262144) == 64 and eval_chunk(10 ** 7) == 64
+    assert eval_chunk(32) == 256
