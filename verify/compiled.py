@@ -547,8 +547,31 @@ def _rows_portable(codes, tw, t, a, A, s_t, o_t, da, kind, group, P, y, want_p, 
     _rows_finish(pt, tw, t, A, s_t, o_t, da, kind, group, P, y, want_p, want_y)
 
 
+def _scratch_dots(dot, group_bytes):
+    """The rest of an AVX2 row tile once its scratch tile is written: per group and activation
+    row one call of the intrinsic ``dot`` (``group_bytes`` of scratch per group), then the
+    column tiles' finish (``off·A`` subtracted, P and/or the rescale)."""
+
+    @njit(inline="always")
+    def finish(scratch, t, a, A, s_t, o_t, da, kind, group, n, P, y, want_p, want_y, off):
+        tw = _tile_width(n, t)
+        k = a.shape[1]
+        af = a.reshape(-1)
+        acc = np.empty(TILE, np.int32)
+        yt = np.zeros((a.shape[0], TILE), np.float32)
+        for g in range(s_t.shape[1]):
+            k0 = g * group
+            for m in range(a.shape[0]):
+                dot(scratch, g * group_bytes, af, m * k + k0, acc)
+                _group_done(acc, t, g, m, tw, off, A, s_t, o_t, da, kind, k0, P, yt, want_p, want_y)
+        _tile_done(yt, t, tw, y, want_y)
+
+    return finish
+
+
 if _simd.AVAILABLE:
     _NIBBLE_GROUP_BYTES = _simd.KG_BLOCKS * _simd.KG_BYTES  # one group of a 64-channel nibble tile
+    _nibble_scratch_dots = _scratch_dots(_simd.nibble_group_dot, _NIBBLE_GROUP_BYTES)
 
     def _row_tile_nibble_avx2(decode):
         """rowmajor 4-bit rows (Q4_0, Q4_1, Q4_K; G = 32) through the AVX2 panel64 kernel: the
@@ -589,20 +612,12 @@ if _simd.AVAILABLE:
                     for c in range(TILE):
                         panel[at + 2 * c] = np.uint8((c4[c, g, q, 0] + off) | ((c4[c, g, q, 1] + off) << 4))
                         panel[at + 2 * c + 1] = np.uint8((c4[c, g, q, 2] + off) | ((c4[c, g, q, 3] + off) << 4))
-            af = a.reshape(-1)
-            acc = np.empty(TILE, np.int32)
-            yt = np.zeros((a.shape[0], TILE), np.float32)
-            for g in range(ng):
-                k0 = g * group
-                for m in range(a.shape[0]):
-                    _nibble_group_dot(panel, g * _NIBBLE_GROUP_BYTES, af, m * k + k0, acc)
-                    _group_done(acc, t, g, m, tw, off, A, s_t, o_t, da, kind, k0, P, yt, want_p, want_y)
-            _tile_done(yt, t, tw, y, want_y)
+            _nibble_scratch_dots(panel, t, a, A, s_t, o_t, da, kind, group, n, P, y, want_p, want_y, off)
 
         return tile
 
-    _int8_group_dot = _simd.int8_group_dot
     _INT8_GROUP_BYTES = _simd.INT8_GROUP_BYTES
+    _int8_scratch_dots = _scratch_dots(_simd.int8_group_dot, _INT8_GROUP_BYTES)
 
     @njit(cache=True)
     def _tile_rowmajor_q8_0_avx2(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
@@ -629,15 +644,7 @@ if _simd.AVAILABLE:
                 _row_q8_0(wt, r, codes)
             _rows_portable(codes, tw, t, a, A, s_t, o_t, da, kind, group, P, y, want_p, want_y)
             return
-        af = a.reshape(-1)
-        acc = np.empty(TILE, np.int32)
-        yt = np.zeros((a.shape[0], TILE), np.float32)
-        for g in range(ng):
-            k0 = g * group
-            for m in range(a.shape[0]):
-                _int8_group_dot(scratch, g * _INT8_GROUP_BYTES, af, m * k + k0, acc)
-                _group_done(acc, t, g, m, tw, 0, A, s_t, o_t, da, kind, k0, P, yt, want_p, want_y)
-        _tile_done(yt, t, tw, y, want_y)
+        _int8_scratch_dots(scratch, t, a, A, s_t, o_t, da, kind, group, n, P, y, want_p, want_y, 0)
 else:
     _row_tile_nibble_avx2 = None
     _tile_rowmajor_q8_0_avx2 = None
