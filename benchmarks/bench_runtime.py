@@ -124,12 +124,18 @@ def main() -> None:
         p = statistics.median(r[0] for r in runs)
         d = statistics.median(r[1] for r in runs)
         med[name] = (p, d)
-        rows.append([name, f"{p:.1f}", f"{d:.1f}"])
+        lo_p, hi_p = min(r[0] for r in runs), max(r[0] for r in runs)
+        lo_d, hi_d = min(r[1] for r in runs), max(r[1] for r in runs)
+        rows.append([name, f"{p:.1f} ({lo_p:.1f}-{hi_p:.1f})", f"{d:.1f} ({lo_d:.1f}-{hi_d:.1f})"])
     print(machine_line(), f"load {loadavg()}", f"threads {args.threads}")
-    print(table(rows, ["", f"prefill {len(ids)} tok/s", f"decode {args.decode} tok/s"]))
+    print(table(rows, ["", f"prefill {len(ids)} tok/s (min-max)", f"decode {args.decode} tok/s (min-max)"]))
     if llm is not None:
         (op, od), (lp, ld) = med[contenders[0][0]], med[contenders[1][0]]
         print(f"ratios: prefill {op / lp:.2f}x (target >= 0.25x), decode {od / ld:.2f}x (target >= 0.5x)")
+        ours, theirs = results[contenders[0][0]], results[contenders[1][0]]
+        print("ratios run by run (interleaved): prefill "
+              + ", ".join(f"{a[0] / b[0]:.2f}" for a, b in zip(ours, theirs))
+              + "; decode " + ", ".join(f"{a[1] / b[1]:.2f}" for a, b in zip(ours, theirs)))
 
     if args.eval_tokens <= 0:  # --eval 0: prefill and decode only
         return

@@ -188,6 +188,26 @@ def test_nibble_group_dot_against_numpy_reference(rng):
 
 
 @needs_avx2
+def test_int8_group_dot_against_numpy_reference(rng):
+    from numba import njit
+
+    @njit
+    def call(w, woff, a, aoff, acc):
+        _simd.int8_group_dot(w, woff, a, aoff, acc)
+
+    w = rng.integers(-127, 128, 5 * 2048 + 9).astype(np.int8).view(np.uint8)
+    a = rng.integers(-128, 128, 200, dtype=np.int8)
+    cases = [(w, woff, a, aoff) for woff, aoff in ((0, 0), (2048 + 3, 8), (3 * 2048 + 9, 160))]
+    for code in (127, -127):  # the bound: |code| 127 against a = -128 and 127 in every lane
+        cases += [(np.full(2048, code, np.int8).view(np.uint8), 0, np.full(32, v, np.int8), 0) for v in (-128, 127)]
+    for wb, woff, ab, aoff in cases:
+        acc = np.full(70, -1, np.int32)
+        call(wb, woff, ab, aoff, acc)
+        assert np.array_equal(acc[:64], _simd.int8_group_dot_ref(wb, woff, ab, aoff)), (woff, aoff)
+        assert np.all(acc[64:] == -1)
+
+
+@needs_avx2
 @pytest.mark.parametrize("qname", ["Q4_0", "Q4_1", "Q4_K"])
 def test_avx2_and_portable_nibble_kernels_agree(qname, rng):
     import dataclasses
@@ -202,6 +222,34 @@ def test_avx2_and_portable_nibble_kernels_agree(qname, rng):
     x[1] *= 1e3
     a, da = D.quantize_activations(x)
     a[2, :40] = -128  # partials() takes any int8
+    for p_fast, p_port in zip(prep.run(a, da), portable.run(a, da)):
+        assert np.array_equal(np.asarray(p_fast).view(np.uint32), np.asarray(p_port).view(np.uint32))
+    assert np.array_equal(prep.run(a, da)[0], D.standard_partials(blocks, n, k, qname, a)[0])
+
+
+@needs_avx2
+@pytest.mark.parametrize("qname", ["Q4_0", "Q4_1", "Q4_K", "Q8_0"])
+def test_avx2_and_portable_rowmajor_kernels_agree(qname, rng):
+    """rowmajor rows through the AVX2 tiles (4-bit: the nibble kernel; Q8_0: the int8 kernel,
+    whose tiles holding a code of -128 fall back to the row partials) == the portable row tile."""
+    import dataclasses
+
+    n, k = 136, 512
+    blocks = random_blocks(qname, n, k, rng)
+    if qname == "Q8_0":  # codes at both ends; one -128 in the second tile only
+        t = qtypes.get(qname)
+        f = B.to_fields(blocks, t, n, k)
+        f["codes"] = np.where(rng.random(f["codes"].shape) < 0.3, 127, -127).astype(f["codes"].dtype)
+        f["codes"].reshape(n, k)[70, 5] = -128
+        blocks = B.from_fields(f, t, n, k)
+    prep = C.prepare("rowmajor", {"blocks": blocks}, n, k, qname)
+    assert prep.spec.kernel is C._ROW_TILES_AVX2[qname] and prep.spec.path == "compiled.rowmajor.avx2"
+    portable = dataclasses.replace(prep, geom=C._geom_rows(prep.qtype, n, k), spec=dataclasses.replace(
+        prep.spec, kernel=C._ROW_TILES[qname], activations=None))
+    x = rng.standard_normal((3, k)).astype(np.float32)
+    x[1] *= 1e3
+    a, da = D.quantize_activations(x)
+    a[2, :40] = -128
     for p_fast, p_port in zip(prep.run(a, da), portable.run(a, da)):
         assert np.array_equal(np.asarray(p_fast).view(np.uint32), np.asarray(p_port).view(np.uint32))
     assert np.array_equal(prep.run(a, da)[0], D.standard_partials(blocks, n, k, qname, a)[0])
@@ -340,3 +388,33 @@ def test_read_only_inputs(rng):
         if (layout, qname) in il8.FORMS:
             assert _same_bits(il8.il8_matmul(layout, regions, n, k, qname, x), y0)
             assert np.array_equal(il8.il8_partials(layout, regions, n, k, qname, a)[0], P0)
+
+
+def test_serial_and_parallel_drivers_agree(rng, monkeypatch):
+    """Small calls run their tiles on the calling thread (compiled.SERIAL_WORK): the same bits."""
+    n, k = 200, 256
+    for layout, qname in (("panel64", "Q4_1"), ("rowmajor", "Q8_0"), ("rowmajor", "Q4_K")):
+        blocks = random_blocks(qname, n, k, rng)
+        regions = {"blocks": blocks} if layout == "rowmajor" else ref_pack_panel64(blocks, n, k, qname)
+        prep = C.prepare(layout, regions, n, k, qname)
+        a, da = D.quantize_activations(rng.standard_normal((5, k)).astype(np.float32))
+        monkeypatch.setattr(C, "SERIAL_WORK", 0)
+        par = prep.run(a, da)
+        monkeypatch.setattr(C, "SERIAL_WORK", 1 << 40)
+        ser = prep.run(a, da)
+        for x, z in zip(par, ser):
+            assert np.array_equal(np.asarray(x).view(np.uint32), np.asarray(z).view(np.uint32)), (layout, qname)
+
+
+@pytest.mark.parametrize("qname", TYPES8)
+def test_rowmajor_scale_fields_subset(qname, rng):
+    """The rowmajor scales gather only the scale fields (BlockPlan.to_fields names=): the same
+    fields, bit for bit, as the whole plan's."""
+    n, k = 9, 256
+    t = qtypes.get(qname)
+    raw = random_blocks(qname, n, k, rng)
+    full = B.to_fields(raw, t, n, k)
+    part = C._scale_fields(t, raw, n, k)
+    assert "codes" not in part and set(part) == set(full) - {"codes"}
+    for name, v in part.items():
+        assert np.array_equal(v, full[name]), name

@@ -84,6 +84,19 @@ def nibble_group_dot_ref(w: np.ndarray, woff: int, a: np.ndarray, aoff: int) -> 
     return np.einsum("qcj,qj->c", u, av)
 
 
+# ---- int8 codes x int8 activations (rowmajor Q8_0 rows, via a scratch tile) ------------------
+#: bytes of one group of a 64-channel int8 scratch tile (:func:`int8_group_dot`)
+INT8_GROUP_BYTES = GROUP * CHANNELS
+
+
+def int8_group_dot_ref(w: np.ndarray, woff: int, a: np.ndarray, aoff: int) -> np.ndarray:
+    """int64 [64]: ``Σ_kk w(c, kk)·a[aoff + kk]`` over one int8 scratch group (numpy)."""
+    g = np.asarray(w[woff:woff + INT8_GROUP_BYTES], np.uint8).view(np.int8).astype(np.int64)
+    codes = g.reshape(KG_BLOCKS, CHANNELS, 4)  # [q][c][j] = w(c, 4q + j)
+    av = np.asarray(a[aoff:aoff + GROUP], np.int64).reshape(KG_BLOCKS, 4)
+    return np.einsum("qcj,qj->c", codes, av)
+
+
 def _build():
     from llvmlite import ir
     from numba import types
@@ -92,6 +105,19 @@ def _build():
 
     i8, i16, i32, i64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
     v32i8, v16i16, v16i32 = ir.VectorType(i8, 32), ir.VectorType(i16, 16), ir.VectorType(i32, 16)
+    v8i32 = ir.VectorType(i32, 8)
+
+    def pointers(context, builder, signature, args):
+        """The intrinsics' arguments (w, woff, a, aoff, acc) as ``(w + woff, a + aoff, acc)``
+        data pointers."""
+        w_arr, w_off, a_arr, a_off, acc_arr = args
+        wd = context.make_array(signature.args[0])(context, builder, w_arr).data
+        ad = context.make_array(signature.args[2])(context, builder, a_arr).data
+        cd = context.make_array(signature.args[4])(context, builder, acc_arr).data
+        return builder.gep(wd, [w_off]), builder.gep(ad, [a_off]), cd
+
+    def llvm_fn(builder, ret, params, name):
+        return cgutils.get_or_insert_function(builder.module, ir.FunctionType(ret, params), name)
 
     @intrinsic
     def nibble_group_dot(typingctx, w, woff, a, aoff, acc):
@@ -102,14 +128,8 @@ def _build():
         sig = types.void(w, woff, a, aoff, acc)
 
         def codegen(context, builder, signature, args):
-            w_arr, w_off, a_arr, a_off, acc_arr = args
-            wd = context.make_array(signature.args[0])(context, builder, w_arr).data
-            ad = context.make_array(signature.args[2])(context, builder, a_arr).data
-            cd = context.make_array(signature.args[4])(context, builder, acc_arr).data
-            pmadd = cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(v16i16, [v32i8, v32i8]), "llvm.x86.avx2.pmadd.ub.sw")
-            wbase = builder.gep(wd, [w_off])
-            abase = builder.gep(ad, [a_off])
+            wbase, abase, cd = pointers(context, builder, signature, args)
+            pmadd = llvm_fn(builder, v16i16, [v32i8, v32i8], "llvm.x86.avx2.pmadd.ub.sw")
             low4 = ir.Constant(v32i8, [15] * 32)
             four = ir.Constant(v32i8, [4] * 32)
             splat = ir.Constant(ir.VectorType(i32, 16), [0] * 16)
@@ -138,8 +158,48 @@ def _build():
 
         return sig, codegen
 
-    return nibble_group_dot
+    @intrinsic
+    def int8_group_dot(typingctx, w, woff, a, aoff, acc):
+        """``acc[0:64] = Σ_kk w(c, kk)·a[aoff + kk]`` (int32) for the int8 scratch group at byte
+        ``woff`` of ``w`` (uint8, 1-D; byte ``256q + 4c + j`` = code of channel ``c`` at K offset
+        ``4q + j``) against ``a`` (int8, 1-D, natural order). Per kg-block ``q`` and 8 channels::
+
+            x   = 32 code bytes (8 channels x 4 K)     p = a[4q .. 4q+3] x 8 (one 4-byte broadcast)
+            |p| · sign(x, p)  by vpmaddubsw  -> 16 int16 pair sums;  vpmaddwd with 1 -> 8 int32
+
+        Exactness: needs no code equal to -128 (the caller checks; vpsignb cannot negate it).
+        Then |sign(x, p)| <= 127 and |p| <= 128, so a pair sum is at most 2·128·127 = 32512 and
+        vpmaddubsw never saturates; the int32 sums are exact. No bounds checks: the caller's
+        geometry guarantees ``woff + 2048 <= len(w)``, ``aoff + 32 <= len(a)``, ``len(acc) >= 64``."""
+        sig = types.void(w, woff, a, aoff, acc)
+
+        def codegen(context, builder, signature, args):
+            wbase, abase, cd = pointers(context, builder, signature, args)
+            maddubs = llvm_fn(builder, v16i16, [v32i8, v32i8], "llvm.x86.avx2.pmadd.ub.sw")
+            maddwd = llvm_fn(builder, v8i32, [v16i16, v16i16], "llvm.x86.avx2.pmadd.wd")
+            psign = llvm_fn(builder, v32i8, [v32i8, v32i8], "llvm.x86.avx2.psign.b")
+            ones = ir.Constant(v16i16, [1] * 16)
+            splat = ir.Constant(v8i32, [0] * 8)
+            accs = [None] * (CHANNELS // 8)
+            for q in range(KG_BLOCKS):
+                p4 = builder.bitcast(builder.gep(abase, [ir.Constant(i64, 4 * q)]), i32.as_pointer())
+                vec = builder.insert_element(ir.Constant(v8i32, None), builder.load(p4, align=1), ir.Constant(i32, 0))
+                pat = builder.bitcast(builder.shuffle_vector(vec, ir.Constant(v8i32, None), splat), v32i8)
+                absp = builder.call(psign, [pat, pat])  # |p| (as unsigned bytes: -128 -> 128)
+                for s in range(CHANNELS // 8):
+                    at = builder.gep(wbase, [ir.Constant(i64, q * 4 * CHANNELS + 32 * s)])
+                    x = builder.load(builder.bitcast(at, v32i8.as_pointer()), align=1)
+                    t = builder.call(maddwd, [builder.call(maddubs, [absp, builder.call(psign, [x, pat])]), ones])
+                    accs[s] = t if accs[s] is None else builder.add(accs[s], t)
+            for s in range(CHANNELS // 8):
+                dst = builder.bitcast(builder.gep(cd, [ir.Constant(i64, 8 * s)]), v8i32.as_pointer())
+                builder.store(accs[s], dst, align=4)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return nibble_group_dot, int8_group_dot
 
 
-#: the intrinsic (callable from numba code only), or None where it cannot run
-nibble_group_dot = _build() if AVAILABLE else None
+#: the intrinsics (callable from numba code only), or None where they cannot run
+nibble_group_dot, int8_group_dot = _build() if AVAILABLE else (None, None)

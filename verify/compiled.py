@@ -560,6 +560,120 @@ def _row_tile(decode):
     return tile
 
 
+SCRATCH_MIN_ROWS = 4  # activation rows from which the AVX2 row tiles build their scratch tile
+
+
+@njit(inline="always")
+def _rows_portable(codes, tw, t, a, A, s_t, o_t, da, kind, group, P, y, want_p, want_y):
+    """The portable row tile's partials and finish on the decoded (signed) codes."""
+    pt = np.zeros((a.shape[0], s_t.shape[1], TILE), np.int32)
+    _rows_partials(codes.reshape(TILE, a.shape[1]), tw, a, group, pt)
+    _rows_finish(pt, tw, t, A, s_t, o_t, da, kind, group, P, y, want_p, want_y)
+
+
+def _scratch_dots(dot, group_bytes):
+    """The rest of an AVX2 row tile once its scratch tile is written: per group and activation
+    row one call of the intrinsic ``dot`` (``group_bytes`` of scratch per group), then the
+    column tiles' finish (``off·A`` subtracted, P and/or the rescale)."""
+
+    @njit(inline="always")
+    def finish(scratch, t, a, A, s_t, o_t, da, kind, group, n, P, y, want_p, want_y, off):
+        tw = _tile_width(n, t)
+        k = a.shape[1]
+        af = a.reshape(-1)
+        acc = np.empty(TILE, np.int32)
+        yt = np.zeros((a.shape[0], TILE), np.float32)
+        for g in range(s_t.shape[1]):
+            k0 = g * group
+            for m in range(a.shape[0]):
+                dot(scratch, g * group_bytes, af, m * k + k0, acc)
+                _group_done(acc, t, g, m, tw, off, A, s_t, o_t, da, kind, k0, P, yt, want_p, want_y)
+        _tile_done(yt, t, tw, y, want_y)
+
+    return finish
+
+
+if _simd.AVAILABLE:
+    _NIBBLE_GROUP_BYTES = _simd.KG_BLOCKS * _simd.KG_BYTES  # one group of a 64-channel nibble tile
+    _nibble_scratch_dots = _scratch_dots(_simd.nibble_group_dot, _NIBBLE_GROUP_BYTES)
+
+    def _row_tile_nibble_avx2(decode):
+        """rowmajor 4-bit rows (Q4_0, Q4_1, Q4_K; G = 32) through the AVX2 panel64 kernel: the
+        tile's rows are decoded (``decode``, as the portable row tile), re-biased to the raw code
+        ``u = c + code_offset`` and written as one panel64 nibble tile in a scratch buffer, then
+        each group is one ``vpmaddubsw`` sequence per activation row (:func:`_simd.nibble_group_dot`)
+        and ``off·A`` is subtracted after it. The partials are the same exact int32 sums as the
+        portable row tile's (tested against each other); the scratch costs one pass over the
+        tile's codes, shared by the ``M`` activation rows. geom = [row_bytes, blocks per row,
+        code_offset]::
+
+            scratch[g·1024 + q·128 + 2c]     = u(c, 32g + 4q)     | u(c, 32g + 4q + 1) << 4
+            scratch[g·1024 + q·128 + 2c + 1] = u(c, 32g + 4q + 2) | u(c, 32g + 4q + 3) << 4
+        """
+
+        @njit(cache=True)
+        def tile(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
+            tw = _tile_width(n, t)
+            k = a.shape[1]
+            ng = s_t.shape[1]
+            off = geom[2]
+            wt = _tile_view(w, TILE * t, tw, geom[1], geom[0] // geom[1])
+            codes = np.zeros((TILE, geom[1], k // geom[1]), np.int16)  # lanes past tw stay 0
+            for r in range(tw):
+                decode(wt, r, codes)
+            c4 = codes.reshape(TILE, ng, _simd.KG_BLOCKS, 4)
+            if a.shape[0] < SCRATCH_MIN_ROWS:  # the scratch would cost more than it saves:
+                for r in range(tw):  # codes into the activations' pair order (x0, x2, x1, x3)
+                    for g in range(ng):
+                        for q in range(_simd.KG_BLOCKS):
+                            c4[r, g, q, 1], c4[r, g, q, 2] = c4[r, g, q, 2], c4[r, g, q, 1]
+                _rows_portable(codes, tw, t, a, A, s_t, o_t, da, kind, group, P, y, want_p, want_y)
+                return
+            panel = np.empty(ng * _NIBBLE_GROUP_BYTES, np.uint8)
+            for g in range(ng):
+                for q in range(_simd.KG_BLOCKS):
+                    at = g * _NIBBLE_GROUP_BYTES + q * _simd.KG_BYTES
+                    for c in range(TILE):
+                        panel[at + 2 * c] = np.uint8((c4[c, g, q, 0] + off) | ((c4[c, g, q, 1] + off) << 4))
+                        panel[at + 2 * c + 1] = np.uint8((c4[c, g, q, 2] + off) | ((c4[c, g, q, 3] + off) << 4))
+            _nibble_scratch_dots(panel, t, a, A, s_t, o_t, da, kind, group, n, P, y, want_p, want_y, off)
+
+        return tile
+
+    _INT8_GROUP_BYTES = _simd.INT8_GROUP_BYTES
+    _int8_scratch_dots = _scratch_dots(_simd.int8_group_dot, _INT8_GROUP_BYTES)
+
+    @njit(cache=True)
+    def _tile_rowmajor_q8_0_avx2(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
+        # rowmajor Q8_0 ([d f16][qs i8 32] per block = group) through the AVX2 int8 kernel: the
+        # tile's codes copied into one int8 scratch tile (byte 2048g + 256q + 4c + j = code of
+        # row c at K 32g + 4q + j), then one _simd.int8_group_dot per group and activation row.
+        # A code of -128 (which vpsignb cannot negate) sends the tile to the portable row
+        # partials instead; both give the exact int32 sums (tested against each other).
+        tw = _tile_width(n, t)
+        k = a.shape[1]
+        ng = s_t.shape[1]
+        wt = _tile_view(w, TILE * t, tw, geom[1], geom[0] // geom[1])
+        extreme = a.shape[0] < SCRATCH_MIN_ROWS  # then the scratch would cost more than it saves
+        scratch = np.zeros(0 if extreme else ng * _INT8_GROUP_BYTES, np.uint8)
+        for c in range(0 if extreme else tw):
+            for g in range(ng):
+                for b in range(group):
+                    v = wt[c, g, 2 + b]
+                    extreme = extreme or v == 128
+                    scratch[g * _INT8_GROUP_BYTES + (b // 4) * (4 * TILE) + 4 * c + b % 4] = v
+        if extreme:
+            codes = np.zeros((TILE, geom[1], k // geom[1]), np.int16)
+            for r in range(tw):
+                _row_q8_0(wt, r, codes)
+            _rows_portable(codes, tw, t, a, A, s_t, o_t, da, kind, group, P, y, want_p, want_y)
+            return
+        _int8_scratch_dots(scratch, t, a, A, s_t, o_t, da, kind, group, n, P, y, want_p, want_y, 0)
+else:
+    _row_tile_nibble_avx2 = None
+    _tile_rowmajor_q8_0_avx2 = None
+
+
 # the driver: one parallel loop over tiles for every table row; the tile function comes in as a
 # first-class function value (numba FunctionType), so only one parfor is ever compiled
 _TSIG = types.void(types.int64, *_KSIG.args)
@@ -616,13 +730,22 @@ def _rowmajor_bytes(t, regions, n, k, layout=repack.rowmajor.NAME):
 _FIELD_ROWS = 4096  # rows per to_fields call (bounds its temporaries on 262k-row embeddings)
 
 
+def _scale_fields(t, raw, n, k):
+    """The block fields :func:`~panelpack.verify.dispatch.scale_arrays` reads: all but the
+    codes (the codec's bit plan gathers only those; the codes were 90% of the time)."""
+    plan = getattr(t.codec_module, "PLAN", None)
+    if plan is None:
+        return _blocks.to_fields(raw, t, n, k)
+    return plan.to_fields(raw, n, k, names=[f for f in plan.fields if f != "codes"])
+
+
 def _rowmajor_scales(t, regions, n, k, layout=repack.rowmajor.NAME):
     raw = _rowmajor_bytes(t, regions, n, k).reshape(n, t.row_bytes(k))
     s = np.empty((n, k // t.group), np.float32)
     o = np.empty((n, k // t.group), np.float32)
     for r0 in range(0, n, _FIELD_ROWS):
         r1 = min(n, r0 + _FIELD_ROWS)
-        s[r0:r1], o[r0:r1] = _d.scale_arrays(_blocks.to_fields(raw[r0:r1], t, r1 - r0, k), t)
+        s[r0:r1], o[r0:r1] = _d.scale_arrays(_scale_fields(t, raw[r0:r1], r1 - r0, k), t)
     return s, o
 
 
@@ -665,6 +788,10 @@ _ROW_TILES = {t: _row_tile(dec) for t, dec in (
     ("Q4_0", _row_q4_0), ("Q4_1", _row_q4_1), ("Q5_0", _row_q5_0), ("Q5_1", _row_q5_1),
     ("Q8_0", _row_q8_0), ("Q4_K", _row_q4_k), ("Q5_K", _row_q5_k), ("Q6_K", _row_q6_k),
     ("Q2_K", _row_q2_k), ("Q3_K", _row_q3_k))}
+#: rowmajor 4-bit types (G = 32) where numba targets AVX2: the nibble tile of each decoder
+_ROW_TILES_AVX2 = {} if _row_tile_nibble_avx2 is None else {
+    **{t: _row_tile_nibble_avx2(dec) for t, dec in (("Q4_0", _row_q4_0), ("Q4_1", _row_q4_1), ("Q4_K", _row_q4_k))},
+    "Q8_0": _tile_rowmajor_q8_0_avx2}
 
 
 def _nibble_tile(t):
@@ -688,10 +815,21 @@ def panel64_kernel(layout: str, t) -> KernelSpec | None:
                       _geom_offset(0), _signed_code_max(t))
 
 
+def _geom_rows_offset(t, n, k):
+    return np.array([t.row_bytes(k), k // t.block_size, t.code_offset], np.int64)
+
+
 def rowmajor_kernel(layout: str, t) -> KernelSpec | None:
     tile = _ROW_TILES.get(t.name)
     if tile is None:
         return None
+    fast = _ROW_TILES_AVX2.get(t.name)
+    if fast is not None and t.code_bits == 4:  # through the AVX2 nibble kernel (_row_tile_nibble_avx2)
+        return KernelSpec(layout, t.name, fast, _rowmajor_bytes, _rowmajor_scales, _geom_rows_offset, 15,
+                          activations=_simd.pair_order, variant="avx2")
+    if fast is not None:  # Q8_0 through the AVX2 int8 kernel (_tile_rowmajor_q8_0_avx2)
+        return KernelSpec(layout, t.name, fast, _rowmajor_bytes, _rowmajor_scales, _geom_rows,
+                          _signed_code_max(t), variant="avx2")
     return KernelSpec(layout, t.name, tile, _rowmajor_bytes, _rowmajor_scales, _geom_rows, _signed_code_max(t))
 
 
@@ -721,16 +859,31 @@ def __getattr__(name: str):
 
 
 _DRIVER: list = []
+_SERIAL_DRIVER: list = []
+
+#: a call with fewer multiply-adds than this (M·N·K) runs its tiles on the calling thread: a
+#: decoded token's layer products (M = 1, under 2 M MACs, tens of microseconds) cost less than
+#: waking the thread pool, and on a shared host a parallel region waits for a thread that lost
+#: its core. Tiles are computed independently, so the result is the same either way.
+SERIAL_WORK = 1 << 22
 
 
-def _driver() -> Callable:
-    """The parallel driver (compiled, or loaded from the cache, on first use)."""
-    if not _DRIVER:
+def _drive_serial(tile, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
+    for t in range(s_t.shape[0]):
+        tile(np.int64(t), w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y)
+
+
+def _driver(serial: bool = False) -> Callable:
+    """The parallel driver, or with ``serial`` its one-thread twin (compiled, or loaded from the
+    cache, on first use)."""
+    store, body = (_SERIAL_DRIVER, _drive_serial) if serial else (_DRIVER, _drive)
+    if not store:
         if config.DISABLE_JIT:
-            _DRIVER.append(_drive)
+            store.append(body)
         else:
-            _DRIVER.append(njit(types.void(types.FunctionType(_TSIG), *_KSIG.args), parallel=True, cache=True)(_drive))
-    return _DRIVER[0]
+            store.append(njit(types.void(types.FunctionType(_TSIG), *_KSIG.args), parallel=not serial,
+                              cache=True)(body))
+    return store[0]
 
 
 _READY: dict = {}
@@ -834,13 +987,17 @@ class Prepared:
         y = np.empty((m, self.n) if want_y else (1, 1), np.float32)
         if da is None:
             da = np.zeros((m, self.k // _d.QK8), np.float32)
+        a_k = a if self.spec.activations is None else self.spec.activations(a)
+        args = (_compiled(self.spec.kernel), self.weights, self.geom, a_k, A, self.s_t, self.o_t, da,
+                _d.SCHEME_KIND[t.scheme], t.group, chunk, self.n, P, y, want_p, want_y)
+        if m * self.n * self.k < SERIAL_WORK:
+            _driver(serial=True)(*args)
+            return P, A, y
         # tiles handed out a few at a time (not one static half per thread), so a thread that
         # loses its core for a while does not hold the whole call up
         previous = numba.set_parallel_chunksize(_TILES_PER_GRAB)
         try:
-            a_k = a if self.spec.activations is None else self.spec.activations(a)
-            _driver()(_compiled(self.spec.kernel), self.weights, self.geom, a_k, A, self.s_t, self.o_t, da,
-                      _d.SCHEME_KIND[t.scheme], t.group, chunk, self.n, P, y, want_p, want_y)
+            _driver()(*args)
         finally:
             numba.set_parallel_chunksize(previous)
         return P, A, y

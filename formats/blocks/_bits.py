@@ -97,10 +97,13 @@ class BlockPlan:
             raise BadInputError(f"{t.name} [{n}, {k}] needs {want} bytes, got {b.size}")
         return b.reshape(n * (k // t.block_size), t.type_size)
 
-    def to_fields(self, blocks: np.ndarray, n: int, k: int) -> dict[str, np.ndarray]:
+    def to_fields(self, blocks: np.ndarray, n: int, k: int, names=None) -> dict[str, np.ndarray]:
+        """The fields of ``[n, k]`` worth of blocks (only those in ``names``, when given)."""
         b2 = self._blocks2d(blocks, n, k)
         out = {}
         for name, f in self.fields.items():
+            if names is not None and name not in names:
+                continue
             byte, shift, mask, dst = self._gather[name]
             val = np.zeros((b2.shape[0], f.count), np.uint32)
             for j in range(byte.shape[1]):

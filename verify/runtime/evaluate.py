@@ -34,6 +34,18 @@ from .model import Model
 
 REFERENCES = ("standard", "f32", "llama.cpp")
 STAT_CHUNK = 32  # positions per comparison step (bounds the f64 temporaries on 262k vocabularies)
+#: logits per forward call, at most (positions x vocabulary): 256 positions of SmolLM2's 49k
+#: vocabulary, 64 of Gemma's 262k. Every kernel computes each position on its own, so the chunk
+#: does not change a bit; fewer, larger calls mean fewer parallel regions, each of which waits
+#: for a thread that lost its core on a shared host (512 tokens: 24 s against 40 s at load 5).
+CHUNK_LOGITS = 1 << 24
+CHUNK_RANGE = (64, 256)
+
+
+def eval_chunk(n_vocab: int) -> int:
+    """Positions per forward call of :func:`evaluate` (see :data:`CHUNK_LOGITS`)."""
+    lo, hi = CHUNK_RANGE
+    return max(lo, min(hi, CHUNK_LOGITS // max(n_vocab, 1)))
 
 
 def default_text() -> str:
@@ -171,7 +183,7 @@ def _ids_for(model: Model, text: str | None, tokens: int | None, ids=None) -> np
 
 
 def evaluate(bundle, text: str | None = None, tokens: int | None = None, against: str = "standard",
-             kernels: str = "compiled", source=None, ids=None, chunk: int = 64,
+             kernels: str = "compiled", source=None, ids=None, chunk: int | None = None,
              n_layer: int | None = None) -> EvalReport:
     """Run ``text`` (default: the shipped text) through ``bundle`` and compare with ``against``."""
     if against not in REFERENCES:
@@ -180,6 +192,7 @@ def evaluate(bundle, text: str | None = None, tokens: int | None = None, against
     model = Model.open(bundle, kernels, n_layer=n_layer)
     try:
         ids = _ids_for(model, text, tokens, ids)
+        chunk = eval_chunk(model.n_vocab) if chunk is None else chunk
         targets = np.append(ids[1:], -1)
         cmp = Comparison()
         ref_paths: list[str] = []

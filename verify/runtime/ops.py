@@ -2,8 +2,10 @@
 gated-FFN activations.
 
 Attention is a numba kernel (:func:`attention`, one ``prange`` over (query, head) pairs, each
-pair summed in a fixed order, so its result does not depend on the thread count) with the numpy
-reference :func:`attention_ref` beside it; the rest is plain numpy, one vectorised pass each.
+pair summed in a fixed order, so its result does not depend on the thread count; a serial twin
+for one query) with the numpy reference :func:`attention_ref` beside it; its softmax takes
+``e^x`` from :func:`exp_nonpositive` (a vectorising expf, checked against ``np.exp``). The rest
+is plain numpy, one vectorised pass each.
 
 RoPE (``theta_i = pos · base^(-2i/d)``), two conventions::
 
@@ -68,55 +70,118 @@ ACTIVATIONS = {"silu": silu, "gelu_tanh": gelu_tanh}
 
 _F3 = types.Array(types.float32, 3, "C", readonly=True)
 
+# expf on the softmax's arguments (x <= 0 after the maximum is subtracted), written so the loop
+# that calls it vectorises (libm's expf is a call per element, most of attention's time):
+#   x = n·ln2 + r,  n = floor(x·log2(e) + 1/2),  r = (x − n·C1) − n·C2   (C1 + C2 = ln2, C1 exact
+#   in 9 bits, so n·C1 is exact for |n| < 2^15),  e^r = 1 + r + r²·p(r) (Cephes' degree-5 p),
+#   2^n built from its bits ((n + 127) << 23). Below −87 (e^x < 2^-125) the result is 0.
+_LOG2E = np.float32(1.44269504088896341)
+_C1 = np.float32(0.693359375)
+_C2 = np.float32(-2.12194440e-4)
+_EXP_MIN = np.float32(-87.0)
+_P = tuple(np.float32(c) for c in (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
+                                   1.6666665459e-1, 5.0000001201e-1))
 
-@lazy_njit(types.void(_F3, _F3, _F3, types.int64, types.int64, types.float32, types.int64, types.float32[:, :, ::1]),
-           parallel=True, cache=True)
+
+@lazy_njit(types.void(types.float32[::1], types.int64, types.int32[::1]), cache=True)
+def exp_nonpositive(x, n, bits):
+    """``x[:n] = e^x[:n]`` in place for ``x <= 0`` (f32, within 2 ulp of ``np.exp``; see above);
+    ``bits`` int32 scratch of ``n`` or more."""
+    p0, p1, p2, p3, p4, p5 = _P
+    for j in range(n):
+        v = max(x[j], _EXP_MIN)
+        k = np.floor(v * _LOG2E + np.float32(0.5))
+        r = (v - k * _C1) - k * _C2
+        poly = ((((p0 * r + p1) * r + p2) * r + p3) * r + p4) * r + p5
+        bits[j] = ((np.int32(k) + np.int32(127)) << np.int32(23)) if x[j] >= _EXP_MIN else np.int32(0)
+        x[j] = (poly * (r * r) + r) + np.float32(1.0)
+    two_n = bits[:n].view(np.float32)  # 2^n, or 0.0 (all bits clear) below the range
+    for j in range(n):
+        x[j] = x[j] * two_n[j]
+
+
+@lazy_njit(inline="always")
+def _attend(q, kt, vc, pos0, scale, window, m, h, group, sc, bits, acc, out):
+    """One query row ``m`` and head ``h`` (see :func:`_attention_kernel`). The inner loops read
+    1-D views from index 0, so their indices are non-negative counters and they vectorise."""
+    d = q.shape[2]
+    kvh = h // group
+    p = pos0 + m
+    lo = 0
+    if window > 0 and p - window + 1 > 0:
+        lo = p - window + 1
+    n = p - lo + 1
+    for j in range(n):
+        sc[j] = np.float32(0.0)
+    for i in range(d):
+        qi = q[m, h, i]
+        keys = kt[kvh, i, lo:]
+        for j in range(n):
+            sc[j] += qi * keys[j]
+    best = np.float32(-np.inf)
+    for j in range(n):
+        sc[j] = sc[j] * scale
+        best = max(best, sc[j])
+    for j in range(n):
+        sc[j] = sc[j] - best
+    exp_nonpositive(sc, n, bits)
+    total = np.float32(0.0)
+    for j in range(n):
+        total += sc[j]
+    for i in range(d):
+        acc[i] = np.float32(0.0)
+    values = vc[kvh, lo:]
+    for j in range(n):
+        w = sc[j] / total
+        for i in range(d):
+            acc[i] += w * values[j, i]
+    for i in range(d):
+        out[m, h, i] = acc[i]
+
+
+_ASIG = types.void(_F3, _F3, _F3, types.int64, types.int64, types.float32, types.int64, types.float32[:, :, ::1])
+
+
+@lazy_njit(inline="always")
+def _attend_job(q, kt, vc, length, pos0, scale, window, job, out):
+    heads = q.shape[1]
+    sc = np.empty(length, np.float32)
+    bits = np.empty(length, np.int32)
+    acc = np.empty(q.shape[2], np.float32)
+    _attend(q, kt, vc, pos0, scale, window, job // heads, job % heads, heads // kt.shape[0], sc, bits, acc, out)
+
+
+@lazy_njit(_ASIG, parallel=True, cache=True)
 def _attention_kernel(q, kt, vc, length, pos0, scale, window, out):
     """Causal attention for queries at positions ``pos0 + m`` over the cached keys ``0 .. pos0 + m``
     (the last ``window`` of them when ``window > 0``). Cache layouts: keys ``kt [Hkv, D, cap]``
     (transposed, so one query element meets consecutive keys), values ``vc [Hkv, cap, D]``.
     GQA: head ``h`` reads kv head ``h // (H / Hkv)``. Each score is summed over D in order, then
-    scaled; softmax (maximum subtracted) and the weighted sum in f32, keys in increasing order."""
-    m_rows, heads, d = q.shape
-    group = heads // kt.shape[0]
-    for job in prange(m_rows * heads):
-        m = job // heads
-        h = job % heads
-        kvh = h // group
-        p = pos0 + m
-        lo = 0
-        if window > 0 and p - window + 1 > 0:
-            lo = p - window + 1
-        n = p - lo + 1
-        sc = np.zeros(n, np.float32)
-        for i in range(d):
-            qi = q[m, h, i]
-            for j in range(n):
-                sc[j] += qi * kt[kvh, i, lo + j]
-        best = np.float32(-np.inf)
-        for j in range(n):
-            sc[j] = sc[j] * scale
-            if sc[j] > best:
-                best = sc[j]
-        total = np.float32(0.0)
-        for j in range(n):
-            e = np.float32(np.exp(sc[j] - best))
-            sc[j] = e
-            total += e
-        for i in range(d):
-            out[m, h, i] = np.float32(0.0)
-        for j in range(n):
-            w = sc[j] / total
-            for i in range(d):
-                out[m, h, i] += w * vc[kvh, lo + j, i]
+    scaled; softmax (maximum subtracted, :func:`exp_nonpositive`) and the weighted sum in f32,
+    keys in increasing order. Each (query, head) pair is computed on its own, so the result
+    does not depend on the thread count or on how queries are batched."""
+    for job in prange(q.shape[0] * q.shape[1]):
+        _attend_job(q, kt, vc, length, pos0, scale, window, job, out)
+
+
+@lazy_njit(_ASIG, cache=True)
+def _attention_serial(q, kt, vc, length, pos0, scale, window, out):
+    """:func:`_attention_kernel` on the calling thread (a decoded token's one query: waking
+    the thread pool costs more than its few microseconds of work); the same bits."""
+    for job in range(q.shape[0] * q.shape[1]):
+        _attend_job(q, kt, vc, length, pos0, scale, window, job, out)
+
+
+SERIAL_QUERIES = 1  # at most this many query rows run serially
 
 
 def attention(q: np.ndarray, kt: np.ndarray, vc: np.ndarray, pos0: int, scale: float, window: int = 0) -> np.ndarray:
     """``q`` f32 ``[M, H, D]``; key cache ``kt [Hkv, D, cap]``, value cache ``vc [Hkv, cap, D]``
     holding positions ``0 .. pos0 + M - 1`` -> ``[M, H, D]``."""
     out = np.empty(q.shape, np.float32)
-    _attention_kernel(np.ascontiguousarray(q, np.float32), kt, vc, int(pos0 + q.shape[0]), int(pos0),
-                      np.float32(scale), int(window), out)
+    kernel = _attention_serial if q.shape[0] <= SERIAL_QUERIES else _attention_kernel
+    kernel(np.ascontiguousarray(q, np.float32), kt, vc, int(pos0 + q.shape[0]), int(pos0),
+           np.float32(scale), int(window), out)
     return out
 
 
