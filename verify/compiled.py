@@ -346,27 +346,30 @@ def _row_q6_k(wt, r, out):
 
 
 @lazy_njit(inline="always")
-def _row_q2_k(wt, r, out):
-    # [scales 16][qs 64][d f16][dmin f16]: e = 128h + 32j + l: q = (qs[32h + l] >> 2j) & 3; c = q
+def _row_k_2bit(wt, r, out, o_qs, o_hm, bias):
+    # Q2_K (o_hm < 0) and Q3_K: element e = 128h + 32j + l holds u = (qs[o_qs + 32h + l] >> 2j)
+    # & 3, for Q3_K | ((hmask[o_hm + l] >> (4h + j)) & 1) << 2; c = u - bias
     for b in range(wt.shape[1]):
-        for h in range(2):
-            for i in range(32):
-                v = np.int16(wt[r, b, 16 + 32 * h + i])
-                for j in range(4):
-                    out[r, b, 128 * h + 32 * j + i] = (v >> (2 * j)) & 3
+        blk = wt[r, b]
+        ob = out[r, b]
+        for e in range(256):
+            h, j, l = e >> 7, (e >> 5) & 3, e & 31
+            u = (np.int16(blk[o_qs + 32 * h + l]) >> (2 * j)) & 3
+            if o_hm >= 0:
+                u |= ((np.int16(blk[o_hm + l]) >> (4 * h + j)) & 1) << 2
+            ob[e] = u - bias
+
+
+@lazy_njit(inline="always")
+def _row_q2_k(wt, r, out):
+    # [scales 16][qs 64][d f16][dmin f16]; c = q
+    _row_k_2bit(wt, r, out, 16, -1, 0)
 
 
 @lazy_njit(inline="always")
 def _row_q3_k(wt, r, out):
-    # [hmask 32][qs 64][scales 12][d f16]: e = 128h + 32j + l: u = (qs[32 + 32h + l] >> 2j) & 3
-    # | ((hmask[l] >> (4h + j)) & 1) << 2; c = u - 4
-    for b in range(wt.shape[1]):
-        for h in range(2):
-            for i in range(32):
-                v = np.int16(wt[r, b, 32 + 32 * h + i])
-                hb = np.int16(wt[r, b, i])
-                for j in range(4):
-                    out[r, b, 128 * h + 32 * j + i] = (((v >> (2 * j)) & 3) | (((hb >> (4 * h + j)) & 1) << 2)) - 4
+    # [hmask 32][qs 64][scales 12][d f16]; c = u - 4
+    _row_k_2bit(wt, r, out, 32, 0, 4)
 
 
 # =============================================================================================
