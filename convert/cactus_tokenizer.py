@@ -196,7 +196,9 @@ def spec_from_gguf(meta: Any, model_type: str, what: str = "GGUF") -> Optional[T
     converter keeps the vocabulary, token types, merges, special ids and chat template):
 
     * ``gpt2``: ``tokenizer.json`` = BPE over ``tokens`` (id = position) with ``merges``, no byte
-      fallback, byte-level decoder; added tokens = CONTROL (special) and USER_DEFINED pieces;
+      fallback, byte-level decoder; added tokens = CONTROL (special) and USER_DEFINED pieces; the
+      pre-tokenizer ``tokenizer.ggml.pre`` names (:func:`.cactus_tokenizer_json.gguf_source_json`;
+      one the runtime's table lacks: no ``tokenizer.json``, logged);
     * ``llama``: a SentencePiece ``tokenizer.model`` whose pieces and types are ``tokens`` and
       ``token_type`` (llama.cpp writes the SentencePiece types unchanged), no ``tokenizer.json``;
     * ``tokenizer_config.json``: :data:`GGUF_TOKENIZER_CLASSES`' class, bos/eos/unk/pad from the
@@ -213,7 +215,8 @@ def spec_from_gguf(meta: Any, model_type: str, what: str = "GGUF") -> Optional[T
         log.warning("%s: tokenizer model %r: the cactus tokenizer files are written for %s only", what, model,
                     sorted(GGUF_TOKENIZER_CLASSES))
         return None
-    t = from_gguf_metadata(meta)
+    pre = str(meta.get("tokenizer.ggml.pre", "default"))
+    t = from_gguf_metadata({**meta, "tokenizer.ggml.pre": "default"})  # the tokens; `pre` is checked below
     types = list(t.types) + [sentencepiece.NORMAL] * (len(t.tokens) - len(t.types))
     vocab = {tok: i for i, tok in enumerate(t.tokens)}
     added = [(i, tok) for i, tok in enumerate(t.tokens) if types[i] in (sentencepiece.CONTROL, sentencepiece.USER_DEFINED)]
@@ -236,7 +239,16 @@ def spec_from_gguf(meta: Any, model_type: str, what: str = "GGUF") -> Optional[T
         merges = sorted(t.merges, key=t.merges.__getitem__) if t.merges else generate_merges(vocab)
         plain = frozenset(tok for i, tok in added if types[i] == sentencepiece.USER_DEFINED)
         return TokenizerSpec(vocab, merges, [], spm_extras=[tok for _, tok in added], spm_plain=plain, **common)
-    return TokenizerSpec(vocab, sorted(t.merges, key=t.merges.__getitem__), added, None, _BYTE_LEVEL, False, **common)
+    from .cactus_tokenizer_json import gguf_source_json
+
+    merges = sorted(t.merges, key=t.merges.__getitem__)
+    flags = {i: added_token_flags(tc["added_tokens_decoder"][str(i)]) for i, _ in added}
+    source = gguf_source_json(pre, vocab, merges, added, flags)
+    if source is None:
+        log.warning("%s: pre-tokenizer %r (tokenizer.ggml.pre) is not one the runtime knows; no tokenizer.json is "
+                    "written (cactus's bundle check asks for one on bpe tokenizers)", what, pre)
+    return TokenizerSpec(vocab, merges, added, None, _BYTE_LEVEL, False, source_json=source, added_flags=flags,
+                         **common)
 
 
 def write_gguf_tokenizer_files(meta: Any, out: Path, model_type: str, family: str, what: str = "GGUF") -> list[str]:
@@ -528,9 +540,6 @@ def write_spec(spec: TokenizerSpec, out: Path, family: str, what: str = "source"
         with (out / "tokenizer.json").open("w", encoding="utf-8", newline="") as f:
             f.write(saved_tokenizer_json(spec, r))
         written.append("tokenizer.json")
-    else:
-        log.info("%s: no tokenizer.json is written (the byte-level pre-tokenizer of a GGUF tokenizer is only named "
-                 "in its metadata, %r)", what, spec.config.get("tokenizer_class"))
     with (out / "vocab.txt").open("w", encoding="utf-8", newline="") as f:
         for i, t in enumerate(id_to_token):
             if t:

@@ -118,6 +118,33 @@ def _template(r: Resolved, add_bos: bool, add_eos: bool) -> dict:
     return {"type": "TemplateProcessing", "single": single, "pair": pair, "special_tokens": specials}
 
 
+def gguf_source_json(pre: str, vocab: dict[str, int], merges: list[tuple[str, str]],
+                     added: list[tuple[int, str]], flags: dict[int, dict]) -> Optional[dict]:
+    """The byte-level BPE ``tokenizer.json`` of the HF folder a ``gpt2``-tokenizer GGUF stands
+    for; None when its ``tokenizer.ggml.pre`` is not in the runtime's table.
+
+    The pre-tokenizer is the regex list the runtime applies for ``pre``
+    (``formats.tokenizer.PRE_TOKENIZERS``): one ``Split`` per regex (``Isolated``: what does not
+    match stays a piece, as llama.cpp splits), then ``ByteLevel`` without its own regex, the way
+    Llama 3 and Qwen2 folders spell theirs; ``ignore_merges`` where the runtime has it
+    (``IGNORE_MERGES``). No normalizer (GGUF records none); ``ByteLevel`` decoder and
+    post-processor, as GPT-2-style folders have them."""
+    from ..formats.tokenizer import IGNORE_MERGES, PRE_TOKENIZERS
+
+    if pre not in PRE_TOKENIZERS:
+        return None
+    splits = [{"type": "Split", "pattern": {"Regex": rx}, "behavior": "Isolated", "invert": False}
+              for rx in PRE_TOKENIZERS[pre]]
+    return {"version": "1.0", "truncation": None, "padding": None,
+            "added_tokens": [{"id": i, "content": t, **{k: flags[i][k] for k in FLAG_KEYS}} for i, t in added],
+            "normalizer": None,
+            "pre_tokenizer": {"type": "Sequence", "pretokenizers": [*splits, _byte_level(False, True, False)]},
+            "post_processor": _byte_level(True, False), "decoder": _byte_level(True),
+            "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
+                      "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False,
+                      "ignore_merges": pre in IGNORE_MERGES, "vocab": dict(vocab), "merges": [list(m) for m in merges]}}
+
+
 def saved_tokenizer_json(spec: TokenizerSpec, r: Resolved) -> str:
     """The text of the ``tokenizer.json`` transformers' ``save_pretrained`` writes."""
     parts = REBUILT[r.class_name](spec, r) if r.class_name in REBUILT else _as_is(spec, r)

@@ -193,8 +193,10 @@ def assert_same_derived_files(theirs, mine, without=()):
 def test_gguf_bpe_tokenizer_equals_cactus_on_its_hf_folder(smollm2, tmp_path):
     """The real SmolLM2 GGUF (byte-level BPE, 49152 tokens, 48900 merges): its tokenizer files
     equal what cactus writes for the HF folder the GGUF stands for, written here from the GGUF
-    the way SmolLM2's own repository has it (a GPT2Tokenizer class, byte-level tokenizer.json,
-    the control tokens as special added tokens); model_max_length is not in GGUF."""
+    (the plain ``PreTrainedTokenizerFast`` backend, so transformers keeps the source's components;
+    the pre-tokenizer ``tokenizer.ggml.pre`` names, ``smollm``, as one Split per regex of the
+    runtime's table then ByteLevel; the control tokens as special added tokens), tokenizer.json
+    included; model_max_length is not in GGUF."""
     cactus_peer.require()
     from panelpack.formats.checkpoint import open_checkpoint
 
@@ -215,20 +217,59 @@ def test_gguf_bpe_tokenizer_equals_cactus_on_its_hf_folder(smollm2, tmp_path):
     src.mkdir()
     added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
               "normalized": False, "special": True} for i, t in enumerate(tokens) if types[i] == 3]
-    bl = {"add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+    from panelpack.formats.tokenizer import PRE_TOKENIZERS
+
+    assert str(meta["tokenizer.ggml.pre"]) == "smollm"
+    splits = [{"type": "Split", "pattern": {"Regex": rx}, "behavior": "Isolated", "invert": False}
+              for rx in PRE_TOKENIZERS["smollm"]]
+    assert len(splits) == 2
+    bl = {"add_prefix_space": True, "trim_offsets": True, "use_regex": True}
     (src / "tokenizer.json").write_text(json.dumps({
         "version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
-        "pre_tokenizer": {"type": "ByteLevel", **bl}, "post_processor": {"type": "ByteLevel", **bl},
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [*splits, {
+            "type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]},
+        "post_processor": {"type": "ByteLevel", **bl, "trim_offsets": False},
         "decoder": {"type": "ByteLevel", **bl},
         "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
                   "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
                   "vocab": {t: i for i, t in enumerate(tokens)}, "merges": merges}}, ensure_ascii=False), encoding="utf-8")
     (src / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "GPT2Tokenizer", **{f"{k}_token": tokens[i] for k, i in ids.items()}, "chat_template": chat,
+        "tokenizer_class": "PreTrainedTokenizerFast", **{f"{k}_token": tokens[i] for k, i in ids.items()}, "chat_template": chat,
         "added_tokens_decoder": {str(a["id"]): {k: v for k, v in a.items() if k != "id"} for a in added}},
         ensure_ascii=False), encoding="utf-8")
     (src / "config.json").write_text(json.dumps(build_hf_config("llama")))
     cactus_peer.run([{"op": "tokenizer", "model": str(src), "out": str(tmp_path / "cactus")}], tmp_path)
-    # no tokenizer.json: GGUF names the byte-level pre-tokenizer (tokenizer.ggml.pre) but does not hold it
-    assert_same_derived_files(tmp_path / "cactus", out, without={"tokenizer.json"})
+    assert (tmp_path / "cactus" / "tokenizer.json").is_file()
+    assert_same_derived_files(tmp_path / "cactus", out)
     assert "has_chat_template=true" in (out / "tokenizer_config.txt").read_text()
+
+
+def _byte_level_meta(pre: str) -> dict:
+    tokens = ["<|endoftext|>", "<tool_call>", "a", "b", "ab", "\u0120a"]
+    return {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": pre, "tokenizer.ggml.tokens": tokens,
+            "tokenizer.ggml.token_type": [3, 4, 1, 1, 1, 1], "tokenizer.ggml.merges": ["a b", "\u0120 a"],
+            "tokenizer.ggml.bos_token_id": 0, "tokenizer.ggml.eos_token_id": 0}
+
+
+@pytest.mark.parametrize("pre", ["llama3", "qwen2", "default"])
+def test_gguf_byte_level_tokenizer_json_follows_the_runtime_table(pre, tmp_path):
+    """The tokenizer.json of a byte-level GGUF: one Split per regex of the runtime's table for
+    ``tokenizer.ggml.pre`` then ByteLevel, ``ignore_merges`` where the runtime ignores merges,
+    the control token special and the user-defined one not."""
+    from panelpack.formats.tokenizer import IGNORE_MERGES, PRE_TOKENIZERS
+
+    assert "tokenizer.json" in ct.write_gguf_tokenizer_files(_byte_level_meta(pre), tmp_path, "llama", "generic")
+    doc = json.loads((tmp_path / "tokenizer.json").read_text(encoding="utf-8"))
+    parts = doc["pre_tokenizer"]["pretokenizers"]
+    assert [p["pattern"]["Regex"] for p in parts[:-1]] == list(PRE_TOKENIZERS[pre])
+    assert parts[-1] == {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}
+    assert doc["model"]["ignore_merges"] == (pre in IGNORE_MERGES) and doc["model"]["merges"] == [["a", "b"], ["\u0120", "a"]]
+    assert [(a["content"], a["special"]) for a in doc["added_tokens"]] == [("<|endoftext|>", True), ("<tool_call>", False)]
+
+
+def test_gguf_unknown_pre_tokenizer_gets_no_tokenizer_json(tmp_path, caplog):
+    """A pre-tokenizer the runtime's table lacks: the other tokenizer files, no tokenizer.json, logged."""
+    with caplog.at_level("WARNING"):
+        written = ct.write_gguf_tokenizer_files(_byte_level_meta("jais"), tmp_path, "llama", "generic")
+    assert "tokenizer.json" not in written and not (tmp_path / "tokenizer.json").exists()
+    assert "vocab.txt" in written and "'jais'" in caplog.text and "tokenizer.ggml.pre" in caplog.text
