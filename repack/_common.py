@@ -103,18 +103,18 @@ def invertible_for(types_):
     return invertible
 
 
-def words_out(a: np.ndarray):
-    """(uint64 view to write, finisher) for an output byte array that may be misaligned: the
-    view is ``a`` itself when 8-byte aligned, else a scratch array the finisher copies back."""
-    flat = a.reshape(-1)
-    if flat.ctypes.data % 8 == 0:
-        return flat.view(np.uint64), lambda: None
+def aligned_out(a: np.ndarray, dtype=np.uint64):
+    """(flat view of the output array ``a`` as ``dtype`` for a kernel to write, finisher): ``a``
+    itself when aligned for ``dtype``, else a scratch array the finisher copies back."""
+    flat = a.reshape(-1).view(np.uint8)
+    if flat.ctypes.data % np.dtype(dtype).itemsize == 0:
+        return flat.view(dtype), lambda: None
     tmp = np.empty(flat.size, np.uint8)
 
     def finish():
         flat[...] = tmp
 
-    return tmp.view(np.uint64), finish
+    return tmp.view(dtype), finish
 
 
 def accepted(name: str, refuse, qtype, n, k) -> qtypes.GGMLType:

@@ -79,7 +79,7 @@ def _run(direction: str, t, n: int, k: int, src: np.ndarray, dst: np.ndarray) ->
     if bytewise is not None and nb % 4:  # Q4_0 rows of 18-byte blocks are whole words every 4 blocks
         getattr(_k(), bytewise)(src.reshape(-1), n, nb, dst.reshape(-1))
         return
-    w_out, finish = C.words_out(dst)
+    w_out, finish = C.aligned_out(dst)
     getattr(_k(), words)(C.aligned_words(src), n, nb, w_out)
     finish()
 

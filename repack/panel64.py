@@ -305,7 +305,7 @@ def _unpack_q4_small(r, t, n, k, raw):
     p16 = r["panels"].reshape(-1).view(np.uint16)
     d = r["d"].reshape(-1)
     if t.name == "Q4_0" and geo.ng % 4 == 0:
-        w64, finish = C.words_out(raw)
+        w64, finish = C.aligned_out(raw)
         _k()._q4_0_unpack_w(p16, d, n, geo.ng, w64)
         finish()
     else:
@@ -321,7 +321,7 @@ def _pack_q4_k(raw, t, n, k, out):
 
 def _unpack_q4_k(r, t, n, k, raw):
     geo = geometry(t, n, k)
-    w64, finish = C.words_out(raw)
+    w64, finish = C.aligned_out(raw)
     _k()._q4_k_unpack(r["panels"].reshape(-1).view(np.uint16), r["sc"].reshape(-1), r["m"].reshape(-1),
                       r["d"].reshape(-1), r["dmin"].reshape(-1), n, geo.nsb, w64)
     finish()
@@ -430,19 +430,6 @@ def _scatter_field(blocks3: np.ndarray, tab: np.ndarray, vals: np.ndarray) -> No
             blocks3[..., a1] |= (((v[..., i] >> d1) & m1) << s1).astype(np.uint8)
 
 
-def _aligned_view(a: np.ndarray, dtype):
-    """(flat view of ``a`` as ``dtype`` to write, finisher): a temporary when misaligned."""
-    flat = a.reshape(-1).view(np.uint8)
-    if flat.ctypes.data % np.dtype(dtype).itemsize == 0:
-        return flat.view(dtype), lambda: None
-    tmp = np.empty(flat.size, np.uint8)
-
-    def finish():
-        flat[...] = tmp
-
-    return tmp.view(dtype), finish
-
-
 #: the int8 block-column kernel of each type (in _panel64_kernels) and its region arguments
 #: after (a8, n, nblk): (region, view dtype) in order; the panels come first as uint64
 _INT8_COLS = {
@@ -456,9 +443,9 @@ _INT8_COLS = {
 
 def _pack_q4_cols(raw, t, n, k, out):
     """Q4_0/Q4_1 by the four-channel block-column kernel (_panel64_kernels._q4_small_cols)."""
-    p64, fp = _aligned_view(out["panels"], np.uint64)
-    d64, fd = _aligned_view(out["d"], np.uint64)
-    m64, fm = _aligned_view(out["m"], np.uint64) if "m" in out else (d64[:0], lambda: None)
+    p64, fp = C.aligned_out(out["panels"], np.uint64)
+    d64, fd = C.aligned_out(out["d"], np.uint64)
+    m64, fm = C.aligned_out(out["m"], np.uint64) if "m" in out else (d64[:0], lambda: None)
     _k()._q4_small_cols(raw.reshape(-1), n, k // t.block_size, t.type_size - 16, p64, d64, m64)
     for fin in (fp, fd, fm):
         fin()
@@ -470,7 +457,7 @@ def _pack_int8_cols(raw, t, n, k, out):
     name, extra, fields = _INT8_COLS[t.name]
     views, finishers = [], []
     for region, dtype in (("panels", np.uint64),) + fields:
-        v, fin = _aligned_view(out[region], dtype) if region else (np.empty(0, dtype), lambda: None)
+        v, fin = C.aligned_out(out[region], dtype) if region else (np.empty(0, dtype), lambda: None)
         views.append(v)
         finishers.append(fin)
     getattr(_k(), name)(raw.reshape(-1), n, k // t.block_size, *extra, views[0], *views[1:])
@@ -489,7 +476,7 @@ def _pack_int8_table(raw, t, n, k, out):
         v = _gather_field(b3, tab).reshape(n, nblk * count).astype(C.DTYPES[dtype].replace("i", "u"))
         out[name][...] = _to_channel_order(v, geo, C.DTYPES[dtype])
     codes, _ = _field_table(t, "codes")
-    p32, finish = _aligned_view(out["panels"], np.uint32)
+    p32, finish = C.aligned_out(out["panels"], np.uint32)
     _k()._tab_pack(raw.reshape(-1), n, nblk, t.type_size, codes, t.code_offset, t.block_size, p32)
     finish()
 

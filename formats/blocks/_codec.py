@@ -103,8 +103,8 @@ def type_loop(template, namespace: dict, qtype: GGMLType, signature, name: str):
 
 @lazy_njit(cache=True)
 def block_scratch():
-    """The scratch a per-block quantizer body gets: int32 ``[4, 256]`` and f32 ``[4, 32]`` (as
-    :func:`weighted_rows` gives the weighted bodies)."""
+    """The scratch a per-block quantizer body gets (the plain and the importance-weighted ones):
+    int32 ``[4, 256]`` and f32 ``[4, 32]``."""
     return np.zeros((4, 256), np.int32), np.zeros((4, 32), np.float32)
 
 
@@ -162,8 +162,7 @@ def weighted_rows(block_kernel, qk: int, type_size: int):
     @lazy_njit(numba.void(RO_F32, RO_F32, numba.uint8[::1], numba.int64, numba.int64, numba.int64),
                cache=True, error_model="numpy", tag=_tag(block_kernel))
     def rows(x, qw, out, r0, r1, k):
-        iscr = np.zeros((4, 256), np.int32)
-        fscr = np.zeros((4, 32), np.float32)
+        iscr, fscr = block_scratch()
         nb = k // qk
         for r in range(r0, r1):
             xr = x[r * k:r * k + k]
@@ -399,6 +398,12 @@ def declare(namespace: dict, qtype: GGMLType, plan=None, *, dequantize_range=Non
     if plan is not None:
         namespace["to_fields"] = plan.to_fields
         namespace["from_fields"] = plan.from_fields
+    for needed, body in ((dequantize_range is None and dequantize_word is None, "_dequantize_block"),
+                         (quantize_range is None and quantize_block is not None, "_quantize_block")):
+        if needed and body not in namespace:  # the loop template calls the module's body by this name
+            raise TypeError(f"{name}: declare() needs the module's {body} (or the range kernel itself)")
+    if quantize_block is not None and namespace.get("_quantize_block", quantize_block) is not quantize_block:
+        raise TypeError(f"{name}: quantize_block must be the module's _quantize_block")
     words = None
     if dequantize_word is not None:
         dequantize_range, words = word_range(dequantize_word), np.uint16
@@ -464,7 +469,7 @@ def declare(namespace: dict, qtype: GGMLType, plan=None, *, dequantize_range=Non
             nb = fx.size // qtype.block_size
             if quantize_block is not None:  # the block loop and the body as plain Python
                 qk, ts = qtype.block_size, qtype.type_size
-                iscr, fscr = np.zeros((4, 256), np.int32), np.zeros((4, 32), np.float32)
+                iscr, fscr = block_scratch.py_func()
                 for i in range(nb):
                     quantize_block.py_func(fx[i * qk:(i + 1) * qk], fo[i * ts:(i + 1) * ts], iscr, fscr)
             else:
