@@ -23,7 +23,7 @@ import numpy as np
 
 from .. import __version__, repack
 from ..formats import blocks as codecs
-from ..formats import bundle, qtypes
+from ..formats import bundle, engine, qtypes
 from ..formats.atomic import sha256_bytes, sha256_file
 from ..formats.bundle import BundleWriter, TensorEntry, hash_async
 from ..formats.common import Checkpoint
@@ -192,6 +192,25 @@ def _hf_side_files(ckpt, writer: BundleWriter) -> None:
         writer.add_source_file("safetensors-metadata.json", data=(json.dumps(meta, indent=1) + "\n").encode())
 
 
+def engine_work(plan: Plan) -> dict[str, int]:
+    """The job's work in the engine's terms (formats/engine.py), bytes per kind: f32 quantized
+    and dequantized (the result back for the error, and a block-type source to f32; plain
+    floats widen at memory speed) and blocks packed."""
+    work = dict.fromkeys(engine.NUMPY_BUDGET_BYTES, 0)
+    for tp in plan.tensors:
+        d = tp.decision
+        if d.action == "copy":
+            continue
+        if d.action in ("quantize", "requantize"):
+            f32 = 4 * tp.info.n * tp.info.k
+            work["quantize"] += f32
+            work["dequantize"] += f32 * (2 if tp.info.type.quantized else 1)  # the result, and a block source
+        kind = repack.numpy_pack_kind(d.layout, d.target_type)
+        if kind is not None:
+            work[kind] += d.target_type.nbytes(tp.info.n * tp.info.k)
+    return work
+
+
 def _hash_sources(ckpt: Checkpoint) -> "Future":
     """sha256 of every source file, in a background thread (hashlib releases the GIL), so it
     overlaps the conversion instead of adding a pass over the model at the end."""
@@ -228,9 +247,9 @@ def run(ckpt: Checkpoint, plan: Plan, out: str | os.PathLike, force: bool = Fals
     with BundleWriter(out, force=force) as writer:
         source_hashes = _hash_sources(ckpt)
         progress.start(len(plan.tensors), plan.bytes_in)
-        # numba's start-up only pays for itself on big jobs; small ones stay in numpy (JIT_PAYOFF_BYTES)
-        jit = repack.expect_bytes(sum(tp.info.nbytes for tp in plan.tensors if tp.decision.action != "copy"))
-        log.debug("repack kernels: %s", "numba" if jit else "numpy where it has a packer")
+        # numba's start-up only pays for itself on big jobs; small ones stay in numpy
+        jit = engine.expect(**engine_work(plan))
+        log.debug("kernels: %s", "numba" if jit else "numpy where it has a reference")
         jobs = max(1, int(jobs))
 
         def finish(tp: TensorPlan, produced) -> None:

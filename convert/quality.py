@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..formats import blocks as codecs
-from ..formats import qtypes
+from ..formats import engine, qtypes
 from ..formats.errors import BadInputError
 
 log = logging.getLogger(__name__)
@@ -63,8 +63,9 @@ def overflowed_scales(blocks: np.ndarray, qtype: qtypes.GGMLType, n: int, k: int
     return total
 
 
-#: Chunks at least this large go through the compiled error kernel (a smaller one is not worth
-#: a kernel call, and a conversion that quantizes nothing never loads numba for it).
+#: Chunks at least this large go through the compiled error kernel once the process runs
+#: kernels (a smaller one is not worth a kernel call; a small job stays in numpy, see
+#: formats/engine.py).
 KERNEL_MIN_ELEMENTS = 1 << 16
 
 
@@ -133,7 +134,8 @@ class ErrorStats:
     def add(self, x_new: np.ndarray, x_ref: np.ndarray, blocks: np.ndarray | None = None,
             qtype: qtypes.GGMLType | None = None) -> bool:
         """Add a chunk; True when some element of it (of either array) is not finite."""
-        if x_new.size >= KERNEL_MIN_ELEMENTS and x_new.flags.c_contiguous and x_ref.flags.c_contiguous:
+        if (x_new.size >= KERNEL_MIN_ELEMENTS and engine.kernels_started() and x_new.flags.c_contiguous
+                and x_ref.flags.c_contiguous):
             sq_d, sq_ref, max_abs = _error_sums_kernel()(x_new.reshape(-1), x_ref.reshape(-1))
             if np.isfinite(sq_d):  # every element finite: the whole chunk counts
                 self.size += x_new.size

@@ -20,6 +20,8 @@ import functools
 import threading
 from typing import Any, Callable
 
+from . import engine
+
 _lock = threading.RLock()  # re-entrant: compiling a kernel may resolve the lazy kernels it calls
 
 #: Called once per process (no arguments) just before the first kernel that is not in numba's
@@ -94,6 +96,7 @@ class LazyKernel:
 
                     _skip_blas_probe()
                     _announce_if_cold(self.py_func, self.options)
+                    engine.start_kernels()  # numba's start-up is being paid: kernels from now on
 
                     if self.signatures is None:
                         self._dispatcher = numba.njit(**self.options)(self.py_func)

@@ -23,7 +23,7 @@ from types import ModuleType
 from ..formats import qtypes
 from ..formats.errors import UnsupportedError
 from . import ggml_x8, il8_int8, il8_nibble, panel64, rowmajor
-from ._common import JIT_PAYOFF_BYTES, RegionSpec, expect_bytes
+from ._common import JIT_PAYOFF_BYTES, RegionSpec
 
 LAYOUTS: dict[str, ModuleType] = {}
 
@@ -31,7 +31,7 @@ LAYOUTS: dict[str, ModuleType] = {}
 SURFACE = ("NAME", "SOURCE_TYPES", "ROW_MULTIPLE", "TARGET", "DESCRIPTION",
            "refuse", "invertible", "plan", "params", "pack", "unpack", "dequantize")
 
-__all__ = ["LAYOUTS", "RegionSpec", "get", "names", "describe", "register", "expect_bytes", "JIT_PAYOFF_BYTES"]
+__all__ = ["LAYOUTS", "RegionSpec", "get", "names", "describe", "register", "numpy_pack_kind", "JIT_PAYOFF_BYTES"]
 
 
 def register(module: ModuleType) -> ModuleType:
@@ -59,6 +59,16 @@ del _mod
 
 def names() -> list[str]:
     return list(LAYOUTS)
+
+
+def numpy_pack_kind(layout: str, qtype) -> str | None:
+    """What packing ``qtype`` into ``layout`` costs a job that stays in numpy
+    (formats/engine.py): ``"repack"`` (a numpy packer), ``"repack_ref"`` (only the reference
+    packer), or None for a layout that copies the blocks as they are (row-major). A layout
+    says so with an optional ``numpy_pack_kind(t)``; one without kernels-free packers counts
+    as ``"repack"`` (its first kernel starts numba for the rest of the job)."""
+    kind = getattr(get(layout), "numpy_pack_kind", None)
+    return kind(qtypes.get(qtype)) if kind else "repack"
 
 
 def get(name: str) -> ModuleType:

@@ -7,14 +7,13 @@ Nothing here knows a particular layout; the layout modules (``rowmajor.py``, ``p
 
 from __future__ import annotations
 
-import importlib
-import sys
 from dataclasses import dataclass
 from typing import Mapping
 
 import numpy as np
 
 from ..formats import blocks as _blocks
+from ..formats import engine
 from ..formats import qtypes
 from ..formats.blocks import _bits as _kbits
 from ..formats.errors import BadInputError, UnsupportedError
@@ -226,32 +225,17 @@ def aligned_words(flat: np.ndarray) -> np.ndarray:
 
 
 # ---- numba or numpy ------------------------------------------------------------------------
-#: Bytes of weights from which numba's start-up pays for itself: importing numba and its first
-#: kernel call (loading the typing registries, even from a warm cache) cost a fixed time per
-#: process, and the numpy packers of the simple block types lose a little per byte against the
-#: kernels, so below this size numpy is faster overall and the job never loads numba. The
-#: figures behind the threshold: docs/BENCHMARKS.md ("#4"; benchmarks/bench_repack.py
-#: --engine numpy|jit, benchmarks/bench_convert.py).
-JIT_PAYOFF_BYTES = 256 * 2**20
+#: Bytes of weights from which numba's start-up pays for itself against the numpy packers of
+#: the simple block types (they lose a little per byte against the kernels): below it a job
+#: stays in numpy unless something else started the kernels (``formats.engine``). The figures
+#: behind it: docs/BENCHMARKS.md ("#4"; benchmarks/bench_repack.py --engine numpy|jit).
+JIT_PAYOFF_BYTES = engine.NUMPY_BUDGET_BYTES["repack"]
 
 
-def jit_loaded() -> bool:
-    """Whether numba is already loaded in this process (its start-up is then paid)."""
-    return "numba" in sys.modules
-
-
-def prefer_jit(nbytes: int) -> bool:
-    """Run a numba kernel rather than an equivalent numpy packer for ``nbytes`` of blocks?"""
-    return jit_loaded() or nbytes >= JIT_PAYOFF_BYTES
-
-
-def expect_bytes(total: int) -> bool:
-    """Tell the packers that a job will repack ``total`` bytes: from :data:`JIT_PAYOFF_BYTES`
-    on, numba is loaded now, so every tensor of the job uses the compiled kernels (one tensor
-    alone is rarely big enough to decide it). Returns whether the kernels will be used."""
-    if total >= JIT_PAYOFF_BYTES and not jit_loaded():
-        importlib.import_module("numba")  # loaded for its start-up only; prefer_jit sees it from now on
-    return jit_loaded()
+def prefer_jit(nbytes: int, kind: str = "repack") -> bool:
+    """Run a numba kernel rather than a numpy packer for ``nbytes`` of blocks? ``kind``: the
+    packer numpy would run, a fast one (``repack``) or the reference (``repack_ref``)."""
+    return engine.prefer_kernels(kind, nbytes)
 
 
 # ---- f16 <-> f32 --------------------------------------------------------------------------

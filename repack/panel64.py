@@ -161,7 +161,7 @@ def pack(blocks, n: int, k: int, qtype, out: dict[str, np.ndarray] | None = None
     plain = _NUMPY_PACK.get(t.name)
     if plain and not C.prefer_jit(raw.nbytes):
         plain(raw, t, n, k, regions)
-    elif fast:
+    elif fast and C.prefer_jit(raw.nbytes, "repack_ref"):
         fast(raw, t, n, k, regions)
         _fill_pads(regions, t, n)
     else:
@@ -499,6 +499,12 @@ _FAST_PACK = {"Q4_0": _pack_q4_small, "Q4_1": _pack_q4_cols, "Q4_K": _pack_q4_k,
               "Q5_0": _pack_int8_cols, "Q5_1": _pack_int8_cols, "Q5_K": _pack_int8_cols,
               "Q6_K": _pack_int8_cols, "Q2_K": _pack_int8_table, "Q3_K": _pack_int8_table}
 _NUMPY_PACK = {"Q4_0": _np_pack_q4_small, "Q4_1": _np_pack_q4_small, "Q8_0": _np_pack_q8_0}
+
+
+def numpy_pack_kind(t: qtypes.GGMLType) -> str:
+    """The engine budget (formats/engine.py) a small job's pack of ``t`` counts against: a
+    numpy packer of its own, or the field-by-field :func:`pack_ref`."""
+    return "repack" if t.name in _NUMPY_PACK else "repack_ref"
 _FAST_UNPACK = {"Q4_0": _unpack_q4_small, "Q4_1": _unpack_q4_small, "Q4_K": _unpack_q4_k, "Q8_0": _unpack_q8_0,
                 "Q5_0": _unpack_int8_table, "Q5_1": _unpack_int8_table, "Q5_K": _unpack_int8_table,
                 "Q6_K": _unpack_int8_table, "Q2_K": _unpack_int8_table, "Q3_K": _unpack_int8_table}

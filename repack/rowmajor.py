@@ -43,6 +43,11 @@ def params(qtype, n: int, k: int) -> dict:
     return {"layout": NAME, "type": t.name, "n": n, "k": k, "row_bytes": t.row_bytes(k), "invertible": True}
 
 
+def numpy_pack_kind(t) -> None:
+    """Packing is a copy: free for a job that stays in numpy (formats/engine.py)."""
+    return None
+
+
 def pack(blocks, n: int, k: int, qtype, out: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
     t = C.accepted(NAME, refuse, qtype, n, k)
     raw = C.as_blocks(NAME, blocks, t, n, k)

@@ -222,7 +222,7 @@ def test_block_column_kernels_write_misaligned_out_regions(qtype, rng):
 def test_numpy_packers_match_the_references(qtype, n, k, rng, monkeypatch):
     raw = random_blocks(qtype, n, k, rng)
     ref = P.pack_ref(raw, n, k, qtype)
-    monkeypatch.setattr(P.C, "prefer_jit", lambda nbytes: False)
+    monkeypatch.setattr(P.C, "prefer_jit", lambda nbytes, kind="repack": False)
     calls, packer = [], P._NUMPY_PACK[qtype]
     monkeypatch.setitem(P._NUMPY_PACK, qtype, lambda *a: calls.append(1) or packer(*a))
     plain = P.pack(raw, n, k, qtype)
@@ -232,14 +232,36 @@ def test_numpy_packers_match_the_references(qtype, n, k, rng, monkeypatch):
         assert np.array_equal(plain[name].view(np.uint8), ref[name].view(np.uint8)), name
 
 
-def test_numba_is_used_from_the_payoff_size_or_once_loaded(monkeypatch):
+def test_numba_is_used_from_the_payoff_size_or_once_started(monkeypatch):
+    from panelpack.formats import engine
     from panelpack.repack import _common
 
-    monkeypatch.setattr(_common, "jit_loaded", lambda: False)
+    monkeypatch.setattr(engine, "_kernels", False)
     assert not _common.prefer_jit(_common.JIT_PAYOFF_BYTES - 1)
     assert _common.prefer_jit(_common.JIT_PAYOFF_BYTES)
-    monkeypatch.setattr(_common, "jit_loaded", lambda: True)
-    assert _common.prefer_jit(0)
+    budget = engine.NUMPY_BUDGET_BYTES["repack_ref"]
+    assert not _common.prefer_jit(budget - 1, "repack_ref") and _common.prefer_jit(budget, "repack_ref")
+    assert not engine.expect(repack=_common.JIT_PAYOFF_BYTES // 2, repack_ref=budget // 4)
+    assert not engine.kernels_started()
+    assert engine.expect(repack=_common.JIT_PAYOFF_BYTES // 2, repack_ref=budget // 2)  # shares add up
+    assert engine.kernels_started() and _common.prefer_jit(0)
+
+
+@pytest.mark.parametrize("qtype", ["Q4_K", "Q6_K", "Q5_0"])
+def test_a_small_pack_without_a_numpy_packer_runs_the_reference(qtype, rng, monkeypatch):
+    from panelpack.formats import engine
+
+    n, k = 70, 512
+    raw = random_blocks(qtype, n, k, rng)
+    monkeypatch.setattr(engine, "_kernels", True)
+    fast = P.pack(raw, n, k, qtype)  # the kernel
+    monkeypatch.setattr(engine, "_kernels", False)
+    calls, ref = [], P.pack_ref
+    monkeypatch.setattr(P, "pack_ref", lambda *a: calls.append(1) or ref(*a))
+    small = P.pack(raw, n, k, qtype)
+    assert calls == [1]
+    for name in fast:
+        assert np.array_equal(small[name].view(np.uint8), fast[name].view(np.uint8)), name
 
 
 def test_the_fast_paths_are_the_ones_exercised():

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import qtypes
+from .. import engine, qtypes
 from ..errors import BadInputError, UnsupportedError
 
 
@@ -77,7 +77,16 @@ def dequantize(raw, qtype, n: int, k: int, out: np.ndarray | None = None, parall
     row_bytes = t.row_bytes(k)
     if raw.size != n * row_bytes:
         raise BadInputError(f"{t.name} [{n}, {k}] needs {n * row_bytes} bytes, got {raw.size}")
-    return mod.dequantize(raw.reshape(n, row_bytes), out=out, parallel=parallel)
+    raw = raw.reshape(n, row_bytes)
+    if not engine.prefer_kernels("dequantize", 4 * n * k) and hasattr(mod, "dequantize_ref"):
+        y = mod.dequantize_ref(raw).reshape(n, k)  # a small job: numpy, the same bits (formats/engine.py)
+        if out is None:
+            return y
+        from ._codec import check_out
+
+        check_out(out, (n, k), np.float32, t)[...] = y
+        return out
+    return mod.dequantize(raw, out=out, parallel=parallel)
 
 
 #: Types ggml quantizes without looking at importance weights (``quantize_q8_0`` ignores them).
@@ -107,4 +116,6 @@ def quantize(x: np.ndarray, qtype, imatrix: np.ndarray | None = None, parallel: 
             known = ", ".join(q.name for q in qtypes.QUANTIZABLE if can_weight(q) and q.quantized)
             raise UnsupportedError(f"panelpack cannot quantize {t.name} with importance weights yet (it can: {known})")
         return mod.quantize_weighted(x, imatrix, parallel=parallel)
+    if getattr(mod, "QUANTIZE_REF_IS_NUMPY", False) and not engine.prefer_kernels("quantize", 4 * int(np.size(x))):
+        return mod.quantize_ref(x)  # a small job: numpy, the same bytes (formats/engine.py)
     return mod.quantize(x, parallel=parallel)

@@ -488,3 +488,4 @@ def declare(namespace: dict, qtype: GGMLType, plan=None, *, dequantize_range=Non
 
         quantize_ref.__doc__ = f"numpy reference of {name} ``quantize`` (ggml's scalar loop), packed by ``from_fields``."
         namespace["quantize_ref"] = quantize_ref
+        namespace["QUANTIZE_REF_IS_NUMPY"] = True  # all numpy: a small job may run it instead (formats/engine.py)

@@ -267,70 +267,65 @@ def _quantize_range(x, out, b0, b1):
 
 
 # ---- the numpy reference: ggml's C, line by line, vectorised over sub-blocks ----------------
+def _c_sum(a: np.ndarray) -> np.ndarray:
+    """The columns of ``a`` ``[n, S]`` summed top to bottom in its own dtype, as C's ``for``
+    loop adds (one vector add per row; ``np.sum`` may add pairwise)."""
+    acc = a[0].copy()
+    for row in a[1:]:
+        acc += row
+    return acc
+
+
 def _make_qkx2_ref(x: np.ndarray, weights: np.ndarray, nmax: int, rmin, rdelta, nstep: int):
     """make_qkx2_quants(n=32, ..., use_mad=false) for every row of ``x`` ``[S, 32]`` at once.
 
-    Returns (L ``[S, 32]`` int64, scale ``[S]``, the_min ``[S]``), all f32 arithmetic in C order.
+    Returns (L ``[S, 32]`` int64, scale ``[S]``, the_min ``[S]``), all f32 arithmetic in C order:
+    each product as C forms it, each sum left to right (:func:`_c_sum`, over the transposed
+    ``[32, S]`` arrays, so that every step is a vector operation across sub-blocks).
     """
     f32 = np.float32
-    n = x.shape[1]
-    mn = x[:, 0].copy()
-    mx = x[:, 0].copy()
-    sum_w = weights[:, 0].copy()
-    sum_x = sum_w * x[:, 0]
-    for i in range(1, n):
-        mn = np.where(x[:, i] < mn, x[:, i], mn)
-        mx = np.where(x[:, i] > mx, x[:, i], mx)
-        w = weights[:, i]
-        sum_w = sum_w + w
-        sum_x = sum_x + w * x[:, i]
+    x, weights = np.ascontiguousarray(x.T), np.ascontiguousarray(weights.T)
+    n = x.shape[0]
+    mn = x[0].copy()
+    mx = x[0].copy()
+    for i in range(1, n):  # C's compare-and-take (a NaN never replaces the running value)
+        mn = np.where(x[i] < mn, x[i], mn)
+        mx = np.where(x[i] > mx, x[i], mx)
+    sum_w = _c_sum(weights)
+    sum_x = _c_sum(weights * x)
     mn = np.where(mn > 0, f32(0), mn)
     flat = mx == mn
     min_flat = mn.copy()
     iscale = f32(nmax) / (mx - mn)
     scale = f32(1) / iscale
-    L = np.zeros(x.shape, np.int64)
-    best_error = np.zeros(len(x), np.float32)
-    for i in range(n):
-        l = nearest_int_ref(iscale * (x[:, i] - mn))
-        L[:, i] = np.clip(l, 0, nmax)
-        diff = scale * L[:, i].astype(f32) + mn - x[:, i]
-        diff = diff * diff
-        best_error = best_error + weights[:, i] * diff
+    L = np.clip(nearest_int_ref(iscale * (x - mn)), 0, nmax)
+    diff = scale * L.astype(f32) + mn - x
+    best_error = _c_sum(weights * (diff * diff))
     for step in range(nstep + 1):
         iscale = (f32(rmin) + f32(rdelta) * f32(step) + f32(nmax)) / (mx - mn)
-        sum_l = np.zeros(len(x), np.float32)
-        sum_l2 = np.zeros(len(x), np.float32)
-        sum_xl = np.zeros(len(x), np.float32)
-        Laux = np.zeros(x.shape, np.int64)
-        for i in range(n):
-            l = np.clip(nearest_int_ref(iscale * (x[:, i] - mn)), 0, nmax)
-            Laux[:, i] = l
-            w = weights[:, i]
-            fl = l.astype(f32)
-            sum_l = sum_l + w * fl
-            sum_l2 = sum_l2 + w * fl * fl
-            sum_xl = sum_xl + w * fl * x[:, i]
+        Laux = np.clip(nearest_int_ref(iscale * (x - mn)), 0, nmax)
+        fl = Laux.astype(f32)
+        wl = weights * fl
+        sum_l = _c_sum(wl)
+        sum_l2 = _c_sum(wl * fl)
+        sum_xl = _c_sum(wl * x)
         D = sum_w * sum_l2 - sum_l * sum_l
         this_scale = (sum_w * sum_xl - sum_x * sum_l) / D
         this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D
         clamp = this_min > 0
         this_min = np.where(clamp, f32(0), this_min)
         this_scale = np.where(clamp, sum_xl / sum_l2, this_scale)
-        cur_error = np.zeros(len(x), np.float32)
-        for i in range(n):
-            diff = this_scale * Laux[:, i].astype(f32) + this_min - x[:, i]
-            diff = diff * diff
-            cur_error = cur_error + weights[:, i] * diff
+        diff = this_scale * fl + this_min - x
+        cur_error = _c_sum(weights * (diff * diff))
         better = (D > 0) & (cur_error < best_error)
-        L = np.where(better[:, None], Laux, L)
+        L = np.where(better, Laux, L)
         best_error = np.where(better, cur_error, best_error)
         scale = np.where(better, this_scale, scale)
         mn = np.where(better, this_min, mn)
-    L = np.where(flat[:, None], 0, L)
+    L = np.where(flat, 0, L)
     scale = np.where(flat, f32(0), scale)
     the_min = -np.where(flat, min_flat, mn)
-    return L, scale.astype(f32), the_min.astype(f32)
+    return L.T, scale.astype(f32), the_min.astype(f32)
 
 
 def _encode_ref(xr: np.ndarray) -> dict[str, np.ndarray]:
@@ -338,9 +333,7 @@ def _encode_ref(xr: np.ndarray) -> dict[str, np.ndarray]:
     f32 = np.float32
     xs = xr.reshape(-1, 32)  # one row per sub-block; 8 per super-block
     with np.errstate(all="ignore"):
-        sum_x2 = np.zeros(len(xs), np.float32)
-        for l in range(32):
-            sum_x2 = sum_x2 + xs[:, l] * xs[:, l]
+        sum_x2 = _c_sum((xs * xs).T)
         av_x = np.sqrt(sum_x2 / f32(32))
         weights = av_x[:, None] + np.abs(xs)
         L, scales, mins = _make_qkx2_ref(xs, weights, NMAX, RMIN, RDELTA, NSTEP)
