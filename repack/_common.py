@@ -13,8 +13,7 @@ from typing import Mapping
 import numpy as np
 
 from ..formats import blocks as _blocks
-from ..formats import engine
-from ..formats import qtypes
+from ..formats import engine, qtypes
 from ..formats.blocks import _bits as _kbits
 from ..formats.errors import BadInputError, UnsupportedError
 
