@@ -25,7 +25,7 @@ from .. import __version__, repack
 from ..formats import blocks as codecs
 from ..formats import bundle, engine, qtypes
 from ..formats.atomic import sha256_bytes, sha256_file
-from ..formats.bundle import BundleWriter, TensorEntry, hash_async
+from ..formats.bundle import BundleWriter, MappedTensor, TensorEntry, hash_async
 from ..formats.common import Checkpoint
 from . import quality
 from .plan import Plan, TensorPlan
@@ -94,9 +94,11 @@ def _quantize_rows(raw: np.ndarray, src: qtypes.GGMLType, dst: qtypes.GGMLType, 
             quality.check_finite(x, name, allow_nonfinite, row0=r0)
     return out, stats.result(name)
 
-def convert_tensor(ckpt: Checkpoint, tp: TensorPlan, allow_nonfinite: bool = False, parallel: Optional[bool] = None
-                   ) -> tuple[dict[str, np.ndarray], dict[str, Any], Optional[dict]]:
-    """Produce one tensor's regions. Returns (regions, extra manifest fields, error)."""
+def convert_tensor(ckpt: Checkpoint, tp: TensorPlan, allow_nonfinite: bool = False, parallel: Optional[bool] = None,
+                   writer: Optional[BundleWriter] = None) -> tuple[Any, dict[str, Any], Optional[dict]]:
+    """Produce one tensor's regions. Returns (regions, extra manifest fields, error); with a
+    ``writer`` that maps files, the regions are packed straight into the tensor file and
+    returned as its :class:`MappedTensor` (for :meth:`BundleWriter.finish_tensor`)."""
     info, d = tp.info, tp.decision
     n, k = info.n, info.k
     raw = np.asarray(ckpt.raw(info.name))  # a plain view of the map: slicing a np.memmap is slow
@@ -111,7 +113,12 @@ def convert_tensor(ckpt: Checkpoint, tp: TensorPlan, allow_nonfinite: bool = Fal
     else:  # pragma: no cover - the policy produces only the actions above
         raise AssertionError(d.action)
     lay = repack.get(d.layout)
-    regions = lay.pack(blocks, n, k, d.target_type)
+    if writer is not None and writer.MAPS:
+        mapped = writer.map_tensor(tp.index, tp.name, [(r.name, bundle.dtype_name(r.np_dtype), r.shape) for r in lay.plan(d.target_type, n, k)])
+        lay.pack(blocks, n, k, d.target_type, out=mapped.views)
+        regions: Any = mapped
+    else:
+        regions = lay.pack(blocks, n, k, d.target_type)
     extra: dict[str, Any] = {"source_sha256": source_hash.result()}
     extra["blocks_sha256"] = blocks_hash.result() if blocks_hash is not None else extra["source_sha256"]
     return regions, extra, err
@@ -256,7 +263,10 @@ def run(ckpt: Checkpoint, plan: Plan, out: str | os.PathLike, force: bool = Fals
             regions, extra, err = produced
             # row-major blocks are the standard blocks themselves: their hash is known
             known = [extra["blocks_sha256"]] if tp.decision.layout == "rowmajor" else None
-            written = writer.write_tensor(tp.index, tp.name, regions, known_hashes=known)
+            if isinstance(regions, MappedTensor):
+                written = writer.finish_tensor(regions, known_hashes=known)
+            else:
+                written = writer.write_tensor(tp.index, tp.name, regions, known_hashes=known)
             d = tp.decision
             entry = TensorEntry.create(
                 tp.name, tp.info.shape, d.target_type.name, d.layout, written, tp.params,
@@ -267,7 +277,7 @@ def run(ckpt: Checkpoint, plan: Plan, out: str | os.PathLike, force: bool = Fals
 
         if jobs == 1:
             for tp in plan.tensors:
-                finish(tp, convert_tensor(ckpt, tp, allow_nonfinite))
+                finish(tp, convert_tensor(ckpt, tp, allow_nonfinite, writer=writer))
         else:
             # Results are written in plan order, each as soon as it and all before it are done.
             # Tensors queue ahead while the oldest is still running (a worker never idles behind
@@ -279,7 +289,7 @@ def run(ckpt: Checkpoint, plan: Plan, out: str | os.PathLike, force: bool = Fals
                 held = 0
                 for tp in plan.tensors:
                     # each worker keeps its kernels on its own thread: --jobs is the parallelism
-                    window.append((tp, pool.submit(convert_tensor, ckpt, tp, allow_nonfinite, False)))
+                    window.append((tp, pool.submit(convert_tensor, ckpt, tp, allow_nonfinite, False, writer)))
                     held += tp.bytes_out
                     while window and (window[0][1].done() or len(window) > WINDOW_PER_JOB * jobs or held > budget):
                         tp0, fut = window.popleft()

@@ -23,6 +23,7 @@ import contextlib
 import errno
 import hashlib
 import logging
+import mmap
 import os
 import secrets
 import shutil
@@ -271,16 +272,35 @@ def sha256_bytes(data) -> str:
 
 
 def sha256_file(path: str | os.PathLike, offset: int = 0, size: Optional[int] = None) -> str:
-    """sha256 of a file (or of ``size`` bytes from ``offset``), read in large chunks."""
+    """sha256 of a file (or of ``size`` bytes from ``offset``): hashed straight from a read-only
+    memory map (no copy into Python buffers; hashlib releases the GIL), or read in large
+    chunks where the file cannot be mapped."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
-        f.seek(offset)
-        left = size
-        while left is None or left > 0:
-            b = f.read(HASH_CHUNK if left is None else min(HASH_CHUNK, left))
-            if not b:
-                break
-            h.update(b)
-            if left is not None:
-                left -= len(b)
+        total = os.fstat(f.fileno()).st_size
+        end = total if size is None else min(total, offset + size)
+        if end <= offset:
+            return h.hexdigest()
+        try:
+            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError):  # not mappable (a pipe, a special file): plain reads
+            mm = None
+        if mm is None:
+            f.seek(offset)
+            while offset < end:
+                b = f.read(min(HASH_CHUNK, end - offset))
+                if not b:
+                    break
+                h.update(b)
+                offset += len(b)
+            return h.hexdigest()
+        with mm:
+            if hasattr(mmap, "MADV_SEQUENTIAL"):
+                mm.madvise(mmap.MADV_SEQUENTIAL)
+            view = memoryview(mm)
+            try:
+                for a in range(offset, end, HASH_CHUNK):
+                    h.update(view[a:min(end, a + HASH_CHUNK)])
+            finally:
+                view.release()
     return h.hexdigest()

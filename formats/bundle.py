@@ -25,6 +25,7 @@ import hashlib
 import json
 import logging
 import math
+import mmap
 import os
 import re
 import shutil
@@ -148,6 +149,19 @@ class TensorFile:
     bytes: int
     sha256: str
     regions: Mapping[str, Region]
+
+
+@dataclass
+class MappedTensor:
+    """A tensor file reserved on disk and memory-mapped (:meth:`BundleWriter.map_tensor`): a
+    packer writes ``views`` in place, :meth:`BundleWriter.finish_tensor` hashes and records it."""
+
+    file: str
+    path: Path
+    layout: list[Region]
+    bytes: int
+    views: dict[str, np.ndarray]
+    whole: Optional[np.ndarray] = None  # the file's bytes (padding included), when it has any
 
 
 @dataclass(frozen=True)
@@ -463,6 +477,56 @@ class BundleWriter:
             raise atomic.output_error(e, path) from None
         return TensorFile(rel, size, file_hash.result(),
                           {r.name: replace(r, sha256=hx.result()) for r, hx in zip(layout, region_hashes)})
+
+    #: whether :meth:`map_tensor` is offered: the file's blocks are reserved first
+    #: (``posix_fallocate``), so a full disk is an OSError there, never a SIGBUS in a packer
+    MAPS = hasattr(os, "posix_fallocate")
+
+    def map_tensor(self, index: int, name: str, specs: Iterable[tuple[str, str, tuple[int, ...]]]) -> MappedTensor:
+        """Create the tensor file for regions ``(name, dtype name, shape)`` at their offsets, its
+        space reserved (padding reads as zeros), and map it: the caller writes each region's
+        array in ``views`` (a layout's ``pack(..., out=views)``), then calls :meth:`finish_tensor`.
+        No copy of the data passes through this process's memory or a ``write`` call, and the
+        pages written are the file's own page cache (not anonymous memory)."""
+        rel = tensor_file_name(index, name)
+        layout, size = layout_regions(specs)
+        path = self.tmp / rel
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                if size:
+                    os.posix_fallocate(fd, 0, size)
+                mm = mmap.mmap(fd, size) if size else None
+            finally:
+                os.close(fd)  # the map keeps the file open
+        except OSError as e:
+            raise atomic.output_error(e, path) from None
+        self._unsynced.append(path)
+        whole = np.frombuffer(mm, np.uint8) if mm is not None else None
+        views = {}
+        for r in layout:
+            dt = np.dtype(DTYPES[r.dtype])
+            if whole is None or not r.nbytes:
+                views[r.name] = np.zeros(r.shape, dt)
+            else:
+                views[r.name] = whole[r.offset:r.offset + r.nbytes].view(dt).reshape(r.shape)
+        return MappedTensor(rel, path, layout, size, views, whole)
+
+    def finish_tensor(self, mt: MappedTensor, known_hashes: Optional[list[Optional[str]]] = None) -> TensorFile:
+        """Hash a :meth:`map_tensor` file from its map (as :meth:`write_tensor` hashes its regions)
+        and return its :class:`TensorFile`. The map is released when the last view of it goes."""
+        views = [mt.views[r.name].reshape(-1).view(np.uint8) for r in mt.layout]
+        region_hashes = [hash_async(sha256_bytes, v) if known is None else _done(known)
+                         for v, known in zip(views, list(known_hashes or ()) + [None] * len(views))]
+        if len(views) == 1 and mt.layout[0].offset == 0:
+            file_hash = region_hashes[0]
+        else:
+            file_hash = hash_async(sha256_bytes, mt.whole if mt.whole is not None else b"")
+        done = TensorFile(mt.file, mt.bytes, file_hash.result(),
+                          {r.name: replace(r, sha256=hx.result()) for r, hx in zip(mt.layout, region_hashes)})
+        mt.views.clear()
+        mt.whole = None
+        return done
 
     # -- side files -----------------------------------------------------------------------
     def add_source_file(self, rel_name: str, data: bytes | None = None, src: str | os.PathLike | None = None) -> dict:

@@ -253,25 +253,56 @@ def test_existing_output_untouched_without_force(tmp_path, tiny_gguf):
     assert (out / "keep.txt").read_text() == "mine"
 
 
-def test_full_disk_leaves_nothing(tmp_path, tiny_gguf, monkeypatch):
+@pytest.mark.parametrize("mapped", [True, False])
+def test_full_disk_leaves_nothing(tmp_path, tiny_gguf, monkeypatch, mapped):
+    # mapped: the tensor files are reserved (posix_fallocate) and packed in place; a full disk
+    # fails the reservation. Otherwise (no posix_fallocate, e.g. macOS) the write fails.
     import errno
+    import os
 
     from panelpack.formats import atomic
     from panelpack.formats import bundle as B
 
-    real = B.BundleWriter.write_tensor
     calls = {"n": 0}
 
-    def write_tensor(self, *a, **kw):
-        calls["n"] += 1
-        if calls["n"] == 3:
-            raise atomic.output_error(OSError(errno.ENOSPC, "No space left on device"), "tensor")
-        return real(self, *a, **kw)
+    def failing(real):
+        def fn(*a, **kw):
+            calls["n"] += 1
+            if calls["n"] == 3:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return real(*a, **kw)
+        return fn
 
-    monkeypatch.setattr(B.BundleWriter, "write_tensor", write_tensor)
+    if mapped:
+        if not B.BundleWriter.MAPS:
+            pytest.skip("no posix_fallocate here")
+        monkeypatch.setattr(os, "posix_fallocate", failing(os.posix_fallocate))
+    else:
+        monkeypatch.setattr(B.BundleWriter, "MAPS", False)
+        real = B.BundleWriter.write_tensor
+
+        def write_tensor(self, *a, **kw):
+            try:
+                return failing(real)(self, *a, **kw)
+            except OSError as e:
+                raise atomic.output_error(e, "tensor") from None
+
+        monkeypatch.setattr(B.BundleWriter, "write_tensor", write_tensor)
     with pytest.raises(OutputError, match="no space left"):
         convert(tiny_gguf, tmp_path / "o.ppk")
+    assert calls["n"] == 3
     assert sorted(x.name for x in tmp_path.iterdir()) == []
+
+
+def test_mapped_and_written_tensor_files_are_the_same(tmp_path, tiny_gguf, monkeypatch):
+    from panelpack.formats import bundle as B
+
+    a = Bundle(convert(tiny_gguf, tmp_path / "a.ppk").bundle)
+    monkeypatch.setattr(B.BundleWriter, "MAPS", False)
+    b = Bundle(convert(tiny_gguf, tmp_path / "b.ppk").bundle)
+    assert a.manifest["tensors"] == b.manifest["tensors"]
+    for t in a.manifest["tensors"]:
+        assert (a.path / t["file"]).read_bytes() == (b.path / t["file"]).read_bytes()
 
 
 # -- the CLI ------------------------------------------------------------------------------
