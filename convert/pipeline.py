@@ -114,7 +114,8 @@ def convert_tensor(ckpt: Checkpoint, tp: TensorPlan, allow_nonfinite: bool = Fal
         raise AssertionError(d.action)
     lay = repack.get(d.layout)
     if writer is not None and writer.MAPS:
-        mapped = writer.map_tensor(tp.index, tp.name, [(r.name, bundle.dtype_name(r.np_dtype), r.shape) for r in lay.plan(d.target_type, n, k)])
+        specs = [(r.name, bundle.dtype_name(r.np_dtype), r.shape) for r in lay.plan(d.target_type, n, k)]
+        mapped = writer.map_tensor(tp.index, tp.name, specs)
         lay.pack(blocks, n, k, d.target_type, out=mapped.views)
         regions: Any = mapped
     else:
