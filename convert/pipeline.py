@@ -61,6 +61,10 @@ def _as_f32(raw: np.ndarray, t: qtypes.GGMLType, n: int, k: int, parallel: Optio
 WINDOW_PER_JOB = 4
 WINDOW_BYTES = 64 << 20
 
+#: tensors written whose hashes may still be running while the next ones convert (their data
+#: stays referenced, mapped file pages or the regions, until hashed)
+HASH_AHEAD = 2
+
 #: f32 elements per step of a (re)quantization: the f32 copies exist one chunk at a time (16 MB)
 REQUANT_CHUNK_ELEMENTS = 1 << 22
 
@@ -120,8 +124,8 @@ def convert_tensor(ckpt: Checkpoint, tp: TensorPlan, allow_nonfinite: bool = Fal
         regions: Any = mapped
     else:
         regions = lay.pack(blocks, n, k, d.target_type)
-    extra: dict[str, Any] = {"source_sha256": source_hash.result()}
-    extra["blocks_sha256"] = blocks_hash.result() if blocks_hash is not None else extra["source_sha256"]
+    # the hashes may still be running: the writer records them once done (HASH_AHEAD)
+    extra: dict[str, Any] = {"source_sha256": source_hash, "blocks_sha256": blocks_hash or source_hash}
     return regions, extra, err
 
 
@@ -260,21 +264,29 @@ def run(ckpt: Checkpoint, plan: Plan, out: str | os.PathLike, force: bool = Fals
         log.debug("kernels: %s", "numba" if jit else "numpy where it has a reference")
         jobs = max(1, int(jobs))
 
+        hashing: deque = deque()  # tensors written, their hashes still running, in plan order
+
+        def record(tp: TensorPlan, written, extra: dict[str, Any], err) -> None:
+            d = tp.decision
+            entry = TensorEntry.create(
+                tp.name, tp.info.shape, d.target_type.name, d.layout, written.result(), tp.params,
+                dict(tp.ledger, **({"error": err} if err else {})),
+                source_type=tp.info.type.name, role=d.role, action=d.action,
+                **{key: fut.result() for key, fut in extra.items()})
+            results.append(TensorResult(entry, err))
+            progress.tensor_done(tp.name, tp.info.nbytes)
+
         def finish(tp: TensorPlan, produced) -> None:
             regions, extra, err = produced
             # row-major blocks are the standard blocks themselves: their hash is known
             known = [extra["blocks_sha256"]] if tp.decision.layout == "rowmajor" else None
             if isinstance(regions, MappedTensor):
-                written = writer.finish_tensor(regions, known_hashes=known)
+                written = writer.finish_tensor(regions, known_hashes=known, wait=False)
             else:
-                written = writer.write_tensor(tp.index, tp.name, regions, known_hashes=known)
-            d = tp.decision
-            entry = TensorEntry.create(
-                tp.name, tp.info.shape, d.target_type.name, d.layout, written, tp.params,
-                dict(tp.ledger, **({"error": err} if err else {})),
-                source_type=tp.info.type.name, role=d.role, action=d.action, **extra)
-            results.append(TensorResult(entry, err))
-            progress.tensor_done(tp.name, tp.info.nbytes)
+                written = writer.write_tensor(tp.index, tp.name, regions, known_hashes=known, wait=False)
+            hashing.append((tp, written, extra, err))
+            while len(hashing) > HASH_AHEAD:
+                record(*hashing.popleft())
 
         if jobs == 1:
             for tp in plan.tensors:
@@ -300,6 +312,8 @@ def run(ckpt: Checkpoint, plan: Plan, out: str | os.PathLike, force: bool = Fals
                     tp0, fut = window.popleft()
                     finish(tp0, fut.result())
 
+        while hashing:
+            record(*hashing.popleft())
         if ckpt.kind == "gguf":
             _gguf_side_files(ckpt, writer)
         else:

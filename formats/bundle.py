@@ -164,6 +164,38 @@ class MappedTensor:
     whole: Optional[np.ndarray] = None  # the file's bytes (padding included), when it has any
 
 
+class PendingTensorFile:
+    """A tensor file written, its hashes still running on the hash threads: :meth:`result`
+    waits for them and gives the :class:`TensorFile`. Lets the writer go on to the next tensor
+    while this one is hashed (the data stays referenced until then)."""
+
+    def __init__(self, file: str, size: int, layout: list[Region], file_hash, region_hashes: list):
+        self.file, self.size, self.layout = file, size, layout
+        self._file_hash, self._region_hashes = file_hash, region_hashes
+        self._done: Optional[TensorFile] = None
+
+    def result(self) -> TensorFile:
+        if self._done is None:
+            self._done = TensorFile(self.file, self.size, self._file_hash.result(),
+                                    {r.name: replace(r, sha256=hx.result()) for r, hx in zip(self.layout, self._region_hashes)})
+            self._file_hash = self._region_hashes = None
+        return self._done
+
+
+def _start_hashes(layout: list[Region], views: list, known_hashes, whole=None):
+    """Futures of the region hashes (``known_hashes``: a sha256 or a Future per region, or None
+    to compute it) and of the file hash: the single region's when it is the whole file, else
+    ``whole`` (the file's bytes) or the regions with their zero padding."""
+    known = list(known_hashes or ()) + [None] * len(views)
+    region_hashes = [hash_async(sha256_bytes, v) if k is None else (_done(k) if isinstance(k, str) else k)
+                     for v, k in zip(views, known)]
+    if len(views) == 1 and layout[0].offset == 0:
+        return region_hashes[0], region_hashes
+    if whole is not None:
+        return hash_async(sha256_bytes, whole), region_hashes
+    return hash_async(_file_digest, layout, views), region_hashes
+
+
 @dataclass(frozen=True)
 class TensorEntry:
     """One tensor of the manifest (docs/FORMAT.md, "Bundle"): where its bytes are, what they
@@ -448,10 +480,12 @@ class BundleWriter:
 
     # -- tensors --------------------------------------------------------------------------
     def write_tensor(self, index: int, name: str, regions: Mapping[str, np.ndarray],
-                     known_hashes: Optional[list[Optional[str]]] = None) -> TensorFile:
+                     known_hashes: Optional[list] = None, wait: bool = True) -> Any:
         """Write one tensor file from its regions (in order); returns its
-        :class:`TensorFile` (``file``, ``bytes``, ``sha256``, ``regions``). ``known_hashes`` may give the sha256 of
-        some regions already computed by the caller (e.g. row-major blocks = source bytes)."""
+        :class:`TensorFile` (``file``, ``bytes``, ``sha256``, ``regions``), or with ``wait=False``
+        a :class:`PendingTensorFile` whose hashes are still running. ``known_hashes`` may give
+        the sha256 (or a Future of it) of some regions already computed by the caller (e.g.
+        row-major blocks = source bytes)."""
         rel = tensor_file_name(index, name)
         specs = []
         arrays = []
@@ -462,11 +496,8 @@ class BundleWriter:
         layout, size = layout_regions(specs)
         views = [a.reshape(-1).view(np.uint8).data for a in arrays]
         # the file hash and the region hashes run on the hash threads (hashlib releases the
-        # GIL) while this thread writes the same bytes; a file that is one region at offset 0
-        # (row-major blocks) has one hash for both
-        region_hashes = [hash_async(sha256_bytes, v) if known is None else _done(known)
-                         for v, known in zip(views, list(known_hashes or ()) + [None] * len(views))]
-        file_hash = region_hashes[0] if len(views) == 1 else hash_async(_file_digest, layout, views)
+        # GIL) while this thread writes the same bytes
+        file_hash, region_hashes = _start_hashes(layout, views, known_hashes)
         path = self.tmp / rel
         try:
             with open(path, "wb") as f:
@@ -475,8 +506,8 @@ class BundleWriter:
             self._unsynced.append(path)
         except OSError as e:
             raise atomic.output_error(e, path) from None
-        return TensorFile(rel, size, file_hash.result(),
-                          {r.name: replace(r, sha256=hx.result()) for r, hx in zip(layout, region_hashes)})
+        pending = PendingTensorFile(rel, size, layout, file_hash, region_hashes)
+        return pending.result() if wait else pending
 
     #: whether :meth:`map_tensor` is offered: the file's blocks are reserved first
     #: (``posix_fallocate``), so a full disk is an OSError there, never a SIGBUS in a packer
@@ -512,21 +543,17 @@ class BundleWriter:
                 views[r.name] = whole[r.offset:r.offset + r.nbytes].view(dt).reshape(r.shape)
         return MappedTensor(rel, path, layout, size, views, whole)
 
-    def finish_tensor(self, mt: MappedTensor, known_hashes: Optional[list[Optional[str]]] = None) -> TensorFile:
+    def finish_tensor(self, mt: MappedTensor, known_hashes: Optional[list] = None, wait: bool = True) -> Any:
         """Hash a :meth:`map_tensor` file from its map (as :meth:`write_tensor` hashes its regions)
-        and return its :class:`TensorFile`. The map is released when the last view of it goes."""
+        and return its :class:`TensorFile` (``wait=False``: a :class:`PendingTensorFile`). The map
+        is released when the last view of it goes (the hash threads hold theirs until done)."""
         views = [mt.views[r.name].reshape(-1).view(np.uint8) for r in mt.layout]
-        region_hashes = [hash_async(sha256_bytes, v) if known is None else _done(known)
-                         for v, known in zip(views, list(known_hashes or ()) + [None] * len(views))]
-        if len(views) == 1 and mt.layout[0].offset == 0:
-            file_hash = region_hashes[0]
-        else:
-            file_hash = hash_async(sha256_bytes, mt.whole if mt.whole is not None else b"")
-        done = TensorFile(mt.file, mt.bytes, file_hash.result(),
-                          {r.name: replace(r, sha256=hx.result()) for r, hx in zip(mt.layout, region_hashes)})
+        file_hash, region_hashes = _start_hashes(mt.layout, views, known_hashes,
+                                                 mt.whole if mt.whole is not None else b"")
         mt.views.clear()
         mt.whole = None
-        return done
+        pending = PendingTensorFile(mt.file, mt.bytes, mt.layout, file_hash, region_hashes)
+        return pending.result() if wait else pending
 
     # -- side files -----------------------------------------------------------------------
     def add_source_file(self, rel_name: str, data: bytes | None = None, src: str | os.PathLike | None = None) -> dict:
