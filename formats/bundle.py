@@ -171,11 +171,13 @@ class PendingTensorFile:
 
     def __init__(self, file: str, size: int, layout: list[Region], file_hash, region_hashes: list):
         self.file, self.size, self.layout = file, size, layout
-        self._file_hash, self._region_hashes = file_hash, region_hashes
+        self._file_hash: Any = file_hash
+        self._region_hashes: Optional[list] = region_hashes
         self._done: Optional[TensorFile] = None
 
     def result(self) -> TensorFile:
         if self._done is None:
+            assert self._region_hashes is not None
             self._done = TensorFile(self.file, self.size, self._file_hash.result(),
                                     {r.name: replace(r, sha256=hx.result()) for r, hx in zip(self.layout, self._region_hashes)})
             self._file_hash = self._region_hashes = None
