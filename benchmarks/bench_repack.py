@@ -68,11 +68,13 @@ def main(argv=None):
                     help="numba kernels, or the numpy packers small jobs use (see the module docstring)")
     args = ap.parse_args(argv)
     if args.engine == "jit":
-        repack.expect_bytes(repack.JIT_PAYOFF_BYTES)  # loads numba: every packer runs its kernel
+        from panelpack.formats import engine
+
+        engine.start_kernels()  # every packer runs its kernel
     else:
         from panelpack.repack import _common
 
-        _common.prefer_jit = lambda nbytes: False
+        _common.prefer_jit = lambda nbytes, kind="repack": False
     global CLOCK
     CLOCK = time.thread_time if args.cpu_time else time.perf_counter
     cases = [tuple(c.split(":")) for c in args.cases.split(",")] if args.cases else CASES

@@ -357,40 +357,35 @@ def test_smollm2_round_trip(tmp_path, smollm2):
     assert export_gguf(res.bundle, tmp_path / "s.gguf").identical
 
 
-def test_the_demo_job_runs_no_kernel_and_writes_the_kernels_bytes(tmp_path):
-    # the embedded demo (quantize to Q4_K/Q8_0, panel64) is below every numpy budget: a fresh
-    # process builds no numba kernel (no compile on a cold cache), and writes what kernels write
-    src = write_tiny_llama(tmp_path / "hf")
+def numpy_job_matches_kernels(src, tmp_path, **options) -> Bundle:
+    """Convert ``src`` in a fresh process, which must build no numba kernel (formats/engine.py:
+    the job is below every numpy budget), then here with the kernels started: the same tensor
+    files, and the same ledger errors up to f64 summation order. Returns the numpy bundle."""
     out = tmp_path / "np.ppk"
     code = ("import sys; from panelpack.convert import convert; from panelpack.formats import engine; "
-            f"convert({str(src)!r}, {str(out)!r}, quant='q4_k'); "
+            f"convert({str(src)!r}, {str(out)!r}, **{options!r}); "
             "sys.exit(3 if engine.kernels_started() else 0)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr or "a numba kernel was built for the demo job"
+    assert proc.returncode == 0, proc.stderr or "a numba kernel was built for a small job"
     engine.start_kernels()
-    jit = convert(src, tmp_path / "jit.ppk", quant="q4_k").bundle
-    a, b = Bundle(out), Bundle(jit)
-    assert {t["type"] for t in a.manifest["tensors"]} >= {"Q4_K", "Q8_0"}
+    a, b = Bundle(out), Bundle(convert(src, tmp_path / "jit.ppk", **options).bundle)
     assert [t["sha256"] for t in a.manifest["tensors"]] == [t["sha256"] for t in b.manifest["tensors"]]
-    for ta, tb in zip(a.manifest["tensors"], b.manifest["tensors"]):  # the error: same up to f64 summation order
+    for ta, tb in zip(a.manifest["tensors"], b.manifest["tensors"]):
         ea, eb = ta["ledger"].get("error"), tb["ledger"].get("error")
         assert (ea is None) == (eb is None) and (ea is None or ea == pytest.approx(eb, rel=1e-12)), ta["name"]
+    return a
+
+
+def test_the_demo_job_runs_no_kernel_and_writes_the_kernels_bytes(tmp_path):
+    # the embedded demo (quantize to Q4_K/Q8_0, panel64): no compile on a cold cache
+    a = numpy_job_matches_kernels(write_tiny_llama(tmp_path / "hf"), tmp_path, quant="q4_k")
+    assert {t["type"] for t in a.manifest["tensors"]} >= {"Q4_K", "Q8_0"}
 
 
 @pytest.mark.real
 def test_small_job_stays_in_numpy_and_matches_the_kernels(tmp_path, smollm2):
-    # below JIT_PAYOFF_BYTES a fresh process never loads numba (the numpy packers run) ...
-    out = tmp_path / "np.ppk"
-    code = ("import sys; from panelpack.convert import convert; "
-            f"convert({str(smollm2)!r}, {str(out)!r}); "
-            "sys.exit(3 if 'numba' in sys.modules else 0)")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr or "numba was loaded for a small job"
-    # ... and its bundle is the kernels' bundle, file for file
-    engine.start_kernels()
-    jit = convert(smollm2, tmp_path / "jit.ppk").bundle
-    a, b = Bundle(out), Bundle(jit)
-    assert [t["sha256"] for t in a.manifest["tensors"]] == [t["sha256"] for t in b.manifest["tensors"]]
+    # a lossless repack below JIT_PAYOFF_BYTES: the numpy packers
+    numpy_job_matches_kernels(smollm2, tmp_path)
 
 
 @pytest.mark.real
