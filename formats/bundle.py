@@ -21,6 +21,7 @@ verifier to report.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -455,6 +456,10 @@ def _fsync_files(paths: list[Path]) -> None:
         list(pool.map(sync, paths))
 
 
+#: errors that say a file system cannot reserve or map a file (not that it is full)
+_CANNOT_MAP = frozenset({errno.EOPNOTSUPP, errno.ENODEV, errno.EINVAL, errno.ENOSYS, errno.EACCES})
+
+
 class BundleWriter:
     """Builds a bundle under a temporary name and renames it into place on :meth:`commit`.
 
@@ -515,12 +520,17 @@ class BundleWriter:
     #: (``posix_fallocate``), so a full disk is an OSError there, never a SIGBUS in a packer
     MAPS = hasattr(os, "posix_fallocate")
 
-    def map_tensor(self, index: int, name: str, specs: Iterable[tuple[str, str, tuple[int, ...]]]) -> MappedTensor:
+    def map_tensor(self, index: int, name: str, specs: Iterable[tuple[str, str, tuple[int, ...]]]
+                   ) -> Optional[MappedTensor]:
         """Create the tensor file for regions ``(name, dtype name, shape)`` at their offsets, its
         space reserved (padding reads as zeros), and map it: the caller writes each region's
         array in ``views`` (a layout's ``pack(..., out=views)``), then calls :meth:`finish_tensor`.
         No copy of the data passes through this process's memory or a ``write`` call, and the
-        pages written are the file's own page cache (not anonymous memory)."""
+        pages written are the file's own page cache (not anonymous memory). None when the file
+        system cannot reserve or map files (the caller then uses :meth:`write_tensor`; so do all
+        later tensors); a full disk is an :class:`OutputError`."""
+        if not self.MAPS:
+            return None
         rel = tensor_file_name(index, name)
         layout, size = layout_regions(specs)
         path = self.tmp / rel
@@ -533,6 +543,11 @@ class BundleWriter:
             finally:
                 os.close(fd)  # the map keeps the file open
         except OSError as e:
+            if e.errno in _CANNOT_MAP:
+                log.debug("%s: cannot reserve or map tensor files here (%s): writing them instead", self.out, e)
+                self.MAPS = False
+                path.unlink(missing_ok=True)
+                return None
             raise atomic.output_error(e, path) from None
         self._unsynced.append(path)
         whole = np.frombuffer(mm, np.uint8) if mm is not None else None

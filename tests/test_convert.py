@@ -294,11 +294,20 @@ def test_full_disk_leaves_nothing(tmp_path, tiny_gguf, monkeypatch, mapped):
     assert sorted(x.name for x in tmp_path.iterdir()) == []
 
 
-def test_mapped_and_written_tensor_files_are_the_same(tmp_path, tiny_gguf, monkeypatch):
+@pytest.mark.parametrize("unmappable", ["no posix_fallocate", "mmap fails"])
+def test_mapped_and_written_tensor_files_are_the_same(tmp_path, tiny_gguf, monkeypatch, unmappable):
+    import errno
+    import types
+
     from panelpack.formats import bundle as B
 
     a = Bundle(convert(tiny_gguf, tmp_path / "a.ppk").bundle)
-    monkeypatch.setattr(B.BundleWriter, "MAPS", False)
+    if unmappable == "mmap fails":  # a file system that cannot map files: the writes take over
+        def no_map(*args, **kw):
+            raise OSError(errno.ENODEV, "No such device")
+        monkeypatch.setattr(B, "mmap", types.SimpleNamespace(mmap=no_map))
+    else:
+        monkeypatch.setattr(B.BundleWriter, "MAPS", False)
     b = Bundle(convert(tiny_gguf, tmp_path / "b.ppk").bundle)
     assert a.manifest["tensors"] == b.manifest["tensors"]
     for t in a.manifest["tensors"]:
