@@ -646,18 +646,54 @@ if _simd.AVAILABLE:
     _INT8_GROUP_BYTES = _simd.INT8_GROUP_BYTES
     _int8_scratch_dots = _scratch_dots(_simd.int8_group_dot, _INT8_GROUP_BYTES)
 
+    _int8_rows_dot = _simd.int8_rows_dot
+    _ROWS = _simd.ROWS
+
+    @njit(inline="always")
+    def _q8_0_rows_partials(w, t, geom, a, tw, pt):
+        """rowmajor Q8_0 partials read in place (M < SCRATCH_MIN_ROWS, no activation -128):
+        ``pt[m, g, r]`` of the tile's rows 8 at a time, one :func:`_simd.int8_rows_dot` per
+        block (``qs`` at byte 2 of each 34-byte block); the rows past the last 8 one by one."""
+        row_bytes = geom[0]
+        bsz = row_bytes // geom[1]
+        k = a.shape[1]
+        af = a.reshape(-1)
+        acc = np.empty(_ROWS, np.int32)
+        first = TILE * t * row_bytes
+        full = tw - tw % _ROWS
+        for m in range(a.shape[0]):
+            for r0 in range(0, full, _ROWS):
+                for g in range(geom[1]):
+                    _int8_rows_dot(w, first + r0 * row_bytes + g * bsz + 2, row_bytes, af, m * k + g * 32, acc)
+                    for r in range(_ROWS):
+                        pt[m, g, r0 + r] = acc[r]
+            for r in range(full, tw):
+                for g in range(geom[1]):
+                    at = first + r * row_bytes + g * bsz + 2
+                    total = np.int32(0)
+                    for kk in range(32):
+                        total += np.int32(np.int8(w[at + kk])) * np.int32(af[m * k + g * 32 + kk])
+                    pt[m, g, r] = total
+
     @njit(cache=True)
     def _tile_rowmajor_q8_0_avx2(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
-        # rowmajor Q8_0 ([d f16][qs i8 32] per block = group) through the AVX2 int8 kernel: the
-        # tile's codes copied into one int8 scratch tile (byte 2048g + 256q + 4c + j = code of
-        # row c at K 32g + 4q + j), then one _simd.int8_group_dot per group and activation row.
-        # A code of -128 (which vpsignb cannot negate) sends the tile to the portable row
-        # partials instead; both give the exact int32 sums (tested against each other).
+        # rowmajor Q8_0 ([d f16][qs i8 32] per block = group) through the AVX2 int8 kernels.
+        # Below SCRATCH_MIN_ROWS activation rows the rows are read in place (_q8_0_rows_partials;
+        # an activation of -128 sends the tile to the portable row partials). From there the
+        # tile's codes are copied into one int8 scratch tile (byte 2048g + 256q + 4c + j = code
+        # of row c at K 32g + 4q + j), then one _simd.int8_group_dot per group and activation
+        # row; a code of -128 (which vpsignb cannot negate there) sends the tile to the portable
+        # row partials. All give the exact int32 sums (tested against each other).
         tw = _tile_width(n, t)
         k = a.shape[1]
         ng = s_t.shape[1]
         wt = _tile_view(w, TILE * t, tw, geom[1], geom[0] // geom[1])
         extreme = a.shape[0] < SCRATCH_MIN_ROWS  # then the scratch would cost more than it saves
+        if extreme and a.min() > -128:
+            pt = np.zeros((a.shape[0], ng, TILE), np.int32)  # lanes past tw stay 0
+            _q8_0_rows_partials(w, t, geom, a, tw, pt)
+            _rows_finish(pt, tw, t, A, s_t, o_t, da, kind, group, P, y, want_p, want_y)
+            return
         scratch = np.zeros(0 if extreme else ng * _INT8_GROUP_BYTES, np.uint8)
         for c in range(0 if extreme else tw):
             for g in range(ng):

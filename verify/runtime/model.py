@@ -88,6 +88,8 @@ class KVCache:
 def _matmuls(lins: Sequence[Linear], x: np.ndarray) -> list[np.ndarray]:
     """Several products of one input; its activations quantized once for the integer paths."""
     q = None
+    if x.shape[0] == 1 and all(lin.run_row is not None for lin in lins):
+        return [lin.run_row(x) for lin in lins]  # one nopython call each (the same bits)
     if any(lin.quantized for lin in lins):
         from .. import dispatch
 
