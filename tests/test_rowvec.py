@@ -115,3 +115,29 @@ def test_row_product_without_jit():
         print("ok")
     """)
     assert run_without_jit(code) == "ok"
+
+
+@pytest.mark.parametrize("pairs", [True, False])
+@pytest.mark.parametrize("bias", [True, False])
+def test_rope_into_cache_equals_the_numpy_steps(pairs, bias, rng):
+    """ops.rope_into_cache == Model._layer's numpy steps (split, += b, ops.rope, cache stores)."""
+    from panelpack.verify.runtime import ops
+
+    m, heads, kvh, d, pos0, cap = 2, 6, 2, 16, 5, 12
+    nq, nk = heads * d, kvh * d
+    y = rng.standard_normal((m, nq + 2 * nk)).astype(np.float32)
+    bq, bk, bv = (rng.standard_normal(n).astype(np.float32) if bias else np.zeros(0, np.float32) for n in (nq, nk, nk))
+    cos, sin = ops.rope_tables(np.arange(pos0, pos0 + m), d, 10000.0)
+    q = np.empty((m, heads, d), np.float32)
+    kt, vc = np.zeros((kvh, d, cap), np.float32), np.zeros((kvh, cap, d), np.float32)
+    ops.rope_into_cache(y, nq, nk, bq, bk, bv, cos, sin, pairs, pos0, q, kt, vc)
+    q0, k0, v0 = (p.copy() for p in np.split(y, [nq, nq + nk], axis=1))
+    if bias:
+        q0, k0, v0 = q0 + bq, k0 + bk, v0 + bv
+    q0 = ops.rope(q0.reshape(m, heads, d), cos, sin, pairs)
+    k0 = ops.rope(k0.reshape(m, kvh, d), cos, sin, pairs)
+    kt0, vc0 = np.zeros_like(kt), np.zeros_like(vc)
+    kt0[:, :, pos0:pos0 + m] = k0.transpose(1, 2, 0)
+    vc0[:, pos0:pos0 + m] = v0.reshape(m, kvh, d).transpose(1, 0, 2)
+    for got, want in ((q, q0), (kt, kt0), (vc, vc0)):
+        assert _same_bits(got, want)

@@ -102,6 +102,10 @@ def _row_parallel(tile, x, qbuf, a, a_k, A, da, w, geom, s_t, o_t, kind, group, 
     return True
 
 
+#: from this many multiply-adds a row product runs its tiles on numba's threads (as
+#: Prepared._run at M = 1; see compiled.SERIAL_WORK)
+PARALLEL_WORK = _c.SERIAL_WORK
+
 _ENTRIES: dict[bool, Callable] = {}
 
 
@@ -142,7 +146,7 @@ class RowProduct:
         self._P = np.empty((1, 1, 1), np.int32)
         self._kind = _d.SCHEME_KIND[t.scheme]
         self._chunks = np.array([_c._chunk(t.group, prep.spec.code_max, m) for m in range(129)], np.int64)
-        self._parallel = self.n * self.k >= _c.SERIAL_WORK  # as Prepared._run at M = 1
+        self._parallel = self.n * self.k >= PARALLEL_WORK
         self._fn = _entry(self._parallel)
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
