@@ -148,15 +148,16 @@ class RowProduct:
         self._chunks = np.array([_c._chunk(t.group, prep.spec.code_max, m) for m in range(129)], np.int64)
         self._parallel = self.n * self.k >= PARALLEL_WORK
         self._fn = _entry(self._parallel)
+        p = prep
+        self._tail = (self._qbuf, self._a, self._a_k, self._A, self._da, p.weights, p.geom, p.s_t, p.o_t, self._kind,
+                      t.group, self._chunks, self._pair, self.n, self._P)
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         xr = x.reshape(-1) if x.dtype == np.float32 and x.flags.c_contiguous else None
         if xr is None or xr.shape[0] != self.k:
             return self._checked(x)
         y = np.empty((1, self.n), np.float32)
-        p = self.prep
-        args = (self._tile, xr, self._qbuf, self._a, self._a_k, self._A, self._da, p.weights, p.geom, p.s_t,
-                p.o_t, self._kind, p.qtype.group, self._chunks, self._pair, self.n, self._P, y)
+        args = (self._tile, xr, *self._tail, y)
         if self._parallel:
             previous = numba.set_parallel_chunksize(_c._TILES_PER_GRAB)
             try:

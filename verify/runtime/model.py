@@ -266,7 +266,8 @@ class Model:
         x = x + o
         h = ops.rms_norm(x, L.ffn_norm, hp.eps)
         if L.gate_up is not None:
-            g, u = np.split(L.gate_up(h), [L.gate.n], axis=1)
+            gu = L.gate_up(h)
+            g, u = gu[:, :L.gate.n], gu[:, L.gate.n:]  # np.split's views, without its cost
         else:
             g, u = _matmuls((L.gate, L.up), h)
         f = L.down(self.act(g) * u)
