@@ -141,3 +141,45 @@ def test_rope_into_cache_equals_the_numpy_steps(pairs, bias, rng):
     vc0[:, pos0:pos0 + m] = v0.reshape(m, kvh, d).transpose(1, 0, 2)
     for got, want in ((q, q0), (kt, kt0), (vc, vc0)):
         assert _same_bits(got, want)
+
+
+@pytest.mark.skipif(not _simd.F16_LANES, reason="numba does not target AVX2 with F16C here")
+def test_f16_lanes_against_numpy(rng):
+    from numba import njit
+
+    @njit
+    def call(h, off, out):
+        _simd.f16_lanes(h, off, out)
+
+    bits = np.arange(1 << 16, dtype=np.uint16)
+    bits = bits[~np.isnan(bits.view(np.float16))]  # NaN payloads: see with_half_factors
+    out = np.full(70, -1, np.float32)
+    for off in list(range(0, bits.size - 64, 64)) + [3, bits.size - 64]:
+        call(bits, off, out)
+        assert np.array_equal(out[:64].view(np.uint32), bits[off:off + 64].view(np.float16).astype(np.float32).view(np.uint32))
+    assert np.all(out[64:] == -1)
+
+
+@pytest.mark.parametrize("qname", ["Q4_0", "Q4_1", "Q4_K", "Q8_0"])
+def test_half_factors_same_bits(qname, rng):
+    """compiled.with_half_factors: Q4_0/Q4_1 panel64 read their factors as f16 (the same bits, every
+    M, P too); other types, or a non-finite factor, keep the f32 kernel."""
+    n, k = 130, 256
+    blocks = random_blocks(qname, n, k, rng)
+    prep = C.prepare("panel64", pack("panel64", blocks, n, k, qname), n, k, qname)
+    half = C.with_half_factors(prep)
+    if qname in ("Q4_0", "Q4_1") and _simd.F16_LANES:
+        assert half.spec.path == "compiled.panel64.avx2.f16" and half.s_t.nbytes * 2 == prep.s_t.nbytes
+    else:
+        assert half is prep
+    for m in (1, 3, 17):
+        x = (rng.standard_normal((m, k)) * 3).astype(np.float32)
+        q = D.quantize_activations(x)
+        for got, want in zip(half.run(*q), prep.run(*q)):
+            assert np.array_equal(np.asarray(got).view(np.uint32), np.asarray(want).view(np.uint32)), (qname, m)
+    x = rng.standard_normal((1, k)).astype(np.float32)
+    assert _same_bits(rowvec.RowProduct(half)(x), prep.run(*D.quantize_activations(x), want_p=False)[2])
+    if half is not prep:
+        bad = dataclasses.replace(prep, s_t=prep.s_t.copy())
+        bad.s_t[0, 0, 0] = np.inf
+        assert C.with_half_factors(bad) is bad

@@ -255,8 +255,41 @@ def _build():
 
         return sig, codegen
 
-    return nibble_group_dot, int8_group_dot, int8_rows_dot
+    @intrinsic
+    def f16_lanes(typingctx, h, hoff, out):
+        """``out[0:64] = f32(h[hoff:hoff + 64])``: 64 f16 values (``h`` uint16 bits, 1-D) widened
+        to f32, 8 at a time (``fpext half -> float``: vcvtph2ps with F16C; exact for every f16,
+        so a factor stored as f16 reads back as the f32 it came from). No bounds checks: the
+        caller guarantees ``hoff + 64 <= len(h)``, ``len(out) >= 64``."""
+        sig = types.void(h, hoff, out)
+
+        def codegen(context, builder, signature, args):
+            hd = context.make_array(signature.args[0])(context, builder, args[0]).data
+            od = context.make_array(signature.args[2])(context, builder, args[2]).data
+            base = builder.gep(hd, [args[1]])
+            v8h, v8f = ir.VectorType(ir.HalfType(), 8), ir.VectorType(ir.FloatType(), 8)
+            for j in range(0, CHANNELS, 8):
+                src = builder.bitcast(builder.gep(base, [ir.Constant(i64, j)]), v8h.as_pointer())
+                dst = builder.bitcast(builder.gep(od, [ir.Constant(i64, j)]), v8f.as_pointer())
+                builder.store(builder.fpext(builder.load(src, align=2), v8f), dst, align=4)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return nibble_group_dot, int8_group_dot, int8_rows_dot, f16_lanes
+
+
+def _target_has_f16c() -> bool:
+    from numba.core import config
+
+    if config.CPU_NAME:
+        return "+f16c" in (config.CPU_FEATURES or "").split(",")
+    import llvmlite.binding as ll
+
+    return bool(ll.get_host_cpu_features().get("f16c", False))
 
 
 #: the intrinsics (callable from numba code only), or None where they cannot run
-nibble_group_dot, int8_group_dot, int8_rows_dot = _build() if AVAILABLE else (None, None, None)
+nibble_group_dot, int8_group_dot, int8_rows_dot, f16_lanes = _build() if AVAILABLE else (None, None, None, None)
+#: f16_lanes compiles to vcvtph2ps (F16C; every AVX2 CPU we know has it, checked anyway)
+F16_LANES = AVAILABLE and _target_has_f16c()

@@ -38,6 +38,7 @@ compile on first use and are cached (``cache=True``).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import Callable, Mapping
@@ -425,6 +426,12 @@ def _group_done(acc, t, g, m, tw, off, A, s_t, o_t, da, kind, k0, P, yt, want_p,
     """A column tile's group ``g`` for row ``m``, once ``acc`` holds ``Σ u·a``: subtract
     ``off·A`` (raw codes; ``off`` 0 for signed ones), store ``P`` and/or add the group's
     rescale into ``yt``."""
+    _group_done_with(acc, t, g, m, tw, off, A, s_t[t, g], o_t[t, g], da, kind, k0, P, yt, want_p, want_y)
+
+
+@njit(inline="always")
+def _group_done_with(acc, t, g, m, tw, off, A, s, o, da, kind, k0, P, yt, want_p, want_y):
+    """:func:`_group_done` with the group's 64 factors ``s``, ``o`` given."""
     asum = A[m, g]
     offa = np.int32(off * asum)
     for j in range(TILE):
@@ -433,7 +440,7 @@ def _group_done(acc, t, g, m, tw, off, A, s_t, o_t, da, kind, k0, P, yt, want_p,
         for j in range(tw):
             P[m, t * TILE + j, g] = acc[j]
     if want_y:
-        rescale_lanes(yt[m], acc, asum, s_t[t, g], o_t[t, g], da[m, k0 // 32], kind, TILE)
+        rescale_lanes(yt[m], acc, asum, s, o, da[m, k0 // 32], kind, TILE)
 
 
 @njit(inline="always")
@@ -469,6 +476,38 @@ if _simd.AVAILABLE:
         _tile_done(yt, t, tw, y, want_y)
 else:
     _tile_panel64_nibble_avx2 = None
+
+if _simd.F16_LANES:
+    _f16_lanes = _simd.f16_lanes
+
+    @njit(cache=True)
+    def _tile_panel64_nibble_avx2_f16(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
+        # _tile_panel64_nibble_avx2 with the factors kept as f16 (Prepared.half: Q4_0, Q4_1,
+        # where s = f32(d) and o = f32(m) are f16 values): s_t/o_t are f32 [tiles, ng, 32]
+        # arrays whose bytes are the f16 [tiles, ng, 64] factors, widened exactly per group
+        # (_simd.f16_lanes), so a decoded token reads 4 bytes of factors per 32 weights, not 8.
+        ng = s_t.shape[1]
+        tw = _tile_width(n, t)
+        off = geom[0]
+        k = a.shape[1]
+        af = a.reshape(-1)
+        acc = np.empty(TILE, np.int32)
+        s = np.empty(TILE, np.float32)
+        o = np.empty(TILE, np.float32)
+        sh = s_t.reshape(-1).view(np.uint16)
+        oh = o_t.reshape(-1).view(np.uint16)
+        yt = np.zeros((a.shape[0], TILE), np.float32)
+        for g in range(ng):
+            k0 = g * group
+            base = (t * ng + g) * (group * 32)  # 32 bytes per K of a 64-channel nibble tile
+            _f16_lanes(sh, (t * ng + g) * TILE, s)
+            _f16_lanes(oh, (t * ng + g) * TILE, o)
+            for m in range(a.shape[0]):
+                _nibble_group_dot(w, base, af, m * k + k0, acc)
+                _group_done_with(acc, t, g, m, tw, off, A, s, o, da, kind, k0, P, yt, want_p, want_y)
+        _tile_done(yt, t, tw, y, want_y)
+else:
+    _tile_panel64_nibble_avx2_f16 = None
 
 
 def _column_tile(view, unpack):
@@ -1107,6 +1146,24 @@ def prepare(layout: str, regions: Mapping[str, np.ndarray], n: int, k: int, qtyp
     # scale-only formulas never read o: share s's memory instead of carrying a zero array
     o_t = s_t if _d.SCHEME_KIND[t.scheme] == _d.SCALE else _tile_major(o, n)
     return Prepared(layout, t, n, k, sp, w, sp.geom(t, n, k), s_t, o_t)
+
+
+def with_half_factors(prep: Prepared) -> Prepared:
+    """``prep`` with its factors kept as f16 where that loses nothing (the AVX2 panel64 nibble
+    kernel of Q4_0/Q4_1, every factor finite and an f16 value): half the factor bytes a decoded
+    token streams (:func:`_tile_panel64_nibble_avx2_f16`, the same bits). Otherwise ``prep``."""
+    if (_tile_panel64_nibble_avx2_f16 is None or prep.spec.kernel is not _tile_panel64_nibble_avx2
+            or _d.SCHEME_KIND[prep.qtype.scheme] == _d.K_SCALE_MIN):
+        return prep
+    halves = []
+    for v in (prep.s_t, prep.o_t):
+        h = v.astype(np.float16)
+        if not (np.isfinite(v).all() and np.array_equal(h.astype(np.float32).view(np.uint32), v.view(np.uint32))):
+            return prep
+        halves.append(np.ascontiguousarray(h).view(np.float32))  # [tiles, ng, 32]: the f16 bytes
+    o_t = halves[0] if prep.o_t is prep.s_t else halves[1]
+    spec = dataclasses.replace(prep.spec, kernel=_tile_panel64_nibble_avx2_f16, variant=prep.spec.variant + ".f16")
+    return dataclasses.replace(prep, spec=spec, s_t=halves[0], o_t=o_t)
 
 
 def partials(layout: str, regions, n: int, k: int, qtype, a) -> tuple[np.ndarray, np.ndarray]:

@@ -263,7 +263,7 @@ def _compiled_linear(name, layout, regions, n, k, qtype, path) -> Linear:
     from .. import compiled
     from ..rowvec import RowProduct
 
-    prep = compiled.prepare(layout, regions, n, k, qtype)
+    prep = compiled.with_half_factors(compiled.prepare(layout, regions, n, k, qtype))
     return Linear(name, n, k, f"{path}:{prep.spec.path}", lambda a, da: prep.run(a, da, want_p=False)[2], None,
                   RowProduct(prep))
 
