@@ -454,59 +454,49 @@ def _tile_done(yt, t, tw, y, want_y):
 
 if _simd.AVAILABLE:
     _nibble_group_dot = _simd.nibble_group_dot
+    _f16_lanes = _simd.f16_lanes if _simd.F16_LANES else None
 
-    @njit(cache=True)
-    def _tile_panel64_nibble_avx2(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
-        # The same partials as _tile_panel64_nibble, one group of 64 channels per call of the
-        # vpmaddubsw sequence in _simd (exact: see there). Nibble types all have G = 32; ``a``
-        # arrives in _simd.pair_order (KernelSpec.activations), which only this kernel reads.
-        ng = s_t.shape[1]
-        tw = _tile_width(n, t)
-        off = geom[0]
-        k = a.shape[1]
-        af = a.reshape(-1)
-        acc = np.empty(TILE, np.int32)
-        yt = np.zeros((a.shape[0], TILE), np.float32)
-        for g in range(ng):
-            k0 = g * group
-            base = (t * ng + g) * (group * 32)  # 32 bytes per K of a 64-channel nibble tile
-            for m in range(a.shape[0]):
-                _nibble_group_dot(w, base, af, m * k + k0, acc)
-                _group_done(acc, t, g, m, tw, off, A, s_t, o_t, da, kind, k0, P, yt, want_p, want_y)
-        _tile_done(yt, t, tw, y, want_y)
+    def _nibble_avx2_tile(half: bool):
+        """The AVX2 panel64 nibble tile; with ``half`` its twin that keeps the factors as f16
+        (:func:`with_half_factors`: Q4_0, Q4_1, where s = f32(d) and o = f32(m) are f16 values):
+        ``s_t``/``o_t`` are then f32 ``[tiles, ng, 32]`` arrays whose bytes are the f16
+        ``[tiles, ng, 64]`` factors, widened exactly per group (:func:`_simd.f16_lanes`), so a
+        decoded token streams 4 bytes of factors per 32 weights instead of 8."""
+
+        @njit(cache=True)
+        def tile(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
+            # The same partials as _tile_panel64_nibble, one group of 64 channels per call of the
+            # vpmaddubsw sequence in _simd (exact: see there). Nibble types all have G = 32; ``a``
+            # arrives in _simd.pair_order (KernelSpec.activations), which only this kernel reads.
+            ng = s_t.shape[1]
+            tw = _tile_width(n, t)
+            off = geom[0]
+            k = a.shape[1]
+            af = a.reshape(-1)
+            acc = np.empty(TILE, np.int32)
+            s = np.empty(TILE, np.float32)
+            o = np.empty(TILE, np.float32)
+            yt = np.zeros((a.shape[0], TILE), np.float32)
+            for g in range(ng):
+                k0 = g * group
+                base = (t * ng + g) * (group * 32)  # 32 bytes per K of a 64-channel nibble tile
+                if half:
+                    _f16_lanes(s_t.reshape(-1).view(np.uint16), (t * ng + g) * TILE, s)
+                    _f16_lanes(o_t.reshape(-1).view(np.uint16), (t * ng + g) * TILE, o)
+                for m in range(a.shape[0]):
+                    _nibble_group_dot(w, base, af, m * k + k0, acc)
+                    if half:
+                        _group_done_with(acc, t, g, m, tw, off, A, s, o, da, kind, k0, P, yt, want_p, want_y)
+                    else:
+                        _group_done(acc, t, g, m, tw, off, A, s_t, o_t, da, kind, k0, P, yt, want_p, want_y)
+            _tile_done(yt, t, tw, y, want_y)
+
+        return tile
+
+    _tile_panel64_nibble_avx2 = _nibble_avx2_tile(False)
+    _tile_panel64_nibble_avx2_f16 = _nibble_avx2_tile(True) if _simd.F16_LANES else None
 else:
     _tile_panel64_nibble_avx2 = None
-
-if _simd.F16_LANES:
-    _f16_lanes = _simd.f16_lanes
-
-    @njit(cache=True)
-    def _tile_panel64_nibble_avx2_f16(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
-        # _tile_panel64_nibble_avx2 with the factors kept as f16 (Prepared.half: Q4_0, Q4_1,
-        # where s = f32(d) and o = f32(m) are f16 values): s_t/o_t are f32 [tiles, ng, 32]
-        # arrays whose bytes are the f16 [tiles, ng, 64] factors, widened exactly per group
-        # (_simd.f16_lanes), so a decoded token reads 4 bytes of factors per 32 weights, not 8.
-        ng = s_t.shape[1]
-        tw = _tile_width(n, t)
-        off = geom[0]
-        k = a.shape[1]
-        af = a.reshape(-1)
-        acc = np.empty(TILE, np.int32)
-        s = np.empty(TILE, np.float32)
-        o = np.empty(TILE, np.float32)
-        sh = s_t.reshape(-1).view(np.uint16)
-        oh = o_t.reshape(-1).view(np.uint16)
-        yt = np.zeros((a.shape[0], TILE), np.float32)
-        for g in range(ng):
-            k0 = g * group
-            base = (t * ng + g) * (group * 32)  # 32 bytes per K of a 64-channel nibble tile
-            _f16_lanes(sh, (t * ng + g) * TILE, s)
-            _f16_lanes(oh, (t * ng + g) * TILE, o)
-            for m in range(a.shape[0]):
-                _nibble_group_dot(w, base, af, m * k + k0, acc)
-                _group_done_with(acc, t, g, m, tw, off, A, s, o, da, kind, k0, P, yt, want_p, want_y)
-        _tile_done(yt, t, tw, y, want_y)
-else:
     _tile_panel64_nibble_avx2_f16 = None
 
 

@@ -82,24 +82,25 @@ def _prologue(x, qbuf, a, a_k, A, da, group, pair):
     return a_max
 
 
-def _row_serial(tile, x, qbuf, a, a_k, A, da, w, geom, s_t, o_t, kind, group, chunks, pair, n, P, y):
+@njit(inline="always")
+def _start(x, qbuf, a, a_k, A, da, group, pair, chunks):
+    """The chunk length for the tiles, or -1 for a non-finite ``x`` (see :func:`_prologue`)."""
     a_max = _prologue(x, qbuf, a, a_k, A, da, group, pair)
-    if a_max < 0:
-        return False
-    chunk = chunks[a_max]
-    for t in range(s_t.shape[0]):
+    return chunks[a_max] if a_max >= 0 else -1
+
+
+def _row_serial(tile, x, qbuf, a, a_k, A, da, w, geom, s_t, o_t, kind, group, chunks, pair, n, P, y):
+    chunk = _start(x, qbuf, a, a_k, A, da, group, pair, chunks)
+    for t in range(s_t.shape[0] if chunk >= 0 else 0):
         tile(np.int64(t), w, geom, a_k, A, s_t, o_t, da, kind, group, chunk, n, P, y, False, True)
-    return True
+    return chunk >= 0
 
 
 def _row_parallel(tile, x, qbuf, a, a_k, A, da, w, geom, s_t, o_t, kind, group, chunks, pair, n, P, y):
-    a_max = _prologue(x, qbuf, a, a_k, A, da, group, pair)
-    if a_max < 0:
-        return False
-    chunk = chunks[a_max]
-    for t in prange(s_t.shape[0]):
+    chunk = _start(x, qbuf, a, a_k, A, da, group, pair, chunks)
+    for t in prange(s_t.shape[0] if chunk >= 0 else 0):
         tile(np.int64(t), w, geom, a_k, A, s_t, o_t, da, kind, group, chunk, n, P, y, False, True)
-    return True
+    return chunk >= 0
 
 
 #: from this many multiply-adds a row product runs its tiles on numba's threads (as
