@@ -80,8 +80,10 @@ def test_row_product_equals_checked_run(row, rng):
     blocks = random_blocks(qname, n, k, rng)
     prep = C.prepare(layout, pack(layout, blocks, n, k, qname), n, k, qname)
     rp = rowvec.RowProduct(prep)
+    rp._plan()
     assert not rp._parallel
     par = rowvec.RowProduct(prep)
+    par._plan()
     par._parallel, par._fn = True, rowvec._entry(True)
     for scale in (1e-3, 1.0, 1e4):
         x = (rng.standard_normal((1, k)) * scale).astype(np.float32)

@@ -129,12 +129,17 @@ def _entry(parallel: bool) -> Callable:
 
 class RowProduct:
     """``y = W·x`` for one f32 row ``x [1, K]`` (or ``[K]``) -> f32 ``[1, N]``, bit-identical
-    with ``prep.run(*dispatch.quantize_activations(x))``; buffers and plan made once."""
+    with ``prep.run(*dispatch.quantize_activations(x))``; buffers and plan made on the first call
+    (a model that never decodes never compiles or loads the row functions)."""
 
     def __init__(self, prep: _c.Prepared):
-        t = prep.qtype
         self.prep = prep
         self.n, self.k = prep.n, prep.k
+        self._fn = None
+
+    def _plan(self) -> None:
+        prep = self.prep
+        t = prep.qtype
         self._tile = _c._compiled(prep.spec.kernel)
         self._pair = prep.spec.activations is not None
         if self._pair and prep.spec.activations is not _c._simd.pair_order:
@@ -154,6 +159,8 @@ class RowProduct:
                       t.group, self._chunks, self._pair, self.n, self._P)
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
+        if self._fn is None:
+            self._plan()
         xr = x.reshape(-1) if x.dtype == np.float32 and x.flags.c_contiguous else None
         if xr is None or xr.shape[0] != self.k:
             return self._checked(x)
