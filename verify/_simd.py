@@ -97,6 +97,18 @@ def int8_group_dot_ref(w: np.ndarray, woff: int, a: np.ndarray, aoff: int) -> np
     return np.einsum("qcj,qj->c", codes, av)
 
 
+# ---- int8 rows x int8 activations (rowmajor Q8_0 rows read in place, M < 4) ------------------
+ROWS = 8  # rows per call of :func:`int8_rows_dot`
+
+
+def int8_rows_dot_ref(w: np.ndarray, woff: int, stride: int, a: np.ndarray, aoff: int) -> np.ndarray:
+    """int64 [8]: ``Σ_kk w(r, kk)·a[aoff + kk]`` for ``r < 8``, where row ``r``'s 32 int8 codes
+    are the bytes at ``woff + r·stride`` of ``w`` (numpy)."""
+    rows = np.stack([np.asarray(w[woff + r * stride:woff + r * stride + GROUP], np.uint8) for r in range(ROWS)])
+    codes = rows.view(np.int8).astype(np.int64)
+    return codes @ np.asarray(a[aoff:aoff + GROUP], np.int64)
+
+
 def _build():
     from llvmlite import ir
     from numba import types
@@ -107,14 +119,15 @@ def _build():
     v32i8, v16i16, v16i32 = ir.VectorType(i8, 32), ir.VectorType(i16, 16), ir.VectorType(i32, 16)
     v8i32 = ir.VectorType(i32, 8)
 
-    def pointers(context, builder, signature, args):
-        """The intrinsics' arguments (w, woff, a, aoff, acc) as ``(w + woff, a + aoff, acc)``
-        data pointers."""
-        w_arr, w_off, a_arr, a_off, acc_arr = args
-        wd = context.make_array(signature.args[0])(context, builder, w_arr).data
-        ad = context.make_array(signature.args[2])(context, builder, a_arr).data
-        cd = context.make_array(signature.args[4])(context, builder, acc_arr).data
-        return builder.gep(wd, [w_off]), builder.gep(ad, [a_off]), cd
+    def pointers(context, builder, signature, args, at=(0, 1, 2, 3, 4)):
+        """The intrinsics' arguments (w, woff, a, aoff, acc), at positions ``at`` of ``args``, as
+        ``(w + woff, a + aoff, acc)`` data pointers."""
+        iw, iwo, ia, iao, iacc = at
+
+        def data(i):
+            return context.make_array(signature.args[i])(context, builder, args[i]).data
+
+        return builder.gep(data(iw), [args[iwo]]), builder.gep(data(ia), [args[iao]]), data(iacc)
 
     def llvm_fn(builder, ret, params, name):
         return cgutils.get_or_insert_function(builder.module, ir.FunctionType(ret, params), name)
@@ -198,8 +211,85 @@ def _build():
 
         return sig, codegen
 
-    return nibble_group_dot, int8_group_dot
+    @intrinsic
+    def int8_rows_dot(typingctx, w, woff, stride, a, aoff, acc):
+        """``acc[0:8] = Σ_kk w(r, kk)·a[aoff + kk]`` (int32): one block of 32 int8 codes in each of
+        8 rows, row ``r``'s at byte ``woff + r·stride`` of ``w`` (uint8, 1-D; a Q8_0 block's
+        ``qs``, read where the standard blocks keep it), against ``a`` (int8, 1-D)::
+
+            x_r = 32 code bytes of row r              p = a[aoff .. aoff+31]  (one load)
+            |x_r| · sign(p, x_r)  by vpmaddubsw -> 16 int16 pair sums;  vpmaddwd with 1 -> 8 int32
+            3 levels of vphaddd + one cross-lane add: the 8 rows' 8 lanes -> acc[0..7]
+
+        Exactness: needs no activation equal to -128 (the caller checks; vpsignb cannot negate
+        it); a code of -128 is fine (``|x|`` is read unsigned: 128). Then a pair sum is at most
+        2·128·127 = 32512, vpmaddubsw never saturates and the int32 sums are exact. No bounds
+        checks: the caller guarantees ``woff + 7·stride + 32 <= len(w)``, ``aoff + 32 <= len(a)``,
+        ``len(acc) >= 8``."""
+        sig = types.void(w, woff, stride, a, aoff, acc)
+
+        def codegen(context, builder, signature, args):
+            wbase, abase, cd = pointers(context, builder, signature, args, at=(0, 1, 3, 4, 5))
+            w_stride = args[2]
+            maddubs = llvm_fn(builder, v16i16, [v32i8, v32i8], "llvm.x86.avx2.pmadd.ub.sw")
+            maddwd = llvm_fn(builder, v8i32, [v16i16, v16i16], "llvm.x86.avx2.pmadd.wd")
+            psign = llvm_fn(builder, v32i8, [v32i8, v32i8], "llvm.x86.avx2.psign.b")
+            phadd = llvm_fn(builder, v8i32, [v8i32, v8i32], "llvm.x86.avx2.phadd.d")
+            ones = ir.Constant(v16i16, [1] * 16)
+            p = builder.load(builder.bitcast(abase, v32i8.as_pointer()), align=1)
+            sums = []
+            for r in range(ROWS):
+                at = builder.gep(wbase, [builder.mul(w_stride, ir.Constant(i64, r))])
+                x = builder.load(builder.bitcast(at, v32i8.as_pointer()), align=1)
+                pairs = builder.call(maddubs, [builder.call(psign, [x, x]), builder.call(psign, [p, x])])
+                sums.append(builder.call(maddwd, [pairs, ones]))
+            # vphaddd works within 128-bit halves: after two levels, h0 = [rows 0-3 of lanes 0-3 |
+            # rows 0-3 of lanes 4-7], h1 the same for rows 4-7; the last step adds the halves
+            quads = [builder.call(phadd, [sums[i], sums[i + 1]]) for i in range(0, ROWS, 2)]
+            h0 = builder.call(phadd, [quads[0], quads[1]])
+            h1 = builder.call(phadd, [quads[2], quads[3]])
+            lo = builder.shuffle_vector(h0, h1, ir.Constant(v8i32, [0, 1, 2, 3, 8, 9, 10, 11]))
+            hi = builder.shuffle_vector(h0, h1, ir.Constant(v8i32, [4, 5, 6, 7, 12, 13, 14, 15]))
+            builder.store(builder.add(lo, hi), builder.bitcast(cd, v8i32.as_pointer()), align=4)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    @intrinsic
+    def f16_lanes(typingctx, h, hoff, out):
+        """``out[0:64] = f32(h[hoff:hoff + 64])``: 64 f16 values (``h`` uint16 bits, 1-D) widened
+        to f32, 8 at a time (``fpext half -> float``: vcvtph2ps with F16C; exact for every f16,
+        so a factor stored as f16 reads back as the f32 it came from). No bounds checks: the
+        caller guarantees ``hoff + 64 <= len(h)``, ``len(out) >= 64``."""
+        sig = types.void(h, hoff, out)
+
+        def codegen(context, builder, signature, args):
+            hd = context.make_array(signature.args[0])(context, builder, args[0]).data
+            od = context.make_array(signature.args[2])(context, builder, args[2]).data
+            base = builder.gep(hd, [args[1]])
+            v8h, v8f = ir.VectorType(ir.HalfType(), 8), ir.VectorType(ir.FloatType(), 8)
+            for j in range(0, CHANNELS, 8):
+                src = builder.bitcast(builder.gep(base, [ir.Constant(i64, j)]), v8h.as_pointer())
+                dst = builder.bitcast(builder.gep(od, [ir.Constant(i64, j)]), v8f.as_pointer())
+                builder.store(builder.fpext(builder.load(src, align=2), v8f), dst, align=4)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return nibble_group_dot, int8_group_dot, int8_rows_dot, f16_lanes
+
+
+def _target_has_f16c() -> bool:
+    from numba.core import config
+
+    if config.CPU_NAME:
+        return "+f16c" in (config.CPU_FEATURES or "").split(",")
+    import llvmlite.binding as ll
+
+    return bool(ll.get_host_cpu_features().get("f16c", False))
 
 
 #: the intrinsics (callable from numba code only), or None where they cannot run
-nibble_group_dot, int8_group_dot = _build() if AVAILABLE else (None, None)
+nibble_group_dot, int8_group_dot, int8_rows_dot, f16_lanes = _build() if AVAILABLE else (None, None, None, None)
+#: f16_lanes compiles to vcvtph2ps (F16C; every AVX2 CPU we know has it, checked anyway)
+F16_LANES = AVAILABLE and _target_has_f16c()

@@ -38,6 +38,7 @@ compile on first use and are cached (``cache=True``).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import Callable, Mapping
@@ -425,6 +426,12 @@ def _group_done(acc, t, g, m, tw, off, A, s_t, o_t, da, kind, k0, P, yt, want_p,
     """A column tile's group ``g`` for row ``m``, once ``acc`` holds ``Σ u·a``: subtract
     ``off·A`` (raw codes; ``off`` 0 for signed ones), store ``P`` and/or add the group's
     rescale into ``yt``."""
+    _group_done_with(acc, t, g, m, tw, off, A, s_t[t, g], o_t[t, g], da, kind, k0, P, yt, want_p, want_y)
+
+
+@njit(inline="always")
+def _group_done_with(acc, t, g, m, tw, off, A, s, o, da, kind, k0, P, yt, want_p, want_y):
+    """:func:`_group_done` with the group's 64 factors ``s``, ``o`` given."""
     asum = A[m, g]
     offa = np.int32(off * asum)
     for j in range(TILE):
@@ -433,7 +440,7 @@ def _group_done(acc, t, g, m, tw, off, A, s_t, o_t, da, kind, k0, P, yt, want_p,
         for j in range(tw):
             P[m, t * TILE + j, g] = acc[j]
     if want_y:
-        rescale_lanes(yt[m], acc, asum, s_t[t, g], o_t[t, g], da[m, k0 // 32], kind, TILE)
+        rescale_lanes(yt[m], acc, asum, s, o, da[m, k0 // 32], kind, TILE)
 
 
 @njit(inline="always")
@@ -447,28 +454,50 @@ def _tile_done(yt, t, tw, y, want_y):
 
 if _simd.AVAILABLE:
     _nibble_group_dot = _simd.nibble_group_dot
+    _f16_lanes = _simd.f16_lanes if _simd.F16_LANES else None
 
-    @njit(cache=True)
-    def _tile_panel64_nibble_avx2(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
-        # The same partials as _tile_panel64_nibble, one group of 64 channels per call of the
-        # vpmaddubsw sequence in _simd (exact: see there). Nibble types all have G = 32; ``a``
-        # arrives in _simd.pair_order (KernelSpec.activations), which only this kernel reads.
-        ng = s_t.shape[1]
-        tw = _tile_width(n, t)
-        off = geom[0]
-        k = a.shape[1]
-        af = a.reshape(-1)
-        acc = np.empty(TILE, np.int32)
-        yt = np.zeros((a.shape[0], TILE), np.float32)
-        for g in range(ng):
-            k0 = g * group
-            base = (t * ng + g) * (group * 32)  # 32 bytes per K of a 64-channel nibble tile
-            for m in range(a.shape[0]):
-                _nibble_group_dot(w, base, af, m * k + k0, acc)
-                _group_done(acc, t, g, m, tw, off, A, s_t, o_t, da, kind, k0, P, yt, want_p, want_y)
-        _tile_done(yt, t, tw, y, want_y)
+    def _nibble_avx2_tile(half: bool):
+        """The AVX2 panel64 nibble tile; with ``half`` its twin that keeps the factors as f16
+        (:func:`with_half_factors`: Q4_0, Q4_1, where s = f32(d) and o = f32(m) are f16 values):
+        ``s_t``/``o_t`` are then f32 ``[tiles, ng, 32]`` arrays whose bytes are the f16
+        ``[tiles, ng, 64]`` factors, widened exactly per group (:func:`_simd.f16_lanes`), so a
+        decoded token streams 4 bytes of factors per 32 weights instead of 8."""
+
+        @njit(cache=True)
+        def tile(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
+            # The same partials as _tile_panel64_nibble, one group of 64 channels per call of the
+            # vpmaddubsw sequence in _simd (exact: see there). Nibble types all have G = 32; ``a``
+            # arrives in _simd.pair_order (KernelSpec.activations), which only this kernel reads.
+            ng = s_t.shape[1]
+            tw = _tile_width(n, t)
+            off = geom[0]
+            k = a.shape[1]
+            af = a.reshape(-1)
+            acc = np.empty(TILE, np.int32)
+            s = np.empty(TILE, np.float32)
+            o = np.empty(TILE, np.float32)
+            yt = np.zeros((a.shape[0], TILE), np.float32)
+            for g in range(ng):
+                k0 = g * group
+                base = (t * ng + g) * (group * 32)  # 32 bytes per K of a 64-channel nibble tile
+                if half:
+                    _f16_lanes(s_t.reshape(-1).view(np.uint16), (t * ng + g) * TILE, s)
+                    _f16_lanes(o_t.reshape(-1).view(np.uint16), (t * ng + g) * TILE, o)
+                for m in range(a.shape[0]):
+                    _nibble_group_dot(w, base, af, m * k + k0, acc)
+                    if half:
+                        _group_done_with(acc, t, g, m, tw, off, A, s, o, da, kind, k0, P, yt, want_p, want_y)
+                    else:
+                        _group_done(acc, t, g, m, tw, off, A, s_t, o_t, da, kind, k0, P, yt, want_p, want_y)
+            _tile_done(yt, t, tw, y, want_y)
+
+        return tile
+
+    _tile_panel64_nibble_avx2 = _nibble_avx2_tile(False)
+    _tile_panel64_nibble_avx2_f16 = _nibble_avx2_tile(True) if _simd.F16_LANES else None
 else:
     _tile_panel64_nibble_avx2 = None
+    _tile_panel64_nibble_avx2_f16 = None
 
 
 def _column_tile(view, unpack):
@@ -646,18 +675,54 @@ if _simd.AVAILABLE:
     _INT8_GROUP_BYTES = _simd.INT8_GROUP_BYTES
     _int8_scratch_dots = _scratch_dots(_simd.int8_group_dot, _INT8_GROUP_BYTES)
 
+    _int8_rows_dot = _simd.int8_rows_dot
+    _ROWS = _simd.ROWS
+
+    @njit(inline="always")
+    def _q8_0_rows_partials(w, t, geom, a, tw, pt):
+        """rowmajor Q8_0 partials read in place (M < SCRATCH_MIN_ROWS, no activation -128):
+        ``pt[m, g, r]`` of the tile's rows 8 at a time, one :func:`_simd.int8_rows_dot` per
+        block (``qs`` at byte 2 of each 34-byte block); the rows past the last 8 one by one."""
+        row_bytes = geom[0]
+        bsz = row_bytes // geom[1]
+        k = a.shape[1]
+        af = a.reshape(-1)
+        acc = np.empty(_ROWS, np.int32)
+        first = TILE * t * row_bytes
+        full = tw - tw % _ROWS
+        for m in range(a.shape[0]):
+            for r0 in range(0, full, _ROWS):
+                for g in range(geom[1]):
+                    _int8_rows_dot(w, first + r0 * row_bytes + g * bsz + 2, row_bytes, af, m * k + g * 32, acc)
+                    for r in range(_ROWS):
+                        pt[m, g, r0 + r] = acc[r]
+            for r in range(full, tw):
+                for g in range(geom[1]):
+                    at = first + r * row_bytes + g * bsz + 2
+                    total = np.int32(0)
+                    for kk in range(32):
+                        total += np.int32(np.int8(w[at + kk])) * np.int32(af[m * k + g * 32 + kk])
+                    pt[m, g, r] = total
+
     @njit(cache=True)
     def _tile_rowmajor_q8_0_avx2(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
-        # rowmajor Q8_0 ([d f16][qs i8 32] per block = group) through the AVX2 int8 kernel: the
-        # tile's codes copied into one int8 scratch tile (byte 2048g + 256q + 4c + j = code of
-        # row c at K 32g + 4q + j), then one _simd.int8_group_dot per group and activation row.
-        # A code of -128 (which vpsignb cannot negate) sends the tile to the portable row
-        # partials instead; both give the exact int32 sums (tested against each other).
+        # rowmajor Q8_0 ([d f16][qs i8 32] per block = group) through the AVX2 int8 kernels.
+        # Below SCRATCH_MIN_ROWS activation rows the rows are read in place (_q8_0_rows_partials;
+        # an activation of -128 sends the tile to the portable row partials). From there the
+        # tile's codes are copied into one int8 scratch tile (byte 2048g + 256q + 4c + j = code
+        # of row c at K 32g + 4q + j), then one _simd.int8_group_dot per group and activation
+        # row; a code of -128 (which vpsignb cannot negate there) sends the tile to the portable
+        # row partials. All give the exact int32 sums (tested against each other).
         tw = _tile_width(n, t)
         k = a.shape[1]
         ng = s_t.shape[1]
         wt = _tile_view(w, TILE * t, tw, geom[1], geom[0] // geom[1])
         extreme = a.shape[0] < SCRATCH_MIN_ROWS  # then the scratch would cost more than it saves
+        if extreme and a.min() > -128:
+            pt = np.zeros((a.shape[0], ng, TILE), np.int32)  # lanes past tw stay 0
+            _q8_0_rows_partials(w, t, geom, a, tw, pt)
+            _rows_finish(pt, tw, t, A, s_t, o_t, da, kind, group, P, y, want_p, want_y)
+            return
         scratch = np.zeros(0 if extreme else ng * _INT8_GROUP_BYTES, np.uint8)
         for c in range(0 if extreme else tw):
             for g in range(ng):
@@ -1071,6 +1136,24 @@ def prepare(layout: str, regions: Mapping[str, np.ndarray], n: int, k: int, qtyp
     # scale-only formulas never read o: share s's memory instead of carrying a zero array
     o_t = s_t if _d.SCHEME_KIND[t.scheme] == _d.SCALE else _tile_major(o, n)
     return Prepared(layout, t, n, k, sp, w, sp.geom(t, n, k), s_t, o_t)
+
+
+def with_half_factors(prep: Prepared) -> Prepared:
+    """``prep`` with its factors kept as f16 where that loses nothing (the AVX2 panel64 nibble
+    kernel of Q4_0/Q4_1, every factor finite and an f16 value): half the factor bytes a decoded
+    token streams (:func:`_tile_panel64_nibble_avx2_f16`, the same bits). Otherwise ``prep``."""
+    if (_tile_panel64_nibble_avx2_f16 is None or prep.spec.kernel is not _tile_panel64_nibble_avx2
+            or _d.SCHEME_KIND[prep.qtype.scheme] == _d.K_SCALE_MIN):
+        return prep
+    halves = []
+    for v in (prep.s_t, prep.o_t):
+        h = v.astype(np.float16)
+        if not (np.isfinite(v).all() and np.array_equal(h.astype(np.float32).view(np.uint32), v.view(np.uint32))):
+            return prep
+        halves.append(np.ascontiguousarray(h).view(np.float32))  # [tiles, ng, 32]: the f16 bytes
+    o_t = halves[0] if prep.o_t is prep.s_t else halves[1]
+    spec = dataclasses.replace(prep.spec, kernel=_tile_panel64_nibble_avx2_f16, variant=prep.spec.variant + ".f16")
+    return dataclasses.replace(prep, spec=spec, s_t=halves[0], o_t=o_t)
 
 
 def partials(layout: str, regions, n: int, k: int, qtype, a) -> tuple[np.ndarray, np.ndarray]:

@@ -34,6 +34,7 @@ from . import ops
 from .weights import Embedding, Linear, WeightSource, linear, nk, open_source, stacked, vector
 
 DEFAULT_CHUNK = 64  # tokens per forward call in logits()
+_NONE = np.zeros(0, np.float32)  # "no bias" for ops.rope_into_cache
 
 
 @dataclass
@@ -88,6 +89,8 @@ class KVCache:
 def _matmuls(lins: Sequence[Linear], x: np.ndarray) -> list[np.ndarray]:
     """Several products of one input; its activations quantized once for the integer paths."""
     q = None
+    if x.shape[0] == 1 and all(lin.run_row is not None for lin in lins):
+        return [lin.run_row(x) for lin in lins]  # one nopython call each (the same bits)
     if any(lin.quantized for lin in lins):
         from .. import dispatch
 
@@ -224,6 +227,12 @@ class Model:
         hp = self.hp
         m = x.shape[0]
         h = ops.rms_norm(x, L.attn_norm, hp.eps)
+        kt, vc = self.cache.k[i], self.cache.v[i]
+        if m == 1 and L.qkv is not None and L.q_norm is None and L.v.n == L.k.n:  # a decoded token
+            q = np.empty((m, hp.n_head, hp.head_dim), np.float32)
+            biases = (_NONE if b is None else b for b in (L.q_bias, L.k_bias, L.v_bias))
+            ops.rope_into_cache(L.qkv(h), L.q.n, L.k.n, *biases, cos, sin, hp.rope_pairs, pos0, q, kt, vc)
+            return self._layer_rest(i, L, x, pos0, q, kt, vc)
         if L.qkv is not None:
             y = L.qkv(h)
             q, k, v = np.split(y, [L.q.n, L.q.n + L.k.n], axis=1)
@@ -241,9 +250,14 @@ class Model:
             k = ops.rms_norm(k, L.k_norm, hp.eps)
         q = ops.rope(q, cos, sin, hp.rope_pairs)
         k = ops.rope(k, cos, sin, hp.rope_pairs)
-        kt, vc = self.cache.k[i], self.cache.v[i]
         kt[:, :, pos0:pos0 + m] = k.transpose(1, 2, 0)
         vc[:, pos0:pos0 + m] = v.transpose(1, 0, 2)
+        return self._layer_rest(i, L, x, pos0, q, kt, vc)
+
+    def _layer_rest(self, i, L: Layer, x, pos0, q, kt, vc):
+        """The layer from attention on (q rotated, this chunk's k and v in the cache)."""
+        hp = self.hp
+        m = x.shape[0]
         window = hp.sliding_window if hp.is_sliding(i) else 0
         a = ops.attention(q, kt, vc, pos0, hp.attn_scale, window)
         o = L.o(a.reshape(m, hp.n_head * hp.head_dim))
@@ -252,7 +266,8 @@ class Model:
         x = x + o
         h = ops.rms_norm(x, L.ffn_norm, hp.eps)
         if L.gate_up is not None:
-            g, u = np.split(L.gate_up(h), [L.gate.n], axis=1)
+            gu = L.gate_up(h)
+            g, u = gu[:, :L.gate.n], gu[:, L.gate.n:]  # np.split's views, without its cost
         else:
             g, u = _matmuls((L.gate, L.up), h)
         f = L.down(self.act(g) * u)

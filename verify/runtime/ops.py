@@ -53,6 +53,47 @@ def rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, pairs: bool) -> np.nda
     return out
 
 
+_F2 = types.Array(types.float32, 2, "C", readonly=True)
+_F1 = types.Array(types.float32, 1, "C", readonly=True)
+
+
+@lazy_njit(types.void(_F2, types.int64, types.int64, _F1, _F1, _F1, _F2, _F2, types.boolean, types.int64,
+                      types.float32[:, :, ::1], types.float32[:, :, ::1], types.float32[:, :, ::1]), cache=True)
+def rope_into_cache(y, nq, nk, bq, bk, bv, cos, sin, pairs, pos0, q, kt, vc):
+    """A layer's stacked q/k/v product ``y [M, nq + 2·nk]`` (heads of ``D`` = ``q.shape[2]``) to
+    attention's inputs in one pass: ``+ b`` where a bias has elements (``bq``, ``bk``, ``bv``;
+    size 0: none), :func:`rope` on q and k, rotated q into ``q [M, H, D]``, rotated k into the
+    key cache ``kt[:, :, pos0 + m]`` and v into ``vc[:, pos0 + m]``. The same f32 operations, in
+    the same order, as the numpy steps of ``Model._layer`` (split, ``+= b``, :func:`rope`, the
+    cache stores): the same bits (tested)."""
+    d = q.shape[2]
+    half = d // 2
+    for m in range(y.shape[0]):
+        for part in range(2):  # q, then k
+            base = 0 if part == 0 else nq
+            b = bq if part == 0 else bk
+            heads = nq // d if part == 0 else nk // d
+            for h in range(heads):
+                for i in range(half):
+                    j0, j1 = (2 * i, 2 * i + 1) if pairs else (i, i + half)
+                    x0 = y[m, base + h * d + j0]
+                    x1 = y[m, base + h * d + j1]
+                    if b.size:
+                        x0 = x0 + b[h * d + j0]
+                        x1 = x1 + b[h * d + j1]
+                    c, s = cos[m, i], sin[m, i]
+                    r0 = x0 * c - x1 * s
+                    r1 = x0 * s + x1 * c
+                    if part == 0:
+                        q[m, h, j0], q[m, h, j1] = r0, r1
+                    else:
+                        kt[h, j0, pos0 + m], kt[h, j1, pos0 + m] = r0, r1
+        for h in range(nk // d):
+            for i in range(d):
+                v = y[m, nq + nk + h * d + i]
+                vc[h, pos0 + m, i] = v + bv[h * d + i] if bv.size else v
+
+
 def silu(x: np.ndarray) -> np.ndarray:
     return x / (np.float32(1) + np.exp(-x))
 

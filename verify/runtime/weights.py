@@ -231,12 +231,15 @@ class Linear:
     path: str
     run_q: Callable | None  # (a int8 [M, k], da f32 [M, k/32]) -> y f32 [M, n]
     run_f: Callable | None  # x f32 [M, k] -> y f32 [M, n]
+    run_row: Callable | None = None  # x f32 [1, k] -> y f32 [1, n], run_q's bits (verify.rowvec)
 
     @property
     def quantized(self) -> bool:
         return self.run_q is not None
 
     def __call__(self, x: np.ndarray, q: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+        if self.run_row is not None and x.shape[0] == 1:  # a decoded token: one nopython call
+            return self.run_row(x)
         if self.run_q is not None:
             if q is None:
                 from .. import dispatch
@@ -258,9 +261,11 @@ def _has_integer_form(entry) -> bool:
 
 def _compiled_linear(name, layout, regions, n, k, qtype, path) -> Linear:
     from .. import compiled
+    from ..rowvec import RowProduct
 
-    prep = compiled.prepare(layout, regions, n, k, qtype)
-    return Linear(name, n, k, f"{path}:{prep.spec.path}", lambda a, da: prep.run(a, da, want_p=False)[2], None)
+    prep = compiled.with_half_factors(compiled.prepare(layout, regions, n, k, qtype))
+    return Linear(name, n, k, f"{path}:{prep.spec.path}", lambda a, da: prep.run(a, da, want_p=False)[2], None,
+                  RowProduct(prep))
 
 
 def _panel_scale_fields(regions, n) -> dict[str, np.ndarray]:

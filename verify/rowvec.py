@@ -1,0 +1,182 @@
+"""One activation row through a compiled tensor, with the per-call Python planned away (decode).
+
+A decoded token runs ~120 matrix products of one activation row, each a few tens of
+microseconds of kernel work. Through :meth:`panelpack.verify.compiled.Prepared.run` every
+call also pays for checks, the activation quantizer's wrapper, the group sums, the kernel's
+activation order, a new chunk length and numba's typing of a first-class function argument:
+about 70 us, more than the work. :class:`RowProduct` does all of that once per tensor (buffers,
+the tile function, a chunk table) and each call is one nopython function, :func:`_row_serial`
+(or its parallel twin for large tensors, :func:`_row_parallel`), entered through its compiled
+entry point:
+
+    x f32 [K] ─ Q8_0 codec's _quantize_range (the very quantizer of dispatch.quantize_activations)
+              ─ a int8 [1, K], da = f32(f16 d) [1, K/32], A [1, K/G], max |a|
+              ─ a in the kernel's order (spec.activations: _simd.pair_order for the AVX2 nibble tiles)
+              ─ chunk = chunks[max |a|]   (compiled._chunk, tabled for every max |a| at planning)
+              ─ the tile function over every tile (the same call the drivers make)
+
+So ``y`` is the bits :meth:`~panelpack.verify.compiled.Prepared.run` gives for the same ``x``
+(tested). An input with a non-finite value makes the nopython function report it instead of
+computing, and the call goes through the checked path, which refuses it as before.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numba
+import numpy as np
+from numba import config, njit, prange, types
+
+from ..formats import qtypes
+from ..formats.blocks.f16 import f16_at
+from . import compiled as _c
+from . import dispatch as _d
+
+_Q8 = qtypes.Q8_0
+_quantize_q8_0 = _Q8.codec_module._quantize_range  # blocks [b0, b1) of f32 x into Q8_0 bytes
+_QB = _Q8.type_size  # 34: [d f16][qs i8 32]
+_QK = _Q8.block_size
+
+
+def _ro(dtype, ndim):
+    return types.Array(dtype, ndim, "C", readonly=True)
+
+
+_RSIG = types.boolean(
+    types.FunctionType(_c._TSIG), _ro(types.float32, 1), types.uint8[::1], types.int8[:, ::1], types.int8[:, ::1],
+    types.int32[:, ::1], types.float32[:, ::1], _ro(types.uint8, 1), _ro(types.int64, 1),
+    _ro(types.float32, 3), _ro(types.float32, 3), types.int64, types.int64, _ro(types.int64, 1), types.boolean,
+    types.int64, types.int32[:, :, ::1], types.float32[:, ::1],
+)
+
+
+@njit(inline="always")
+def _prologue(x, qbuf, a, a_k, A, da, group, pair):
+    """Quantize ``x`` into ``a``/``da`` (and ``a_k``, the kernel's order), sum ``A``; return
+    ``max |a|``, or -1 when ``x`` holds a non-finite value (nothing else is then written)."""
+    k = x.shape[0]
+    for i in range(k):
+        if not np.isfinite(x[i]):
+            return -1
+    nb = k // _QK
+    _quantize_q8_0(x, qbuf, 0, nb)
+    a_max = 0
+    for b in range(nb):
+        da[0, b] = f16_at(qbuf, b * _QB)
+        for i in range(_QK):
+            v = np.int8(qbuf[b * _QB + 2 + i])
+            a[0, b * _QK + i] = v
+            a_max = max(a_max, abs(np.int64(v)))
+    for g in range(k // group):
+        s = np.int32(0)
+        for i in range(g * group, (g + 1) * group):
+            s += np.int32(a[0, i])
+        A[0, g] = s
+    if pair:  # _simd.pair_order: each run of 4 as (x0, x2, x1, x3)
+        for q in range(0, k, 4):
+            a_k[0, q] = a[0, q]
+            a_k[0, q + 1] = a[0, q + 2]
+            a_k[0, q + 2] = a[0, q + 1]
+            a_k[0, q + 3] = a[0, q + 3]
+    return a_max
+
+
+@njit(inline="always")
+def _start(x, qbuf, a, a_k, A, da, group, pair, chunks):
+    """The chunk length for the tiles, or -1 for a non-finite ``x`` (see :func:`_prologue`)."""
+    a_max = _prologue(x, qbuf, a, a_k, A, da, group, pair)
+    return chunks[a_max] if a_max >= 0 else -1
+
+
+def _row_serial(tile, x, qbuf, a, a_k, A, da, w, geom, s_t, o_t, kind, group, chunks, pair, n, P, y):
+    chunk = _start(x, qbuf, a, a_k, A, da, group, pair, chunks)
+    for t in range(s_t.shape[0] if chunk >= 0 else 0):
+        tile(np.int64(t), w, geom, a_k, A, s_t, o_t, da, kind, group, chunk, n, P, y, False, True)
+    return chunk >= 0
+
+
+def _row_parallel(tile, x, qbuf, a, a_k, A, da, w, geom, s_t, o_t, kind, group, chunks, pair, n, P, y):
+    chunk = _start(x, qbuf, a, a_k, A, da, group, pair, chunks)
+    for t in prange(s_t.shape[0] if chunk >= 0 else 0):
+        tile(np.int64(t), w, geom, a_k, A, s_t, o_t, da, kind, group, chunk, n, P, y, False, True)
+    return chunk >= 0
+
+
+#: from this many multiply-adds a row product runs its tiles on numba's threads (as
+#: Prepared._run at M = 1; see compiled.SERIAL_WORK)
+PARALLEL_WORK = _c.SERIAL_WORK
+
+_ENTRIES: dict[bool, Callable] = {}
+
+
+def _entry(parallel: bool) -> Callable:
+    """The compiled function's entry point (argument unboxing only: numba's dispatcher would
+    type the first-class tile argument on every call, about 20 us), or the Python function
+    without the JIT."""
+    fn = _ENTRIES.get(parallel)
+    if fn is None:
+        body = _row_parallel if parallel else _row_serial
+        if config.DISABLE_JIT:
+            fn = body
+        else:
+            disp = njit(_RSIG, parallel=parallel, cache=True)(body)
+            cres = disp.overloads.get(_RSIG.args)
+            fn = disp if cres is None else cres.entry_point
+        _ENTRIES[parallel] = fn
+    return fn
+
+
+class RowProduct:
+    """``y = W·x`` for one f32 row ``x [1, K]`` (or ``[K]``) -> f32 ``[1, N]``, bit-identical
+    with ``prep.run(*dispatch.quantize_activations(x))``; buffers and plan made on the first call
+    (a model that never decodes never compiles or loads the row functions)."""
+
+    def __init__(self, prep: _c.Prepared):
+        self.prep = prep
+        self.n, self.k = prep.n, prep.k
+        self._fn = None
+
+    def _plan(self) -> None:
+        prep = self.prep
+        t = prep.qtype
+        self._tile = _c._compiled(prep.spec.kernel)
+        self._pair = prep.spec.activations is not None
+        if self._pair and prep.spec.activations is not _c._simd.pair_order:
+            raise NotImplementedError(f"{prep.spec.path}: an activation order other than pair_order")
+        self._qbuf = np.empty(self.k // _QK * _QB, np.uint8)
+        self._a = np.empty((1, self.k), np.int8)
+        self._a_k = np.empty((1, self.k), np.int8) if self._pair else self._a
+        self._A = np.empty((1, self.k // t.group), np.int32)
+        self._da = np.empty((1, self.k // _d.QK8), np.float32)
+        self._P = np.empty((1, 1, 1), np.int32)
+        self._kind = _d.SCHEME_KIND[t.scheme]
+        self._chunks = np.array([_c._chunk(t.group, prep.spec.code_max, m) for m in range(129)], np.int64)
+        self._parallel = self.n * self.k >= PARALLEL_WORK
+        self._fn = _entry(self._parallel)
+        p = prep
+        self._tail = (self._qbuf, self._a, self._a_k, self._A, self._da, p.weights, p.geom, p.s_t, p.o_t, self._kind,
+                      t.group, self._chunks, self._pair, self.n, self._P)
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        if self._fn is None:
+            self._plan()
+        xr = x.reshape(-1) if x.dtype == np.float32 and x.flags.c_contiguous else None
+        if xr is None or xr.shape[0] != self.k:
+            return self._checked(x)
+        y = np.empty((1, self.n), np.float32)
+        args = (self._tile, xr, *self._tail, y)
+        if self._parallel:
+            previous = numba.set_parallel_chunksize(_c._TILES_PER_GRAB)
+            try:
+                ok = self._fn(*args)
+            finally:
+                numba.set_parallel_chunksize(previous)
+        else:
+            ok = self._fn(*args)
+        return y if ok else self._checked(x)
+
+    def _checked(self, x):
+        """The validating path (it refuses what the nopython function would not compute)."""
+        a, da = _d.quantize_activations(np.asarray(x).reshape(1, -1) if np.ndim(x) == 1 else x)
+        return self.prep.run(a, da, want_p=False)[2]
