@@ -9,11 +9,13 @@ import textwrap
 import numpy as np
 import pytest
 
+from panelpack.convert import convert
 from panelpack.formats import qtypes
 from panelpack.repack import panel64 as P
+from panelpack.verify import bundle_check
 from panelpack.verify import lossless as L
 
-from builders import random_blocks, run_without_jit
+from builders import random_blocks, run_without_jit, tiny_llama_gguf
 
 TYPES = ["Q4_0", "Q4_1", "Q4_K", "Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q8_0", "Q2_K", "Q3_K"]
 
@@ -56,8 +58,10 @@ def test_first_difference_equals_numpy():
     ("Q8_0", "panels", 256 * 3 + 4 * 7 + 2, (7, 14)),  # kg-block 3 of group 0, channel 7, byte j = 2
     ("Q8_0", "d", 2 * (64 * 1 + 9), (9, 32)),  # group 1 of channel 9
 ])
-def test_compare_finds_a_flipped_byte(monkeypatch, qtype, region, offset, where):
+@pytest.mark.parametrize("kernels", [True, False])
+def test_compare_finds_a_flipped_byte(monkeypatch, qtype, region, offset, where, kernels):
     monkeypatch.setattr(L, "CHUNK_ELEMENTS", 64 * 256)  # many chunks: the threaded path
+    monkeypatch.setattr(L, "NUMPY_ELEMENTS", 0 if kernels else 1 << 20)  # kernels, or the small tensor's numpy
     n, k = 200, 256
     t, blocks, reg = _packed(qtype, n, k, seed=2)
     assert L.compare_dequantize(P.NAME, reg, blocks, n, k, t) is None
@@ -72,6 +76,7 @@ def test_compare_finds_a_flipped_byte(monkeypatch, qtype, region, offset, where)
 
 def test_compare_reports_the_first_difference_in_row_order(monkeypatch):
     monkeypatch.setattr(L, "CHUNK_ELEMENTS", 64 * 256)
+    monkeypatch.setattr(L, "NUMPY_ELEMENTS", 0)
     n, k = 300, 256
     t, blocks, reg = _packed("Q8_0", n, k, seed=3)
     bad = {name: a.copy() for name, a in reg.items()}
@@ -89,6 +94,7 @@ def test_reader_kernel_body_without_jit():
         from panelpack.formats import qtypes
         from panelpack.repack import panel64 as P
         from panelpack.verify import lossless as L
+        L.NUMPY_ELEMENTS = 0
         for q in ("Q4_1", "Q6_K"):
             t = qtypes.get(q)
             b = random_blocks(t, 70, 256, np.random.default_rng(4))
@@ -99,3 +105,73 @@ def test_reader_kernel_body_without_jit():
         print("ok")
     """)
     assert run_without_jit(code) == "ok"
+
+
+def test_f64_products_equal_numpy():
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((70, 96)).astype(np.float32)
+    x = rng.standard_normal((3, 96))
+    y = np.zeros((3, 80))
+    L._f64_products(w, x, y, 10)  # the kernel itself (f64_products sends this small case to numpy)
+    assert np.allclose(y[:, 10:], L.f64_products_ref(w, x), rtol=1e-12, atol=1e-12) and not y[:, :10].any()
+    with pytest.raises(ValueError):
+        L.f64_products(w, x, y, 20)
+
+
+# ---- the whole verify with the big-tensor paths forced on a small bundle -----------------------
+@pytest.fixture(scope="module")
+def tiny_bundle(tmp_path_factory):
+    d = tmp_path_factory.mktemp("vl")
+    tiny_llama_gguf(d / "tiny.gguf")
+    return convert(d / "tiny.gguf", d / "tiny.ppk").bundle
+
+
+def _big_paths(monkeypatch):
+    """Every tensor takes the kernels, and the larger batch the sampled super-blocks (sample 1)."""
+    monkeypatch.setattr(L, "NUMPY_ELEMENTS", 0)
+    monkeypatch.setattr(L, "CHUNK_ELEMENTS", 64 * 64)
+    monkeypatch.setattr(bundle_check, "_FULL_WORK", 0)
+
+
+def test_big_tensor_paths_agree_and_match_the_small_ones(monkeypatch, tiny_bundle):
+    small = bundle_check.verify(tiny_bundle, level="all", sample=1)
+    _big_paths(monkeypatch)
+    made = []
+    real = bundle_check._sampled_kernels
+
+    def spy(*args):
+        made.append(args[3].size)  # the sampled rows
+        return real(*args)
+
+    monkeypatch.setattr(bundle_check, "_sampled_kernels", spy)
+    big = bundle_check.verify(tiny_bundle, level="all", sample=1)
+    assert made and all(0 < r <= 128 for r in made)  # the larger batch ran on two super-blocks
+    assert small.ok and big.ok, big.render()
+    for a, b in zip(small.tensors, big.tensors):
+        assert (a.name, a.verdict, a.paths) == (b.name, b.verdict, b.paths)
+        assert (a.max_error is None) == (b.max_error is None)
+
+
+def test_big_tensor_paths_still_catch_a_flipped_panel_byte(monkeypatch, tiny_bundle, tmp_path):
+    import hashlib
+    import json
+    import shutil
+
+    from panelpack.formats.bundle import manifest_text
+
+    dst = tmp_path / "b.ppk"
+    shutil.copytree(tiny_bundle, dst)
+    m = json.loads((dst / "manifest.json").read_text())
+    t = next(t for t in m["tensors"] if t["layout"] == P.NAME and t["shape"][0] > 64)
+    path = dst / t["file"]
+    data = bytearray(path.read_bytes())
+    data[t["regions"]["panels"]["offset"] + 77] ^= 0x10
+    path.write_bytes(bytes(data))
+    t["sha256"] = hashlib.sha256(data).hexdigest()  # consistent hashes: only lossless can tell
+    for r in t["regions"].values():
+        r["sha256"] = hashlib.sha256(data[r["offset"]:r["offset"] + r["bytes"]]).hexdigest()
+    (dst / "manifest.json").write_text(manifest_text(m))
+    _big_paths(monkeypatch)
+    rep = bundle_check.verify(dst, level="lossless")
+    v = next(x for x in rep.tensors if x.name == t["name"])
+    assert not rep.ok and "lossless: blocks restored from panel64 differ" in v.problems[0]

@@ -25,7 +25,9 @@ Kernel paths (the ledger's ``path`` column):
 ==========================  ===============================================================
 
 Emulated leaves run on ``sample`` sampled super-blocks (64 rows each); compiled kernels on
-every row. Verdicts: ``AGREE``, ``MISMATCH`` (names the path, the first differing ``(m, n, g)``
+every row (the larger M of a big panel64 matrix, ``M·N·K > _FULL_WORK``, on the sampled
+super-blocks: M = 1 has read every row). The lossless comparison and the f64 sanity read
+panel64 by ``verify/lossless.py``'s kernel in row chunks. Verdicts: ``AGREE``, ``MISMATCH`` (names the path, the first differing ``(m, n, g)``
 and both values), ``FALLBACK(reason)`` (the tensor is not in the requested layout, for the
 reason the ledger gives: it still agrees), ``SKIPPED(reason)``. A mismatch, a structure or
 lossless failure, or a fallback without a reason fails verification (exit 1).
@@ -206,7 +208,7 @@ def _lossless(b: Bundle, t: TensorEntry, v: TensorVerdict) -> Optional[np.ndarra
         v.levels["lossless"] = f"skipped: {t.layout} is not invertible for {qt.name}"
         return None
     regions = b.regions(t)
-    blocks = lay.unpack(regions, n, k, qt)
+    blocks = _unpack(lay, regions, n, k, qt)
     want = t.blocks_sha256
     got_sha = hash_async(sha256_bytes, blocks)  # on a hash thread, while the values are compared
     if qt.codec is not None and qt.quantized and not _verifier(t.layout).regions_are_blocks:
@@ -228,6 +230,15 @@ def _lossless(b: Bundle, t: TensorEntry, v: TensorVerdict) -> Optional[np.ndarra
         return blocks
     v.levels["lossless"] = "ok" if want else "ok (no source hash recorded)"
     return blocks
+
+
+def _unpack(lay, regions, n: int, k: int, qt) -> np.ndarray:
+    """The layout's ``unpack``; a small tensor its numpy ``unpack_ref`` where it has one (the
+    same bytes, tested; a small bundle's first verify then compiles no unpack kernel)."""
+    from .lossless import NUMPY_ELEMENTS
+
+    ref = getattr(lay, "unpack_ref", None) if n * k <= NUMPY_ELEMENTS else None
+    return np.ascontiguousarray((ref or lay.unpack)(regions, n, k, qt))
 
 
 # =========================================================================================
@@ -274,7 +285,7 @@ def _agreement(b: Bundle, t: TensorEntry, blocks: Optional[np.ndarray], v: Tenso
     xs = [rng.standard_normal((1, k)).astype(np.float32), rng.standard_normal((m_big, k)).astype(np.float32)]
 
     if blocks is None and lay.invertible(qt):
-        blocks = lay.unpack(regions, n, k, qt)
+        blocks = _unpack(lay, regions, n, k, qt)
     sb_pick = _sample_superblocks(n, sample, rng)
     rows_pick = leaves.sb_channels(sb_pick, n)
     if blocks is not None:

@@ -38,6 +38,10 @@ from ..repack import _common as C
 from ..repack import panel64
 
 CHUNK_ELEMENTS = 1 << 20  # f32 values per comparison step (4 MB per buffer, two buffers a thread)
+#: tensors of at most this many weights take the numpy references instead (the layout's
+#: numpy ``dequantize``, the codec's ``dequantize_ref``): milliseconds each, and a small
+#: bundle's first verify compiles none of these kernels (cold start)
+NUMPY_ELEMENTS = 1 << 20
 THREADS = 2
 _F32_2D = nt.float32[:, ::1]
 
@@ -169,7 +173,7 @@ def dequantized_rows(layout: str, regions, n: int, k: int, qtype, ranges: Option
     ``(r0, r1)`` row ranges wanted, in order (default: all rows). The array is reused."""
     t = qtypes.get(qtype)
     reader_cls = READERS.get(layout)
-    if reader_cls is None:
+    if reader_cls is None or n * k <= NUMPY_ELEMENTS:
         w = repack.get(layout).dequantize(regions, n, k, t)
         for r0, r1 in ranges or [(0, n)]:
             yield r0, r1, w[r0:r1]
@@ -209,7 +213,10 @@ def f64_products(w: np.ndarray, x64: np.ndarray, out: Optional[np.ndarray] = Non
     y = np.empty((x64.shape[0], w.shape[0]), np.float64) if out is None else out
     if w.shape[1] != x64.shape[1] or y.shape[0] != x64.shape[0] or not 0 <= col <= y.shape[1] - w.shape[0]:
         raise ValueError(f"f64_products: w {w.shape}, x {x64.shape}, out {y.shape} at column {col}")
-    _f64_products(w, x64, y, col)
+    if w.size <= NUMPY_ELEMENTS:
+        y[:, col:col + w.shape[0]] = f64_products_ref(w, x64)
+    else:
+        _f64_products(w, x64, y, col)
     return y
 
 
@@ -222,10 +229,12 @@ def compare_dequantize(layout: str, regions, blocks: np.ndarray, n: int, k: int,
     t = qtypes.get(qtype)
     reader_cls = READERS.get(layout)
     raw = np.ascontiguousarray(blocks).reshape(n, -1)
-    if reader_cls is None:
+    small = n * k <= NUMPY_ELEMENTS
+    if reader_cls is None or small:
         got = repack.get(layout).dequantize(regions, n, k, t)
-        want = codecs.dequantize(raw, t, n, k).reshape(n, k)
-        i = first_difference(got, want)
+        ref = getattr(t.codec_module, "dequantize_ref", None) if small else None
+        want = (ref(raw) if ref else codecs.dequantize(raw, t, n, k)).reshape(n, k)
+        i = first_difference_ref(got, want) if small else first_difference(got, want)
         return None if i < 0 else (i // k, i % k, got.reshape(-1)[i], want.reshape(-1)[i])
     reader = reader_cls(regions, n, k, t)
     step = chunk_rows(k)
