@@ -27,8 +27,10 @@ Kernel paths (the ledger's ``path`` column):
 Emulated leaves run on ``sample`` sampled super-blocks (64 rows each); compiled kernels on
 every row (the larger M of a big panel64 matrix, ``M·N·K > _FULL_WORK``, on the sampled
 super-blocks: M = 1 has read every row). The lossless comparison and the f64 sanity read
-panel64 by ``verify/lossless.py``'s kernel in row chunks. Verdicts: ``AGREE``, ``MISMATCH`` (names the path, the first differing ``(m, n, g)``
-and both values), ``FALLBACK(reason)`` (the tensor is not in the requested layout, for the
+panel64 by ``verify/lossless.py``'s kernel in row chunks.
+
+Verdicts: ``AGREE``, ``MISMATCH`` (names the path, the first differing ``(m, n, g)`` and both
+values), ``FALLBACK(reason)`` (the tensor is not in the requested layout, for the
 reason the ledger gives: it still agrees), ``SKIPPED(reason)``. A mismatch, a structure or
 lossless failure, or a fallback without a reason fails verification (exit 1).
 """
