@@ -391,7 +391,7 @@ def _f64_products(layout: str, regions, n: int, k: int, qt, xs: list[np.ndarray]
         y = np.empty((x.shape[0], n if ranges is None else sum(r1 - r0 for r0, r1 in ranges)), np.float64)
         col = 0
         for r0, r1, w in dequantized_rows(layout, regions, n, k, qt, ranges):
-            f64_products(w, x64, y, col)
+            f64_products(w, x64, y, col, tensor_elements=n * k)
             col += r1 - r0
         ys.append(y)
     return ys

@@ -206,14 +206,17 @@ def f64_products_ref(w: np.ndarray, x64: np.ndarray) -> np.ndarray:
     return x64 @ w.astype(np.float64).T
 
 
-def f64_products(w: np.ndarray, x64: np.ndarray, out: Optional[np.ndarray] = None, col: int = 0) -> np.ndarray:
-    """``x64 · wᵀ`` in f64 (``w`` f32 ``[rows, k]``, ``x64`` f64 ``[m, k]``) into ``out[:, col:col+rows]``."""
+def f64_products(w: np.ndarray, x64: np.ndarray, out: Optional[np.ndarray] = None, col: int = 0,
+                 tensor_elements: Optional[int] = None) -> np.ndarray:
+    """``x64 · wᵀ`` in f64 (``w`` f32 ``[rows, k]``, ``x64`` f64 ``[m, k]``) into ``out[:, col:col+rows]``.
+    ``tensor_elements``: the size of the tensor ``w`` is a chunk of (default ``w``'s own):
+    a small tensor takes the numpy reference."""
     w = np.ascontiguousarray(w, np.float32)
     x64 = np.ascontiguousarray(x64, np.float64)
     y = np.empty((x64.shape[0], w.shape[0]), np.float64) if out is None else out
     if w.shape[1] != x64.shape[1] or y.shape[0] != x64.shape[0] or not 0 <= col <= y.shape[1] - w.shape[0]:
         raise ValueError(f"f64_products: w {w.shape}, x {x64.shape}, out {y.shape} at column {col}")
-    if w.size <= NUMPY_ELEMENTS:
+    if (w.size if tensor_elements is None else tensor_elements) <= NUMPY_ELEMENTS:
         y[:, col:col + w.shape[0]] = f64_products_ref(w, x64)
     else:
         _f64_products(w, x64, y, col)
