@@ -777,6 +777,10 @@ class Bundle:
         if self.manifest_problem:
             problems.append((MANIFEST, self.manifest_problem))
         problems.extend(self.completeness_problems())
+        # the hashes of every well-sized file start at once on the hash threads (one file each);
+        # the loop below collects them in manifest order
+        hashing = {t.name: hash_async(_file_and_region_hashes, self.file_path(t), t) for t in self.tensors
+                   if hashes and self.file_path(t).is_file() and self.file_path(t).stat().st_size == t.bytes}
         for t in self.tensors:
             if t.action in _LOSSLESS_ACTIONS and t.source_sha256 != t.blocks_sha256:
                 problems.append((t.name, f"action {t.action!r} keeps the source blocks, but blocks_sha256 differs "
@@ -800,7 +804,7 @@ class Bundle:
                     problems.append((where, f"region {rname!r} ends past the end of {t.file}"))
                 end = max(end, r.offset + r.nbytes)
             if hashes:
-                got, bad = _file_and_region_hashes(path, t)
+                got, bad = hashing.pop(t.name).result() if t.name in hashing else _file_and_region_hashes(path, t)
                 if got != t.sha256:
                     problems.append((where, f"sha256 of {t.file} is {got[:16]}..., manifest says {t.sha256[:16]}..."
                                             + (f" (damaged region: {', '.join(bad)})" if bad
@@ -816,15 +820,33 @@ class Bundle:
         return problems
 
 
+_READ_CHUNK = 1 << 20  # bytes per read of a file being hashed: both hashes find them in L2
+
+
 def _file_and_region_hashes(path: Path, t: TensorEntry) -> tuple[str, list[str]]:
     """The file's sha256 and the names of the regions whose own sha256 does not match, from
-    one read of the file (the region hashes run on the hash threads)."""
-    size = path.stat().st_size
-    mm = np.memmap(path, dtype=np.uint8, mode="r") if size else np.zeros(0, np.uint8)
-    checks = [(rname, r, hash_async(sha256_bytes, mm[r.offset:r.offset + r.nbytes]))
-              for rname, r in t.regions.items() if r.sha256 is not None]
-    whole = sha256_bytes(mm)
-    return whole, [rname for rname, r, fut in checks if fut.result() != r.sha256]
+    one read of the file: each chunk read feeds the file's hash and those of the regions it
+    overlaps (one thread per file; :meth:`Bundle.check_structure` hashes files side by side)."""
+    import hashlib
+
+    checks = [(rname, r, hashlib.sha256()) for rname, r in t.regions.items() if r.sha256 is not None]
+    whole = hashlib.sha256()
+    buf = bytearray(_READ_CHUNK)
+    view = memoryview(buf)
+    pos = 0
+    with open(path, "rb", buffering=0) as f:
+        while True:
+            got = f.readinto(buf)
+            if not got:
+                break
+            chunk = view[:got]
+            whole.update(chunk)
+            for _, r, h in checks:
+                a, b = max(r.offset, pos), min(r.offset + r.nbytes, pos + got)
+                if a < b:
+                    h.update(chunk[a - pos:b - pos])
+            pos += got
+    return whole.hexdigest(), [rname for rname, r, h in checks if h.hexdigest() != r.sha256]
 
 
 def source_tensor_list(ckpt_tensors: Iterable[Any]) -> dict[str, Any]:

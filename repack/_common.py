@@ -286,21 +286,26 @@ def dequant_from_fields(t: qtypes.GGMLType, c: np.ndarray, fields: Mapping[str, 
     ``fields`` holds per-group arrays ``[n, k/G]`` and, for K-quants, per-super-block arrays
     ``[n, k/256]``, with f16 values as raw uint16 bits.
     """
+    return dequant_integer_form(c, *integer_form_scales(t, fields))
+
+
+def integer_form_scales(t: qtypes.GGMLType, fields: Mapping[str, np.ndarray]) -> tuple:
+    """``(s, o, sign)`` of :func:`dequant_integer_form` from the raw scale fields (see
+    :func:`dequant_from_fields`): ``s`` f32 ``[n, k/G]``, ``o`` the same or None, ``sign`` +1/-1."""
     scheme = t.scheme
     if scheme == "scale":
-        return dequant_integer_form(c, f16_bits_to_f32(fields["d"]))
+        return f16_bits_to_f32(fields["d"]), None, 1
     if scheme == "scale_min":
-        return dequant_integer_form(c, f16_bits_to_f32(fields["d"]), f16_bits_to_f32(fields["m"]), +1)
+        return f16_bits_to_f32(fields["d"]), f16_bits_to_f32(fields["m"]), +1
     per = qtypes.QK_K // t.group  # groups per super-block
     d = np.repeat(f16_bits_to_f32(fields["d"]), per, axis=1)
     if scheme == "k_scale_min":
         dmin = np.repeat(f16_bits_to_f32(fields["dmin"]), per, axis=1)
         s = d * np.asarray(fields["sc"]).astype(np.float32)
         o = dmin * np.asarray(fields["m"]).astype(np.float32)
-        return dequant_integer_form(c, s, o, -1)
+        return s, o, -1
     if scheme == "k_scale":
-        s = d * _blocks.k_scales(fields, t).astype(np.float32)
-        return dequant_integer_form(c, s)
+        return d * _blocks.k_scales(fields, t).astype(np.float32), None, 1
     raise UnsupportedError(f"type {t.name} has no integer form")  # pragma: no cover - registry guards
 
 

@@ -195,8 +195,13 @@ def dequantize(regions, n: int, k: int, qtype) -> np.ndarray:
         c = table[codes]
     else:
         c = _codes_from_int8_panels(r["panels"], geo, n, k).astype(np.int16)
-    fields = {name: _from_channel_order(r[name], n) for name, _, _ in _SCALES[t.name]}
-    return C.dequant_from_fields(t, c, fields)
+    return C.dequant_from_fields(t, c, scale_fields(r, n, t))
+
+
+def scale_fields(regions, n: int, qtype) -> dict[str, np.ndarray]:
+    """The scale regions back in row order, ``[n, ng]`` or ``[n, nsb]`` each (codec field names)."""
+    t = qtypes.get(qtype)
+    return {name: _from_channel_order(regions[name], n) for name, _, _ in _SCALES[t.name]}
 
 
 # ---- numpy references (via the codec fields: obviously right, slow) -----------------------

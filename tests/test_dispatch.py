@@ -51,6 +51,8 @@ def test_activation_quantizer_matches_gguf_bytes(rng):
     assert np.array_equal(_bits(da), _bits(qd))
     ra, rd = D.quantize_activations_ref(x)
     assert np.array_equal(ra, a) and np.array_equal(_bits(rd), _bits(da))
+    ka, kd = D.quantize_activations_kernel(x)  # the kernel, which this small batch skips
+    assert np.array_equal(ka, a) and np.array_equal(_bits(kd), _bits(da))
 
 
 @pytest.mark.skipif(not ggml_ref.available(), reason="libggml-python is not installed")
@@ -61,6 +63,8 @@ def test_activation_quantizer_matches_ggml_c_reference(rng):
     ca, cd = _split_q8_0(ggml_ref.quantize(x, "q8_0"), m, k)  # quantize_row_q8_0_ref
     assert np.array_equal(a, ca)
     assert np.array_equal(_bits(da), _bits(cd))
+    ka, kd = D.quantize_activations_kernel(x)
+    assert np.array_equal(ka, ca) and np.array_equal(_bits(kd), _bits(cd))
 
 
 def test_quantizer_hand_cases():

@@ -25,8 +25,12 @@ Kernel paths (the ledger's ``path`` column):
 ==========================  ===============================================================
 
 Emulated leaves run on ``sample`` sampled super-blocks (64 rows each); compiled kernels on
-every row. Verdicts: ``AGREE``, ``MISMATCH`` (names the path, the first differing ``(m, n, g)``
-and both values), ``FALLBACK(reason)`` (the tensor is not in the requested layout, for the
+every row (the larger M of a big panel64 matrix, ``M·N·K > _FULL_WORK``, on the sampled
+super-blocks: M = 1 has read every row). The lossless comparison and the f64 sanity read
+panel64 by ``verify/lossless.py``'s kernel in row chunks.
+
+Verdicts: ``AGREE``, ``MISMATCH`` (names the path, the first differing ``(m, n, g)`` and both
+values), ``FALLBACK(reason)`` (the tensor is not in the requested layout, for the
 reason the ledger gives: it still agrees), ``SKIPPED(reason)``. A mismatch, a structure or
 lossless failure, or a fallback without a reason fails verification (exit 1).
 """
@@ -45,9 +49,8 @@ import numpy as np
 
 from .. import repack
 from ..formats import archive
-from ..formats import blocks as codecs
 from ..formats.atomic import sha256_bytes
-from ..formats.bundle import Bundle, TensorEntry, dtype_name
+from ..formats.bundle import Bundle, TensorEntry, dtype_name, hash_async
 from ..formats.errors import BadInputError
 from ..formats.text import table
 
@@ -55,6 +58,13 @@ LEVELS = ("structure", "lossless", "agreement", "all")
 _RUNS = {"structure": ("structure",), "lossless": ("structure", "lossless"),
          "agreement": ("structure", "agreement"), "all": ("structure", "lossless", "agreement")}
 _FULL_P_BYTES = 256 << 20  # all-rows partials larger than this are compared on sampled rows only
+#: M·N·K above which the larger activation batch runs the compiled kernels (reference and
+#: layout) on the sampled super-blocks only; M = 1 always runs them on every row
+_FULL_WORK = 1 << 28
+#: layouts whose regions all lead with the 64-row super-block axis, so the sampled super-blocks
+#: are a tensor of the same layout (and whose runtime paths all run on the sampled rows)
+_SUPERBLOCK_MAJOR = frozenset({repack.panel64.NAME})
+_SANITY_ELEMENTS = 64 << 20  # weights beyond this skip the f64 sanity error
 
 
 @dataclass
@@ -200,27 +210,37 @@ def _lossless(b: Bundle, t: TensorEntry, v: TensorVerdict) -> Optional[np.ndarra
         v.levels["lossless"] = f"skipped: {t.layout} is not invertible for {qt.name}"
         return None
     regions = b.regions(t)
-    blocks = lay.unpack(regions, n, k, qt)
+    blocks = _unpack(lay, regions, n, k, qt)
     want = t.blocks_sha256
-    got_sha = sha256_bytes(blocks)
+    got_sha = hash_async(sha256_bytes, blocks)  # on a hash thread, while the values are compared
+    if qt.codec is not None and qt.quantized and not _verifier(t.layout).regions_are_blocks:
+        from .lossless import compare_dequantize
+
+        hit = compare_dequantize(t.layout, regions, blocks, n, k, qt)
+    else:  # (rowmajor regions are the blocks themselves: their hash is the whole proof)
+        hit = None
+    got_sha = got_sha.result()
     if want and got_sha != want:
         v.problems.append(f"lossless: blocks restored from {t.layout} differ from the source blocks "
                           f"(sha256 {got_sha[:12]}... != {want[:12]}...)")
         v.levels["lossless"] = "failed"
         return blocks
-    # (rowmajor regions are the blocks themselves: their hash is the whole proof)
-    if qt.codec is not None and qt.quantized and not _verifier(t.layout).regions_are_blocks:
-        got = lay.dequantize(regions, n, k, qt)
-        ref = codecs.dequantize(blocks, qt, n, k).reshape(n, k)
-        gb, rb = got.view(np.uint32), ref.view(np.uint32)
-        if not np.array_equal(gb, rb):
-            r, c = np.argwhere(gb != rb)[0]
-            v.problems.append(f"lossless: dequantize of {t.layout} differs at (n={r}, k={c}): "
-                              f"{got[r, c]!r} != {ref[r, c]!r}")
-            v.levels["lossless"] = "failed"
-            return blocks
+    if hit is not None:
+        r, c, got, ref = hit
+        v.problems.append(f"lossless: dequantize of {t.layout} differs at (n={r}, k={c}): {got!r} != {ref!r}")
+        v.levels["lossless"] = "failed"
+        return blocks
     v.levels["lossless"] = "ok" if want else "ok (no source hash recorded)"
     return blocks
+
+
+def _unpack(lay, regions, n: int, k: int, qt) -> np.ndarray:
+    """The layout's ``unpack``; a small tensor its numpy ``unpack_ref`` where it has one (the
+    same bytes, tested; a small bundle's first verify then compiles no unpack kernel)."""
+    from .lossless import NUMPY_ELEMENTS
+
+    ref = getattr(lay, "unpack_ref", None) if n * k <= NUMPY_ELEMENTS else None
+    return np.ascontiguousarray((ref or lay.unpack)(regions, n, k, qt))
 
 
 # =========================================================================================
@@ -267,7 +287,7 @@ def _agreement(b: Bundle, t: TensorEntry, blocks: Optional[np.ndarray], v: Tenso
     xs = [rng.standard_normal((1, k)).astype(np.float32), rng.standard_normal((m_big, k)).astype(np.float32)]
 
     if blocks is None and lay.invertible(qt):
-        blocks = lay.unpack(regions, n, k, qt)
+        blocks = _unpack(lay, regions, n, k, qt)
     sb_pick = _sample_superblocks(n, sample, rng)
     rows_pick = leaves.sb_channels(sb_pick, n)
     if blocks is not None:
@@ -284,21 +304,33 @@ def _agreement(b: Bundle, t: TensorEntry, blocks: Optional[np.ndarray], v: Tenso
         v.skipped = f"layout {layout} is not invertible for {qt.name} and has no compiled kernel: no reference"
         v.levels["agreement"] = "skipped"
         return
-    w64 = lay.dequantize(regions, n, k, qt).astype(np.float64) if n * k <= (64 << 20) else None
-    for x in xs:
+    # a large batch on a large matrix runs the compiled kernels on the sampled super-blocks
+    # (M = 1 runs them on every row): the emulated leaves' rows, at a fraction of the work
+    sampled_x = [x.shape[0] > 1 and x.shape[0] * n * k > _FULL_WORK and blocks is not None and prep is not None
+                 and layout in _SUPERBLOCK_MAJOR and rows_pick.size < n for x in xs]
+    y64s = (_f64_products(layout, regions, n, k, qt, xs, [sb_pick if s_ else None for s_ in sampled_x])
+            if n * k <= _SANITY_ELEMENTS else None)
+    sub: Optional[tuple] = None  # (reference, layout kernel) on the sampled super-blocks, made once
+    for i, x in enumerate(xs):
         m = x.shape[0]
         a, da = dispatch.quantize_activations(x)
+        sampled = sampled_x[i]
+        if sampled and sub is None:
+            sub = _sampled_kernels(layout, regions, blocks, rows_pick, sb_pick, k, qt)
+        std_x, prep_x = sub if sampled else (std if blocks is not None else None, prep)
+        at = np.arange(rows_pick.size) if sampled else rows_pick  # the sampled rows in std's output
+        out_rows = rows_pick if sampled else None  # what std's rows are (None: all n)
         # --- the reference: standard dispatch on the restored blocks ----------------------
         # all-rows partials are compared in full while they stay small; a huge tensor (a 262k
         # embedding) compares its all-rows outputs and the partials of the sampled rows
-        want_p = m * n * (k // qt.group) * 4 <= _FULL_P_BYTES
+        want_p = sampled or m * n * (k // qt.group) * 4 <= _FULL_P_BYTES
         P_pick = None
-        if blocks is not None:
-            P_std, A, y_std = std.run(a, da, want_p=want_p)
+        if std_x is not None:
+            P_std, A, y_std = std_x.run(a, da, want_p=want_p)
             P_ref = dispatch.partials_from_codes(c_ref, a, qt.group)
             y_ref = dispatch.rescale(P_ref, A, s_ref, o_ref, da, qt)
-            P_pick = P_std[:, rows_pick] if want_p else P_ref
-            for what, got, want in (("standard P", P_pick, P_ref), ("standard y", y_std[:, rows_pick], y_ref)):
+            P_pick = P_std[:, at] if want_p else P_ref
+            for what, got, want in (("standard P", P_pick, P_ref), ("standard y", y_std[:, at], y_ref)):
                 d = _first_diff(what, got, want, rows_pick)
                 if d:
                     v.problems.append(f"fast standard dispatch disagrees with the scalar one: {d}")
@@ -306,32 +338,37 @@ def _agreement(b: Bundle, t: TensorEntry, blocks: Optional[np.ndarray], v: Tenso
         else:
             P_std = A = y_std = None
         # --- the compiled kernel on the advertised layout, all rows ------------------------
-        if prep is not None:
-            P_c, A_c, y_c = prep.run(a, da, want_p=want_p)
-            _add_path(v, prep.spec.path)
+        if prep_x is not None:
+            P_c, A_c, y_c = prep_x.run(a, da, want_p=want_p)
+            _add_path(v, prep_x.spec.path)
             if y_std is not None:
-                pairs = [(f"{prep.spec.path} y", y_c, y_std)]
+                pairs = [(f"{prep_x.spec.path} y", y_c, y_std)]
                 if want_p:
-                    pairs.insert(0, (f"{prep.spec.path} P", P_c, P_std))
+                    pairs.insert(0, (f"{prep_x.spec.path} P", P_c, P_std))
                 for what, got, want in pairs:
-                    d = _first_diff(what, got, want)
+                    d = _first_diff(what, got, want, out_rows)
                     if d:
                         v.problems.append(d)
             else:  # not invertible: the compiled kernel is the reference for the il8 kernel
                 P_std, A, y_std = P_c, A_c, y_c
                 P_pick = P_c[:, rows_pick] if want_p else None
+        y_all = y_std
+        if sampled:  # the runners index the reference by channel: std's rows put back in place
+            y_all = np.zeros((m, n), np.float32)
+            y_all[:, rows_pick] = y_std
+            P_std = None
         # --- the runtime kernels and the layout's declared readers --------------------------
         sample_ = Sample(layout, regions, qt, n, k, dict(t.params), a, da, A, sb_pick, rows_pick, svl_bits)
         for runner in runners:
             for path, P_r, y_r, rows in runner.run(sample_):
                 _add_path(v, path)
-                for what, got, want, at in _path_pairs(path, P_r, y_r, rows, P_std, P_pick, y_std, rows_pick):
-                    d = _first_diff(what, got, want, at)
+                for what, got, want, at_ in _path_pairs(path, P_r, y_r, rows, P_std, P_pick, y_all, rows_pick):
+                    d = _first_diff(what, got, want, at_)
                     if d:
                         v.problems.append(d)
         # --- sanity: quantization error against f64 ----------------------------------------
-        if w64 is not None:
-            err = dispatch.sanity_error(y_std, x.astype(np.float64) @ w64.T)
+        if y64s is not None:
+            err = dispatch.sanity_error(y_std, y64s[i])
             v.max_error = err if v.max_error is None else max(v.max_error, err)
     if v.problems:
         v.levels["agreement"] = "failed"
@@ -339,6 +376,37 @@ def _agreement(b: Bundle, t: TensorEntry, blocks: Optional[np.ndarray], v: Tenso
         v.levels["agreement"] = f"ok (standard dispatch on the unpacked blocks only: layout {layout} has no reader of its own)"
     else:
         v.levels["agreement"] = "ok"
+
+
+def _f64_products(layout: str, regions, n: int, k: int, qt, xs: list[np.ndarray], sbs: list) -> list[np.ndarray]:
+    """``x · Wᵀ`` in f64 for each activation batch, W the layout's own reading of its bytes
+    (``lossless.dequantized_rows``), in row chunks: never the whole f64 matrix in memory.
+    ``sbs[i]``: None for all rows, else only the rows of those 64-row super-blocks (in order)."""
+    from .lossless import dequantized_rows, f64_products
+
+    ys = []
+    for x, sb in zip(xs, sbs):
+        ranges = None if sb is None else [(64 * int(b), min(n, 64 * int(b) + 64)) for b in sb]
+        x64 = x.astype(np.float64)
+        y = np.empty((x.shape[0], n if ranges is None else sum(r1 - r0 for r0, r1 in ranges)), np.float64)
+        col = 0
+        for r0, r1, w in dequantized_rows(layout, regions, n, k, qt, ranges):
+            f64_products(w, x64, y, col, tensor_elements=n * k)
+            col += r1 - r0
+        ys.append(y)
+    return ys
+
+
+def _sampled_kernels(layout: str, regions, blocks: np.ndarray, rows: np.ndarray, sbs: np.ndarray, k: int, qt):
+    """The standard reference and the layout's compiled kernel prepared on the sampled
+    super-blocks ``sbs`` alone (their real ``rows``): a smaller tensor of the same layout, whose
+    regions are the super-blocks' slices of each region (``_SUPERBLOCK_MAJOR``)."""
+    from . import compiled, leaves
+
+    part = leaves.sb_regions(regions, sbs)
+    std = compiled.prepare(repack.rowmajor.NAME, {"blocks": np.ascontiguousarray(blocks.reshape(-1, blocks.shape[-1])[rows])},
+                           rows.size, k, qt)
+    return std, compiled.prepare(layout, part, rows.size, k, qt)
 
 
 def _verifier(layout: str):

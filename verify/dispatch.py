@@ -95,13 +95,28 @@ def _as_activation_rows(x, what: str = "activations") -> tuple[np.ndarray, bool]
     return arr, vector
 
 
+#: activation batches of at most this many values are quantized by the numpy twin
+#: (:func:`quantize_activations_ref`, the same bytes): a small model's first verify then
+#: never compiles the Q8_0 quantizer kernel
+NUMPY_ACTIVATIONS = 1 << 16
+
+
 def quantize_activations(x) -> tuple[np.ndarray, np.ndarray]:
     """llama.cpp ``quantize_row_q8_0_ref`` per row: ``x`` f32 ``[M, K]`` (or ``[K]``) ->
     ``(a int8 [M, K], da f32 [M, K/32])`` (for a 1-D ``x``, ``M = 1``).
 
     Runs the Q8_0 codec's quantizer (``formats.blocks.q8_0.quantize``, byte-identical with
-    ggml's) and splits its blocks; :func:`quantize_activations_ref` is the numpy twin.
+    ggml's) and splits its blocks (:func:`quantize_activations_kernel`); a batch of at most
+    :data:`NUMPY_ACTIVATIONS` values goes to the numpy twin, :func:`quantize_activations_ref`.
     """
+    xr, _ = _as_activation_rows(x)
+    if xr.size <= NUMPY_ACTIVATIONS:  # a small batch: the numpy twin is as fast, and compiles nothing
+        return quantize_activations_ref(xr)
+    return quantize_activations_kernel(xr)
+
+
+def quantize_activations_kernel(x) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`quantize_activations` by the Q8_0 codec's kernel at any size."""
     xr, _ = _as_activation_rows(x)
     m, k = xr.shape
     q = qtypes.Q8_0.codec_module.quantize(xr).reshape(m, k // QK8, 2 + QK8)
@@ -124,7 +139,8 @@ def quantize_activations_ref(x) -> tuple[np.ndarray, np.ndarray]:
     # roundf: half away from zero. |v| <= 127 (+ulps), so |v| + 0.5 is exact in f64.
     v64 = v.astype(np.float64)
     a = (np.sign(v64) * np.floor(np.abs(v64) + 0.5)).astype(np.int8)
-    da = d.astype(np.float16).astype(np.float32)  # f32 -> f16 rounds to nearest even, as ggml
+    with np.errstate(over="ignore"):  # beyond f16's range: inf, as ggml's conversion
+        da = d.astype(np.float16).astype(np.float32)  # f32 -> f16 rounds to nearest even, as ggml
     return a.reshape(m, k), da
 
 
@@ -166,16 +182,21 @@ def _ro(dtype, ndim):
 
 @lazy_njit(types.void(_ro(types.int16, 2), _ro(types.int8, 2), types.int64, types.int32[:, :, ::1]), cache=True)
 def _partials_kernel(c, a, group, out):
-    """Scalar reference: ``out[m, n, g] = Σ_k c[n, k]·a[m, k]`` over each group (int32 sums)."""
+    """Scalar reference: ``out[m, n, g] = Σ_k c[n, k]·a[m, k]`` over each group (int32 sums).
+    (Unsigned indices into the row views: numba emits no negative-index wraparound, so LLVM
+    vectorizes the group's sum, 10x here; the integer sums are the same in any order.)"""
     m_rows, k = a.shape
     n_rows = c.shape[0]
     ng = k // group
     for m in range(m_rows):
+        am = a[m]
         for n in range(n_rows):
+            cn = c[n]
             for g in range(ng):
+                base = np.uint64(g * group)
                 acc = np.int32(0)
-                for j in range(g * group, (g + 1) * group):
-                    acc += np.int32(c[n, j]) * np.int32(a[m, j])
+                for j in range(np.uint64(group)):
+                    acc += np.int32(cn[base + j]) * np.int32(am[base + j])
                 out[m, n, g] = acc
 
 

@@ -279,6 +279,14 @@ def sb_channels(sbs: Sequence[int], n: int) -> np.ndarray:
     return np.concatenate(chans).astype(np.int64) if chans else np.zeros(0, np.int64)
 
 
+def sb_regions(regions, sbs: Sequence[int]) -> dict[str, np.ndarray]:
+    """A panel64 tensor's regions (each ``[SB, ...]``, super-block major) cut to the
+    super-blocks ``sbs``: the regions of a panel64 tensor of ``sb_channels(sbs, n).size`` rows
+    (the last, padded super-block last among them), as writable copies of just those bytes."""
+    idx = np.asarray(list(sbs), np.int64)
+    return {name: np.ascontiguousarray(np.asarray(r)[idx]) for name, r in regions.items()}
+
+
 def gemv_leaf(panels, zt0, a, n: int, k: int, G: int, nibble: bool,
               sbs: Optional[Sequence[int]] = None, state=None) -> np.ndarray:
     """Run the GEMV leaf on each activation row; return int32 ``P[M, C, ng]``.

@@ -151,21 +151,27 @@ def _panel_leaves(s: Sample) -> list[PathResult]:
     G = cast(int, t.group)
     nibble = t.code_bits == 4
     zt0 = np.asarray(s.params.get("zt0", [0] * 64), dtype=np.uint8) if nibble else None
-    panels = compiled.panel64_code_bytes(t, s.regions, s.n, s.k, s.layout)
-    sc, of = compiled.panel64_scale_arrays(t, s.regions, s.n, s.k, s.layout)
-    sc, of = sc[s.rows], of[s.rows]
     expand = "luti4" if nibble else "ld1b"
     m = s.a.shape[0]
     runs = []
     if s.svl_bits != 512:
         # what a runtime with another vector length would read from the same bytes
+        panels = compiled.panel64_code_bytes(t, s.regions, s.n, s.k, s.layout)
+        sc, of = compiled.panel64_scale_arrays(t, s.regions, s.n, s.k, s.layout)
+        sc, of = sc[s.rows], of[s.rows]
         codes = leaves.read_panels_ref(panels, zt0, s.n, s.k, G, nibble, svl_bits=s.svl_bits)
         runs.append((f"sme2.svl{s.svl_bits}.ref", dispatch.partials_ref(codes[s.rows], s.a, G)))
-    elif m == 1:
-        runs.append((f"sme2.gemv.{expand}_sdot", leaves.gemv_leaf(panels, zt0, s.a, s.n, s.k, G, nibble, sbs=s.sbs)))
-        runs.append(("neon.panel", neon.neon_leaf(panels, zt0, s.a, s.n, s.k, G, nibble, sbs=s.sbs)))
     else:
-        runs.append((f"sme2.gemm.{expand}_smopa", leaves.gemm_leaf(panels, zt0, s.a, s.n, s.k, G, nibble, sbs=s.sbs)))
+        # the leaves run on the sampled super-blocks' bytes alone (a panel64 tensor of those
+        # rows), so a memory-mapped bundle is never copied whole for the emulated memory
+        part, rows = leaves.sb_regions(s.regions, s.sbs), s.rows.size
+        panels = compiled.panel64_code_bytes(t, part, rows, s.k, s.layout)
+        sc, of = compiled.panel64_scale_arrays(t, part, rows, s.k, s.layout)
+        if m == 1:
+            runs.append((f"sme2.gemv.{expand}_sdot", leaves.gemv_leaf(panels, zt0, s.a, rows, s.k, G, nibble)))
+            runs.append(("neon.panel", neon.neon_leaf(panels, zt0, s.a, rows, s.k, G, nibble)))
+        else:
+            runs.append((f"sme2.gemm.{expand}_smopa", leaves.gemm_leaf(panels, zt0, s.a, rows, s.k, G, nibble)))
     return [(path, P, dispatch.rescale(P, s.A, sc, of, s.da, t), s.rows) for path, P in runs]
 
 
