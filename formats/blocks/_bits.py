@@ -49,6 +49,19 @@ def whole_byte(byte: int) -> tuple[tuple[int, int, int, int], ...]:
     return ((byte, 0, 8, 0),)
 
 
+def _byte_run(f: Field) -> int | None:
+    """The first byte of ``f`` when its elements are whole little-endian values stored one
+    after another (element i at ``start + i * itemsize``, byte j its bits 8j..8j+7), else None."""
+    isz = np.dtype(f.dtype).itemsize
+    start = f.parts[0][0][0] if f.parts and f.parts[0] else None
+    if start is None:
+        return None
+    for i, el in enumerate(f.parts):
+        if tuple(el) != tuple((start + i * isz + j, 0, 8, 8 * j) for j in range(isz)):
+            return None
+    return start
+
+
 class BlockPlan:
     """The compiled bit plan of one block type."""
 
@@ -68,6 +81,8 @@ class BlockPlan:
                 for j, (b, s, nb, d) in enumerate(el):
                     byte[i, j], shift[i, j], mask[i, j], dst[i, j] = b, s, (1 << nb) - 1, d
             self._gather[f.name] = (byte, shift, mask, dst)
+        # -- fields stored as plain little-endian values, one after another: a byte slice ---
+        self._slice = {f.name: _byte_run(f) for f in fields}
         # -- bijection check and scatter table: for each block byte, its contributors ----
         owner = np.full((ts, 8), -1, np.int64)
         contributors: list[list[tuple[str, int, int, int, int]]] = [[] for _ in range(ts)]
@@ -103,6 +118,12 @@ class BlockPlan:
         out = {}
         for name, f in self.fields.items():
             if names is not None and name not in names:
+                continue
+            start = self._slice[name]
+            if start is not None:  # whole little-endian values in a row: the bytes themselves
+                isz = np.dtype(f.dtype).itemsize
+                run = np.ascontiguousarray(b2[:, start:start + f.count * isz])
+                out[name] = run.view(np.dtype(f.dtype).newbyteorder("<")).astype(f.dtype, copy=False).reshape(n, -1)
                 continue
             byte, shift, mask, dst = self._gather[name]
             val = np.zeros((b2.shape[0], f.count), np.uint32)
