@@ -4,6 +4,7 @@ fast kernel == numpy reference == gguf-py (== ggml's own to_float where it is bi
 
 from __future__ import annotations
 
+import copy
 import importlib
 
 import numpy as np
@@ -401,3 +402,23 @@ def test_every_codec_has_the_surface():
             assert callable(mod.quantize) and callable(mod.quantize_ref), t.name
         if t.quantized:
             assert callable(mod.to_fields) and callable(mod.from_fields), t.name
+
+
+@pytest.mark.parametrize("name", ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"])
+def test_byte_slice_fields_equal_the_bit_gather(name):
+    # fields stored as whole little-endian values (f16 scales, Q8_0's codes) are read as byte
+    # slices: the same arrays, dtype and shape as the generic bit gather
+    from panelpack.formats import qtypes
+
+    t = qtypes.get(name)
+    plan = t.codec_module.PLAN
+    n, k = 5, 512
+    raw = np.random.default_rng(7).integers(0, 256, (n, t.row_bytes(k)), dtype=np.uint8)
+    fast = plan.to_fields(raw, n, k)
+    plan_slow = copy.copy(plan)
+    plan_slow._slice = dict.fromkeys(plan._slice)
+    slow = plan_slow.to_fields(raw, n, k)
+    assert any(v is not None for v in plan._slice.values())
+    for f in slow:
+        assert fast[f].dtype == slow[f].dtype and fast[f].shape == slow[f].shape, f
+        assert np.array_equal(fast[f].view(np.uint8), slow[f].view(np.uint8)), f
