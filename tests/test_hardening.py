@@ -460,7 +460,7 @@ def test_item18_inspect_bundle_and_archive(tmp_path, gguf_bundle):
 def test_item19_help_texts_and_messages(tmp_path):
     r = CliRunner().invoke(main, ["convert", "--help"])
     text = " ".join(r.output.split())
-    assert "Required, unless --dry-run" in text and "Helps only when cores are idle" in text
+    assert "Required, unless --dry-run" in text and "Helps when cores are idle" in text
     r = CliRunner().invoke(main, ["demo", "--help"])
     text = " ".join(r.output.split())
     # the demo's --layout/--quant have help, and their choices come from the registries (issue 9)
