@@ -117,10 +117,8 @@ def convert_tensor(ckpt: Checkpoint, tp: TensorPlan, allow_nonfinite: bool = Fal
     else:  # pragma: no cover - the policy produces only the actions above
         raise AssertionError(d.action)
     lay = repack.get(d.layout)
-    mapped = None
-    if writer is not None and writer.MAPS:
-        specs = [(r.name, bundle.dtype_name(r.np_dtype), r.shape) for r in lay.plan(d.target_type, n, k)]
-        mapped = writer.map_tensor(tp.index, tp.name, specs)
+    specs = [(r.name, bundle.dtype_name(r.np_dtype), r.shape) for r in lay.plan(d.target_type, n, k)]
+    mapped = writer.map_tensor(tp.index, tp.name, specs) if writer is not None else None  # None: cannot map
     if mapped is not None:
         lay.pack(blocks, n, k, d.target_type, out=mapped.views)
         regions: Any = mapped

@@ -158,7 +158,6 @@ class MappedTensor:
     packer writes ``views`` in place, :meth:`BundleWriter.finish_tensor` hashes and records it."""
 
     file: str
-    path: Path
     layout: list[Region]
     bytes: int
     views: dict[str, np.ndarray]
@@ -558,7 +557,7 @@ class BundleWriter:
                 views[r.name] = np.zeros(r.shape, dt)
             else:
                 views[r.name] = whole[r.offset:r.offset + r.nbytes].view(dt).reshape(r.shape)
-        return MappedTensor(rel, path, layout, size, views, whole)
+        return MappedTensor(rel, layout, size, views, whole)
 
     def finish_tensor(self, mt: MappedTensor, known_hashes: Optional[list] = None, wait: bool = True) -> Any:
         """Hash a :meth:`map_tensor` file from its map (as :meth:`write_tensor` hashes its regions)
@@ -827,8 +826,6 @@ def _file_and_region_hashes(path: Path, t: TensorEntry) -> tuple[str, list[str]]
     """The file's sha256 and the names of the regions whose own sha256 does not match, from
     one read of the file: each chunk read feeds the file's hash and those of the regions it
     overlaps (one thread per file; :meth:`Bundle.check_structure` hashes files side by side)."""
-    import hashlib
-
     checks = [(rname, r, hashlib.sha256()) for rname, r in t.regions.items() if r.sha256 is not None]
     whole = hashlib.sha256()
     buf = bytearray(_READ_CHUNK)
