@@ -47,24 +47,27 @@ def require() -> None:
         pytest.skip("llama-cpp-python is not installed (pip install '.[oracle-llama]')")
 
 
-def _run(code: str, job: dict, out_name: str) -> Path:
-    d = Path(tempfile.mkdtemp(prefix="panelpack-llama-"))
-    (d / "job.json").write_text(json.dumps(job))
-    env = {k: v for k, v in os.environ.items()}
-    r = subprocess.run([sys.executable, "-c", code, str(d / "job.json"), str(d / out_name)],
-                       capture_output=True, text=True, timeout=900, env=env)
-    if r.returncode != 0:
-        raise AssertionError(f"llama.cpp subprocess failed ({r.returncode}): {r.stderr[-3000:]}")
-    return d / out_name
+def _run(code: str, job: dict, out_name: str, read):
+    """Run ``code`` on ``job`` in a fresh interpreter and return ``read(path of its output)``;
+    the scratch directory is removed either way."""
+    with tempfile.TemporaryDirectory(prefix="panelpack-llama-") as tmp:
+        d = Path(tmp)
+        (d / "job.json").write_text(json.dumps(job))
+        env = {k: v for k, v in os.environ.items()}
+        r = subprocess.run([sys.executable, "-c", code, str(d / "job.json"), str(d / out_name)],
+                           capture_output=True, text=True, timeout=900, env=env)
+        if r.returncode != 0:
+            raise AssertionError(f"llama.cpp subprocess failed ({r.returncode}): {r.stderr[-3000:]}")
+        return read(d / out_name)
 
 
 def tokenize(model: str | Path, texts: list[str], special: bool) -> list[list[int]]:
     """llama.cpp's token ids of each text (BOS added, as the tokenizer tests compare)."""
-    return json.loads(_run(_TOKENIZE, {"model": str(model), "texts": texts, "special": special},
-                           "ids.json").read_text())
+    return _run(_TOKENIZE, {"model": str(model), "texts": texts, "special": special}, "ids.json",
+                lambda p: json.loads(p.read_text()))
 
 
 def logits(gguf_path, ids, threads: int = 2) -> np.ndarray:
     """Drop-in for ``verify.runtime.evaluate.llama_cpp_logits``, run in its own process."""
-    return np.load(_run(_LOGITS, {"model": str(gguf_path), "ids": [int(i) for i in ids], "threads": threads},
-                        "logits.npy"))
+    return _run(_LOGITS, {"model": str(gguf_path), "ids": [int(i) for i in ids], "threads": threads},
+                "logits.npy", np.load)
