@@ -185,3 +185,17 @@ def test_half_factors_same_bits(qname, rng):
         bad = dataclasses.replace(prep, s_t=prep.s_t.copy())
         bad.s_t[0, 0, 0] = np.inf
         assert C.with_half_factors(bad) is bad
+
+
+def test_the_parallel_row_product_is_a_parallel_loop():
+    """_row_parallel's tile loop compiles to one numba parallel loop (with the tile count
+    computed inside ``prange(...)`` numba once left it serial, with only a warning)."""
+    import warnings
+
+    from numba import njit
+    from numba.core.errors import NumbaPerformanceWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NumbaPerformanceWarning)
+        disp = njit(rowvec._RSIG, parallel=True)(rowvec._row_parallel)
+    assert len(disp.overloads[rowvec._RSIG.args].metadata["parfor_diagnostics"].initial_parfors) == 1

@@ -27,6 +27,9 @@ from typing import Callable
 import numba
 import numpy as np
 from numba import config, njit, prange, types
+from numba.core import cgutils
+from numba.experimental.function_type import _get_jit_address, _get_wrapper_address
+from numba.extending import intrinsic
 
 from ..formats import qtypes
 from ..formats.blocks.f16 import f16_at
@@ -43,8 +46,37 @@ def _ro(dtype, ndim):
     return types.Array(dtype, ndim, "C", readonly=True)
 
 
+_TILE = types.FunctionType(_c._TSIG)
+
+if config.DISABLE_JIT:
+    def _tile_at(tile, _unused):
+        return tile
+else:
+    @intrinsic
+    def _tile_at(typingctx, jit_addr, c_addr):
+        """The tile function compiled at these two addresses (numba's own first-class function
+        value: its numba-convention entry, used for the call, and its C wrapper). Unboxing a
+        dispatcher as a function argument looks both up in Python on every call (about 30 us,
+        a fifth of a small product); :meth:`RowProduct._plan` looks them up once."""
+        def codegen(context, builder, sig, args):
+            fn = cgutils.create_struct_proxy(_TILE)(context, builder)
+            vp = context.get_value_type(types.voidptr)
+            fn.jit_addr = builder.inttoptr(args[0], vp)
+            fn.c_addr = builder.inttoptr(args[1], vp)
+            fn.py_addr = vp(None)
+            return fn._getvalue()
+        return _TILE(types.int64, types.int64), codegen
+
+
+def _tile_addresses(tile) -> tuple:
+    """What :func:`_tile_at` takes for ``tile`` (a compiled tile, which the caller keeps alive)."""
+    if config.DISABLE_JIT:
+        return tile, 0
+    return _get_jit_address(tile, _c._TSIG), _get_wrapper_address(tile, _c._TSIG)
+
+
 _RSIG = types.boolean(
-    types.FunctionType(_c._TSIG), _ro(types.float32, 1), types.uint8[::1], types.int8[:, ::1], types.int8[:, ::1],
+    types.int64, types.int64, _ro(types.float32, 1), types.uint8[::1], types.int8[:, ::1], types.int8[:, ::1],
     types.int32[:, ::1], types.float32[:, ::1], _ro(types.uint8, 1), _ro(types.int64, 1),
     _ro(types.float32, 3), _ro(types.float32, 3), types.int64, types.int64, _ro(types.int64, 1), types.boolean,
     types.int64, types.int32[:, :, ::1], types.float32[:, ::1],
@@ -89,23 +121,27 @@ def _start(x, qbuf, a, a_k, A, da, group, pair, chunks):
     return chunks[a_max] if a_max >= 0 else -1
 
 
-def _row_serial(tile, x, qbuf, a, a_k, A, da, w, geom, s_t, o_t, kind, group, chunks, pair, n, P, y):
+def _row_serial(tile_j, tile_c, x, qbuf, a, a_k, A, da, w, geom, s_t, o_t, kind, group, chunks, pair, n, P, y):
+    tile = _tile_at(tile_j, tile_c)
     chunk = _start(x, qbuf, a, a_k, A, da, group, pair, chunks)
     for t in range(s_t.shape[0] if chunk >= 0 else 0):
         tile(np.int64(t), w, geom, a_k, A, s_t, o_t, da, kind, group, chunk, n, P, y, False, True)
     return chunk >= 0
 
 
-def _row_parallel(tile, x, qbuf, a, a_k, A, da, w, geom, s_t, o_t, kind, group, chunks, pair, n, P, y):
+def _row_parallel(tile_j, tile_c, x, qbuf, a, a_k, A, da, w, geom, s_t, o_t, kind, group, chunks, pair, n, P, y):
+    tile = _tile_at(tile_j, tile_c)
     chunk = _start(x, qbuf, a, a_k, A, da, group, pair, chunks)
-    for t in prange(s_t.shape[0] if chunk >= 0 else 0):
+    nt = s_t.shape[0] if chunk >= 0 else 0
+    for t in prange(nt):
         tile(np.int64(t), w, geom, a_k, A, s_t, o_t, da, kind, group, chunk, n, P, y, False, True)
     return chunk >= 0
 
 
-#: from this many multiply-adds a row product runs its tiles on numba's threads (as
-#: Prepared._run at M = 1; see compiled.SERIAL_WORK)
-PARALLEL_WORK = _c.SERIAL_WORK
+#: from this many multiply-adds a row product runs its tiles on numba's threads. Lower than
+#: compiled.SERIAL_WORK (Prepared._run at M = 1): a row product has no per-call Python left to
+#: amortise, and a 576 x 576 product (SmolLM2's smallest) is 9 tiles of 64 channels.
+PARALLEL_WORK = 1 << 18
 
 _ENTRIES: dict[bool, Callable] = {}
 
@@ -141,6 +177,7 @@ class RowProduct:
         prep = self.prep
         t = prep.qtype
         self._tile = _c._compiled(prep.spec.kernel)
+        self._tile_args = _tile_addresses(self._tile)
         self._pair = prep.spec.activations is not None
         if self._pair and prep.spec.activations is not _c._simd.pair_order:
             raise NotImplementedError(f"{prep.spec.path}: an activation order other than pair_order")
@@ -165,7 +202,7 @@ class RowProduct:
         if xr is None or xr.shape[0] != self.k:
             return self._checked(x)
         y = np.empty((1, self.n), np.float32)
-        args = (self._tile, xr, *self._tail, y)
+        args = (*self._tile_args, xr, *self._tail, y)
         if self._parallel:
             previous = numba.set_parallel_chunksize(_c._TILES_PER_GRAB)
             try:
