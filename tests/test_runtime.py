@@ -88,6 +88,15 @@ def test_rms_norm_and_activations():
     x = np.array([[3.0, 4.0]], np.float32)
     y = ops.rms_norm(x, np.ones(2, np.float32), 0.0)
     np.testing.assert_allclose(y, x / np.sqrt(12.5), rtol=1e-6)
+    rng = np.random.default_rng(5)
+    x3 = (rng.standard_normal((3, 4, 64)) * 30).astype(np.float32)
+    w = rng.standard_normal(64).astype(np.float32)
+    got = ops.rms_norm(x3, w, 1e-6)
+    assert got.shape == x3.shape and got.dtype == np.float32
+    np.testing.assert_allclose(got, ops.rms_norm_ref(x3, w, 1e-6), rtol=2e-7, atol=0)
+    # one row at a time gives the bits of the batch (a decoded token = its prefill row)
+    assert np.array_equal(np.concatenate([ops.rms_norm(r[None], w, 1e-6) for r in x3.reshape(-1, 64)]),
+                          got.reshape(-1, 64))
     assert ops.silu(np.float32(0.0)) == 0.0
     np.testing.assert_allclose(ops.gelu_tanh(np.array([1.0], np.float32)), [0.8411920], rtol=1e-6)
 

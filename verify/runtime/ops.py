@@ -24,7 +24,19 @@ from ...formats._jit import lazy_njit
 
 
 def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
-    """``x / sqrt(mean(x²) + eps) · w`` over the last axis; the mean of squares in f64."""
+    """``x / sqrt(mean(x²) + eps) · w`` over the last axis of f32 ``x``: each row's mean of
+    squares summed in f64 in index order, the scale rounded to f32, then ``(x·scale)·w`` in
+    f32 (:func:`_rms_norm_kernel`: one call, where the numpy steps of :func:`rms_norm_ref` cost
+    ~40 us per decoded row, 60 rows a token)."""
+    d = x.shape[-1]
+    rows = np.ascontiguousarray(x, np.float32).reshape(-1, d)
+    out = np.empty(rows.shape, np.float32)
+    _rms_norm_kernel(rows, np.ascontiguousarray(w, np.float32).reshape(d), float(eps), out)
+    return out.reshape(x.shape)
+
+
+def rms_norm_ref(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    """numpy reference of :func:`rms_norm` (its f64 sum in numpy's order: equal within f32 rounding)."""
     ms = np.einsum("...i,...i->...", x, x, dtype=np.float64) / x.shape[-1]
     scale = (1.0 / np.sqrt(ms + eps)).astype(np.float32)
     return (x * scale[..., None]) * w
@@ -55,6 +67,19 @@ def rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, pairs: bool) -> np.nda
 
 _F2 = types.Array(types.float32, 2, "C", readonly=True)
 _F1 = types.Array(types.float32, 1, "C", readonly=True)
+
+
+@lazy_njit(types.void(_F2, _F1, types.float64, types.float32[:, ::1]), cache=True)
+def _rms_norm_kernel(x, w, eps, out):
+    d = x.shape[1]
+    for r in range(x.shape[0]):
+        s = 0.0
+        for i in range(d):
+            v = np.float64(x[r, i])
+            s += v * v
+        scale = np.float32(1.0 / np.sqrt(s / d + eps))
+        for i in range(d):
+            out[r, i] = (x[r, i] * scale) * w[i]
 
 
 @lazy_njit(types.void(_F2, types.int64, types.int64, _F1, _F1, _F1, _F2, _F2, types.boolean, types.int64,
