@@ -231,10 +231,10 @@ def _install_sigterm() -> None:
               help="GGUF sources: re-quantize what the layout cannot take to this type.")
 @click.option("--include", multiple=True, metavar="GLOB", help="Only tensors whose name matches (repeatable).")
 @click.option("--exclude", multiple=True, metavar="GLOB", help="Skip tensors whose name matches (repeatable).")
-@click.option("-j", "--jobs", default=1, show_default=True, type=click.IntRange(1, 64),
-              help="Tensors converted at once (threads). Helps when cores are idle: the packing kernels and the "
-                   "hashing release the GIL, so -j 2 converted a 4.3 GB GGUF 10-18 % faster; a quantizing job's "
-                   "kernels already use every core at -j 1.")
+@click.option("-j", "--jobs", default=None, type=click.IntRange(1, 64),
+              help="Tensors converted at once (threads). Default: 2 for a job big enough to run the kernels "
+                   "(when 2 cores are usable), else 1. Helps when cores are idle: the packing kernels and the "
+                   "hashing release the GIL; a quantizing job's kernels already use every core at -j 1.")
 @click.option("--dry-run", is_flag=True, help="Print the plan and ledger without reading tensor data.")
 @click.option("--force", is_flag=True, help="Replace OUT if it exists.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (for pipelines).")

@@ -65,6 +65,14 @@ def main() -> None:
     if src is None or not llama_ref.available():
         sys.exit("needs the real checkpoint and llama-cpp-python (oracle-llama)")
     work = Path(tempfile.mkdtemp(prefix="bench-mixes-"))
+    try:
+        report(a, src, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def report(a, src: Path, work: Path) -> None:
+    """Time both tools on ``src``'s F16 derivative in ``work`` and print the comparison."""
     f16 = llama_ref.f16_gguf(src, work / "f16.gguf", n_layer=a.layers, n_vocab=a.vocab)
     env = dict(os.environ, NUMBA_NUM_THREADS=str(a.threads), OMP_NUM_THREADS=str(a.threads))
     ours = [sys.executable, "-m", "panelpack", "convert", str(f16), "--quant", a.mix, "--layout", "rowmajor",

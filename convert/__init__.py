@@ -84,7 +84,7 @@ def plan(source: str | os.PathLike, layout: str = "panel64", quant: Optional[str
 
 def convert(source: str | os.PathLike, out: str | os.PathLike | None = None, layout: str = "panel64",
             quant: Optional[str] = None, requant: Optional[str] = None, include: Sequence[str] = (),
-            exclude: Sequence[str] = (), jobs: int = 1, dry_run: bool = False, force: bool = False,
+            exclude: Sequence[str] = (), jobs: Optional[int] = 1, dry_run: bool = False, force: bool = False,
             progress: Optional[Progress] = None, allow_nonfinite: bool = False, mix_options=None) -> ConvertResult:
     """Convert a GGUF file or an HF checkpoint into a bundle at ``out``.
 
@@ -94,7 +94,9 @@ def convert(source: str | os.PathLike, out: str | os.PathLike | None = None, lay
     weight to be quantized is refused (naming the tensor and index) unless ``allow_nonfinite``.
     ``quant`` may also be a llama.cpp file type (``Q4_K_M``, ...; see ``convert.mixes``), which chooses each
     tensor's type as llama-quantize does; ``mix_options`` (a ``mixes.Options``) carries
-    ``--pure``, ``--tensor-type`` and the other per-tensor options.
+    ``--pure``, ``--tensor-type`` and the other per-tensor options. ``jobs``: tensors converted
+    at once; ``None`` lets the pipeline choose (``pipeline.auto_jobs``: 2 for a job that runs
+    the kernels, when 2 cores are usable).
     """
     if out is not None and not dry_run:
         _check_output(source, out, force)

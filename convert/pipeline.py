@@ -61,6 +61,24 @@ def _as_f32(raw: np.ndarray, t: qtypes.GGMLType, n: int, k: int, parallel: Optio
 WINDOW_PER_JOB = 4
 WINDOW_BYTES = 64 << 20
 
+#: ``jobs=None`` (the CLI's default): workers for a job big enough to start the kernels, at
+#: most the cores this process may use; a small job (numpy references, formats/engine.py) runs
+#: on one. Two measured on the 2-core host (docs/BENCHMARKS.md); more hold more tensors at once.
+AUTO_JOBS = 2
+
+
+def auto_jobs(kernels: bool) -> int:
+    """``jobs`` when none is given: :data:`AUTO_JOBS` (or the usable cores, if fewer) when the
+    job runs the kernels, else 1."""
+    if not kernels:
+        return 1
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(AUTO_JOBS, cores))
+
+
 #: tensors written whose hashes may still be running while the next ones convert (their data
 #: stays referenced, mapped file pages or the regions, until hashed)
 HASH_AHEAD = 2
@@ -250,7 +268,7 @@ def _target(plan: Plan) -> dict[str, Any]:
     return dict(repack.get(plan.layout).TARGET)
 
 
-def run(ckpt: Checkpoint, plan: Plan, out: str | os.PathLike, force: bool = False, jobs: int = 1,
+def run(ckpt: Checkpoint, plan: Plan, out: str | os.PathLike, force: bool = False, jobs: Optional[int] = 1,
         progress: Optional[Progress] = None, allow_nonfinite: bool = False) -> tuple[Path, list[TensorResult], float]:
     """Write the bundle for ``plan``. Returns (path, per-tensor results, seconds)."""
     progress = progress or Progress()
@@ -262,7 +280,8 @@ def run(ckpt: Checkpoint, plan: Plan, out: str | os.PathLike, force: bool = Fals
         # numba's start-up only pays for itself on big jobs; small ones stay in numpy
         jit = engine.expect(**engine_work(plan))
         log.debug("kernels: %s", "numba" if jit else "numpy where it has a reference")
-        jobs = max(1, int(jobs))
+        jobs = auto_jobs(jit) if jobs is None else max(1, int(jobs))
+        log.debug("jobs: %d", jobs)
 
         hashing: deque = deque()  # tensors written, their hashes still running, in plan order
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import os
 import signal
 import subprocess
 import sys
@@ -143,6 +145,23 @@ def test_jobs_give_identical_bundles(tmp_path, tiny_gguf):
     b = convert(tiny_gguf, tmp_path / "b.ppk", jobs=3).bundle
     ma, mb = Bundle(a).manifest, Bundle(b).manifest
     assert [t["sha256"] for t in ma["tensors"]] == [t["sha256"] for t in mb["tensors"]]
+
+
+def test_jobs_default_to_the_cores_for_kernel_jobs(tmp_path, tiny_gguf, monkeypatch, caplog):
+    from panelpack.convert import pipeline
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    assert pipeline.auto_jobs(False) == 1 and pipeline.auto_jobs(True) == pipeline.AUTO_JOBS == 2
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3})
+    assert pipeline.auto_jobs(True) == 1
+    monkeypatch.undo()
+    with caplog.at_level(logging.DEBUG, logger="panelpack.convert.pipeline"):
+        c = convert(tiny_gguf, tmp_path / "c.ppk", jobs=None).bundle
+    # one worker if the job stayed in numpy, else as many as auto_jobs gives (kernels already
+    # started by an earlier test make every job a kernel job)
+    assert f"jobs: {pipeline.auto_jobs(engine.kernels_started())}" in caplog.text
+    a = convert(tiny_gguf, tmp_path / "a.ppk", jobs=1).bundle
+    assert [t["sha256"] for t in Bundle(a).manifest["tensors"]] == [t["sha256"] for t in Bundle(c).manifest["tensors"]]
 
 
 def test_include_exclude(tmp_path, tiny_gguf):
