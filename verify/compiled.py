@@ -477,12 +477,14 @@ if _simd.AVAILABLE:
             s = np.empty(TILE, np.float32)
             o = np.empty(TILE, np.float32)
             yt = np.zeros((a.shape[0], TILE), np.float32)
+            s16 = s_t.reshape(-1).view(np.uint16)  # (reshaped once: each reshape is a call)
+            o16 = o_t.reshape(-1).view(np.uint16)
             for g in range(ng):
                 k0 = g * group
                 base = (t * ng + g) * (group * 32)  # 32 bytes per K of a 64-channel nibble tile
                 if half:
-                    _f16_lanes(s_t.reshape(-1).view(np.uint16), (t * ng + g) * TILE, s)
-                    _f16_lanes(o_t.reshape(-1).view(np.uint16), (t * ng + g) * TILE, o)
+                    _f16_lanes(s16, (t * ng + g) * TILE, s)
+                    _f16_lanes(o16, (t * ng + g) * TILE, o)
                 for m in range(a.shape[0]):
                     _nibble_group_dot(w, base, af, m * k + k0, acc)
                     if half:
