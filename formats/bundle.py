@@ -30,6 +30,7 @@ import mmap
 import os
 import re
 import shutil
+import stat
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
@@ -776,20 +777,21 @@ class Bundle:
         if self.manifest_problem:
             problems.append((MANIFEST, self.manifest_problem))
         problems.extend(self.completeness_problems())
+        sizes = {t.name: _file_size(self.file_path(t)) for t in self.tensors}  # None: not a file
         # the hashes of every well-sized file start at once on the hash threads (one file each);
         # the loop below collects them in manifest order
         hashing = {t.name: hash_async(_file_and_region_hashes, self.file_path(t), t) for t in self.tensors
-                   if hashes and self.file_path(t).is_file() and self.file_path(t).stat().st_size == t.bytes}
+                   if hashes and sizes[t.name] == t.bytes}
         for t in self.tensors:
             if t.action in _LOSSLESS_ACTIONS and t.source_sha256 != t.blocks_sha256:
                 problems.append((t.name, f"action {t.action!r} keeps the source blocks, but blocks_sha256 differs "
                                          "from source_sha256"))
             path = self.file_path(t)
             where = t.name
-            if not path.is_file():
+            size = sizes[t.name]
+            if size is None:
                 problems.append((where, f"file {t.file} is missing"))
                 continue
-            size = path.stat().st_size
             if size != t.bytes:
                 problems.append((where, f"file {t.file} is {size} bytes, manifest says {t.bytes}"))
                 continue
@@ -817,6 +819,15 @@ class Bundle:
             elif hashes and sha256_file(path) != s["sha256"]:
                 problems.append((s["file"], "sha256 does not match the manifest"))
         return problems
+
+
+def _file_size(path: Path) -> Optional[int]:
+    """The size of the regular file at ``path``, or None when there is none (one stat)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_size if stat.S_ISREG(st.st_mode) else None
 
 
 _READ_CHUNK = 1 << 20  # bytes per read of a file being hashed: both hashes find them in L2
