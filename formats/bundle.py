@@ -872,25 +872,41 @@ _READ_CHUNK = 1 << 20  # bytes per read of a file being hashed: both hashes find
 
 def _file_and_region_hashes(path: Path, t: TensorEntry) -> tuple[str, list[str]]:
     """The file's sha256 and the names of the regions whose own sha256 does not match, from
-    one read of the file: each chunk read feeds the file's hash and those of the regions it
-    overlaps (one thread per file; :meth:`Bundle.check_structure` hashes files side by side)."""
+    one pass over the file: each 1 MB chunk feeds the file's hash and those of the regions it
+    overlaps while it is in L2 (one thread per file; :meth:`Bundle.check_structure` hashes
+    files side by side). The chunks are slices of a read-only map (no copy), or reads where
+    the file cannot be mapped."""
     checks = [(rname, r, hashlib.sha256()) for rname, r in t.regions.items() if r.sha256 is not None]
     whole = hashlib.sha256()
-    buf = bytearray(_READ_CHUNK)
-    view = memoryview(buf)
-    pos = 0
+
+    def feed(pos: int, chunk) -> None:
+        whole.update(chunk)
+        for _, r, h in checks:
+            a, b = max(r.offset, pos), min(r.offset + r.nbytes, pos + len(chunk))
+            if a < b:
+                h.update(chunk[a - pos:b - pos])
+
     with open(path, "rb", buffering=0) as f:
-        while True:
-            got = f.readinto(buf)
-            if not got:
-                break
-            chunk = view[:got]
-            whole.update(chunk)
-            for _, r, h in checks:
-                a, b = max(r.offset, pos), min(r.offset + r.nbytes, pos + got)
-                if a < b:
-                    h.update(chunk[a - pos:b - pos])
-            pos += got
+        size = os.fstat(f.fileno()).st_size
+        try:
+            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else None
+        except (OSError, ValueError):  # a file system that cannot map files: plain reads
+            mm = None
+        if mm is not None:
+            with mm:
+                view = memoryview(mm)
+                try:
+                    for pos in range(0, size, _READ_CHUNK):
+                        feed(pos, view[pos:pos + _READ_CHUNK])
+                finally:
+                    view.release()
+        else:
+            buf = bytearray(_READ_CHUNK)
+            chunk_view = memoryview(buf)
+            pos = 0
+            while got := f.readinto(buf):
+                feed(pos, chunk_view[:got])
+                pos += got
     return whole.hexdigest(), [rname for rname, r, h in checks if h.hexdigest() != r.sha256]
 
 
