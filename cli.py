@@ -172,11 +172,12 @@ class _TqdmProgress:
 
 
 def _announce_compiles() -> None:
-    """One line on stderr when the first kernel is about to compile (numba cache cold)."""
-    from panelpack.formats import _jit
+    """One line on stderr when the first kernel is about to compile (numba cache cold); the
+    hook list lives in formats/engine.py, so registering it does not import numba."""
+    from panelpack.formats import engine
 
-    if not _jit.cold_cache_hooks:
-        _jit.cold_cache_hooks.append(lambda: click.echo(
+    if not engine.cold_cache_hooks:
+        engine.cold_cache_hooks.append(lambda: click.echo(
             "compiling kernels (first run on this machine; later runs load them from the cache) ...", err=True))
 
 

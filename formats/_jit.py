@@ -26,7 +26,7 @@ _lock = threading.RLock()  # re-entrant: compiling a kernel may resolve the lazy
 
 #: Called once per process (no arguments) just before the first kernel that is not in numba's
 #: cache compiles: the CLI prints "compiling kernels (first run on this machine)" from it.
-cold_cache_hooks: list[Callable[[], None]] = []
+cold_cache_hooks: list[Callable[[], None]] = engine.cold_cache_hooks  # (filled without importing numba)
 _cold_announced = False
 
 

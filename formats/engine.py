@@ -14,6 +14,8 @@ This module imports nothing heavy: the decision must not load what it decides ab
 
 from __future__ import annotations
 
+from typing import Callable
+
 #: Bytes per kind of work below which the numpy references beat numba's start-up (~0.5-1 s
 #: from a warm cache, seconds per kernel on a cold one). ``quantize``: f32 input (the numpy
 #: Q4_K quantizer runs ~6 MB/s, Q4_0/Q5_x/Q8_0 ~100 MB/s: 8 MiB is at most ~1.5 s; types
@@ -30,6 +32,11 @@ NUMPY_BUDGET_BYTES: dict[str, int] = {
 }
 
 _kernels = False
+
+#: ``formats._jit.cold_cache_hooks`` (the same list), here so that the CLI can register its
+#: "compiling kernels" notice without importing numba: a command that builds no kernel (verify
+#: --level structure, inspect) then never pays numba's import.
+cold_cache_hooks: list[Callable[[], None]] = []
 
 
 def kernels_started() -> bool:

@@ -350,6 +350,18 @@ def test_each_tensor_file_starts_its_writeback(tmp_path, tiny_gguf, monkeypatch,
     assert a.manifest["tensors"] == b.manifest["tensors"]
 
 
+def test_verify_structure_does_not_import_numba(tmp_path, tiny_gguf):
+    """The structure level hashes and reads manifests only: its process never imports numba
+    (~0.4 s of its start-up), the CLI's compile notice included."""
+    b = convert(tiny_gguf, tmp_path / "b.ppk").bundle
+    code = ("import sys\nfrom panelpack.cli import main\n"
+            "try:\n    main(['verify', sys.argv[1], '--level', 'structure'])\n"
+            "except SystemExit as e:\n    assert not e.code, e.code\n"
+            "assert 'numba' not in sys.modules, 'numba was imported'\n")
+    r = subprocess.run([sys.executable, "-c", code, str(b)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr + r.stdout
+
+
 # -- the CLI ------------------------------------------------------------------------------
 def test_cli_demo_verify_levels(tmp_path):
     out = tmp_path / "d.ppk"
