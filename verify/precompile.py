@@ -174,7 +174,11 @@ def start(names: list[str], share: Optional[frozenset] = HELPER_SHARE) -> Option
 
     if config.DISABLE_JIT:
         return None
-    cold = [n for n in names if (share is None or n in share) and _cold(kernel(n))]
+    from ..formats import _jit
+
+    # (a kernel another helper of this process already compiles is left to that one)
+    cold = [n for n in names if (share is None or n in share) and kernel(n).key not in _jit.before_build
+            and _cold(kernel(n))]
     if not cold or not all(_cache_writable(kernel(n)) for n in cold):
         return None
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -185,14 +189,12 @@ def start(names: list[str], share: Optional[frozenset] = HELPER_SHARE) -> Option
     try:
         proc = subprocess.Popen([sys.executable, "-m", f"{_PACKAGE}.precompile", *cold], env=env, stdin=subprocess.DEVNULL,
                                 stdout=out, stderr=err)
-    except OSError as e:
+    except (OSError, ValueError) as e:
         log.warning("could not start the kernel compiling helper (%s): compiling here", e)
         out.close()
         err.close()
         return None
     helper = Helper(cold, proc, out, err)
-    from ..formats import _jit
-
     for n in cold:
         _jit.before_build[kernel(n).key] = helper.wait
     log.info("compiling %s in a helper process (pid %d) while this one compiles the rest",
