@@ -74,23 +74,27 @@ def _cpus() -> int:
         return os.cpu_count() or 1
 
 
+def _matrices(tensors):
+    """``(tensor, its verifier)`` of each quantized matrix the agreement level compares."""
+    from .registry import verifier
+
+    for t in tensors:
+        if t.qtype.scheme is None or len(t.shape) != 2:
+            continue
+        try:
+            yield t, verifier(t.layout)
+        except Exception:  # noqa: BLE001 - an unknown layout fails structure; nothing to compile
+            continue
+
+
 def wanted(tensors, runs: Iterable[str]) -> list[str]:
     """The runner kernels the agreement level will call on these tensors (registry order)."""
     if "agreement" not in runs:
         return []
-    from .registry import verifier
-
     names: list[str] = []
-    for t in tensors:
-        qt = t.qtype
-        if qt.scheme is None or len(t.shape) != 2:
-            continue
-        try:
-            ver = verifier(t.layout)
-        except Exception:  # noqa: BLE001 - an unknown layout fails structure; nothing to compile
-            continue
+    for t, ver in _matrices(tensors):
         for r in ver.runners:
-            if r.accepts(ver.name, qt):
+            if r.accepts(ver.name, t.qtype):
                 names.extend(n for n in r.kernels if n not in names)
     return names
 
@@ -210,14 +214,8 @@ def own_tiles(tensors, numpy_std: bool) -> list:
     from .registry import verifier
 
     tiles: list = []
-    for t in tensors:
+    for t, ver in _matrices(tensors):
         qt = t.qtype
-        if qt.scheme is None or len(t.shape) != 2:
-            continue
-        try:
-            ver = verifier(t.layout)
-        except Exception:  # noqa: BLE001 - an unknown layout fails structure
-            continue
         specs = []
         if ver.kernel_spec(qt) is not None and not ver.regions_are_blocks:
             specs.append(ver.kernel_spec(qt))
