@@ -172,3 +172,29 @@ def test_compile_meter_counts_only_real_compilations(tmp_path):
     with CompileMeter() as meter:
         numba.njit(cache=False)(lambda x: x + 1)(1)  # not ours: numba compiles, the meter does not count it
     assert meter.kernels == 0 and meter.summary() == ""
+
+
+def _sleeper_helper(names):
+    import tempfile
+
+    proc = subprocess.Popen(["sleep", "60"])
+    h = precompile.Helper(names, proc, tempfile.TemporaryFile(), tempfile.TemporaryFile())
+    for n in names:
+        _jit.before_build[precompile.kernel(n).key] = h.wait
+    return h, proc
+
+
+def test_a_helper_never_waited_for_is_stopped_at_the_end():
+    h, proc = _sleeper_helper(["sme2.zero_za_vgx4"])
+    h.close()
+    assert proc.returncode is not None and proc.returncode != 0  # killed
+    assert precompile.kernel("sme2.zero_za_vgx4").key not in _jit.before_build
+
+
+def test_a_helper_that_takes_too_long_is_stopped_and_this_process_compiles(monkeypatch):
+    monkeypatch.setattr(precompile, "WAIT_SECONDS", 0.0)  # (waits at least 1 s)
+    h, proc = _sleeper_helper(["sme2.mova_tile_to_z_h"])
+    h.wait()
+    assert proc.returncode is not None and h.kernels == 0
+    assert precompile.kernel("sme2.mova_tile_to_z_h").key not in _jit.before_build
+    h.close()  # harmless after the wait

@@ -118,10 +118,7 @@ class Helper:
         if self.done:
             return
         self.done = True
-        from ..formats import _jit
-
-        for n in self.names:
-            _jit.before_build.pop(kernel(n).key, None)
+        self._drop_hooks()
         t0 = time.perf_counter()
         try:
             rc = self.proc.wait(timeout=max(1.0, WAIT_SECONDS - (t0 - self.started)))
@@ -149,17 +146,20 @@ class Helper:
         self._close()
 
     def close(self) -> None:
-        """End of the job: a helper whose kernels were never needed is stopped."""
-        if not self.done:
-            self.done = True
-            from ..formats import _jit
+        """End of the job (also after an error or an interrupt, even one inside :meth:`wait`): a
+        helper still running, whose kernels were never needed, is stopped."""
+        self.done = True
+        self._drop_hooks()
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self._close()
 
-            for n in self.names:
-                _jit.before_build.pop(kernel(n).key, None)
-            if self.proc.poll() is None:
-                self.proc.kill()
-            self.proc.wait()
-            self._close()
+    def _drop_hooks(self) -> None:
+        from ..formats import _jit
+
+        for n in self.names:
+            _jit.before_build.pop(kernel(n).key, None)
 
     def _close(self) -> None:
         for f in (self._out, self._err):
