@@ -70,14 +70,19 @@ def test_verify_agrees_with_either_standard_reference(tiny, monkeypatch):
 def test_the_kernels_a_panel64_job_hands_to_the_helper(tiny):
     tensors = Bundle(tiny).tensors
     leaves = ["leaves.gemv_program", "neon.neon_program", "leaves.gemm_program"]
-    assert precompile.wanted(tensors, ("structure", "lossless", "agreement")) == leaves
+    scalar = ["dispatch._partials_kernel", "dispatch._rescale_kernel"]
+    assert precompile.wanted(tensors, ("structure", "lossless", "agreement")) == leaves + scalar
     assert precompile.wanted(tensors, ("structure", "lossless")) == []
-    assert precompile.wanted([t for t in tensors if t.layout == "rowmajor"], ("agreement",)) == []
-    for name in leaves:
+    rowmajor = [t for t in tensors if t.layout == "rowmajor"]
+    assert precompile.wanted(rowmajor, ("agreement",)) == (scalar if any(
+        t.qtype.scheme is not None and len(t.shape) == 2 for t in rowmajor) else [])
+    assert precompile.wanted([t for t in tensors if len(t.shape) == 1], ("agreement",)) == []
+    assert set(precompile.HELPER_SHARE) < set(leaves + scalar) and "neon.neon_program" not in precompile.HELPER_SHARE
+    for name in leaves + scalar:
         assert isinstance(precompile.kernel(name), _jit.LazyKernel)
     # this process's own builds: the panel64 tiles of the bundle's types (the standard in
     # numpy), with the compiled standard also the rowmajor tiles; then the serial driver and the
-    # scalar dispatch's two kernels
+    # kernels it is given (here the NEON program)
     mats = [t for t in tensors if t.qtype.scheme is not None and len(t.shape) == 2]
     panel = {C.spec("panel64", t.type).kernel for t in mats if t.layout == "panel64"}
     rows = {C.spec("rowmajor", t.type).kernel for t in mats}
@@ -85,7 +90,7 @@ def test_the_kernels_a_panel64_job_hands_to_the_helper(tiny):
     assert panel and rows
     assert set(precompile.own_tiles(tensors, True)) == panel | rows_own
     assert set(precompile.own_tiles(tensors, False)) == panel | rows
-    assert len(precompile.own_builds(tensors, True)) == len(panel | rows_own) + 3
+    assert len(precompile.own_builds(tensors, True, ["neon.neon_program"])) == len(panel | rows_own) + 2
 
 
 def test_no_helper_when_switched_off_or_warm(monkeypatch):

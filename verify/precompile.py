@@ -36,11 +36,14 @@ from typing import Any, Callable, Iterable, Optional
 log = logging.getLogger(__name__)
 
 SWITCH = "PANELPACK_PRECOMPILE"  # "0": never start a helper process
-#: the runner kernels a helper takes: the two SME2 programs, which share one instruction set
-#: (~9 s of compiling with it on the demo, cold); the NEON program (~3 s, instructions of its
-#: own) stays here with the tiles (~7 s), so both processes finish at about the same time
-#: (docs/BENCHMARKS.md, "Issue 14: cold verify")
-HELPER_SHARE = frozenset({"leaves.gemv_program", "leaves.gemm_program"})
+#: the scalar standard dispatch every compared matrix runs (the guard's partials, the one
+#: rescale the runners' outputs go through)
+DISPATCH_KERNELS = ("dispatch._partials_kernel", "dispatch._rescale_kernel")
+#: the kernels a helper takes: the two SME2 programs, which share one instruction set (~6-9 s
+#: of compiling with it on the demo, cold), and the scalar dispatch (~1 s); the NEON program
+#: (~3 s, instructions of its own) stays here with the tiles (~6 s), so both processes finish
+#: at about the same time (docs/BENCHMARKS.md, "Issue 14: cold verify")
+HELPER_SHARE = frozenset({"leaves.gemv_program", "leaves.gemm_program", *DISPATCH_KERNELS})
 WAIT_SECONDS = 600.0  # the longest this process waits for the helper before compiling itself
 _PACKAGE = __package__ or "panelpack.verify"  # also when run as ``python -m``
 
@@ -88,15 +91,18 @@ def _matrices(tensors):
 
 
 def wanted(tensors, runs: Iterable[str]) -> list[str]:
-    """The runner kernels the agreement level will call on these tensors (registry order)."""
+    """The lazy kernels the agreement level will call on these tensors besides the compiled
+    tiles: the runners' (registry order), then the scalar dispatch's."""
     if "agreement" not in runs:
         return []
     names: list[str] = []
+    matrices = False
     for t, ver in _matrices(tensors):
+        matrices = True
         for r in ver.runners:
             if r.accepts(ver.name, t.qtype):
                 names.extend(n for n in r.kernels if n not in names)
-    return names
+    return names + list(DISPATCH_KERNELS) if matrices else names
 
 
 class Helper:
@@ -225,18 +231,17 @@ def own_tiles(tensors, numpy_std: bool) -> list:
     return tiles
 
 
-def own_builds(tensors, numpy_std: bool, runner_kernels: Iterable[str] = ()) -> list[Callable[[], Any]]:
+def own_builds(tensors, numpy_std: bool, kernels: Iterable[str] = ()) -> list[Callable[[], Any]]:
     """What this process builds while a helper compiles its share, one callable each: the tiles
-    of :func:`own_tiles`, the serial driver, the scalar standard dispatch (its partials and the
-    one rescale), and ``runner_kernels`` (the runners' kernels the helper does not take)."""
-    from . import compiled, dispatch
+    of :func:`own_tiles`, the serial driver, and ``kernels`` (those of :func:`wanted` the helper
+    does not take)."""
+    from . import compiled
 
     tiles = own_tiles(tensors, numpy_std)
     builds: list[Callable[[], Any]] = [lambda tile=tile: compiled._compiled(tile) for tile in tiles]
     if tiles:
         builds.append(lambda: compiled._driver(serial=True))
-        builds.extend((lambda k=k: k.dispatcher) for k in (dispatch._partials_kernel, dispatch._rescale_kernel))
-    builds.extend((lambda n=n: kernel(n).dispatcher) for n in runner_kernels)
+    builds.extend((lambda n=n: kernel(n).dispatcher) for n in kernels)
     return builds
 
 
