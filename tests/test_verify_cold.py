@@ -171,6 +171,19 @@ def test_a_failing_helper_falls_back_to_compiling_here(tmp_path):
     assert got["here"] == 3 and "panelpack.verify.sme2.ptrue" in got["names"], got
 
 
+def test_no_helper_without_a_writable_cache(monkeypatch):
+    """numba finds no cache folder it can write (its FunctionCache raises): no helper."""
+    import numba.core.caching as caching
+
+    def refuse(fn):
+        raise RuntimeError("cannot cache function: no locator available")
+
+    monkeypatch.setattr(caching, "FunctionCache", refuse)
+    assert not precompile._cache_writable(precompile.kernel("sme2.pfalse"))
+    monkeypatch.setattr(precompile, "_cold", lambda k: True)
+    assert precompile.start(["sme2.pfalse"], share=None) is None
+
+
 def test_compile_meter_counts_only_real_compilations(tmp_path):
     import numba
 

@@ -64,8 +64,9 @@ def _cache_writable(k) -> bool:
     try:
         from numba.core.caching import FunctionCache
 
-        FunctionCache(k.py_func)  # raises when numba finds no writable cache location
-    except Exception:  # noqa: BLE001
+        # numba's own check: makes the folder and a temporary file in it (raises if it cannot)
+        FunctionCache(k.py_func)._impl.locator.ensure_cache_path()
+    except Exception:  # noqa: BLE001 - no writable cache (or numba's internals moved): no helper
         return False
     return True
 
