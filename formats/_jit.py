@@ -30,24 +30,35 @@ cold_cache_hooks: list[Callable[[], None]] = engine.cold_cache_hooks  # (filled 
 _cold_announced = False
 
 
-def _announce_if_cold(fn: Callable, options: dict[str, Any]) -> None:
-    """Run the hooks if ``fn`` has no entry in numba's on-disk cache (so it will compile)."""
-    global _cold_announced
-    if _cold_announced or not cold_cache_hooks or not options.get("cache"):
-        return
+def cached_on_disk(fn: Callable) -> bool:
+    """Whether numba's on-disk cache has an index for the Python function ``fn`` (a kernel
+    compiled with ``cache=True`` in some earlier run), i.e. its first call loads rather than
+    compiles. True when numba's cache internals cannot be asked (never a failure)."""
     try:
         import os
 
         from numba.core.caching import FunctionCache
 
-        cold = not os.path.exists(FunctionCache(fn)._cache_file._index_path)
-    except Exception:  # noqa: BLE001 - a numba internal moved: no notice, never a failure
+        return os.path.exists(FunctionCache(fn)._cache_file._index_path)
+    except Exception:  # noqa: BLE001 - a numba internal moved
+        return True
+
+
+def _announce_if_cold(fn: Callable, options: dict[str, Any]) -> None:
+    """Run the hooks if ``fn`` has no entry in numba's on-disk cache (so it will compile)."""
+    global _cold_announced
+    if _cold_announced or not cold_cache_hooks or not options.get("cache"):
         return
-    if cold:
+    if not cached_on_disk(fn):
         _cold_announced = True
         for hook in cold_cache_hooks:
             hook()
 
+
+#: ``"module.qualname"`` of a lazy kernel -> a callable run once, just before that kernel is
+#: built: a second process may be compiling it into numba's on-disk cache meanwhile
+#: (verify/precompile.py), and the callable waits for it, so the build below loads its result.
+before_build: dict[str, Callable[[], None]] = {}
 
 _probe_skipped = False
 
@@ -94,6 +105,9 @@ class LazyKernel:
                 if self._dispatcher is None:
                     import numba
 
+                    wait = before_build.pop(self.key, None) if before_build else None
+                    if wait is not None:
+                        wait()
                     _skip_blas_probe()
                     _announce_if_cold(self.py_func, self.options)
                     engine.start_kernels()  # numba's start-up is being paid: kernels from now on
@@ -104,6 +118,11 @@ class LazyKernel:
                         self._dispatcher = numba.njit(self.signatures, **self.options)(self.py_func)
                 d = self._dispatcher
         return d
+
+    @property
+    def key(self) -> str:
+        """``"module.qualname"`` (the name :data:`before_build` is keyed by)."""
+        return f"{self.py_func.__module__}.{self.py_func.__qualname__}"
 
     def __reduce__(self):
         # pickled by name: numba hashes a closure's cells (a kernel built by a factory that

@@ -399,6 +399,7 @@ def test_serial_and_parallel_drivers_agree(rng, monkeypatch):
         prep = C.prepare(layout, regions, n, k, qname)
         a, da = D.quantize_activations(rng.standard_normal((5, k)).astype(np.float32))
         monkeypatch.setattr(C, "SERIAL_WORK", 0)
+        monkeypatch.setattr(C, "PARALLEL_COLD_WORK", 0)  # the parallel driver even on a cold cache
         par = prep.run(a, da)
         monkeypatch.setattr(C, "SERIAL_WORK", 1 << 40)
         ser = prep.run(a, da)

@@ -37,6 +37,7 @@ lossless failure, or a fallback without a reason fails verification (exit 1).
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 import time
@@ -51,6 +52,7 @@ from .. import repack
 from ..formats import archive
 from ..formats.atomic import sha256_bytes
 from ..formats.bundle import Bundle, TensorEntry, dtype_name, hash_async
+from ..formats.compile_meter import CompileMeter
 from ..formats.errors import BadInputError
 from ..formats.text import table
 
@@ -65,6 +67,8 @@ _FULL_WORK = 1 << 28
 #: are a tensor of the same layout (and whose runtime paths all run on the sampled rows)
 _SUPERBLOCK_MAJOR = frozenset({repack.panel64.NAME})
 _SANITY_ELEMENTS = 64 << 20  # weights beyond this skip the f64 sanity error
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -117,6 +121,10 @@ class Report:
     tensors: list[TensorVerdict]
     problems: list[tuple[str, str]]  # structure problems not tied to one tensor
     seconds: float = 0.0
+    compiled_kernels: int = 0  # kernels numba compiled (not in its on-disk cache) during the run
+    compile_seconds: float = 0.0  # the wall time those compilations took (and the wait for a helper's)
+    helper_kernels: int = 0  # of compiled_kernels, those a helper process compiled alongside
+    helper_seconds: float = 0.0  # the helper's own compile time (verify/precompile.py)
 
     @property
     def ok(self) -> bool:
@@ -132,6 +140,8 @@ class Report:
     def to_json(self) -> dict[str, Any]:
         return {"bundle": self.bundle, "ok": self.ok, "levels": list(self.levels), "seed": self.seed,
                 "sample": self.sample, "seconds": round(self.seconds, 3), "counts": self.counts(),
+                "compiled": {"kernels": self.compiled_kernels, "seconds": round(self.compile_seconds, 3),
+                             "helper_kernels": self.helper_kernels, "helper_seconds": round(self.helper_seconds, 3)},
                 "problems": [{"where": w, "problem": p} for w, p in self.problems],
                 "tensors": [t.to_json() for t in self.tensors]}
 
@@ -150,6 +160,11 @@ class Report:
         state = "OK" if self.ok else "FAILED"
         lines.append(f"verify {state}: {len(self.tensors)} tensors ({counts}); levels {'+'.join(self.levels)}; "
                      f"seed {self.seed}; {self.seconds:.1f} s")
+        if self.compiled_kernels:
+            helper = (f"; {self.helper_kernels} of them in a helper process alongside, {self.helper_seconds:.1f} s there"
+                      if self.helper_kernels else "")
+            lines.append(f"first run on this numba cache: compiled {self.compiled_kernels} kernel(s), "
+                         f"{self.compile_seconds:.1f} s of the {self.seconds:.1f} s{helper} (cached for the next run)")
         return "\n".join(lines)
 
 
@@ -269,7 +284,7 @@ def _sample_superblocks(n: int, sample: int, rng: np.random.Generator) -> np.nda
 
 
 def _agreement(b: Bundle, t: TensorEntry, blocks: Optional[np.ndarray], v: TensorVerdict,
-               rng: np.random.Generator, sample: int, svl_bits: int) -> None:
+               rng: np.random.Generator, sample: int, svl_bits: int, numpy_std: bool = False) -> None:
     from . import compiled, dispatch, leaves
     from .registry import Sample
 
@@ -291,7 +306,7 @@ def _agreement(b: Bundle, t: TensorEntry, blocks: Optional[np.ndarray], v: Tenso
     sb_pick = _sample_superblocks(n, sample, rng)
     rows_pick = leaves.sb_channels(sb_pick, n)
     if blocks is not None:
-        std = compiled.prepare(repack.rowmajor.NAME, {"blocks": blocks}, n, k, qt)
+        std = _standard(blocks, n, k, qt, numpy_std and layout != repack.rowmajor.NAME)
         # the scalar standard dispatch on the sampled rows guards the fast reference
         c_ref, s_ref, o_ref = dispatch.integer_form(np.ascontiguousarray(blocks.reshape(n, -1)[rows_pick]),
                                                     len(rows_pick), k, qt)
@@ -378,6 +393,38 @@ def _agreement(b: Bundle, t: TensorEntry, blocks: Optional[np.ndarray], v: Tenso
         v.levels["agreement"] = "ok"
 
 
+def _standard(blocks: np.ndarray, n: int, k: int, qt, numpy_std: bool):
+    """The all-rows standard reference: the compiled rowmajor kernel, or in a small job its
+    numpy twin (``verify/standard_numpy.py``; a rowmajor bundle's own kernel always compiles)."""
+    from . import compiled
+    from .standard_numpy import NumpyStandard
+
+    if numpy_std:
+        return NumpyStandard(blocks, n, k, qt)
+    return compiled.prepare(repack.rowmajor.NAME, {"blocks": blocks}, n, k, qt)
+
+
+def _numpy_standard_job(tensors: list[TensorEntry]) -> bool:
+    """Whether every all-rows standard reference of this job runs in numpy (a small job)."""
+    from .standard_numpy import numpy_job
+
+    return numpy_job(t.nk for t in tensors if t.qtype.scheme is not None and len(t.shape) == 2
+                     and t.layout != repack.rowmajor.NAME)
+
+
+def _start_helper(tensors: list[TensorEntry], runs, numpy_std: bool, helpers: list) -> None:
+    """A cold cache: the runners' kernels compile in a helper process while this one builds
+    its own kernels first (verify/precompile.py); nothing when they are cached."""
+    from . import precompile
+
+    wanted = precompile.wanted(tensors, runs)
+    helper = precompile.start(wanted)
+    if helper is not None:
+        helpers.append(helper)
+        rest = [n for n in wanted if n not in helper.names]
+        precompile.prebuild(precompile.own_builds(tensors, numpy_std, rest))
+
+
 def _f64_products(layout: str, regions, n: int, k: int, qt, xs: list[np.ndarray], sbs: list) -> list[np.ndarray]:
     """``x · Wᵀ`` in f64 for each activation batch, W the layout's own reading of its bytes
     (``lossless.dequantized_rows``), in row chunks: never the whole f64 matrix in memory.
@@ -454,6 +501,27 @@ def verify(path: str | os.PathLike, level: str = "all", seed: int = 0, sample: i
         raise BadInputError(f"unknown level {level!r} (known: {', '.join(LEVELS)})")
     runs = _RUNS[level]
     t0 = time.perf_counter()
+    helpers: list = []
+    with CompileMeter() as meter:
+        try:
+            report = _verify_bundle(path, runs, seed, sample, svl_bits, names, progress, t0, helpers)
+        finally:
+            for h in helpers:
+                h.close()
+    report.compiled_kernels, report.compile_seconds = meter.kernels, meter.seconds
+    for h in helpers:
+        report.compiled_kernels += h.kernels
+        report.compile_seconds += h.waited
+        report.helper_kernels += h.kernels
+        report.helper_seconds += h.seconds
+    if report.compiled_kernels:
+        log.info("%s: compiled %d kernel(s) (%d in a helper process), %.1f s of the run", path,
+                 report.compiled_kernels, report.helper_kernels, report.compile_seconds)
+    return report
+
+
+def _verify_bundle(path, runs, seed: int, sample: int, svl_bits: int, names, progress, t0: float,
+                   helpers: list) -> Report:
     with open_any(path) as b:
         problems: list[tuple[str, str]] = []
         by_tensor: dict[str, list[str]] = {}
@@ -461,6 +529,8 @@ def verify(path: str | os.PathLike, level: str = "all", seed: int = 0, sample: i
             by_tensor.setdefault(where, []).append(msg)
         verdicts = []
         tensors = b.tensors if names is None else [b.tensor(nm) for nm in names]
+        numpy_std = "agreement" in runs and _numpy_standard_job(tensors)
+        _start_helper(tensors, runs, numpy_std, helpers)
         if progress is not None and hasattr(progress, "start"):
             progress.start(len(tensors))
         for i, t in enumerate(tensors):
@@ -473,7 +543,7 @@ def verify(path: str | os.PathLike, level: str = "all", seed: int = 0, sample: i
                 rng = np.random.default_rng([seed, i])
                 blocks = _lossless(b, t, v) if "lossless" in runs else None
                 if "agreement" in runs and not v.problems:
-                    _agreement(b, t, blocks, v, rng, sample, svl_bits)
+                    _agreement(b, t, blocks, v, rng, sample, svl_bits, numpy_std)
             verdicts.append(v)
             if progress is not None:
                 progress(v)

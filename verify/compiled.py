@@ -937,6 +937,23 @@ _SERIAL_DRIVER: list = []
 #: its core. Tiles are computed independently, so the result is the same either way.
 SERIAL_WORK = 1 << 22
 
+#: below this many multiply-adds a call also runs on the calling thread while the parallel
+#: driver is neither built in this process nor in numba's on-disk cache: its first build
+#: (~1.2 s here, a parfor) costs more than a serial run of such a call (tens of ms at most), so
+#: a small bundle's first verify never compiles it. Again the same result either way.
+PARALLEL_COLD_WORK = 1 << 27
+
+
+def _parallel_pays(work: int) -> bool:
+    """Whether a call of ``work`` multiply-adds runs the parallel driver (else the serial one)."""
+    if work < SERIAL_WORK:
+        return False
+    if _DRIVER or work >= PARALLEL_COLD_WORK or config.DISABLE_JIT:
+        return True
+    from ..formats._jit import cached_on_disk
+
+    return cached_on_disk(_drive)
+
 
 def _drive_serial(tile, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
     for t in range(s_t.shape[0]):
@@ -1060,7 +1077,7 @@ class Prepared:
         a_k = a if self.spec.activations is None else self.spec.activations(a)
         args = (_compiled(self.spec.kernel), self.weights, self.geom, a_k, A, self.s_t, self.o_t, da,
                 _d.SCHEME_KIND[t.scheme], t.group, chunk, self.n, P, y, want_p, want_y)
-        if m * self.n * self.k < SERIAL_WORK:
+        if not _parallel_pays(m * self.n * self.k):
             _driver(serial=True)(*args)
             return P, A, y
         # tiles handed out a few at a time (not one static half per thread), so a thread that

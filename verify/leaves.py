@@ -250,10 +250,23 @@ def _pack_activations_kernel(a, G):
     return out
 
 
+#: activation values up to which the GEMM leaf packs them in numpy (``pack_activations_ref``,
+#: the same bytes, tested): a reshape and a transpose, as fast as the kernel at verification's
+#: sizes (M <= 64), and a small job's first run then never compiles the packer
+NUMPY_PACK_VALUES = 1 << 20
+
+
 def pack_activations(a: np.ndarray, G: int) -> np.ndarray:
     """Pack int8 activations ``a[M, K]`` for the GEMM leaf: uint8 ``[Mt][ng][G/4][16][4]``."""
     a = _as_int8_2d(a, "activations")
     _check_group(a.shape[1], G)
+    return _pack_activations_kernel(a, int(G))
+
+
+def _pack_for_gemm(a: np.ndarray, G: int) -> np.ndarray:
+    """:func:`pack_activations` of checked ``a``: numpy up to :data:`NUMPY_PACK_VALUES`."""
+    if a.size <= NUMPY_PACK_VALUES:
+        return pack_activations_ref(a, G)
     return _pack_activations_kernel(a, int(G))
 
 
@@ -311,7 +324,7 @@ def gemm_leaf(panels, zt0, a, n: int, k: int, G: int, nibble: bool,
     panels, zt0, a, sbs_arr = check_leaf_inputs(panels, zt0, a, n, k, G, nibble, sbs)
     st = state if state is not None else new_state()
     ng = k // G
-    apk = _pack_activations_kernel(a, G).reshape(-1)
+    apk = _pack_for_gemm(a, G).reshape(-1)
     out = np.zeros(a.shape[0] * len(sbs_arr) * ng * CHANNELS * 4, np.uint8)
     gemm_program(panels, zt0, apk, a.shape[0], n, k, G, int(bool(nibble)), sbs_arr, out,
                  st.Z, st.ZA, st.ZT0, st.P)

@@ -85,6 +85,9 @@ class Runner:
     label: str  # the ledger path (or its family) for listings
     accepts: Callable[[str, qtypes.GGMLType], bool]
     run: Callable[[Sample], list[PathResult]]
+    #: the lazy kernels ``run`` calls, as ``"<verify module>.<name>"``: what a cold first run
+    #: may compile in a second process meanwhile (verify/precompile.py)
+    kernels: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -188,7 +191,8 @@ def _il8_gemm(s: Sample) -> list[PathResult]:
     return [("il8.gemm", P, dispatch.rescale(P, A, sc, of, s.da, s.qtype), None)]
 
 
-PANEL_LEAVES = Runner("sme2/neon leaves", _panel_leaves_accept, _panel_leaves)
+PANEL_LEAVES = Runner("sme2/neon leaves", _panel_leaves_accept, _panel_leaves,
+                      kernels=("leaves.gemv_program", "neon.neon_program", "leaves.gemm_program"))
 IL8_GEMM = Runner("il8.gemm", _il8_gemm_accept, _il8_gemm)
 
 
