@@ -433,39 +433,6 @@ def _syncfs(folder: Path) -> bool:
         os.close(fd)
 
 
-_SYNC_FILE_RANGE_WRITE = 2  # linux/fs.h: start writeback of the range's dirty pages, do not wait
-_sync_file_range: Any = None
-
-
-def start_writeback(fd: int) -> bool:
-    """Ask the kernel to start writing a finished file's dirty pages to disk now (Linux
-    ``sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE)``, which does not wait), so the disk works
-    while the next tensors are converted and the final flush (:func:`_fsync_files`) has less
-    left to wait for. Durability still comes from that flush; False where there is no such call."""
-    global _sync_file_range
-    if _sync_file_range is None:
-        try:
-            import ctypes
-
-            fn = ctypes.CDLL(None, use_errno=True).sync_file_range
-            fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-            _sync_file_range = fn
-        except (OSError, AttributeError):
-            _sync_file_range = False
-    return bool(_sync_file_range) and _sync_file_range(fd, 0, 0, _SYNC_FILE_RANGE_WRITE) == 0
-
-
-def _start_writeback_of(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        start_writeback(fd)
-    finally:
-        os.close(fd)
-
-
 def _fsync_files(paths: list[Path]) -> None:
     """Make many written files durable: one ``syncfs`` where the platform has it, else an
     fsync per file (a few threads: the waits overlap, the GIL is released)."""
@@ -543,8 +510,6 @@ class BundleWriter:
             with open(path, "wb") as f:
                 for piece in _file_pieces(layout, views):
                     f.write(piece)
-                f.flush()
-                start_writeback(f.fileno())
             self._unsynced.append(path)
         except OSError as e:
             raise atomic.output_error(e, path) from None
@@ -599,8 +564,6 @@ class BundleWriter:
         """Hash a :meth:`map_tensor` file from its map (as :meth:`write_tensor` hashes its regions)
         and return its :class:`TensorFile` (``wait=False``: a :class:`PendingTensorFile`). The map
         is released when the last view of it goes (the hash threads hold theirs until done)."""
-        if mt.whole is not None:
-            _start_writeback_of(self.tmp / mt.file)
         views = [mt.views[r.name].reshape(-1).view(np.uint8) for r in mt.layout]
         file_hash, region_hashes = _start_hashes(mt.layout, views, known_hashes,
                                                  mt.whole if mt.whole is not None else b"")

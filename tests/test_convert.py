@@ -333,23 +333,6 @@ def test_mapped_and_written_tensor_files_are_the_same(tmp_path, tiny_gguf, monke
         assert (a.path / t["file"]).read_bytes() == (b.path / t["file"]).read_bytes()
 
 
-@pytest.mark.parametrize("mapped", [True, False])
-def test_each_tensor_file_starts_its_writeback(tmp_path, tiny_gguf, monkeypatch, mapped):
-    """Every tensor file, mapped or written, asks for its writeback once finished; without the
-    call (not Linux) the bundle is the same."""
-    from panelpack.formats import bundle as B
-
-    monkeypatch.setattr(B.BundleWriter, "MAPS", mapped)
-    calls = []
-    monkeypatch.setattr(B, "_sync_file_range", lambda fd, off, n, flags: calls.append((os.fstat(fd).st_size, flags)) or 0)
-    a = Bundle(convert(tiny_gguf, tmp_path / "a.ppk").bundle)
-    sized = [t for t in a.manifest["tensors"] if t["bytes"]]
-    assert sorted(c[0] for c in calls) == sorted(t["bytes"] for t in sized) and {c[1] for c in calls} == {2}
-    monkeypatch.setattr(B, "_sync_file_range", False)
-    b = Bundle(convert(tiny_gguf, tmp_path / "b.ppk").bundle)
-    assert a.manifest["tensors"] == b.manifest["tensors"]
-
-
 def test_verify_structure_does_not_import_numba(tmp_path, tiny_gguf):
     """The structure level hashes and reads manifests only: its process never imports numba
     (~0.4 s of its start-up), the CLI's compile notice included."""
