@@ -108,6 +108,7 @@ def test_report_says_what_was_compiled():
                               compile_seconds=9.5, helper_kernels=20, helper_seconds=7.0)
     text = rep.render()
     assert "compiled 30 kernel(s), 9.5 s of the 12.0 s; 20 of them in a helper process" in text
+    assert text.splitlines()[-1].startswith("verify OK")  # the verdict stays the last line
     assert rep.to_json()["compiled"] == {"kernels": 30, "seconds": 9.5, "helper_kernels": 20, "helper_seconds": 7.0}
     assert "first run" not in bundle_check.Report("b", ("structure",), 0, 2, [], []).render()
 
