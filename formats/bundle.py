@@ -805,7 +805,7 @@ class Bundle:
                     problems.append((where, f"region {rname!r} ends past the end of {t.file}"))
                 end = max(end, r.offset + r.nbytes)
             if hashes:
-                got, bad = hashing.pop(t.name).result() if t.name in hashing else _file_and_region_hashes(path, t)
+                got, bad = hashing.pop(t.name).result()  # (started above: every well-sized file)
                 if got != t.sha256:
                     problems.append((where, f"sha256 of {t.file} is {got[:16]}..., manifest says {t.sha256[:16]}..."
                                             + (f" (damaged region: {', '.join(bad)})" if bad
