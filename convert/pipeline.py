@@ -71,13 +71,7 @@ AUTO_JOBS = 2
 def auto_jobs(kernels: bool) -> int:
     """``jobs`` when none is given: :data:`AUTO_JOBS` (or the usable cores, if fewer) when the
     job runs the kernels, else 1."""
-    if not kernels:
-        return 1
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        cores = os.cpu_count() or 1
-    return max(1, min(AUTO_JOBS, cores))
+    return max(1, min(AUTO_JOBS, engine.usable_cores())) if kernels else 1
 
 
 #: tensors written whose hashes may still be running while the next ones convert (their data

@@ -39,6 +39,16 @@ _kernels = False
 cold_cache_hooks: list[Callable[[], None]] = []
 
 
+def usable_cores() -> int:
+    """The CPUs this process may run on (its affinity mask; the machine's count elsewhere)."""
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
 def kernels_started() -> bool:
     """Whether this process runs numba kernels (one has been built, or a job asked for them)."""
     return _kernels

@@ -33,6 +33,8 @@ import tempfile
 import time
 from typing import Any, Callable, Iterable, Optional
 
+from ..formats import engine
+
 log = logging.getLogger(__name__)
 
 SWITCH = "PANELPACK_PRECOMPILE"  # "0": never start a helper process
@@ -70,12 +72,6 @@ def _cache_writable(k) -> bool:
         return False
     return True
 
-
-def _cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
 
 
 def _matrices(tensors):
@@ -179,7 +175,7 @@ class Helper:
 def start(names: list[str], share: Optional[frozenset] = HELPER_SHARE) -> Optional[Helper]:
     """Start a helper compiling the cold kernels among ``names`` that ``share`` names (None:
     all of them), or None (see the module docstring)."""
-    if not names or os.environ.get(SWITCH, "1") == "0" or _cpus() < 2:
+    if not names or os.environ.get(SWITCH, "1") == "0" or engine.usable_cores() < 2:
         return None
     from numba.core import config
 
