@@ -254,10 +254,13 @@ def _install_sigterm() -> None:
 @click.option("--leave-output-tensor", is_flag=True, help="With a --quant mix: keep output.weight as stored.")
 @click.option("--imatrix", "imatrix", default=None, metavar="FILE",
               help="With a --quant mix: llama.cpp importance matrix (GGUF or legacy .dat) to quantize with.")
+@click.option("--digest", default=None, type=choices.DIGEST,
+              help="Algorithm of the bundle's per-tensor digests. Default: blake3 (2x faster); sha256 for a "
+                   "runtime without BLAKE3 (docs/FORMAT.md, \"Digests\").")
 @command
 def convert(source, out, layout, quant, requant, include, exclude, jobs, dry_run, force, as_json, no_progress,
             target, cactus_panels, allow_nonfinite, pure, tensor_types, output_tensor_type, token_embedding_type,
-            leave_output_tensor, imatrix):
+            leave_output_tensor, imatrix, digest):
     """Convert a GGUF file or an HF checkpoint into a bundle (or a cactus folder).
 
     --quant takes a llama.cpp file type (Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K_S Q3_K_M Q3_K_L
@@ -281,7 +284,7 @@ def convert(source, out, layout, quant, requant, include, exclude, jobs, dry_run
     progress = _TqdmProgress(enabled=not (as_json or no_progress or dry_run) and sys.stderr.isatty())
     result = convert_fn(source, out, layout=layout, quant=quant, requant=requant, include=include,
                         exclude=exclude, jobs=jobs, dry_run=dry_run, force=force, progress=progress,
-                        allow_nonfinite=allow_nonfinite, mix_options=mix_options)
+                        allow_nonfinite=allow_nonfinite, mix_options=mix_options, digest=digest)
     for w in result.plan.warnings:
         click.echo(f"warning: {w}", err=True)
     echo_result(result, as_json)

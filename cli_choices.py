@@ -2,7 +2,8 @@
 
 ``--layout`` lists ``repack.LAYOUTS``, ``--quant``/``--requant`` the quantizable types of the
 type registry (``convert.policy.QUANT_CHOICES``), llama.cpp's mixes (``convert.mixes.MIXES``)
-and the CQ codes (``convert.cactus.QUANTS``), ``--level`` the verifier's ``LEVELS``. A
+and the CQ codes (``convert.cactus.QUANTS``), ``--level`` the verifier's ``LEVELS``, ``--digest``
+the bundle digests (``formats.digests.DIGESTS``). A
 registry is imported only when click first needs its names (parsing that option, or rendering
 that command's help), so ``panelpack --help`` stays as cheap as before.
 """
@@ -61,6 +62,12 @@ def _levels() -> tuple[str, ...]:
     return LEVELS
 
 
+def _digests() -> tuple[str, ...]:
+    from panelpack.formats.digests import DIGESTS
+
+    return tuple(DIGESTS)
+
+
 def _demo_levels() -> tuple[str, ...]:
     return ("none",) + tuple(_levels())
 
@@ -70,3 +77,4 @@ QUANT = RegistryChoice(_quants)  # --quant: the block types and the CQ codes of 
 REQUANT = RegistryChoice(_requants)  # --requant: block types only
 LEVEL = RegistryChoice(_levels)
 DEMO_LEVEL = RegistryChoice(_demo_levels)
+DIGEST = RegistryChoice(_digests)

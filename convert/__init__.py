@@ -85,7 +85,8 @@ def plan(source: str | os.PathLike, layout: str = "panel64", quant: Optional[str
 def convert(source: str | os.PathLike, out: str | os.PathLike | None = None, layout: str = "panel64",
             quant: Optional[str] = None, requant: Optional[str] = None, include: Sequence[str] = (),
             exclude: Sequence[str] = (), jobs: Optional[int] = 1, dry_run: bool = False, force: bool = False,
-            progress: Optional[Progress] = None, allow_nonfinite: bool = False, mix_options=None) -> ConvertResult:
+            progress: Optional[Progress] = None, allow_nonfinite: bool = False, mix_options=None,
+            digest: Optional[str] = None) -> ConvertResult:
     """Convert a GGUF file or an HF checkpoint into a bundle at ``out``.
 
     ``quant`` (HF sources: q4_0, q8_0, q4_k) quantizes 2-D matmul weights; ``requant`` (GGUF
@@ -96,8 +97,13 @@ def convert(source: str | os.PathLike, out: str | os.PathLike | None = None, lay
     tensor's type as llama-quantize does; ``mix_options`` (a ``mixes.Options``) carries
     ``--pure``, ``--tensor-type`` and the other per-tensor options. ``jobs``: tensors converted
     at once; ``None`` lets the pipeline choose (``pipeline.auto_jobs``: 2 for a job that runs
-    the kernels, when 2 cores are usable).
+    the kernels, when 2 cores are usable). ``digest``: the algorithm of the bundle's per-tensor
+    digests (``formats.digests.DIGESTS``; None: ``digests.DEFAULT``, BLAKE3; sha256 for a runtime
+    without BLAKE3).
     """
+    from ..formats import digests
+
+    digest = digests.get(digest or digests.DEFAULT).name  # an unknown name: bad input, nothing read
     if out is not None and not dry_run:
         _check_output(source, out, force)
     with open_checkpoint(source) as ckpt:
@@ -109,7 +115,7 @@ def convert(source: str | os.PathLike, out: str | os.PathLike | None = None, lay
 
             raise BadInputError("an output path is needed (-o OUT.ppk) unless --dry-run")
         path, results, seconds = run(ckpt, p, out, force=force, jobs=jobs, progress=progress,
-                                     allow_nonfinite=allow_nonfinite)
+                                     allow_nonfinite=allow_nonfinite, digest=digest)
         return ConvertResult(p, path, seconds, results)
 
 

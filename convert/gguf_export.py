@@ -167,8 +167,8 @@ def export_gguf(bundle: str | os.PathLike, out: str | os.PathLike, force: bool =
             n, k = t.nk
             blocks = repack.get(t.layout).unpack(b.regions(t), n, k, t.qtype)
             data = np.ascontiguousarray(blocks).reshape(-1).view(np.uint8).data
-            want = t.blocks_sha256
-            got = atomic.sha256_bytes(data)
+            want = t.blocks_digest
+            got = b.digest.of_bytes(data)
             if want and got != want:
                 raise FormatError(f"tensor {t.name!r}: restored blocks do not match the hash recorded at conversion "
                                   f"(bundle damaged; run `panelpack verify`)", path=b.path)

@@ -23,8 +23,8 @@ import numpy as np
 
 from .. import __version__, repack
 from ..formats import blocks as codecs
-from ..formats import bundle, engine, qtypes
-from ..formats.atomic import sha256_bytes, sha256_file
+from ..formats import bundle, digests, engine, qtypes
+from ..formats.atomic import sha256_file
 from ..formats.bundle import BundleWriter, MappedTensor, TensorEntry, hash_async
 from ..formats.common import Checkpoint
 from . import quality
@@ -118,18 +118,20 @@ def convert_tensor(ckpt: Checkpoint, tp: TensorPlan, allow_nonfinite: bool = Fal
                    writer: Optional[BundleWriter] = None) -> tuple[Any, dict[str, Any], Optional[dict]]:
     """Produce one tensor's regions. Returns (regions, extra manifest fields, error); with a
     ``writer`` that maps files, the regions are packed straight into the tensor file and
-    returned as its :class:`MappedTensor` (for :meth:`BundleWriter.finish_tensor`)."""
+    returned as its :class:`MappedTensor` (for :meth:`BundleWriter.finish_tensor`). The digests
+    are in the writer's algorithm (the default one without a writer)."""
     info, d = tp.info, tp.decision
     n, k = info.n, info.k
     raw = np.asarray(ckpt.raw(info.name))  # a plain view of the map: slicing a np.memmap is slow
-    source_hash = hash_async(sha256_bytes, raw)  # on a hash thread, while this one converts
+    dg = writer.digest if writer is not None else digests.get(digests.DEFAULT)
+    source_hash = hash_async(dg.of_bytes, raw)  # on a hash thread, while this one converts
     err = blocks_hash = None
     if d.action in ("repack", "copy"):
         blocks = raw.reshape(n, -1) if info.type.quantized else raw
     elif d.action in ("quantize", "requantize"):
         blocks, err = _quantize_rows(raw, info.type, d.target_type, n, k, info.name, allow_nonfinite,
                                      imatrix=tp.importance, parallel=parallel)
-        blocks_hash = hash_async(sha256_bytes, blocks)
+        blocks_hash = hash_async(dg.of_bytes, blocks)
     else:  # pragma: no cover - the policy produces only the actions above
         raise AssertionError(d.action)
     lay = repack.get(d.layout)
@@ -141,7 +143,7 @@ def convert_tensor(ckpt: Checkpoint, tp: TensorPlan, allow_nonfinite: bool = Fal
     else:
         regions = lay.pack(blocks, n, k, d.target_type)
     # the hashes may still be running: the writer records them once done (HASH_AHEAD)
-    extra: dict[str, Any] = {"source_sha256": source_hash, "blocks_sha256": blocks_hash or source_hash}
+    extra: dict[str, Any] = {"source_digest": source_hash, "blocks_digest": blocks_hash or source_hash}
     return regions, extra, err
 
 
@@ -267,12 +269,13 @@ def _target(plan: Plan) -> dict[str, Any]:
 
 
 def run(ckpt: Checkpoint, plan: Plan, out: str | os.PathLike, force: bool = False, jobs: Optional[int] = 1,
-        progress: Optional[Progress] = None, allow_nonfinite: bool = False) -> tuple[Path, list[TensorResult], float]:
+        progress: Optional[Progress] = None, allow_nonfinite: bool = False, digest: str = digests.DEFAULT
+        ) -> tuple[Path, list[TensorResult], float]:
     """Write the bundle for ``plan``. Returns (path, per-tensor results, seconds)."""
     progress = progress or Progress()
     t0 = time.perf_counter()
     results: list[TensorResult] = []
-    with BundleWriter(out, force=force) as writer:
+    with BundleWriter(out, force=force, digest=digest) as writer:
         source_hashes = _hash_sources(ckpt)
         progress.start(len(plan.tensors), plan.bytes_in)
         # numba's start-up only pays for itself on big jobs; small ones stay in numpy
@@ -296,7 +299,7 @@ def run(ckpt: Checkpoint, plan: Plan, out: str | os.PathLike, force: bool = Fals
         def finish(tp: TensorPlan, produced) -> None:
             regions, extra, err = produced
             # row-major blocks are the standard blocks themselves: their hash is known
-            known = [extra["blocks_sha256"]] if tp.decision.layout == "rowmajor" else None
+            known = [extra["blocks_digest"]] if tp.decision.layout == "rowmajor" else None
             if isinstance(regions, MappedTensor):
                 written = writer.finish_tensor(regions, known_hashes=known, wait=False)
             else:

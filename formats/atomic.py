@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import logging
-import mmap
 import os
 import secrets
 import shutil
@@ -31,8 +29,7 @@ import stat
 from pathlib import Path
 from typing import IO, Callable, Iterator, Optional, TypeVar
 
-import numpy as np
-
+from . import digests
 from .errors import OutputError
 
 log = logging.getLogger(__name__)
@@ -258,49 +255,13 @@ def write_bytes(target: str | os.PathLike, data: bytes, *, force: bool = False) 
         f.write(data)
 
 
-# ---- hashing -----------------------------------------------------------------------------
-HASH_CHUNK = 16 << 20
-
-
+# ---- hashing (sha256: what model hubs publish; a bundle's own digests are formats/digests) ---
 def sha256_bytes(data) -> str:
     """sha256 of a bytes-like object or of an array's bytes (no copy when it is contiguous)."""
-    if isinstance(data, np.ndarray):
-        data = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
-    if not isinstance(data, (bytes, bytearray)):
-        data = memoryview(data).cast("B")
-    return hashlib.sha256(data).hexdigest()
+    return digests.SHA256.of_bytes(data)
 
 
 def sha256_file(path: str | os.PathLike, offset: int = 0, size: Optional[int] = None) -> str:
-    """sha256 of a file (or of ``size`` bytes from ``offset``): hashed straight from a read-only
-    memory map (no copy into Python buffers; hashlib releases the GIL), or read in large
-    chunks where the file cannot be mapped."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        total = os.fstat(f.fileno()).st_size
-        end = total if size is None else min(total, offset + size)
-        if end <= offset:
-            return h.hexdigest()
-        try:
-            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        except (OSError, ValueError):  # not mappable (a pipe, a special file): plain reads
-            mm = None
-        if mm is None:
-            f.seek(offset)
-            while offset < end:
-                b = f.read(min(HASH_CHUNK, end - offset))
-                if not b:
-                    break
-                h.update(b)
-                offset += len(b)
-            return h.hexdigest()
-        with mm:
-            if hasattr(mmap, "MADV_SEQUENTIAL"):
-                mm.madvise(mmap.MADV_SEQUENTIAL)
-            view = memoryview(mm)
-            try:
-                for a in range(offset, end, HASH_CHUNK):
-                    h.update(view[a:min(end, a + HASH_CHUNK)])
-            finally:
-                view.release()
-    return h.hexdigest()
+    """sha256 of a file (or of ``size`` bytes from ``offset``), from a read-only map (reads
+    where the file cannot be mapped)."""
+    return digests.SHA256.of_file(path, offset, size)

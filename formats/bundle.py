@@ -22,7 +22,6 @@ verifier to report.
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import logging
 import math
@@ -37,14 +36,17 @@ from typing import Any, Iterable, Mapping, Optional
 
 import numpy as np
 
-from . import atomic, guard, qtypes
+from . import atomic, digests, guard, qtypes
 from .atomic import sha256_bytes, sha256_file
+from .digests import Digest
 from .errors import BadInputError, FormatError, OutputError
 
 log = logging.getLogger(__name__)
 
 FORMAT = "panelpack.bundle"
-VERSION = 1
+#: the version written; version 1 (no ``digest`` member: sha256 digests) is still read
+VERSION = 2
+READS = (1, 2)
 MANIFEST = "manifest.json"
 ALIGN = 64
 TENSOR_DIR = "tensors"
@@ -59,7 +61,6 @@ _NP_TO_NAME = {np.dtype(v).str: k for k, v in DTYPES.items() if k != "f16"}
 _NP_TO_NAME[np.dtype("<f2").str] = "f16"
 
 _SAFE_FILE = re.compile(r"^[A-Za-z0-9._+-]+$")
-_HASH_CHUNK = 8 << 20
 
 
 def dtype_name(dt) -> str:
@@ -108,12 +109,13 @@ class Region:
     nbytes: int
     dtype: str  # manifest dtype name
     shape: tuple[int, ...]
-    sha256: Optional[str] = None
+    digest: Optional[str] = None  # of the region's bytes, in the bundle's algorithm
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, key: str = digests.DEFAULT) -> dict[str, Any]:
+        """The region as the manifest holds it; ``key``: the bundle's digest name."""
         d: dict[str, Any] = {"offset": self.offset, "bytes": self.nbytes, "dtype": self.dtype, "shape": list(self.shape)}
-        if self.sha256 is not None:
-            d["sha256"] = self.sha256
+        if self.digest is not None:
+            d[key] = self.digest
         return d
 
     @property
@@ -121,7 +123,7 @@ class Region:
         return np.dtype(DTYPES[self.dtype])
 
     @classmethod
-    def from_json(cls, name: str, r: Any, mpath: Path, where: str) -> "Region":
+    def from_json(cls, name: str, r: Any, mpath: Path, where: str, digest_key: str = digests.LEGACY) -> "Region":
         if not isinstance(r, dict):
             raise FormatError("must be an object", path=mpath, where=where)
         for key, typ in _REQUIRED_REGION_KEYS.items():
@@ -137,20 +139,22 @@ class Region:
         if want != r["bytes"]:
             raise FormatError(f"shape {r['shape']} of {r['dtype']} is {want} bytes, region says {r['bytes']}",
                               path=mpath, where=where)
-        sha = r.get("sha256")
-        if "sha256" in r and not (isinstance(sha, str) and _HEX64.match(sha)):
-            raise FormatError("field 'sha256' is not 64 hex digits", path=mpath, where=where)
+        sha = r.get(digest_key)
+        if digest_key in r and not (isinstance(sha, str) and _HEX64.match(sha)):
+            raise FormatError(f"field {digest_key!r} is not 64 hex digits", path=mpath, where=where)
         return cls(name, r["offset"], r["bytes"], r["dtype"], tuple(r["shape"]), sha)
 
 
 @dataclass(frozen=True)
 class TensorFile:
-    """What :meth:`BundleWriter.write_tensor` wrote: the file's name, size, hash and regions."""
+    """What :meth:`BundleWriter.write_tensor` wrote: the file's name, size, digest (in the
+    algorithm ``digest_name``) and regions."""
 
     file: str
     bytes: int
-    sha256: str
+    digest: str
     regions: Mapping[str, Region]
+    digest_name: str = digests.DEFAULT
 
 
 @dataclass
@@ -170,8 +174,8 @@ class PendingTensorFile:
     waits for them and gives the :class:`TensorFile`. Lets the writer go on to the next tensor
     while this one is hashed (the data stays referenced until then)."""
 
-    def __init__(self, file: str, size: int, layout: list[Region], file_hash, region_hashes: list):
-        self.file, self.size, self.layout = file, size, layout
+    def __init__(self, file: str, size: int, layout: list[Region], file_hash, region_hashes: list, digest_name: str):
+        self.file, self.size, self.layout, self.digest_name = file, size, layout, digest_name
         self._file_hash: Any = file_hash
         self._region_hashes: Optional[list] = region_hashes
         self._done: Optional[TensorFile] = None
@@ -180,23 +184,24 @@ class PendingTensorFile:
         if self._done is None:
             assert self._region_hashes is not None
             self._done = TensorFile(self.file, self.size, self._file_hash.result(),
-                                    {r.name: replace(r, sha256=hx.result()) for r, hx in zip(self.layout, self._region_hashes)})
+                                    {r.name: replace(r, digest=hx.result()) for r, hx in zip(self.layout, self._region_hashes)},
+                                    self.digest_name)
             self._file_hash = self._region_hashes = None
         return self._done
 
 
-def _start_hashes(layout: list[Region], views: list, known_hashes, whole=None):
-    """Futures of the region hashes (``known_hashes``: a sha256 or a Future per region, or None
-    to compute it) and of the file hash: the single region's when it is the whole file, else
+def _start_hashes(dg: Digest, layout: list[Region], views: list, known_hashes, whole=None):
+    """Futures of the region digests (``known_hashes``: a digest or a Future per region, or None
+    to compute it) and of the file digest: the single region's when it is the whole file, else
     ``whole`` (the file's bytes) or the regions with their zero padding."""
     known = list(known_hashes or ()) + [None] * len(views)
-    region_hashes = [hash_async(sha256_bytes, v) if k is None else (_done(k) if isinstance(k, str) else k)
+    region_hashes = [hash_async(dg.of_bytes, v) if k is None else (_done(k) if isinstance(k, str) else k)
                      for v, k in zip(views, known)]
     if len(views) == 1 and layout[0].offset == 0:
         return region_hashes[0], region_hashes
     if whole is not None:
-        return hash_async(sha256_bytes, whole), region_hashes
-    return hash_async(_file_digest, layout, views), region_hashes
+        return hash_async(dg.of_bytes, whole), region_hashes
+    return hash_async(_file_digest, dg, layout, views), region_hashes
 
 
 @dataclass(frozen=True)
@@ -211,23 +216,24 @@ class TensorEntry:
     layout: str  # the layout name (repack.LAYOUTS)
     file: str
     bytes: int
-    sha256: str
+    digest: str  # of the tensor file; every digest of the entry is in the algorithm digest_name
     regions: Mapping[str, Region]
     params: Mapping[str, Any]
     ledger: Mapping[str, Any]
     source_type: Optional[str] = None
     role: Optional[str] = None
     action: Optional[str] = None
-    source_sha256: Optional[str] = None  # sha256 of the tensor's bytes in the source checkpoint
-    blocks_sha256: Optional[str] = None  # sha256 of the row-major blocks before the layout
+    source_digest: Optional[str] = None  # of the tensor's bytes in the source checkpoint
+    blocks_digest: Optional[str] = None  # of the row-major blocks before the layout
     extra: Mapping[str, Any] = field(default_factory=dict)  # fields of newer writers, kept as read
+    digest_name: str = digests.DEFAULT  # the bundle's digest algorithm (formats/digests)
 
     @classmethod
     def create(cls, name: str, shape: Iterable[int], type: str, layout: str, written: TensorFile,
                params: Mapping[str, Any], ledger: Mapping[str, Any], **optional: Any) -> "TensorEntry":
         return cls(name=name, shape=tuple(int(d) for d in shape), type=type, layout=layout, file=written.file,
-                   bytes=written.bytes, sha256=written.sha256, regions=dict(written.regions), params=dict(params),
-                   ledger=dict(ledger), **optional)
+                   bytes=written.bytes, digest=written.digest, regions=dict(written.regions), params=dict(params),
+                   ledger=dict(ledger), digest_name=written.digest_name, **optional)
 
     # -- derived --------------------------------------------------------------------------
     @property
@@ -246,6 +252,7 @@ class TensorEntry:
     # -- JSON -----------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {}
+        keys = _json_keys(self.digest_name)
         for key in _ENTRY_ORDER:
             value = getattr(self, key)
             if value is None and key in _OPTIONAL_KEYS:
@@ -253,19 +260,20 @@ class TensorEntry:
             if key == "shape":
                 value = list(value)
             elif key == "regions":
-                value = {n: r.to_json() for n, r in value.items()}
+                value = {n: r.to_json(self.digest_name) for n, r in value.items()}
             elif key in ("params", "ledger"):
                 value = dict(value)
-            d[key] = value
+            d[keys.get(key, key)] = value
         d.update(self.extra)
         return d
 
     @classmethod
-    def from_json(cls, t: Any, mpath: Path, index: int) -> "TensorEntry":
+    def from_json(cls, t: Any, mpath: Path, index: int, digest_name: str = digests.LEGACY) -> "TensorEntry":
         where = f"tensors[{index}]"
         if not isinstance(t, dict):
             raise FormatError("must be an object", path=mpath, where=where)
-        for key, typ in _REQUIRED_TENSOR_KEYS.items():
+        keys = _json_keys(digest_name)  # attribute -> manifest key
+        for key, typ in dict(_REQUIRED_TENSOR_KEYS, **{keys["digest"]: str}).items():
             if key not in t:
                 raise FormatError(f"missing field {key!r}", path=mpath, where=where)
             if not isinstance(t[key], typ) or (typ is int and isinstance(t[key], bool)):
@@ -285,27 +293,36 @@ class TensorEntry:
             raise FormatError(e.detail, path=mpath, where=where) from None
         if t["bytes"] < 0:
             raise FormatError("negative byte count", path=mpath, where=where)
-        for key in ("sha256", "source_sha256", "blocks_sha256"):  # optional ones may be absent, never null
+        for key in (keys["digest"], keys["source_digest"], keys["blocks_digest"]):  # optional: absent, never null
             v = t.get(key)
             if key in t and not (isinstance(v, str) and _HEX64.match(v)):
                 raise FormatError(f"field {key!r} is not 64 hex digits", path=mpath, where=where)
         for key in ("source_type", "role", "action"):
             if t.get(key) is not None and not isinstance(t[key], str):
                 raise FormatError(f"field {key!r} must be str", path=mpath, where=where)
-        regions = {rname: Region.from_json(rname, r, mpath, f"{where} region {rname!r}")
+        regions = {rname: Region.from_json(rname, r, mpath, f"{where} region {rname!r}", digest_name)
                    for rname, r in t["regions"].items()}
         led = t["ledger"]
         if not all(k in led for k in ("requested", "written", "reason")):
             raise FormatError("ledger needs requested, written and reason", path=mpath, where=where)
-        known = {k: t[k] for k in _ENTRY_ORDER if k in t}
+        known = {k: t[keys.get(k, k)] for k in _ENTRY_ORDER if keys.get(k, k) in t}
         known["shape"] = tuple(t["shape"])
         known["regions"] = regions
-        return cls(**known, extra={k: v for k, v in t.items() if k not in _ENTRY_ORDER})
+        taken = {keys.get(k, k) for k in _ENTRY_ORDER}
+        return cls(**known, extra={k: v for k, v in t.items() if k not in taken}, digest_name=digest_name)
 
 
-_ENTRY_ORDER = ("name", "shape", "source_type", "type", "role", "action", "layout", "file", "bytes", "sha256",
-                "regions", "params", "source_sha256", "blocks_sha256", "ledger")
-_OPTIONAL_KEYS = frozenset({"source_type", "role", "action", "source_sha256", "blocks_sha256"})
+#: an entry's attributes in manifest order; the digest ones are named after the algorithm there
+_ENTRY_ORDER = ("name", "shape", "source_type", "type", "role", "action", "layout", "file", "bytes", "digest",
+                "regions", "params", "source_digest", "blocks_digest", "ledger")
+_OPTIONAL_KEYS = frozenset({"source_type", "role", "action", "source_digest", "blocks_digest"})
+
+
+def _json_keys(digest_name: str) -> dict[str, str]:
+    """The manifest keys of an entry's digest attributes for the algorithm ``digest_name``
+    (``sha256``, ``source_sha256``, ``blocks_sha256`` for sha256; the others keep their names)."""
+    dg = digests.get(digest_name)
+    return {"digest": dg.name, "source_digest": dg.source_key, "blocks_digest": dg.blocks_key}
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _LOSSLESS_ACTIONS = frozenset({"repack", "copy"})
 
@@ -336,7 +353,7 @@ def hash_async(fn, *args):
     if not _HASH_POOL:
         from concurrent.futures import ThreadPoolExecutor
 
-        _HASH_POOL.append(ThreadPoolExecutor(max_workers=2, thread_name_prefix="panelpack-sha256"))
+        _HASH_POOL.append(ThreadPoolExecutor(max_workers=2, thread_name_prefix="panelpack-hash"))
     return _HASH_POOL[0].submit(fn, *args)
 
 
@@ -359,9 +376,9 @@ def _file_pieces(layout: list[Region], views: list):
         pos = reg.offset + reg.nbytes
 
 
-def _file_digest(layout: list[Region], views: list) -> str:
-    """sha256 of the tensor file made of ``views`` at ``layout``'s offsets, zero-padded."""
-    h = hashlib.sha256()
+def _file_digest(dg: Digest, layout: list[Region], views: list) -> str:
+    """The digest of the tensor file made of ``views`` at ``layout``'s offsets, zero-padded."""
+    h = dg.new()
     for piece in _file_pieces(layout, views):
         h.update(piece)
     return h.hexdigest()
@@ -467,7 +484,9 @@ class BundleWriter:
     KeyboardInterrupt) calls :meth:`abort`, which removes everything written so far.
     """
 
-    def __init__(self, out: str | os.PathLike, force: bool = False):
+    def __init__(self, out: str | os.PathLike, force: bool = False, digest: str = digests.DEFAULT):
+        self.digest = digests.get(digest)  # the algorithm of every tensor, region and block digest
+        self.digest.new()  # a missing package is a clear error now, not on a hash thread later
         self.out = atomic.check_target(out, force)
         self.force = force
         if self.out.exists() and not self.out.is_dir():
@@ -489,10 +508,10 @@ class BundleWriter:
     def write_tensor(self, index: int, name: str, regions: Mapping[str, np.ndarray],
                      known_hashes: Optional[list] = None, wait: bool = True) -> Any:
         """Write one tensor file from its regions (in order); returns its
-        :class:`TensorFile` (``file``, ``bytes``, ``sha256``, ``regions``), or with ``wait=False``
+        :class:`TensorFile` (``file``, ``bytes``, ``digest``, ``regions``), or with ``wait=False``
         a :class:`PendingTensorFile` whose hashes are still running. ``known_hashes`` may give
-        the sha256 (or a Future of it) of some regions already computed by the caller (e.g.
-        row-major blocks = source bytes)."""
+        the digest (or a Future of it) of some regions already computed by the caller (e.g.
+        row-major blocks = source bytes), in the writer's algorithm."""
         rel = tensor_file_name(index, name)
         specs = []
         arrays = []
@@ -504,7 +523,7 @@ class BundleWriter:
         views = [a.reshape(-1).view(np.uint8).data for a in arrays]
         # the file hash and the region hashes run on the hash threads (hashlib releases the
         # GIL) while this thread writes the same bytes
-        file_hash, region_hashes = _start_hashes(layout, views, known_hashes)
+        file_hash, region_hashes = _start_hashes(self.digest, layout, views, known_hashes)
         path = self.tmp / rel
         try:
             with open(path, "wb") as f:
@@ -513,7 +532,7 @@ class BundleWriter:
             self._unsynced.append(path)
         except OSError as e:
             raise atomic.output_error(e, path) from None
-        pending = PendingTensorFile(rel, size, layout, file_hash, region_hashes)
+        pending = PendingTensorFile(rel, size, layout, file_hash, region_hashes, self.digest.name)
         return pending.result() if wait else pending
 
     #: whether :meth:`map_tensor` is offered: the file's blocks are reserved first
@@ -565,11 +584,11 @@ class BundleWriter:
         and return its :class:`TensorFile` (``wait=False``: a :class:`PendingTensorFile`). The map
         is released when the last view of it goes (the hash threads hold theirs until done)."""
         views = [mt.views[r.name].reshape(-1).view(np.uint8) for r in mt.layout]
-        file_hash, region_hashes = _start_hashes(mt.layout, views, known_hashes,
+        file_hash, region_hashes = _start_hashes(self.digest, mt.layout, views, known_hashes,
                                                  mt.whole if mt.whole is not None else b"")
         mt.views.clear()
         mt.whole = None
-        pending = PendingTensorFile(mt.file, mt.bytes, mt.layout, file_hash, region_hashes)
+        pending = PendingTensorFile(mt.file, mt.bytes, mt.layout, file_hash, region_hashes, self.digest.name)
         return pending.result() if wait else pending
 
     # -- side files -----------------------------------------------------------------------
@@ -599,10 +618,10 @@ class BundleWriter:
     # -- finishing ------------------------------------------------------------------------
     def commit(self, manifest: dict[str, Any]) -> Path:
         """Write ``manifest.json``, fsync, and rename the bundle into place."""
-        doc = dict(manifest)
+        # format, version and digest lead (the digest is always this writer's: its files use it)
+        doc = {"format": FORMAT, "version": VERSION, "digest": self.digest.name, **manifest}
+        doc["digest"] = self.digest.name
         doc["tensors"] = [t.to_json() if isinstance(t, TensorEntry) else t for t in doc.get("tensors", [])]
-        doc.setdefault("format", FORMAT)
-        doc.setdefault("version", VERSION)
         doc.setdefault("source_files", self.side_files)
         text = manifest_text(doc)
         try:
@@ -641,9 +660,9 @@ class BundleWriter:
 # =========================================================================================
 # Reading
 # =========================================================================================
-_REQUIRED_TENSOR_KEYS = {
+_REQUIRED_TENSOR_KEYS = {  # and the file's digest, named after the bundle's algorithm
     "name": str, "shape": list, "type": str, "layout": str, "file": str, "bytes": int,
-    "sha256": str, "regions": dict, "params": dict, "ledger": dict,
+    "regions": dict, "params": dict, "ledger": dict,
 }
 _REQUIRED_REGION_KEYS = {"offset": int, "bytes": int, "dtype": str, "shape": list}
 
@@ -685,15 +704,28 @@ class Bundle:
             raise FormatError("manifest is not a JSON object", path=mpath)
         if m.get("format") != FORMAT:
             raise FormatError(f"field 'format' is {m.get('format')!r}, expected {FORMAT!r}", path=mpath)
-        if m.get("version") != VERSION:
-            raise FormatError(f"unsupported bundle version {m.get('version')!r} (this panelpack reads {VERSION})", path=mpath)
+        version = m.get("version")
+        if version not in READS or isinstance(version, bool):
+            raise FormatError(f"unsupported bundle version {version!r} (this panelpack reads "
+                              f"{', '.join(map(str, READS))})", path=mpath)
+        if version == 1:  # before the digest member: sha256 throughout
+            if "digest" in m:
+                raise FormatError("a version 1 manifest has no 'digest' member", path=mpath)
+            named: Any = digests.LEGACY
+        else:
+            named = m.get("digest")
+            if not isinstance(named, str) or named not in digests.DIGESTS:
+                raise FormatError(f"field 'digest' is {named!r}, expected one of {', '.join(digests.DIGESTS)}",
+                                  path=mpath)
+        #: the algorithm of every tensor, region and block digest of this bundle
+        self.digest: Digest = digests.get(named)
         tensors = m.get("tensors")
         if not isinstance(tensors, list):
             raise FormatError("field 'tensors' must be a list", path=mpath)
         seen_names, seen_files = set(), set()
         entries = []
         for i, t in enumerate(tensors):
-            e = TensorEntry.from_json(t, mpath, i)
+            e = TensorEntry.from_json(t, mpath, i, self.digest.name)
             where = f"tensor {e.name!r}"
             if e.name in seen_names:
                 raise FormatError("listed twice", path=mpath, where=where)
@@ -780,12 +812,13 @@ class Bundle:
         sizes = {t.name: _file_size(self.file_path(t)) for t in self.tensors}  # None: not a file
         # the hashes of every well-sized file start at once on the hash threads (one file each);
         # the loop below collects them in manifest order
-        hashing = {t.name: hash_async(_file_and_region_hashes, self.file_path(t), t) for t in self.tensors
+        dg = self.digest
+        hashing = {t.name: hash_async(_file_and_region_hashes, dg, self.file_path(t), t) for t in self.tensors
                    if hashes and sizes[t.name] == t.bytes}
         for t in self.tensors:
-            if t.action in _LOSSLESS_ACTIONS and t.source_sha256 != t.blocks_sha256:
-                problems.append((t.name, f"action {t.action!r} keeps the source blocks, but blocks_sha256 differs "
-                                         "from source_sha256"))
+            if t.action in _LOSSLESS_ACTIONS and t.source_digest != t.blocks_digest:
+                problems.append((t.name, f"action {t.action!r} keeps the source blocks, but {dg.blocks_key} differs "
+                                         f"from {dg.source_key}"))
             path = self.file_path(t)
             where = t.name
             size = sizes[t.name]
@@ -806,12 +839,12 @@ class Bundle:
                 end = max(end, r.offset + r.nbytes)
             if hashes:
                 got, bad = hashing.pop(t.name).result()  # (started above: every well-sized file)
-                if got != t.sha256:
-                    problems.append((where, f"sha256 of {t.file} is {got[:16]}..., manifest says {t.sha256[:16]}..."
+                if got != t.digest:
+                    problems.append((where, f"{dg.name} of {t.file} is {got[:16]}..., manifest says {t.digest[:16]}..."
                                             + (f" (damaged region: {', '.join(bad)})" if bad
                                                else " (damage outside the regions: padding)")))
                 elif bad:
-                    problems.append((where, f"region sha256 of {', '.join(bad)} does not match the manifest"))
+                    problems.append((where, f"region {dg.name} of {', '.join(bad)} does not match the manifest"))
         for s in self.manifest.get("source_files", []):
             path = self.path / s["file"]
             if not path.is_file():
@@ -833,14 +866,14 @@ def _file_size(path: Path) -> Optional[int]:
 _READ_CHUNK = 1 << 20  # bytes per read of a file being hashed: both hashes find them in L2
 
 
-def _file_and_region_hashes(path: Path, t: TensorEntry) -> tuple[str, list[str]]:
-    """The file's sha256 and the names of the regions whose own sha256 does not match, from
+def _file_and_region_hashes(dg: Digest, path: Path, t: TensorEntry) -> tuple[str, list[str]]:
+    """The file's digest and the names of the regions whose own digest does not match, from
     one pass over the file: each 1 MB chunk feeds the file's hash and those of the regions it
     overlaps while it is in L2 (one thread per file; :meth:`Bundle.check_structure` hashes
     files side by side). The chunks are slices of a read-only map (no copy), or reads where
     the file cannot be mapped."""
-    checks = [(rname, r, hashlib.sha256()) for rname, r in t.regions.items() if r.sha256 is not None]
-    whole = hashlib.sha256()
+    checks = [(rname, r, dg.new()) for rname, r in t.regions.items() if r.digest is not None]
+    whole = dg.new()
 
     def feed(pos: int, chunk) -> None:
         whole.update(chunk)
@@ -870,7 +903,7 @@ def _file_and_region_hashes(path: Path, t: TensorEntry) -> tuple[str, list[str]]
             while got := f.readinto(buf):
                 feed(pos, chunk_view[:got])
                 pos += got
-    return whole.hexdigest(), [rname for rname, r, h in checks if h.hexdigest() != r.sha256]
+    return whole.hexdigest(), [rname for rname, r, h in checks if h.hexdigest() != r.digest]
 
 
 def source_tensor_list(ckpt_tensors: Iterable[Any]) -> dict[str, Any]:

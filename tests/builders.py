@@ -398,3 +398,15 @@ def run_without_jit(code: str, *args: str, timeout: int = 600) -> str:
     r = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, timeout=timeout)
     assert r.returncode == 0, r.stderr[-3000:]
     return r.stdout.strip()
+
+
+def rehash_entry(manifest: Mapping[str, Any], entry: dict, data: bytes) -> None:
+    """Record ``data`` as ``entry``'s tensor file in a parsed manifest: the file and region digests
+    recomputed in the bundle's algorithm, as a buggy packer would have written them (the caller
+    reseals the manifest)."""
+    from panelpack.formats import digests
+
+    dg = digests.get(manifest.get("digest", digests.LEGACY))
+    entry[dg.name] = dg.of_bytes(data)
+    for r in entry["regions"].values():
+        r[dg.name] = dg.of_bytes(data[r["offset"]:r["offset"] + r["bytes"]])

@@ -20,10 +20,10 @@ def _entry(info, name="w", shape=(4, 32)):
                                 {"requested": "rowmajor", "written": "rowmajor", "reason": None}, source_type="Q4_0")
 
 
-def _write(tmp_path, regions=None, name="w"):
+def _write(tmp_path, regions=None, name="w", digest="blake3"):
     out = tmp_path / "m.ppk"
     regions = regions or {"a": np.arange(5, dtype=np.uint8), "b": np.arange(6, dtype=np.float32).reshape(2, 3)}
-    with B.BundleWriter(out) as w:
+    with B.BundleWriter(out, digest=digest) as w:
         info = w.write_tensor(0, name, regions)
         w.add_source_file("config.json", data=b'{"x": 1}\n')
         w.commit({"tensors": [_entry(info, name)]})
@@ -35,7 +35,7 @@ def test_regions_are_64_aligned_and_read_back(tmp_path):
     b = B.Bundle(out)
     t = b.tensor("w")
     a = t.regions["a"]
-    assert (a.offset, a.nbytes, a.dtype, a.shape) == (0, 5, "u8", (5,)) and len(a.sha256) == 64
+    assert (a.offset, a.nbytes, a.dtype, a.shape) == (0, 5, "u8", (5,)) and len(a.digest) == 64
     assert t.regions["b"].offset == 64 and t.bytes == 64 + 24
     r = b.regions("w")
     np.testing.assert_array_equal(r["a"], np.arange(5))
@@ -150,7 +150,7 @@ def test_structure_check_finds_corruption(tmp_path, monkeypatch, mappable):
     data[70] ^= 1
     f.write_bytes(bytes(data))
     problems = B.Bundle(out).check_structure()
-    assert problems and problems[0][0] == "w" and "sha256" in problems[0][1]
+    assert problems and problems[0][0] == "w" and "blake3" in problems[0][1]
     assert "damaged region: b" in problems[0][1]
     f.unlink()
     assert "missing" in B.Bundle(out).check_structure()[0][1]
@@ -163,13 +163,18 @@ def _manifest(out):
 @pytest.mark.parametrize("mutate, message", [
     (lambda m: m.update(format="other"), "field 'format'"),
     (lambda m: m.update(version=7), "unsupported bundle version 7"),
-    (lambda m: m["tensors"][0].pop("sha256"), "missing field 'sha256'"),
+    (lambda m: m["tensors"][0].pop("blake3"), "missing field 'blake3'"),
+    (lambda m: m.update(digest="md5"), "field 'digest' is 'md5', expected one of sha256, blake3"),
+    (lambda m: m.pop("digest"), "field 'digest' is None"),
+    (lambda m: m.update(version=1), "a version 1 manifest has no 'digest' member"),
+    (lambda m: m.update(version=True), "unsupported bundle version True"),
     (lambda m: m["tensors"][0].update(file="../../etc/passwd"), "is not a plain name"),
     (lambda m: m["tensors"][0].update(type="Q9_9"), "unknown type"),
     (lambda m: m["tensors"][0]["regions"]["a"].update(bytes=7), "region says 7"),
     (lambda m: m["tensors"][0]["regions"]["a"].update(dtype="q7"), "unknown dtype"),
-    (lambda m: m["tensors"][0].update(blocks_sha256=None), "'blocks_sha256' is not 64 hex digits"),
-    (lambda m: m["tensors"][0]["regions"]["a"].update(sha256=7), "'sha256' is not 64 hex digits"),
+    (lambda m: m["tensors"][0].update(blocks_blake3=None), "'blocks_blake3' is not 64 hex digits"),
+    (lambda m: m["tensors"][0]["regions"]["a"].update(blake3=7), "'blake3' is not 64 hex digits"),
+    (lambda m: m["tensors"][0]["regions"]["a"].update(blake3="A" * 64), "'blake3' is not 64 hex digits"),
     (lambda m: m["tensors"].append(dict(m["tensors"][0])), "listed twice"),
     (lambda m: m["source_files"][0].update(file="source/../../x"), "not a plain path"),
 ])
@@ -197,3 +202,67 @@ def test_not_a_bundle(tmp_path):
         B.Bundle(tmp_path / "missing")
     with pytest.raises(FormatError, match="no manifest.json"):
         B.Bundle(tmp_path)
+
+
+# ---- digests (formats/digests.py; docs/FORMAT.md, "Digests") ------------------------------
+def test_digest_algorithms_give_their_standard_values(tmp_path):
+    from panelpack.formats import digests
+
+    # published test values: BLAKE3 of "" and "abc" (the reference implementation's), sha256 of "abc"
+    assert digests.BLAKE3.of_bytes(b"") == "af1349b9f5f9a1a6a0404dea36dcc9499bcb25c9adc112b7cc9a93cae41f3262"
+    assert digests.BLAKE3.of_bytes(b"abc") == "6437b3ac38465133ffb63b75273a8db548c558465d79db03fd359c6cd5bd9d85"
+    assert digests.SHA256.of_bytes(b"abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+    data = np.random.default_rng(0).integers(0, 256, (3 << 20) + 5, dtype=np.uint8)
+    p = tmp_path / "x.bin"
+    p.write_bytes(data.tobytes())
+    for dg in digests.DIGESTS.values():
+        whole = dg.of_bytes(data)
+        assert dg.of_bytes(data.tobytes()) == whole == dg.of_file(p)
+        assert dg.of_file(p, 1000, 5000) == dg.of_bytes(data[1000:6000])
+        assert dg.of_file(p, len(data) + 1) == dg.of_bytes(b"")
+    with pytest.raises(BadInputError, match="unknown digest 'md5'"):
+        digests.get("md5")
+
+
+@pytest.mark.parametrize("digest", ["sha256", "blake3"])
+def test_every_digest_writes_a_bundle_that_checks_and_names_its_damage(tmp_path, digest):
+    from panelpack.formats import digests
+
+    out = _write(tmp_path, digest=digest)
+    m = _manifest(out)
+    t = m["tensors"][0]
+    assert m["version"] == 2 and m["digest"] == digest
+    dg = digests.get(digest)
+    data = (out / t["file"]).read_bytes()
+    assert t[digest] == dg.of_bytes(data)  # what `b3sum`/`sha256sum` of the file prints
+    for r in t["regions"].values():
+        assert r[digest] == dg.of_bytes(data[r["offset"]:r["offset"] + r["bytes"]])
+    other = next(n for n in digests.DIGESTS if n != digest)
+    assert other not in t and not any(other in r for r in t["regions"].values())
+    b = B.Bundle(out)
+    assert b.digest.name == digest and b.check_structure() == []
+    assert B.Bundle(out).tensor("w").to_json()[digest] == t[digest]  # read back, written the same
+    f = out / t["file"]
+    f.write_bytes(data[:70] + bytes([data[70] ^ 1]) + data[71:])
+    problems = B.Bundle(out).check_structure()
+    assert problems[0][0] == "w" and problems[0][1].startswith(f"{digest} of ") and "damaged region: b" in problems[0][1]
+
+
+def test_a_version_1_bundle_reads_with_sha256(tmp_path):
+    """Bundles written before the digest member (version 1: sha256 throughout, no `digest`)
+    still open, check and keep their keys."""
+    out = _write(tmp_path, digest="sha256")
+    text = (out / "manifest.json").read_text()
+    body = text[:text.rindex(',\n "manifest_sha256"')]
+    body = body.replace('"version": 2', '"version": 1').replace(',\n "digest": "sha256"', "")
+    assert '"digest"' not in body
+    (out / "manifest.json").write_text(body + f',\n "manifest_sha256": "{B.sha256_bytes(body.encode())}"\n}}\n')
+    b = B.Bundle(out)
+    assert b.digest.name == "sha256" and b.manifest_problem is None and b.check_structure() == []
+    assert "sha256" in b.tensor("w").to_json()
+
+
+def test_the_writer_refuses_an_unknown_digest_before_writing(tmp_path):
+    with pytest.raises(BadInputError, match="unknown digest"):
+        B.BundleWriter(tmp_path / "m.ppk", digest="crc32")
+    assert not list(tmp_path.iterdir())

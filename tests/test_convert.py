@@ -144,7 +144,7 @@ def test_jobs_give_identical_bundles(tmp_path, tiny_gguf):
     a = convert(tiny_gguf, tmp_path / "a.ppk", jobs=1).bundle
     b = convert(tiny_gguf, tmp_path / "b.ppk", jobs=3).bundle
     ma, mb = Bundle(a).manifest, Bundle(b).manifest
-    assert [t["sha256"] for t in ma["tensors"]] == [t["sha256"] for t in mb["tensors"]]
+    assert [t["blake3"] for t in ma["tensors"]] == [t["blake3"] for t in mb["tensors"]]
 
 
 def test_jobs_default_to_the_cores_for_kernel_jobs(tmp_path, tiny_gguf, monkeypatch, caplog):
@@ -161,7 +161,7 @@ def test_jobs_default_to_the_cores_for_kernel_jobs(tmp_path, tiny_gguf, monkeypa
     # started by an earlier test make every job a kernel job)
     assert f"jobs: {pipeline.auto_jobs(engine.kernels_started())}" in caplog.text
     a = convert(tiny_gguf, tmp_path / "a.ppk", jobs=1).bundle
-    assert [t["sha256"] for t in Bundle(a).manifest["tensors"]] == [t["sha256"] for t in Bundle(c).manifest["tensors"]]
+    assert [t.digest for t in Bundle(a).tensors] == [t.digest for t in Bundle(c).tensors]
 
 
 def test_include_exclude(tmp_path, tiny_gguf):
@@ -409,7 +409,7 @@ def numpy_job_matches_kernels(src, tmp_path, **options) -> Bundle:
     assert proc.returncode == 0, proc.stderr or "a numba kernel was built for a small job"
     engine.start_kernels()
     a, b = Bundle(out), Bundle(convert(src, tmp_path / "jit.ppk", **options).bundle)
-    assert [t["sha256"] for t in a.manifest["tensors"]] == [t["sha256"] for t in b.manifest["tensors"]]
+    assert [t.digest for t in a.tensors] == [t.digest for t in b.tensors]
     for ta, tb in zip(a.manifest["tensors"], b.manifest["tensors"]):
         ea, eb = ta["ledger"].get("error"), tb["ledger"].get("error")
         assert (ea is None) == (eb is None) and (ea is None or ea == pytest.approx(eb, rel=1e-12)), ta["name"]
@@ -473,3 +473,16 @@ def test_requantize_in_row_chunks_gives_the_same_blocks_and_error(monkeypatch, r
         assert np.array_equal(blocks.reshape(-1), np.asarray(whole).reshape(-1))
         assert err["rel_rms"] == pytest.approx(rel, rel=1e-9)
         assert err["max_abs"] == pytest.approx(float(np.max(np.abs(diff))), rel=1e-12)
+
+
+def test_cli_digest_option(tmp_path, tiny_gguf):
+    r = CliRunner().invoke(main, ["convert", str(tiny_gguf), "-o", str(tmp_path / "s.ppk"), "--digest", "SHA256",
+                                  "--no-progress"])
+    assert r.exit_code == 0, r.output
+    b = Bundle(tmp_path / "s.ppk")
+    assert b.digest.name == "sha256" and b.check_structure() == []
+    a = Bundle(convert(tiny_gguf, tmp_path / "a.ppk").bundle)  # the default: BLAKE3, the same bytes
+    assert a.digest.name == "blake3"
+    assert [(t.file, t.bytes) for t in a.tensors] == [(t.file, t.bytes) for t in b.tensors]
+    r = CliRunner().invoke(main, ["convert", str(tiny_gguf), "-o", str(tmp_path / "x.ppk"), "--digest", "md5"])
+    assert r.exit_code == 2 and "md5" in r.output and not (tmp_path / "x.ppk").exists()

@@ -122,18 +122,20 @@ def test_source_list_edits_are_caught(small, tmp_path):
     assert any("does not match its own count" in p for p in _problems(_edit(small, tmp_path, drop_from_list)))
 
 
-@pytest.mark.parametrize("field", ["region", "source_sha256", "blocks_sha256"])
+@pytest.mark.parametrize("field", ["region", "source", "blocks"])
 def test_every_recorded_hash_is_checked_at_structure_level(small, tmp_path, field):
+    dg = B.Bundle(small).digest  # the keys are named after the bundle's algorithm
+
     def corrupt(m):
         t = m["tensors"][0]
         bad = "0" * 64
         if field == "region":
-            next(iter(t["regions"].values()))["sha256"] = bad
+            next(iter(t["regions"].values()))[dg.name] = bad
         else:
-            t[field] = bad
+            t[f"{field}_{dg.name}"] = bad
 
     probs = _problems(_edit(small, tmp_path, corrupt))
-    want = "region sha256" if field == "region" else "blocks_sha256 differs from source_sha256"
+    want = f"region {dg.name}" if field == "region" else f"{dg.blocks_key} differs from {dg.source_key}"
     assert any(want in p for p in probs), probs
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -17,7 +16,7 @@ from panelpack.formats.bundle import manifest_text
 from panelpack.formats.errors import BadInputError, FormatError
 from panelpack.verify import _simd, bundle_check
 
-from builders import tiny_llama_gguf
+from builders import rehash_entry, tiny_llama_gguf
 
 
 @pytest.fixture(scope="module")
@@ -52,10 +51,7 @@ def _rehash(b: Path, name: str) -> None:
     """Recompute a tensor's file and region hashes, as a buggy packer would have written them."""
     m = _manifest(b)
     t = _entry(m, name)
-    data = (b / t["file"]).read_bytes()
-    t["sha256"] = hashlib.sha256(data).hexdigest()
-    for r in t["regions"].values():
-        r["sha256"] = hashlib.sha256(data[r["offset"]:r["offset"] + r["bytes"]]).hexdigest()
+    rehash_entry(m, t, (b / t["file"]).read_bytes())
     _write_manifest(b, m)
 
 
@@ -133,7 +129,7 @@ def test_flipped_panel_byte_fails_structure_and_names_the_region(bundle):
     rep = bundle_check.verify(bundle, level="structure")
     v = _verdict(rep, Q4_0)
     assert not rep.ok and v.verdict == "MISMATCH"
-    assert "sha256" in v.problems[0] and "damaged region: panels" in v.problems[0]
+    assert "blake3 of " in v.problems[0] and "damaged region: panels" in v.problems[0]
 
 
 def test_flipped_panel_byte_with_consistent_hashes_fails_lossless(bundle):

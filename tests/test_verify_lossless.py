@@ -15,7 +15,7 @@ from panelpack.repack import panel64 as P
 from panelpack.verify import bundle_check
 from panelpack.verify import lossless as L
 
-from builders import random_blocks, run_without_jit, tiny_llama_gguf
+from builders import random_blocks, rehash_entry, run_without_jit, tiny_llama_gguf
 
 TYPES = ["Q4_0", "Q4_1", "Q4_K", "Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q8_0", "Q2_K", "Q3_K"]
 
@@ -153,7 +153,6 @@ def test_big_tensor_paths_agree_and_match_the_small_ones(monkeypatch, tiny_bundl
 
 
 def test_big_tensor_paths_still_catch_a_flipped_panel_byte(monkeypatch, tiny_bundle, tmp_path):
-    import hashlib
     import json
     import shutil
 
@@ -167,9 +166,7 @@ def test_big_tensor_paths_still_catch_a_flipped_panel_byte(monkeypatch, tiny_bun
     data = bytearray(path.read_bytes())
     data[t["regions"]["panels"]["offset"] + 77] ^= 0x10
     path.write_bytes(bytes(data))
-    t["sha256"] = hashlib.sha256(data).hexdigest()  # consistent hashes: only lossless can tell
-    for r in t["regions"].values():
-        r["sha256"] = hashlib.sha256(data[r["offset"]:r["offset"] + r["bytes"]]).hexdigest()
+    rehash_entry(m, t, bytes(data))  # consistent hashes: only lossless can tell
     (dst / "manifest.json").write_text(manifest_text(m))
     _big_paths(monkeypatch)
     rep = bundle_check.verify(dst, level="lossless")

@@ -50,7 +50,6 @@ import numpy as np
 
 from .. import repack
 from ..formats import archive
-from ..formats.atomic import sha256_bytes
 from ..formats.bundle import Bundle, TensorEntry, dtype_name, hash_async
 from ..formats.compile_meter import CompileMeter
 from ..formats.errors import BadInputError
@@ -227,8 +226,8 @@ def _lossless(b: Bundle, t: TensorEntry, v: TensorVerdict) -> Optional[np.ndarra
         return None
     regions = b.regions(t)
     blocks = _unpack(lay, regions, n, k, qt)
-    want = t.blocks_sha256
-    got_sha = hash_async(sha256_bytes, blocks)  # on a hash thread, while the values are compared
+    want = t.blocks_digest
+    got_sha = hash_async(b.digest.of_bytes, blocks)  # on a hash thread, while the values are compared
     if qt.codec is not None and qt.quantized and not _verifier(t.layout).regions_are_blocks:
         from .lossless import compare_dequantize
 
@@ -238,7 +237,7 @@ def _lossless(b: Bundle, t: TensorEntry, v: TensorVerdict) -> Optional[np.ndarra
     got_sha = got_sha.result()
     if want and got_sha != want:
         v.problems.append(f"lossless: blocks restored from {t.layout} differ from the source blocks "
-                          f"(sha256 {got_sha[:12]}... != {want[:12]}...)")
+                          f"({b.digest.name} {got_sha[:12]}... != {want[:12]}...)")
         v.levels["lossless"] = "failed"
         return blocks
     if hit is not None:
