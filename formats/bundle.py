@@ -44,7 +44,10 @@ from .errors import BadInputError, FormatError, OutputError
 log = logging.getLogger(__name__)
 
 FORMAT = "panelpack.bundle"
-#: the version written; version 1 (no ``digest`` member: sha256 digests) is still read
+#: the version written. Version 2: the manifest's ``digest`` member names the algorithm, every
+#: region carries its digest, and a tensor file is exactly its regions at their canonical offsets
+#: with zero padding (so the regions' digests cover it; no separate file digest). Version 1 (read
+#: still): sha256 throughout, a file digest per tensor, region digests where written.
 VERSION = 2
 READS = (1, 2)
 MANIFEST = "manifest.json"
@@ -152,7 +155,7 @@ class TensorFile:
 
     file: str
     bytes: int
-    digest: str
+    digest: Optional[str]  # the file's (version 1 bundles); None: the regions' digests cover it
     regions: Mapping[str, Region]
     digest_name: str = digests.DEFAULT
 
@@ -166,7 +169,6 @@ class MappedTensor:
     layout: list[Region]
     bytes: int
     views: dict[str, np.ndarray]
-    whole: Optional[np.ndarray] = None  # the file's bytes (padding included), when it has any
 
 
 class PendingTensorFile:
@@ -183,25 +185,20 @@ class PendingTensorFile:
     def result(self) -> TensorFile:
         if self._done is None:
             assert self._region_hashes is not None
-            self._done = TensorFile(self.file, self.size, self._file_hash.result(),
+            self._done = TensorFile(self.file, self.size, None if self._file_hash is None else self._file_hash.result(),
                                     {r.name: replace(r, digest=hx.result()) for r, hx in zip(self.layout, self._region_hashes)},
                                     self.digest_name)
             self._file_hash = self._region_hashes = None
         return self._done
 
 
-def _start_hashes(dg: Digest, layout: list[Region], views: list, known_hashes, whole=None):
+def _start_hashes(dg: Digest, layout: list[Region], views: list, known_hashes):
     """Futures of the region digests (``known_hashes``: a digest or a Future per region, or None
-    to compute it) and of the file digest: the single region's when it is the whole file, else
-    ``whole`` (the file's bytes) or the regions with their zero padding."""
+    to compute it). No file digest: a version 2 file is its regions and zero padding."""
     known = list(known_hashes or ()) + [None] * len(views)
     region_hashes = [hash_async(dg.of_bytes, v) if k is None else (_done(k) if isinstance(k, str) else k)
                      for v, k in zip(views, known)]
-    if len(views) == 1 and layout[0].offset == 0:
-        return region_hashes[0], region_hashes
-    if whole is not None:
-        return hash_async(dg.of_bytes, whole), region_hashes
-    return hash_async(_file_digest, dg, layout, views), region_hashes
+    return None, region_hashes
 
 
 @dataclass(frozen=True)
@@ -216,7 +213,7 @@ class TensorEntry:
     layout: str  # the layout name (repack.LAYOUTS)
     file: str
     bytes: int
-    digest: str  # of the tensor file; every digest of the entry is in the algorithm digest_name
+    digest: Optional[str]  # of the tensor file: version 1 only; every digest is in the algorithm digest_name
     regions: Mapping[str, Region]
     params: Mapping[str, Any]
     ledger: Mapping[str, Any]
@@ -268,12 +265,15 @@ class TensorEntry:
         return d
 
     @classmethod
-    def from_json(cls, t: Any, mpath: Path, index: int, digest_name: str = digests.LEGACY) -> "TensorEntry":
+    def from_json(cls, t: Any, mpath: Path, index: int, digest_name: str = digests.LEGACY,
+                  version: int = 1) -> "TensorEntry":
         where = f"tensors[{index}]"
         if not isinstance(t, dict):
             raise FormatError("must be an object", path=mpath, where=where)
         keys = _json_keys(digest_name)  # attribute -> manifest key
-        for key, typ in dict(_REQUIRED_TENSOR_KEYS, **{keys["digest"]: str}).items():
+        # version 1: a file digest per tensor; version 2: none (the regions' digests cover the file)
+        required = dict(_REQUIRED_TENSOR_KEYS, **({keys["digest"]: str} if version == 1 else {}))
+        for key, typ in required.items():
             if key not in t:
                 raise FormatError(f"missing field {key!r}", path=mpath, where=where)
             if not isinstance(t[key], typ) or (typ is int and isinstance(t[key], bool)):
@@ -300,14 +300,22 @@ class TensorEntry:
         for key in ("source_type", "role", "action"):
             if t.get(key) is not None and not isinstance(t[key], str):
                 raise FormatError(f"field {key!r} must be str", path=mpath, where=where)
+        if version >= 2 and keys["digest"] in t:
+            raise FormatError(f"field {keys['digest']!r}: a version {version} entry has no file digest "
+                              "(its regions' digests cover the file)", path=mpath, where=where)
         regions = {rname: Region.from_json(rname, r, mpath, f"{where} region {rname!r}", digest_name)
                    for rname, r in t["regions"].items()}
+        if version >= 2:
+            missing = [rname for rname, r in regions.items() if r.digest is None]
+            if missing:
+                raise FormatError(f"region {missing[0]!r} has no {digest_name!r} digest", path=mpath, where=where)
         led = t["ledger"]
         if not all(k in led for k in ("requested", "written", "reason")):
             raise FormatError("ledger needs requested, written and reason", path=mpath, where=where)
         known = {k: t[keys.get(k, k)] for k in _ENTRY_ORDER if keys.get(k, k) in t}
         known["shape"] = tuple(t["shape"])
         known["regions"] = regions
+        known.setdefault("digest", None)  # (version 2: none)
         taken = {keys.get(k, k) for k in _ENTRY_ORDER}
         return cls(**known, extra={k: v for k, v in t.items() if k not in taken}, digest_name=digest_name)
 
@@ -315,7 +323,7 @@ class TensorEntry:
 #: an entry's attributes in manifest order; the digest ones are named after the algorithm there
 _ENTRY_ORDER = ("name", "shape", "source_type", "type", "role", "action", "layout", "file", "bytes", "digest",
                 "regions", "params", "source_digest", "blocks_digest", "ledger")
-_OPTIONAL_KEYS = frozenset({"source_type", "role", "action", "source_digest", "blocks_digest"})
+_OPTIONAL_KEYS = frozenset({"source_type", "role", "action", "digest", "source_digest", "blocks_digest"})
 
 
 def _json_keys(digest_name: str) -> dict[str, str]:
@@ -374,14 +382,6 @@ def _file_pieces(layout: list[Region], views: list):
             yield bytes(reg.offset - pos)
         yield data
         pos = reg.offset + reg.nbytes
-
-
-def _file_digest(dg: Digest, layout: list[Region], views: list) -> str:
-    """The digest of the tensor file made of ``views`` at ``layout``'s offsets, zero-padded."""
-    h = dg.new()
-    for piece in _file_pieces(layout, views):
-        h.update(piece)
-    return h.hexdigest()
 
 
 #: The manifest's last member: the sha256 of every byte of manifest.json before it
@@ -577,17 +577,15 @@ class BundleWriter:
                 views[r.name] = np.zeros(r.shape, dt)
             else:
                 views[r.name] = whole[r.offset:r.offset + r.nbytes].view(dt).reshape(r.shape)
-        return MappedTensor(rel, layout, size, views, whole)
+        return MappedTensor(rel, layout, size, views)
 
     def finish_tensor(self, mt: MappedTensor, known_hashes: Optional[list] = None, wait: bool = True) -> Any:
         """Hash a :meth:`map_tensor` file from its map (as :meth:`write_tensor` hashes its regions)
         and return its :class:`TensorFile` (``wait=False``: a :class:`PendingTensorFile`). The map
         is released when the last view of it goes (the hash threads hold theirs until done)."""
         views = [mt.views[r.name].reshape(-1).view(np.uint8) for r in mt.layout]
-        file_hash, region_hashes = _start_hashes(self.digest, mt.layout, views, known_hashes,
-                                                 mt.whole if mt.whole is not None else b"")
+        file_hash, region_hashes = _start_hashes(self.digest, mt.layout, views, known_hashes)
         mt.views.clear()
-        mt.whole = None
         pending = PendingTensorFile(mt.file, mt.bytes, mt.layout, file_hash, region_hashes, self.digest.name)
         return pending.result() if wait else pending
 
@@ -719,13 +717,14 @@ class Bundle:
                                   path=mpath)
         #: the algorithm of every tensor, region and block digest of this bundle
         self.digest: Digest = digests.get(named)
+        self.version: int = version
         tensors = m.get("tensors")
         if not isinstance(tensors, list):
             raise FormatError("field 'tensors' must be a list", path=mpath)
         seen_names, seen_files = set(), set()
         entries = []
         for i, t in enumerate(tensors):
-            e = TensorEntry.from_json(t, mpath, i, self.digest.name)
+            e = TensorEntry.from_json(t, mpath, i, self.digest.name, version)
             where = f"tensor {e.name!r}"
             if e.name in seen_names:
                 raise FormatError("listed twice", path=mpath, where=where)
@@ -815,6 +814,7 @@ class Bundle:
         dg = self.digest
         hashing = {t.name: hash_async(_file_and_region_hashes, dg, self.file_path(t), t) for t in self.tensors
                    if hashes and sizes[t.name] == t.bytes}
+        canonical = self.version >= 2  # the file is its regions at their packed offsets, nothing else
         for t in self.tensors:
             if t.action in _LOSSLESS_ACTIONS and t.source_digest != t.blocks_digest:
                 problems.append((t.name, f"action {t.action!r} keeps the source blocks, but {dg.blocks_key} differs "
@@ -837,14 +837,20 @@ class Bundle:
                 if r.offset + r.nbytes > size:
                     problems.append((where, f"region {rname!r} ends past the end of {t.file}"))
                 end = max(end, r.offset + r.nbytes)
+            if canonical:
+                problems.extend((where, p) for p in _canonical_problems(t))
             if hashes:
-                got, bad = hashing.pop(t.name).result()  # (started above: every well-sized file)
-                if got != t.digest:
+                got, bad, dirty = hashing.pop(t.name).result()  # (started above: every well-sized file)
+                if t.digest is not None and got != t.digest:  # version 1: the file's own digest
                     problems.append((where, f"{dg.name} of {t.file} is {got[:16]}..., manifest says {t.digest[:16]}..."
                                             + (f" (damaged region: {', '.join(bad)})" if bad
                                                else " (damage outside the regions: padding)")))
                 elif bad:
-                    problems.append((where, f"region {dg.name} of {', '.join(bad)} does not match the manifest"))
+                    problems.append((where, f"region {dg.name} of {', '.join(bad)} does not match the manifest"
+                                            f" (damaged region: {', '.join(bad)})"))
+                if dirty is not None and t.digest is None:
+                    problems.append((where, f"byte {dirty} of {t.file}, outside every region, is not zero "
+                                            "(damage outside the regions: padding)"))
         for s in self.manifest.get("source_files", []):
             path = self.path / s["file"]
             if not path.is_file():
@@ -866,21 +872,54 @@ def _file_size(path: Path) -> Optional[int]:
 _READ_CHUNK = 1 << 20  # bytes per read of a file being hashed: both hashes find them in L2
 
 
-def _file_and_region_hashes(dg: Digest, path: Path, t: TensorEntry) -> tuple[str, list[str]]:
-    """The file's digest and the names of the regions whose own digest does not match, from
-    one pass over the file: each 1 MB chunk feeds the file's hash and those of the regions it
-    overlaps while it is in L2 (one thread per file; :meth:`Bundle.check_structure` hashes
-    files side by side). The chunks are slices of a read-only map (no copy), or reads where
-    the file cannot be mapped."""
-    checks = [(rname, r, dg.new()) for rname, r in t.regions.items() if r.digest is not None]
-    whole = dg.new()
+def _canonical_problems(t: TensorEntry) -> list[str]:
+    """How a version 2 entry's regions differ from the canonical file: in offset order, each at
+    the next multiple of :data:`ALIGN` after the one before (the first at 0), the file ending
+    where the last ends. Then the regions' digests and zero padding account for every byte."""
+    problems, end = [], 0
+    for rname, r in sorted(t.regions.items(), key=lambda kv: kv[1].offset):
+        if r.offset != _align(end):
+            problems.append(f"region {rname!r} is at offset {r.offset}; packed after the region before it, it "
+                            f"starts at {_align(end)}")
+        end = max(end, r.offset + r.nbytes)
+    if end != t.bytes:
+        problems.append(f"{t.file} is {t.bytes} bytes, its regions end at {end}")
+    return problems
+
+
+def _file_and_region_hashes(dg: Digest, path: Path, t: TensorEntry) -> tuple[Optional[str], list[str], Optional[int]]:
+    """From one pass over the file: its digest (only for an entry that records one, version 1),
+    the names of the regions whose own digest does not match, and the offset of the first
+    non-zero byte outside every region (None: all zero). Each 1 MB chunk feeds the hashes of the
+    regions it overlaps while it is in L2 (one thread per file; :meth:`Bundle.check_structure`
+    hashes files side by side). The chunks are slices of a read-only map (no copy), or reads
+    where the file cannot be mapped. A region that is the whole file (a row-major tensor's) has
+    the file's digest: it is not hashed twice."""
+    whole = dg.new() if t.digest is not None else None
+    checks = [(rname, r, whole if whole is not None and (r.offset, r.nbytes) == (0, t.bytes) else dg.new())
+              for rname, r in t.regions.items() if r.digest is not None]
+    parts = [(r, h) for _, r, h in checks if h is not whole]
+    gaps, end = [], 0  # the bytes outside every region: alignment padding, a few per region
+    for r in sorted(t.regions.values(), key=lambda r: r.offset):
+        if r.offset > end:
+            gaps.append((end, r.offset))
+        end = max(end, r.offset + r.nbytes)
+    gaps.append((end, t.bytes))
+    dirty: list[int] = []
 
     def feed(pos: int, chunk) -> None:
-        whole.update(chunk)
-        for _, r, h in checks:
+        if whole is not None:
+            whole.update(chunk)
+        for r, h in parts:
             a, b = max(r.offset, pos), min(r.offset + r.nbytes, pos + len(chunk))
             if a < b:
                 h.update(chunk[a - pos:b - pos])
+        for g0, g1 in gaps:
+            a, b = max(g0, pos), min(g1, pos + len(chunk))
+            if a < b and not dirty:
+                piece = bytes(chunk[a - pos:b - pos])
+                if piece.count(0) != len(piece):
+                    dirty.append(a + len(piece) - len(piece.lstrip(b"\0")))
 
     with open(path, "rb", buffering=0) as f:
         size = os.fstat(f.fileno()).st_size
@@ -903,7 +942,9 @@ def _file_and_region_hashes(dg: Digest, path: Path, t: TensorEntry) -> tuple[str
             while got := f.readinto(buf):
                 feed(pos, chunk_view[:got])
                 pos += got
-    return whole.hexdigest(), [rname for rname, r, h in checks if h.hexdigest() != r.digest]
+    got = whole.hexdigest() if whole is not None else None
+    bad = [rname for rname, r, h in checks if (got if h is whole else h.hexdigest()) != r.digest]
+    return got, bad, (dirty[0] if dirty else None)
 
 
 def source_tensor_list(ckpt_tensors: Iterable[Any]) -> dict[str, Any]:

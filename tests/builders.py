@@ -407,6 +407,7 @@ def rehash_entry(manifest: Mapping[str, Any], entry: dict, data: bytes) -> None:
     from panelpack.formats import digests
 
     dg = digests.get(manifest.get("digest", digests.LEGACY))
-    entry[dg.name] = dg.of_bytes(data)
+    if manifest.get("version") == 1:  # (version 2 records no file digest: the regions' cover it)
+        entry[dg.name] = dg.of_bytes(data)
     for r in entry["regions"].values():
         r[dg.name] = dg.of_bytes(data[r["offset"]:r["offset"] + r["bytes"]])

@@ -150,7 +150,7 @@ def test_structure_check_finds_corruption(tmp_path, monkeypatch, mappable):
     data[70] ^= 1
     f.write_bytes(bytes(data))
     problems = B.Bundle(out).check_structure()
-    assert problems and problems[0][0] == "w" and "blake3" in problems[0][1]
+    assert problems and problems[0][0] == "w" and "region blake3 of b does not match" in problems[0][1]
     assert "damaged region: b" in problems[0][1]
     f.unlink()
     assert "missing" in B.Bundle(out).check_structure()[0][1]
@@ -163,7 +163,8 @@ def _manifest(out):
 @pytest.mark.parametrize("mutate, message", [
     (lambda m: m.update(format="other"), "field 'format'"),
     (lambda m: m.update(version=7), "unsupported bundle version 7"),
-    (lambda m: m["tensors"][0].pop("blake3"), "missing field 'blake3'"),
+    (lambda m: m["tensors"][0]["regions"]["a"].pop("blake3"), "region 'a' has no 'blake3' digest"),
+    (lambda m: m["tensors"][0].update(blake3="0" * 64), "a version 2 entry has no file digest"),
     (lambda m: m.update(digest="md5"), "field 'digest' is 'md5', expected one of sha256, blake3"),
     (lambda m: m.pop("digest"), "field 'digest' is None"),
     (lambda m: m.update(version=1), "a version 1 manifest has no 'digest' member"),
@@ -234,35 +235,92 @@ def test_every_digest_writes_a_bundle_that_checks_and_names_its_damage(tmp_path,
     assert m["version"] == 2 and m["digest"] == digest
     dg = digests.get(digest)
     data = (out / t["file"]).read_bytes()
-    assert t[digest] == dg.of_bytes(data)  # what `b3sum`/`sha256sum` of the file prints
     for r in t["regions"].values():
         assert r[digest] == dg.of_bytes(data[r["offset"]:r["offset"] + r["bytes"]])
-    other = next(n for n in digests.DIGESTS if n != digest)
-    assert other not in t and not any(other in r for r in t["regions"].values())
+    assert not {"sha256", "blake3"} & set(t)  # no file digest: the regions and zero padding are the file
     b = B.Bundle(out)
-    assert b.digest.name == digest and b.check_structure() == []
-    assert B.Bundle(out).tensor("w").to_json()[digest] == t[digest]  # read back, written the same
+    assert b.digest.name == digest and b.version == 2 and b.check_structure() == []
+    assert B.Bundle(out).tensor("w").to_json() == t  # read back, written the same
     f = out / t["file"]
     f.write_bytes(data[:70] + bytes([data[70] ^ 1]) + data[71:])
-    problems = B.Bundle(out).check_structure()
-    assert problems[0][0] == "w" and problems[0][1].startswith(f"{digest} of ") and "damaged region: b" in problems[0][1]
+    assert B.Bundle(out).check_structure() == [
+        ("w", f"region {digest} of b does not match the manifest (damaged region: b)")]
+
+
+def test_padding_damage_and_a_moved_region_are_caught_without_a_file_digest(tmp_path):
+    out = _write(tmp_path)
+    t = _manifest(out)["tensors"][0]
+    f = out / t["file"]
+    data = f.read_bytes()
+    for pos in (5, 63):  # between region a (bytes 0..4) and region b (64..87)
+        f.write_bytes(data[:pos] + b"\x80" + data[pos + 1:])
+        assert B.Bundle(out).check_structure() == [
+            ("w", f"byte {pos} of {t['file']}, outside every region, is not zero (damage outside the regions: padding)")]
+    f.write_bytes(data)
+    m = _manifest(out)  # a region moved off its packed offset (a hand-edited manifest, re-sealed)
+    m["tensors"][0]["regions"]["b"]["offset"] = 128
+    m["tensors"][0]["bytes"] = 128 + 24
+    (out / "manifest.json").write_text(B.manifest_text(m))
+    f.write_bytes(data[:64] + bytes(64) + data[64:])
+    assert B.Bundle(out).check_structure() == [
+        ("w", "region 'b' is at offset 128; packed after the region before it, it starts at 64")]
+
+
+def _as_version_1(out):
+    """Rewrite a sha256 bundle as a version 1 writer wrote it: no ``digest`` member, a sha256 per
+    tensor file, sealed again."""
+    m = _manifest(out)
+    assert m.pop("digest") == "sha256"
+    m["version"] = 1
+    for t in m["tensors"]:
+        t["sha256"] = B.sha256_bytes((out / t["file"]).read_bytes())
+    (out / "manifest.json").write_text(B.manifest_text(m))
+    return m
 
 
 def test_a_version_1_bundle_reads_with_sha256(tmp_path):
-    """Bundles written before the digest member (version 1: sha256 throughout, no `digest`)
-    still open, check and keep their keys."""
+    """Bundles written before version 2 (sha256 throughout, no `digest` member, a file digest
+    per tensor) still open, check, name damage and keep their keys."""
     out = _write(tmp_path, digest="sha256")
-    text = (out / "manifest.json").read_text()
-    body = text[:text.rindex(',\n "manifest_sha256"')]
-    body = body.replace('"version": 2', '"version": 1').replace(',\n "digest": "sha256"', "")
-    assert '"digest"' not in body
-    (out / "manifest.json").write_text(body + f',\n "manifest_sha256": "{B.sha256_bytes(body.encode())}"\n}}\n')
+    m = _as_version_1(out)
     b = B.Bundle(out)
-    assert b.digest.name == "sha256" and b.manifest_problem is None and b.check_structure() == []
-    assert "sha256" in b.tensor("w").to_json()
+    assert b.digest.name == "sha256" and b.version == 1 and b.manifest_problem is None and b.check_structure() == []
+    assert b.tensor("w").to_json() == m["tensors"][0]
+    m["tensors"][0].pop("sha256")
+    (out / "manifest.json").write_text(B.manifest_text(m))
+    with pytest.raises(FormatError, match="missing field 'sha256'"):
+        B.Bundle(out)
+    (tmp_path / "2").mkdir()
+    out = _write(tmp_path / "2", digest="sha256")
+    _as_version_1(out)
+    f = out / "tensors" / "00000-w.bin"
+    data = f.read_bytes()
+    f.write_bytes(data[:10] + b"\x01" + data[11:])  # padding: only the file digest sees it
+    (problem,) = B.Bundle(out).check_structure()
+    assert problem[1].startswith("sha256 of ") and "damage outside the regions: padding" in problem[1]
 
 
 def test_the_writer_refuses_an_unknown_digest_before_writing(tmp_path):
     with pytest.raises(BadInputError, match="unknown digest"):
         B.BundleWriter(tmp_path / "m.ppk", digest="crc32")
     assert not list(tmp_path.iterdir())
+
+
+def test_a_region_that_is_the_whole_file_is_checked_against_its_own_digest(tmp_path):
+    """In a version 1 bundle it is hashed once (its digest is the file's), yet a re-sealed
+    manifest whose region digest disagrees with the file's is still caught, and damage names it."""
+    (tmp_path / "1").mkdir()
+    out = _write(tmp_path / "1", regions={"blocks": np.arange(300, dtype=np.uint8)}, digest="sha256")
+    m = _as_version_1(out)
+    t = m["tensors"][0]
+    assert t["regions"]["blocks"]["sha256"] == t["sha256"]
+    t["regions"]["blocks"]["sha256"] = "0" * 64
+    (out / "manifest.json").write_text(B.manifest_text(m))
+    assert B.Bundle(out).check_structure() == [
+        ("w", "region sha256 of blocks does not match the manifest (damaged region: blocks)")]
+    t["regions"]["blocks"]["sha256"] = t["sha256"]
+    (out / "manifest.json").write_text(B.manifest_text(m))
+    f = out / t["file"]
+    f.write_bytes(b"\x01" + f.read_bytes()[1:])
+    (problem,) = B.Bundle(out).check_structure()
+    assert "damaged region: blocks" in problem[1]
