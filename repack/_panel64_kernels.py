@@ -378,30 +378,33 @@ def _q4_k_unpack(p16, sc8, m8, d16, dmin16, n, nsb, w64):
 
 
 # -- Q8_0: 34 bytes per block (d, then 32 int8 = the integer codes) ------------------------
-#   int8 kg-block q of the group takes qs[4q .. 4q+3] of each channel as one 32-bit word.
-@lazy_njit(nt.void(_RO_U32, _RO_U16, nt.int64, nt.uint64, nt.uint8[::1]), **_HELPER)
-def _q8_0_uncompute(p32, d16, cn, blk, t8):
-    for c in range(cn):
-        uc = _U(c)
-        _set_tb16(t8, 0, uc, d16[blk * _U(64) + uc])
-        for q in range(8):
-            v = p32[(blk * _U(8) + _U(q)) * _U(64) + uc]
-            x = _U(2 + 4 * q) * _U(64) + uc
-            t8[x] = np.uint8(v & np.uint32(0xFF))
-            t8[x + _U(64)] = np.uint8((v >> np.uint32(8)) & np.uint32(0xFF))
-            t8[x + _U(128)] = np.uint8((v >> np.uint32(16)) & np.uint32(0xFF))
-            t8[x + _U(192)] = np.uint8(v >> np.uint32(24))
-
-
+#   int8 kg-block q of the group takes qs[4q .. 4q+3] of each channel as one 32-bit word:
+#
+#     panels word (blk*8 + q)*64 + c  =  qs[4q] | qs[4q+1] << 8 | qs[4q+2] << 16 | qs[4q+3] << 24
+#     d word      blk*64 + c          =  d (f16 bits)            of channel c, block blk = sb*ng + b
+#
+#   so a channel's block is rebuilt straight into its row: d, then the 8 words' bytes in order
+#   (no staging through a transposed buffer: one read and one write per byte).
 @lazy_njit(nt.void(_RO_U32, _RO_U16, nt.int64, nt.int64, nt.uint8[::1]), **_KERNEL)
 def _q8_0_unpack(p32, d16, n, ng, a8):
     rb = _U(ng * 34)
-    t8 = np.zeros(34 * 64, np.uint8)
     for sb in range((n + 63) >> 6):
         cn = min(64, n - sb * 64)
         for b in range(ng):
-            _q8_0_uncompute(p32, d16, cn, _U(sb * ng + b), t8)
-            _unstage_b(t8, _U(sb * 64) * rb + _U(b * 34), rb, cn, 34, a8)
+            blk = _U(sb * ng + b)
+            for c in range(cn):
+                uc = _U(c)
+                o = (_U(sb * 64) + uc) * rb + _U(b * 34)
+                d = d16[blk * _U(64) + uc]
+                a8[o] = np.uint8(d & np.uint16(0xFF))
+                a8[o + _U(1)] = np.uint8(d >> np.uint16(8))
+                for q in range(8):
+                    v = p32[(blk * _U(8) + _U(q)) * _U(64) + uc]
+                    x = o + _U(2 + 4 * q)
+                    a8[x] = np.uint8(v & np.uint32(0xFF))
+                    a8[x + _U(1)] = np.uint8((v >> np.uint32(8)) & np.uint32(0xFF))
+                    a8[x + _U(2)] = np.uint8((v >> np.uint32(16)) & np.uint32(0xFF))
+                    a8[x + _U(3)] = np.uint8(v >> np.uint32(24))
 
 
 # -- any other int8-panel type (Q5_0, Q5_1, Q5_K, Q6_K, Q2_K, Q3_K), driven by the codec's bit table
