@@ -422,3 +422,24 @@ def test_byte_slice_fields_equal_the_bit_gather(name):
     for f in slow:
         assert fast[f].dtype == slow[f].dtype and fast[f].shape == slow[f].shape, f
         assert np.array_equal(fast[f].view(np.uint8), slow[f].view(np.uint8)), f
+
+
+@pytest.mark.parametrize("name", [t.name for t in qtypes.DECODABLE if getattr(t.codec_module, "PLAN", None)])
+def test_the_numba_field_gather_equals_the_numpy_one(name, monkeypatch):
+    """``_codec.gather_field`` (taken once a process runs kernels) gives ``to_fields``' numpy
+    loop's arrays, dtypes and all, on random blocks of every type with a bit plan."""
+    from panelpack.formats import engine
+    from panelpack.formats.blocks import _bits
+
+    t = qtypes.get(name)
+    plan = t.codec_module.PLAN
+    n, k = 24, 4 * t.block_size * max(1, 256 // t.block_size)
+    raw = random_blocks(name, n, k, np.random.default_rng(7))
+    monkeypatch.setattr(engine, "_kernels", False)
+    ref = plan.to_fields(raw, n, k)
+    monkeypatch.setattr(engine, "_kernels", True)
+    monkeypatch.setattr(_bits, "GATHER_KERNEL_VALUES", 1)
+    got = plan.to_fields(raw, n, k)
+    assert list(got) == list(ref)
+    for f in ref:
+        assert got[f].dtype == ref[f].dtype and np.array_equal(got[f], ref[f]), f

@@ -23,8 +23,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import engine
 from ..errors import BadInputError
 from ..qtypes import GGMLType
+
+#: values of one field above which a process that runs kernels gathers it in numba
+#: (``_codec.gather_field``, ~10x the numpy loop on Q4_K's 6-bit scales); the numpy loop below
+#: is its reference and the only path of a process that runs none
+GATHER_KERNEL_VALUES = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -126,10 +132,16 @@ class BlockPlan:
                 out[name] = run.view(np.dtype(f.dtype).newbyteorder("<")).astype(f.dtype, copy=False).reshape(n, -1)
                 continue
             byte, shift, mask, dst = self._gather[name]
-            val = np.zeros((b2.shape[0], f.count), np.uint32)
-            for j in range(byte.shape[1]):
-                part = b2[:, byte[:, j]].astype(np.uint32)
-                val |= ((part >> shift[:, j]) & mask[:, j]) << dst[:, j]
+            if engine.kernels_started() and b2.shape[0] * f.count >= GATHER_KERNEL_VALUES:
+                from ._codec import gather_field  # (numba: only once this process runs kernels)
+
+                val = np.empty((b2.shape[0], f.count), np.uint32)
+                gather_field(b2, byte, shift, mask, dst, val)
+            else:  # the reference: one numpy pass per part
+                val = np.zeros((b2.shape[0], f.count), np.uint32)
+                for j in range(byte.shape[1]):
+                    part = b2[:, byte[:, j]].astype(np.uint32)
+                    val |= ((part >> shift[:, j]) & mask[:, j]) << dst[:, j]
             unsigned = np.dtype(f.dtype).newbyteorder("=").str.replace("i", "u")
             arr = val.astype(unsigned).view(f.dtype)
             out[name] = arr.reshape(n, -1)

@@ -489,3 +489,19 @@ def declare(namespace: dict, qtype: GGMLType, plan=None, *, dequantize_range=Non
         quantize_ref.__doc__ = f"numpy reference of {name} ``quantize`` (ggml's scalar loop), packed by ``from_fields``."
         namespace["quantize_ref"] = quantize_ref
         namespace["QUANTIZE_REF_IS_NUMPY"] = True  # all numpy: a small job may run it instead (formats/engine.py)
+
+
+@lazy_njit(numba.void(readonly("u1", 2), readonly("i8", 2), readonly("u4", 2), readonly("u4", 2), readonly("u4", 2),
+                      numba.uint32[:, ::1]), cache=True)
+def gather_field(b2, byte, shift, mask, dst, out):
+    """A bit plan's gather of one field (``_bits.BlockPlan.to_fields``' numpy loop is the
+    reference): ``out[blk, i] = OR_j ((b2[blk, byte[i, j]] >> shift[i, j]) & mask[i, j]) << dst[i, j]``
+    over the parts j of element i (padding parts have mask 0)."""
+    count, parts = byte.shape
+    for blk in range(b2.shape[0]):
+        row = b2[blk]
+        for i in range(count):
+            v = np.uint32(0)
+            for j in range(parts):
+                v |= ((np.uint32(row[byte[i, j]]) >> shift[i, j]) & mask[i, j]) << dst[i, j]
+            out[blk, i] = v
