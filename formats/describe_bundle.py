@@ -93,7 +93,8 @@ def _doc(b) -> dict[str, Any]:
     return {
         "format": DOC_FORMAT,
         "version": DOC_VERSION,
-        "bundle": {"path": str(b.path), "created_by": m.get("created_by"), "archive": False},
+        "bundle": {"path": str(b.path), "created_by": m.get("created_by"), "archive": False,
+                   "format_version": b.version, "digest": b.digest.name},
         "source": {"kind": src.get("kind"), "path": src.get("path"), "architecture": src.get("architecture"),
                    "files": src.get("files") or []},
         "model": m.get("model") or {},
@@ -114,6 +115,7 @@ def render_bundle(doc: Mapping[str, Any]) -> str:
     src, led, tot = doc["source"], doc["ledger"], doc["totals"]
     kv = [("bundle", f"{doc['bundle']['path']}" + ("  (archive)" if doc["bundle"].get("archive") else "")),
           ("created by", str(doc["bundle"].get("created_by") or "unknown")),
+          ("format", f"version {doc['bundle'].get('format_version')}, {doc['bundle'].get('digest')} digests"),
           ("source", f"{src.get('kind')}  {src.get('path')}  architecture {src.get('architecture') or 'unknown'}")]
     for f in src.get("files", []):
         if isinstance(f, dict):

@@ -450,6 +450,8 @@ def test_item18_inspect_bundle_and_archive(tmp_path, gguf_bundle):
     assert doc["source"]["kind"] == "gguf"
     text = describe.render(doc)
     assert "layouts written" in text and "ledger" in text
+    assert (doc["bundle"]["format_version"], doc["bundle"]["digest"]) == (2, "blake3")
+    assert "version 2, blake3 digests" in text
     arc = archive.pack(gguf_bundle, tmp_path / "a.ppk.tar.zst").path
     assert describe.describe(arc)["bundle"]["archive"] is True
     r = CliRunner().invoke(main, ["inspect", str(gguf_bundle)])
