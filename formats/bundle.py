@@ -150,12 +150,11 @@ class Region:
 
 @dataclass(frozen=True)
 class TensorFile:
-    """What :meth:`BundleWriter.write_tensor` wrote: the file's name, size, digest (in the
-    algorithm ``digest_name``) and regions."""
+    """What :meth:`BundleWriter.write_tensor` wrote: the file's name, size and regions, their
+    digests in the algorithm ``digest_name`` (they cover the file: it has no digest of its own)."""
 
     file: str
     bytes: int
-    digest: Optional[str]  # the file's (version 1 bundles); None: the regions' digests cover it
     regions: Mapping[str, Region]
     digest_name: str = digests.DEFAULT
 
@@ -176,29 +175,27 @@ class PendingTensorFile:
     waits for them and gives the :class:`TensorFile`. Lets the writer go on to the next tensor
     while this one is hashed (the data stays referenced until then)."""
 
-    def __init__(self, file: str, size: int, layout: list[Region], file_hash, region_hashes: list, digest_name: str):
+    def __init__(self, file: str, size: int, layout: list[Region], region_hashes: list, digest_name: str):
         self.file, self.size, self.layout, self.digest_name = file, size, layout, digest_name
-        self._file_hash: Any = file_hash
         self._region_hashes: Optional[list] = region_hashes
         self._done: Optional[TensorFile] = None
 
     def result(self) -> TensorFile:
         if self._done is None:
             assert self._region_hashes is not None
-            self._done = TensorFile(self.file, self.size, None if self._file_hash is None else self._file_hash.result(),
+            self._done = TensorFile(self.file, self.size,
                                     {r.name: replace(r, digest=hx.result()) for r, hx in zip(self.layout, self._region_hashes)},
                                     self.digest_name)
-            self._file_hash = self._region_hashes = None
+            self._region_hashes = None
         return self._done
 
 
-def _start_hashes(dg: Digest, layout: list[Region], views: list, known_hashes):
+def _start_hashes(dg: Digest, views: list, known_hashes) -> list:
     """Futures of the region digests (``known_hashes``: a digest or a Future per region, or None
     to compute it). No file digest: a version 2 file is its regions and zero padding."""
     known = list(known_hashes or ()) + [None] * len(views)
-    region_hashes = [hash_async(dg.of_bytes, v) if k is None else (_done(k) if isinstance(k, str) else k)
-                     for v, k in zip(views, known)]
-    return None, region_hashes
+    return [hash_async(dg.of_bytes, v) if k is None else (_done(k) if isinstance(k, str) else k)
+            for v, k in zip(views, known)]
 
 
 @dataclass(frozen=True)
@@ -229,7 +226,7 @@ class TensorEntry:
     def create(cls, name: str, shape: Iterable[int], type: str, layout: str, written: TensorFile,
                params: Mapping[str, Any], ledger: Mapping[str, Any], **optional: Any) -> "TensorEntry":
         return cls(name=name, shape=tuple(int(d) for d in shape), type=type, layout=layout, file=written.file,
-                   bytes=written.bytes, digest=written.digest, regions=dict(written.regions), params=dict(params),
+                   bytes=written.bytes, digest=None, regions=dict(written.regions), params=dict(params),
                    ledger=dict(ledger), digest_name=written.digest_name, **optional)
 
     # -- derived --------------------------------------------------------------------------
@@ -508,7 +505,7 @@ class BundleWriter:
     def write_tensor(self, index: int, name: str, regions: Mapping[str, np.ndarray],
                      known_hashes: Optional[list] = None, wait: bool = True) -> Any:
         """Write one tensor file from its regions (in order); returns its
-        :class:`TensorFile` (``file``, ``bytes``, ``digest``, ``regions``), or with ``wait=False``
+        :class:`TensorFile` (``file``, ``bytes``, ``regions`` with their digests), or with ``wait=False``
         a :class:`PendingTensorFile` whose hashes are still running. ``known_hashes`` may give
         the digest (or a Future of it) of some regions already computed by the caller (e.g.
         row-major blocks = source bytes), in the writer's algorithm."""
@@ -521,9 +518,9 @@ class BundleWriter:
             arrays.append(a)
         layout, size = layout_regions(specs)
         views = [a.reshape(-1).view(np.uint8).data for a in arrays]
-        # the file hash and the region hashes run on the hash threads (hashlib releases the
-        # GIL) while this thread writes the same bytes
-        file_hash, region_hashes = _start_hashes(self.digest, layout, views, known_hashes)
+        # the region digests run on the hash threads (both algorithms release the GIL) while
+        # this thread writes the same bytes
+        region_hashes = _start_hashes(self.digest, views, known_hashes)
         path = self.tmp / rel
         try:
             with open(path, "wb") as f:
@@ -532,7 +529,7 @@ class BundleWriter:
             self._unsynced.append(path)
         except OSError as e:
             raise atomic.output_error(e, path) from None
-        pending = PendingTensorFile(rel, size, layout, file_hash, region_hashes, self.digest.name)
+        pending = PendingTensorFile(rel, size, layout, region_hashes, self.digest.name)
         return pending.result() if wait else pending
 
     #: whether :meth:`map_tensor` is offered: the file's blocks are reserved first
@@ -584,9 +581,9 @@ class BundleWriter:
         and return its :class:`TensorFile` (``wait=False``: a :class:`PendingTensorFile`). The map
         is released when the last view of it goes (the hash threads hold theirs until done)."""
         views = [mt.views[r.name].reshape(-1).view(np.uint8) for r in mt.layout]
-        file_hash, region_hashes = _start_hashes(self.digest, mt.layout, views, known_hashes)
+        region_hashes = _start_hashes(self.digest, views, known_hashes)
         mt.views.clear()
-        pending = PendingTensorFile(mt.file, mt.bytes, mt.layout, file_hash, region_hashes, self.digest.name)
+        pending = PendingTensorFile(mt.file, mt.bytes, mt.layout, region_hashes, self.digest.name)
         return pending.result() if wait else pending
 
     # -- side files -----------------------------------------------------------------------
