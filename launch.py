@@ -13,6 +13,11 @@ the interpreter's own order, and then ends it (``os._exit``):
 2. the ``atexit`` handlers (``logging.shutdown``, coverage's data file, ...);
 3. stdout and stderr flushed.
 
+The process also collects cyclic garbage less often (:data:`GC_THRESHOLD`): numba's kernel
+loading allocates a few hundred thousand objects that live until the end, and the default
+threshold (700) ran ~260 collections during that conversion, 0.17 s with the GIL held, against
+one at 100 000 (0.05 s). The memory it can leave uncollected is a few MB at most.
+
 ``PANELPACK_FULL_EXIT=1`` keeps the normal exit (for a tool that inspects the interpreter's
 teardown). In-process callers (click's ``CliRunner``, the tests) call ``cli.main`` and never
 come here.
@@ -21,10 +26,15 @@ come here.
 from __future__ import annotations
 
 import atexit
+import gc
 import os
 import sys
 import threading
 from typing import Any, Callable, NoReturn
+
+
+#: ``gc.set_threshold`` of the ``panelpack`` process (the first generation's; the others as Python's).
+GC_THRESHOLD = 100_000
 
 
 def exit_code(code: Any) -> int:
@@ -59,6 +69,7 @@ def finish(code: Any) -> NoReturn:
 
 def main(command: Callable[[], Any] | None = None) -> NoReturn:
     """Run the CLI (``cli.main``, or ``command``) as this process's command and end the process."""
+    gc.set_threshold(GC_THRESHOLD, *gc.get_threshold()[1:])
     if command is None:
         from panelpack.cli import main as command
     try:
