@@ -8,8 +8,12 @@ llama-cpp-python), same thread count, and the bytes compared tensor by tensor.
 The F16 input is derived from the real checkpoint (tests/llama_ref.py ``f16_gguf``; all its
 layers and its whole vocabulary unless ``--layers``/``--vocab`` cut them). Each figure is the
 median of ``--runs`` whole-process wall times after one warm-up (numba's cache warm), each run
-writing a fresh output (the previous one removed beforehand, untimed). Needs
-the ``oracle-llama`` extra. The numbers move with machine load: run it alone.
+writing a fresh output (the previous one removed beforehand, untimed). Python's bytecode
+cache is warm too, as after a ``pip install``: the children run without
+``PYTHONDONTWRITEBYTECODE`` and keep their ``.pyc`` files in the run's temporary folder
+(``PYTHONPYCACHEPREFIX``), not in the source tree; a source checkout with that variable set
+compiles all of panelpack it imports at every start (0.2 s; ``--no-bytecode-cache`` measures that).
+Needs the ``oracle-llama`` extra. The numbers move with machine load: run it alone.
 """
 
 from __future__ import annotations
@@ -60,6 +64,8 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--layers", type=int, default=None)
     ap.add_argument("--vocab", type=int, default=None)
+    ap.add_argument("--no-bytecode-cache", action="store_true",
+                    help="keep the caller's PYTHONDONTWRITEBYTECODE (a checkout then compiles its sources every run)")
     a = ap.parse_args()
     src = conftest.smollm2_path() if a.model == "smollm2" else conftest.gemma_path()
     if src is None or not llama_ref.available():
@@ -75,6 +81,9 @@ def report(a, src: Path, work: Path) -> None:
     """Time both tools on ``src``'s F16 derivative in ``work`` and print the comparison."""
     f16 = llama_ref.f16_gguf(src, work / "f16.gguf", n_layer=a.layers, n_vocab=a.vocab)
     env = dict(os.environ, NUMBA_NUM_THREADS=str(a.threads), OMP_NUM_THREADS=str(a.threads))
+    if not a.no_bytecode_cache:  # as installed: compiled once (by the warm-up run), then read
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(work / "pycache")
     ours = [sys.executable, "-m", "panelpack", "convert", str(f16), "--quant", a.mix, "--layout", "rowmajor",
             "-o", str(work / "out.ppk"), "--force", "--no-progress", "-j", str(a.threads)]
     theirs = [sys.executable, "-c", LLAMA.format(tests=str(HERE.parent / "tests"), src=str(f16),
