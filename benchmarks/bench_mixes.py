@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -43,17 +44,22 @@ llama_ref.quantize({src!r}, {dst!r}, {mix!r}, threads={threads})
 """
 
 
-def timed(cmd: list[str], env: dict, output: Path) -> float:
-    """Wall time of ``cmd``; the previous run's ``output`` is removed first, untimed (deleting a
-    fsynced folder costs ~1 s on a disk mounted with ``discard``, work neither tool is asked for)."""
+def timed(cmd: list[str], env: dict, output: Path) -> tuple[float, float]:
+    """(wall, CPU) seconds of ``cmd`` (CPU: the child's user + system time, which a host shared
+    with other work inflates less than the wall time); the previous run's ``output`` is removed
+    first, untimed (deleting a fsynced folder costs ~1 s on a disk mounted with ``discard``, work
+    neither tool is asked for)."""
     if output.is_dir():
         shutil.rmtree(output)
     elif output.exists():
         output.unlink()
     subprocess.run(["sync"], check=False)
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return time.perf_counter() - t
+    wall = time.perf_counter() - t
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
 
 
 def main() -> None:
@@ -100,10 +106,13 @@ def report(a, src: Path, work: Path) -> None:
         n, k = t.nk
         raw = repack.get("rowmajor").unpack(b.regions(t), n, k, t.qtype).tobytes()
         same += int(want[t.name] == (t.type, raw))
-    mo, ml = statistics.median(t_ours), statistics.median(t_llama)
+    mo, ml = (statistics.median(w for w, _ in t) for t in (t_ours, t_llama))
+    co, cl = (statistics.median(c for _, c in t) for t in (t_ours, t_llama))
     print(f"{a.model} F16 ({f16.stat().st_size / 2**20:.1f} MiB) --quant {a.mix}, {a.threads} threads, "
           f"median of {a.runs}: panelpack {mo:.2f} s, llama_model_quantize {ml:.2f} s, ratio {ml / mo:.2f}x; "
           f"{same}/{len(b.tensors)} tensors identical")
+    print(f"  wall runs: panelpack {' '.join(f'{w:.2f}' for w, _ in t_ours)}, llama {' '.join(f'{w:.2f}' for w, _ in t_llama)}; "
+          f"CPU (user+sys) medians: panelpack {co:.2f} s, llama {cl:.2f} s; load {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":
