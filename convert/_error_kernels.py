@@ -27,12 +27,26 @@ import numba
 import numpy as np
 from numba.core import config
 
-from ..formats._jit import RO_F32, lazy_njit
+from ..formats._jit import RO_F32, inline_jit, lazy_njit
 
 LANES = 8
 
 _F8 = numba.float64
 _SUMS = numba.types.UniTuple(_F8, 3)(RO_F32, RO_F32)
+
+
+@inline_jit
+def _tail_and_total(x_new, x_ref, m, sd, sr, mx):
+    """Both kernels' end: elements ``m ..`` (the ``n % 8`` tail) into lane 0, then the lanes
+    added in lane order (``sum``: 0 + l0 + ... + l7) and their maximum."""
+    for i in range(m, x_new.size):
+        r = np.float64(x_ref[i])
+        d = np.float64(x_new[i]) - r
+        sd[0] += d * d
+        sr[0] += r * r
+        a = abs(d)
+        mx[0] = a if a > mx[0] else mx[0]
+    return sd.sum(), sr.sum(), mx.max()
 
 
 @lazy_njit(_SUMS, cache=True, error_model="numpy")
@@ -51,14 +65,7 @@ def error_sums_scalar(x_new, x_ref):
             sr[j] += r * r
             a = abs(d)
             mx[j] = a if a > mx[j] else mx[j]
-    for i in range(m, n):
-        r = np.float64(x_ref[i])
-        d = np.float64(x_new[i]) - r
-        sd[0] += d * d
-        sr[0] += r * r
-        a = abs(d)
-        mx[0] = a if a > mx[0] else mx[0]
-    return sd.sum(), sr.sum(), mx.max()
+    return _tail_and_total(x_new, x_ref, m, sd, sr, mx)
 
 
 def _build_lane_sums():
@@ -123,14 +130,7 @@ def _error_sums_vector(x_new, x_ref):
     sd = acc[0:8]
     sr = acc[8:16]
     mx = acc[16:24]
-    for i in range(m, n):
-        r = np.float64(x_ref[i])
-        d = np.float64(x_new[i]) - r
-        sd[0] += d * d
-        sr[0] += r * r
-        a = abs(d)
-        mx[0] = a if a > mx[0] else mx[0]
-    return sd.sum(), sr.sum(), mx.max()
+    return _tail_and_total(x_new, x_ref, m, sd, sr, mx)
 
 
 #: the kernel the ledger runs: the vector one, or the scalar one where the vector body cannot run
