@@ -1,6 +1,6 @@
 """``python -m panelpack``: the same command as the ``panelpack`` console script."""
 
-from panelpack.cli import main
+from panelpack.launch import main
 
 if __name__ == "__main__":
     main()

@@ -8,14 +8,19 @@ llama-cpp-python), same thread count, and the bytes compared tensor by tensor.
 The F16 input is derived from the real checkpoint (tests/llama_ref.py ``f16_gguf``; all its
 layers and its whole vocabulary unless ``--layers``/``--vocab`` cut them). Each figure is the
 median of ``--runs`` whole-process wall times after one warm-up (numba's cache warm), each run
-writing a fresh output (the previous one removed beforehand, untimed). Needs
-the ``oracle-llama`` extra. The numbers move with machine load: run it alone.
+writing a fresh output (the previous one removed beforehand, untimed). Python's bytecode
+cache is warm too, as after a ``pip install``: the children run without
+``PYTHONDONTWRITEBYTECODE`` and keep their ``.pyc`` files in the run's temporary folder
+(``PYTHONPYCACHEPREFIX``), not in the source tree; a source checkout with that variable set
+compiles all of panelpack it imports at every start (0.2 s; ``--no-bytecode-cache`` measures that).
+Needs the ``oracle-llama`` extra. The numbers move with machine load: run it alone.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -39,17 +44,22 @@ llama_ref.quantize({src!r}, {dst!r}, {mix!r}, threads={threads})
 """
 
 
-def timed(cmd: list[str], env: dict, output: Path) -> float:
-    """Wall time of ``cmd``; the previous run's ``output`` is removed first, untimed (deleting a
-    fsynced folder costs ~1 s on a disk mounted with ``discard``, work neither tool is asked for)."""
+def timed(cmd: list[str], env: dict, output: Path) -> tuple[float, float]:
+    """(wall, CPU) seconds of ``cmd`` (CPU: the child's user + system time, which a host shared
+    with other work inflates less than the wall time); the previous run's ``output`` is removed
+    first, untimed (deleting a fsynced folder costs ~1 s on a disk mounted with ``discard``, work
+    neither tool is asked for)."""
     if output.is_dir():
         shutil.rmtree(output)
     elif output.exists():
         output.unlink()
     subprocess.run(["sync"], check=False)
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return time.perf_counter() - t
+    wall = time.perf_counter() - t
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
 
 
 def main() -> None:
@@ -60,6 +70,8 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--layers", type=int, default=None)
     ap.add_argument("--vocab", type=int, default=None)
+    ap.add_argument("--no-bytecode-cache", action="store_true",
+                    help="keep the caller's PYTHONDONTWRITEBYTECODE (a checkout then compiles its sources every run)")
     a = ap.parse_args()
     src = conftest.smollm2_path() if a.model == "smollm2" else conftest.gemma_path()
     if src is None or not llama_ref.available():
@@ -75,6 +87,9 @@ def report(a, src: Path, work: Path) -> None:
     """Time both tools on ``src``'s F16 derivative in ``work`` and print the comparison."""
     f16 = llama_ref.f16_gguf(src, work / "f16.gguf", n_layer=a.layers, n_vocab=a.vocab)
     env = dict(os.environ, NUMBA_NUM_THREADS=str(a.threads), OMP_NUM_THREADS=str(a.threads))
+    if not a.no_bytecode_cache:  # as installed: compiled once (by the warm-up run), then read
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(work / "pycache")
     ours = [sys.executable, "-m", "panelpack", "convert", str(f16), "--quant", a.mix, "--layout", "rowmajor",
             "-o", str(work / "out.ppk"), "--force", "--no-progress", "-j", str(a.threads)]
     theirs = [sys.executable, "-c", LLAMA.format(tests=str(HERE.parent / "tests"), src=str(f16),
@@ -91,10 +106,13 @@ def report(a, src: Path, work: Path) -> None:
         n, k = t.nk
         raw = repack.get("rowmajor").unpack(b.regions(t), n, k, t.qtype).tobytes()
         same += int(want[t.name] == (t.type, raw))
-    mo, ml = statistics.median(t_ours), statistics.median(t_llama)
+    mo, ml = (statistics.median(w for w, _ in t) for t in (t_ours, t_llama))
+    co, cl = (statistics.median(c for _, c in t) for t in (t_ours, t_llama))
     print(f"{a.model} F16 ({f16.stat().st_size / 2**20:.1f} MiB) --quant {a.mix}, {a.threads} threads, "
           f"median of {a.runs}: panelpack {mo:.2f} s, llama_model_quantize {ml:.2f} s, ratio {ml / mo:.2f}x; "
           f"{same}/{len(b.tensors)} tensors identical")
+    print(f"  wall runs: panelpack {' '.join(f'{w:.2f}' for w, _ in t_ours)}, llama {' '.join(f'{w:.2f}' for w, _ in t_llama)}; "
+          f"CPU (user+sys) medians: panelpack {co:.2f} s, llama {cl:.2f} s; load {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

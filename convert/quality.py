@@ -70,39 +70,11 @@ KERNEL_MIN_ELEMENTS = 1 << 16
 
 
 def _error_sums_kernel():
-    """The compiled :func:`error_sums_ref`: one pass, 8 f64 accumulators, no branch (so LLVM
-    vectorizes it); built on first use."""
+    """The compiled :func:`error_sums_ref` (convert/_error_kernels.py: 8 f64 lanes, the vector
+    kernel where it runs, else the scalar one, the same bits); imported on first use."""
     global _ERROR_SUMS
     if _ERROR_SUMS is None:
-        import numba
-
-        from ..formats._jit import RO_F32, lazy_njit
-
-        f8 = numba.float64
-
-        @lazy_njit(numba.types.UniTuple(f8, 3)(RO_F32, RO_F32), cache=True, error_model="numpy")
-        def error_sums(x_new, x_ref):
-            sd = np.zeros(8)
-            sr = np.zeros(8)
-            mx = np.zeros(8)
-            n = x_new.size
-            m = n - n % 8
-            for i in range(0, m, 8):
-                for j in range(8):
-                    r = np.float64(x_ref[i + j])
-                    d = np.float64(x_new[i + j]) - r
-                    sd[j] += d * d
-                    sr[j] += r * r
-                    a = abs(d)
-                    mx[j] = a if a > mx[j] else mx[j]
-            for i in range(m, n):
-                r = np.float64(x_ref[i])
-                d = np.float64(x_new[i]) - r
-                sd[0] += d * d
-                sr[0] += r * r
-                a = abs(d)
-                mx[0] = a if a > mx[0] else mx[0]
-            return sd.sum(), sr.sum(), mx.max()
+        from ._error_kernels import error_sums
 
         _ERROR_SUMS = error_sums
     return _ERROR_SUMS

@@ -62,3 +62,49 @@ def test_nonfinite_chunk_takes_the_masked_path(rng):
     assert got["nonfinite"] == {"source": 1, "dequantized": 0}
     assert got["rel_rms"] == pytest.approx(rel, rel=1e-12) and got["max_abs"] == pytest.approx(mx)
     assert "non-finite source" in got["warning"]
+
+
+# ---- the vector error kernel (convert/_error_kernels.py) against its scalar reference ----------
+def _cases(rng):
+    for size in (0, 1, 7, 8, 9, 64, 1000, 4096 + 5, 1 << 16):
+        ref = (rng.standard_normal(size) * 0.05).astype(np.float32)
+        new = (ref + rng.standard_normal(size).astype(np.float32) * 1e-3).astype(np.float32)
+        yield f"random {size}", new, ref
+    big = rng.uniform(-3e38, 3e38, 1 << 14).astype(np.float32)  # f32's range: the f64 sums stay finite
+    yield "huge", big, big[::-1].copy()
+    sub = (rng.standard_normal(4096) * 1e-40).astype(np.float32)  # subnormal
+    yield "subnormal", sub, np.zeros_like(sub)
+    for bad in (np.nan, np.inf, -np.inf):
+        for pos in (0, 5, 8, 4095, 4099):
+            ref = rng.standard_normal(4100).astype(np.float32)
+            new = ref.copy()
+            new[pos] = bad
+            yield f"{bad} at {pos} (new)", new, ref
+            yield f"{bad} at {pos} (ref)", ref, new.copy()
+
+
+def _same(a: float, b: float) -> bool:
+    return (a == b and np.signbit(a) == np.signbit(b)) or (np.isnan(a) and np.isnan(b))
+
+
+def test_vector_error_kernel_gives_the_scalar_kernels_bits(rng):
+    from panelpack.convert import _error_kernels as ek
+
+    if ek.lane_sums is None:
+        pytest.skip("JIT disabled: only the scalar kernel runs")
+    assert ek.error_sums is not ek.error_sums_scalar
+    for label, new, ref in _cases(rng):
+        got, want = ek.error_sums(new, ref), ek.error_sums_scalar(new, ref)
+        assert all(_same(g, w) for g, w in zip(got, want)), (label, got, want)
+
+
+def test_scalar_error_kernel_is_the_reference_up_to_order(rng):
+    from panelpack.convert import _error_kernels as ek
+
+    for label, new, ref in _cases(rng):
+        got, want = ek.error_sums_scalar(new, ref), quality.error_sums_ref(new, ref)
+        if not np.isfinite(want[0]):  # non-finite: the ledger takes the masked numpy path
+            assert not np.isfinite(got[0]), label
+            continue
+        np.testing.assert_allclose(got[:2], want[:2], rtol=1e-12, err_msg=label)
+        assert got[2] == want[2], label
