@@ -32,7 +32,6 @@ import sys
 import threading
 from typing import Any, Callable, NoReturn
 
-
 #: ``gc.set_threshold`` of the ``panelpack`` process (the first generation's; the others as Python's).
 GC_THRESHOLD = 100_000
 
