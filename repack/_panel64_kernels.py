@@ -38,24 +38,34 @@ _RO_U32 = nt.Array(nt.uint32, 1, "C", readonly=True)
 _RO_U16 = nt.Array(nt.uint16, 1, "C", readonly=True)
 _RO_U8 = nt.Array(nt.uint8, 1, "C", readonly=True)
 _HELPER = dict(cache=True, boundscheck=False, no_cpython_wrapper=True)
+#: 72-byte row steps staged per sweep over a super-block's 64 channels (see _stage_w9_run)
+_RUN = 4
 _KERNEL = dict(cache=True, boundscheck=False)
 
 
-@lazy_njit(nt.void(_RO_U64, nt.uint64, nt.uint64, nt.int64, nt.uint64[::1]), **_HELPER)
-def _stage_w9(w64, o0, wr, cn, t):
-    """t[k*64 + c] = w64[o0 + c*wr + k] for c < cn, k < 9 (a transposing copy, unrolled)."""
+@lazy_njit(nt.void(_RO_U64, nt.uint64, nt.uint64, nt.int64, nt.int64, nt.uint64[::1]), **_HELPER)
+def _stage_w9_run(w64, o0, wr, cn, steps, t):
+    """A transposing copy of ``steps`` consecutive 9-word row steps of 64 channels:
+    ``t[s*576 + k*64 + c] = w64[o0 + c*wr + 9*s + k]`` for c < cn, s < steps, k < 9 (unrolled
+    in k). Each row's 72·steps bytes are read in one go, so the 64 rows' cache lines need not
+    survive a sweep over the channels: 4096-wide Q4_0 rows are 2304 bytes apart, and 64 of them
+    share 16 L1 sets, which an 8-way L1 (Zen 3's) cannot hold from one sweep to the next.
+    4 steps a sweep: Q4_0 1.38 -> 1.95-2.66 GB/s, Q4_K 1.40 -> 1.81 here (bench_repack)."""
     for c in range(cn):
         o = o0 + _U(c) * wr
         uc = _U(c)
-        t[uc] = w64[o]
-        t[_U(64) + uc] = w64[o + _U(1)]
-        t[_U(128) + uc] = w64[o + _U(2)]
-        t[_U(192) + uc] = w64[o + _U(3)]
-        t[_U(256) + uc] = w64[o + _U(4)]
-        t[_U(320) + uc] = w64[o + _U(5)]
-        t[_U(384) + uc] = w64[o + _U(6)]
-        t[_U(448) + uc] = w64[o + _U(7)]
-        t[_U(512) + uc] = w64[o + _U(8)]
+        for st in range(steps):
+            x = o + _U(9 * st)
+            b = _U(576 * st) + uc
+            t[b] = w64[x]
+            t[b + _U(64)] = w64[x + _U(1)]
+            t[b + _U(128)] = w64[x + _U(2)]
+            t[b + _U(192)] = w64[x + _U(3)]
+            t[b + _U(256)] = w64[x + _U(4)]
+            t[b + _U(320)] = w64[x + _U(5)]
+            t[b + _U(384)] = w64[x + _U(6)]
+            t[b + _U(448)] = w64[x + _U(7)]
+            t[b + _U(512)] = w64[x + _U(8)]
 
 
 @lazy_njit(nt.void(_RO_U64, nt.uint64, nt.uint64, nt.int64, nt.uint64[::1]), **_HELPER)
@@ -200,12 +210,14 @@ def _q4_0_w_uncompute(p16, d16, cn, blk0, t):
 @lazy_njit(nt.void(_RO_U64, nt.int64, nt.int64, nt.uint16[::1], nt.uint16[::1]), **_KERNEL)
 def _q4_0_pack_w(w64, n, ng, p16, d16):
     wr = _U(ng // 4 * 9)
-    t = np.zeros(9 * 64, np.uint64)
+    t = np.zeros(_RUN * 9 * 64, np.uint64)
     for sb in range((n + 63) >> 6):
         cn = min(64, n - sb * 64)
-        for g4 in range(ng // 4):
-            _stage_w9(w64, _U(sb * 64) * wr + _U(9 * g4), wr, cn, t)
-            _q4_0_w_compute(t, cn, _U(sb * ng + 4 * g4), p16, d16)
+        for g0 in range(0, ng // 4, _RUN):
+            steps = min(_RUN, ng // 4 - g0)
+            _stage_w9_run(w64, _U(sb * 64) * wr + _U(9 * g0), wr, cn, steps, t)
+            for st in range(steps):
+                _q4_0_w_compute(t[576 * st:], cn, _U(sb * ng + 4 * (g0 + st)), p16, d16)
 
 
 @lazy_njit(nt.void(_RO_U16, _RO_U16, nt.int64, nt.int64, nt.uint64[::1]), **_KERNEL)
@@ -354,14 +366,17 @@ def _q4_k_uncompute(p16, sc8, m8, d16, dmin16, cn, g0, sbj, t):
               nt.uint16[::1]), **_KERNEL)
 def _q4_k_pack(w64, n, nsb, p16, sc8, m8, d16, dmin16):
     wr = _U(nsb * 18)
-    t = np.zeros(18 * 64, np.uint64)
+    runk = _RUN // 2  # super-blocks per sweep: two 72-byte steps each
+    t = np.zeros(_RUN * 9 * 64, np.uint64)
     for sb in range((n + 63) >> 6):
         cn = min(64, n - sb * 64)
-        for j in range(nsb):
-            o0 = _U(sb * 64) * wr + _U(18 * j)
-            _stage_w9(w64, o0, wr, cn, t)
-            _stage_w9(w64, o0 + _U(9), wr, cn, t[576:])
-            _q4_k_compute(t, cn, _U(sb * nsb * 8 + 8 * j), _U((sb * nsb + j) * 64), p16, sc8, m8, d16, dmin16)
+        for j0 in range(0, nsb, runk):
+            steps = min(runk, nsb - j0)
+            _stage_w9_run(w64, _U(sb * 64) * wr + _U(18 * j0), wr, cn, 2 * steps, t)
+            for st in range(steps):
+                j = j0 + st
+                _q4_k_compute(t[1152 * st:], cn, _U(sb * nsb * 8 + 8 * j), _U((sb * nsb + j) * 64), p16, sc8, m8,
+                              d16, dmin16)
 
 
 @lazy_njit(nt.void(_RO_U16, _RO_U8, _RO_U8, _RO_U16, _RO_U16, nt.int64, nt.int64, nt.uint64[::1]), **_KERNEL)
