@@ -68,20 +68,25 @@ def _stage_w9_run(w64, o0, wr, cn, steps, t):
             t[b + _U(512)] = w64[x + _U(8)]
 
 
-@lazy_njit(nt.void(_RO_U64, nt.uint64, nt.uint64, nt.int64, nt.uint64[::1]), **_HELPER)
-def _unstage_w9(t, o0, wr, cn, w64):
+@lazy_njit(nt.void(_RO_U64, nt.uint64, nt.uint64, nt.int64, nt.int64, nt.uint64[::1]), **_HELPER)
+def _unstage_w9_run(t, o0, wr, cn, steps, w64):
+    """The inverse of :func:`_stage_w9_run`: ``w64[o0 + c*wr + 9*s + k] = t[s*576 + k*64 + c]``
+    (each row's 72·steps bytes written in one go)."""
     for c in range(cn):
         o = o0 + _U(c) * wr
         uc = _U(c)
-        w64[o] = t[uc]
-        w64[o + _U(1)] = t[_U(64) + uc]
-        w64[o + _U(2)] = t[_U(128) + uc]
-        w64[o + _U(3)] = t[_U(192) + uc]
-        w64[o + _U(4)] = t[_U(256) + uc]
-        w64[o + _U(5)] = t[_U(320) + uc]
-        w64[o + _U(6)] = t[_U(384) + uc]
-        w64[o + _U(7)] = t[_U(448) + uc]
-        w64[o + _U(8)] = t[_U(512) + uc]
+        for st in range(steps):
+            x = o + _U(9 * st)
+            b = _U(576 * st) + uc
+            w64[x] = t[b]
+            w64[x + _U(1)] = t[b + _U(64)]
+            w64[x + _U(2)] = t[b + _U(128)]
+            w64[x + _U(3)] = t[b + _U(192)]
+            w64[x + _U(4)] = t[b + _U(256)]
+            w64[x + _U(5)] = t[b + _U(320)]
+            w64[x + _U(6)] = t[b + _U(384)]
+            w64[x + _U(7)] = t[b + _U(448)]
+            w64[x + _U(8)] = t[b + _U(512)]
 
 
 @lazy_njit(nt.void(_RO_U8, nt.uint64, nt.uint64, nt.int64, nt.int64, nt.uint8[::1]), **_HELPER)
@@ -223,12 +228,14 @@ def _q4_0_pack_w(w64, n, ng, p16, d16):
 @lazy_njit(nt.void(_RO_U16, _RO_U16, nt.int64, nt.int64, nt.uint64[::1]), **_KERNEL)
 def _q4_0_unpack_w(p16, d16, n, ng, w64):
     wr = _U(ng // 4 * 9)
-    t = np.zeros(9 * 64, np.uint64)
+    t = np.zeros(_RUN * 9 * 64, np.uint64)
     for sb in range((n + 63) >> 6):
         cn = min(64, n - sb * 64)
-        for g4 in range(ng // 4):
-            _q4_0_w_uncompute(p16, d16, cn, _U(sb * ng + 4 * g4), t)
-            _unstage_w9(t, _U(sb * 64) * wr + _U(9 * g4), wr, cn, w64)
+        for g0 in range(0, ng // 4, _RUN):
+            steps = min(_RUN, ng // 4 - g0)
+            for st in range(steps):
+                _q4_0_w_uncompute(p16, d16, cn, _U(sb * ng + 4 * (g0 + st)), t[576 * st:])
+            _unstage_w9_run(t, _U(sb * 64) * wr + _U(9 * g0), wr, cn, steps, w64)
 
 
 # -- Q4_0 (any K) and Q4_1: one block at a time, staged as byte planes ---------------------
@@ -382,14 +389,17 @@ def _q4_k_pack(w64, n, nsb, p16, sc8, m8, d16, dmin16):
 @lazy_njit(nt.void(_RO_U16, _RO_U8, _RO_U8, _RO_U16, _RO_U16, nt.int64, nt.int64, nt.uint64[::1]), **_KERNEL)
 def _q4_k_unpack(p16, sc8, m8, d16, dmin16, n, nsb, w64):
     wr = _U(nsb * 18)
-    t = np.zeros(18 * 64, np.uint64)
+    runk = _RUN // 2  # super-blocks per sweep: two 72-byte steps each
+    t = np.zeros(_RUN * 9 * 64, np.uint64)
     for sb in range((n + 63) >> 6):
         cn = min(64, n - sb * 64)
-        for j in range(nsb):
-            _q4_k_uncompute(p16, sc8, m8, d16, dmin16, cn, _U(sb * nsb * 8 + 8 * j), _U((sb * nsb + j) * 64), t)
-            o0 = _U(sb * 64) * wr + _U(18 * j)
-            _unstage_w9(t, o0, wr, cn, w64)
-            _unstage_w9(t[576:], o0 + _U(9), wr, cn, w64)
+        for j0 in range(0, nsb, runk):
+            steps = min(runk, nsb - j0)
+            for st in range(steps):
+                j = j0 + st
+                _q4_k_uncompute(p16, sc8, m8, d16, dmin16, cn, _U(sb * nsb * 8 + 8 * j), _U((sb * nsb + j) * 64),
+                                t[1152 * st:])
+            _unstage_w9_run(t, _U(sb * 64) * wr + _U(18 * j0), wr, cn, 2 * steps, w64)
 
 
 # -- Q8_0: 34 bytes per block (d, then 32 int8 = the integer codes) ------------------------
