@@ -811,7 +811,10 @@ class Bundle:
         dg = self.digest
         hashing = {t.name: hash_async(_file_and_region_hashes, dg, self.file_path(t), t) for t in self.tensors
                    if hashes and sizes[t.name] == t.bytes}
-        canonical = self.version >= 2  # the file is its regions at their packed offsets, nothing else
+        # version 2: a file is exactly its regions, each at the first multiple of ALIGN after the one
+        # before (the first at 0), ending where the last ends; with their digests and zero padding
+        # they account for every byte of the file
+        canonical = self.version >= 2
         for t in self.tensors:
             if t.action in _LOSSLESS_ACTIONS and t.source_digest != t.blocks_digest:
                 problems.append((t.name, f"action {t.action!r} keeps the source blocks, but {dg.blocks_key} differs "
@@ -833,9 +836,12 @@ class Bundle:
                     problems.append((where, f"region {rname!r} overlaps the previous region"))
                 if r.offset + r.nbytes > size:
                     problems.append((where, f"region {rname!r} ends past the end of {t.file}"))
+                if canonical and r.offset != _align(end):
+                    problems.append((where, f"region {rname!r} is at offset {r.offset}; packed after the region "
+                                            f"before it, it starts at {_align(end)}"))
                 end = max(end, r.offset + r.nbytes)
-            if canonical:
-                problems.extend((where, p) for p in _canonical_problems(t))
+            if canonical and end != t.bytes:
+                problems.append((where, f"{t.file} is {t.bytes} bytes, its regions end at {end}"))
             if hashes:
                 got, bad, dirty = hashing.pop(t.name).result()  # (started above: every well-sized file)
                 if t.digest is not None and got != t.digest:  # version 1: the file's own digest
@@ -845,7 +851,7 @@ class Bundle:
                 elif bad:
                     problems.append((where, f"region {dg.name} of {', '.join(bad)} does not match the manifest"
                                             f" (damaged region: {', '.join(bad)})"))
-                if dirty is not None and t.digest is None:
+                if dirty is not None:
                     problems.append((where, f"byte {dirty} of {t.file}, outside every region, is not zero "
                                             "(damage outside the regions: padding)"))
         for s in self.manifest.get("source_files", []):
@@ -869,21 +875,6 @@ def _file_size(path: Path) -> Optional[int]:
 _READ_CHUNK = 1 << 20  # bytes per read of a file being hashed: both hashes find them in L2
 
 
-def _canonical_problems(t: TensorEntry) -> list[str]:
-    """How a version 2 entry's regions differ from the canonical file: in offset order, each at
-    the next multiple of :data:`ALIGN` after the one before (the first at 0), the file ending
-    where the last ends. Then the regions' digests and zero padding account for every byte."""
-    problems, end = [], 0
-    for rname, r in sorted(t.regions.items(), key=lambda kv: kv[1].offset):
-        if r.offset != _align(end):
-            problems.append(f"region {rname!r} is at offset {r.offset}; packed after the region before it, it "
-                            f"starts at {_align(end)}")
-        end = max(end, r.offset + r.nbytes)
-    if end != t.bytes:
-        problems.append(f"{t.file} is {t.bytes} bytes, its regions end at {end}")
-    return problems
-
-
 def _file_and_region_hashes(dg: Digest, path: Path, t: TensorEntry) -> tuple[Optional[str], list[str], Optional[int]]:
     """From one pass over the file: its digest (only for an entry that records one, version 1),
     the names of the regions whose own digest does not match, and the offset of the first
@@ -896,12 +887,16 @@ def _file_and_region_hashes(dg: Digest, path: Path, t: TensorEntry) -> tuple[Opt
     checks = [(rname, r, whole if whole is not None and (r.offset, r.nbytes) == (0, t.bytes) else dg.new())
               for rname, r in t.regions.items() if r.digest is not None]
     parts = [(r, h) for _, r, h in checks if h is not whole]
-    gaps, end = [], 0  # the bytes outside every region: alignment padding, a few per region
-    for r in sorted(t.regions.values(), key=lambda r: r.offset):
-        if r.offset > end:
-            gaps.append((end, r.offset))
-        end = max(end, r.offset + r.nbytes)
-    gaps.append((end, t.bytes))
+    # the bytes outside every region (alignment padding, a few per region) must be zero where no
+    # file digest covers them (version 2)
+    gaps: list[tuple[int, int]] = []
+    if whole is None:
+        end = 0
+        for r in sorted(t.regions.values(), key=lambda r: r.offset):
+            if r.offset > end:
+                gaps.append((end, r.offset))
+            end = max(end, r.offset + r.nbytes)
+        gaps.append((end, t.bytes))
     dirty: list[int] = []
 
     def feed(pos: int, chunk) -> None:
