@@ -1,14 +1,14 @@
 """The digests a bundle records of its bytes (docs/FORMAT.md, "Digests"): one registry.
 
 A bundle's manifest names one algorithm in its ``digest`` member; every per-tensor digest
-(the tensor file, each region, the tensor's bytes in the source, the standard blocks) uses it,
-and its manifest keys carry the algorithm's name::
+(each region, the tensor's bytes in the source, the standard blocks) uses it, and its manifest
+keys carry the algorithm's name::
 
     "digest": "blake3"                    (version 1 manifests have no member: sha256)
-    tensors[i].blake3                     the tensor file's digest
-    tensors[i].regions[r].blake3          each region's
+    tensors[i].regions[r].blake3          each region's (in version 2 they cover the file)
     tensors[i].source_blake3              the tensor's bytes in the source checkpoint
     tensors[i].blocks_blake3              the standard blocks the layout was packed from
+    tensors[i].sha256                     version 1 only: the tensor file's own digest
 
 What stays sha256 whatever the bundle's algorithm: the source checkpoint's files (what model
 hubs publish), the bundle's side files, the source tensor list and the manifest checksum (a few
