@@ -38,55 +38,33 @@ _RO_U32 = nt.Array(nt.uint32, 1, "C", readonly=True)
 _RO_U16 = nt.Array(nt.uint16, 1, "C", readonly=True)
 _RO_U8 = nt.Array(nt.uint8, 1, "C", readonly=True)
 _HELPER = dict(cache=True, boundscheck=False, no_cpython_wrapper=True)
-#: 72-byte row steps staged per sweep over a super-block's 64 channels (see _stage_w9_run)
+#: 72-byte row steps staged per sweep over a super-block's 64 channels (see _w9_runs)
 _RUN = 4
 _KERNEL = dict(cache=True, boundscheck=False)
 
 
-@lazy_njit(nt.void(_RO_U64, nt.uint64, nt.uint64, nt.int64, nt.int64, nt.uint64[::1]), **_HELPER)
-def _stage_w9_run(w64, o0, wr, cn, steps, t):
-    """A transposing copy of ``steps`` consecutive 9-word row steps of 64 channels:
-    ``t[s*576 + k*64 + c] = w64[o0 + c*wr + 9*s + k]`` for c < cn, s < steps, k < 9 (unrolled
-    in k). Each row's 72·steps bytes are read in one go, so the 64 rows' cache lines need not
-    survive a sweep over the channels: 4096-wide Q4_0 rows are 2304 bytes apart, and 64 of them
-    share 16 L1 sets, which an 8-way L1 (Zen 3's) cannot hold from one sweep to the next.
-    4 steps a sweep: Q4_0 1.38 -> 1.95-2.66 GB/s, Q4_K 1.40 -> 1.81 here (bench_repack)."""
+@lazy_njit(nt.void(_RO_U64, nt.uint64[::1], nt.uint64, nt.uint64, nt.int64, nt.int64, nt.boolean), **_HELPER)
+def _w9_runs(src, dst, o0, wr, cn, steps, to_planes):
+    """A transposing copy between ``steps`` consecutive 9-word row steps of 64 channels and
+    their word planes, ``rows[o0 + c*wr + 9*s + k]`` <-> ``planes[s*576 + k*64 + c]`` for c < cn,
+    s < steps, k < 9: rows -> planes (``src`` the rows) when ``to_planes``, else back. Each row's
+    72·steps bytes are read (or written) in one go, so the 64 rows' cache lines need not survive
+    a sweep over the channels: 4096-wide Q4_0 rows are 2304 bytes apart, and 64 of them share
+    16 L1 sets, which an 8-way L1 (Zen 3's) cannot hold from one sweep to the next. 4 steps a
+    sweep: Q4_0 pack 1.38 -> 1.95-2.66 GB/s, Q4_K 1.40 -> 1.81 here (bench_repack)."""
     for c in range(cn):
         o = o0 + _U(c) * wr
         uc = _U(c)
         for st in range(steps):
             x = o + _U(9 * st)
             b = _U(576 * st) + uc
-            t[b] = w64[x]
-            t[b + _U(64)] = w64[x + _U(1)]
-            t[b + _U(128)] = w64[x + _U(2)]
-            t[b + _U(192)] = w64[x + _U(3)]
-            t[b + _U(256)] = w64[x + _U(4)]
-            t[b + _U(320)] = w64[x + _U(5)]
-            t[b + _U(384)] = w64[x + _U(6)]
-            t[b + _U(448)] = w64[x + _U(7)]
-            t[b + _U(512)] = w64[x + _U(8)]
-
-
-@lazy_njit(nt.void(_RO_U64, nt.uint64, nt.uint64, nt.int64, nt.int64, nt.uint64[::1]), **_HELPER)
-def _unstage_w9_run(t, o0, wr, cn, steps, w64):
-    """The inverse of :func:`_stage_w9_run`: ``w64[o0 + c*wr + 9*s + k] = t[s*576 + k*64 + c]``
-    (each row's 72·steps bytes written in one go)."""
-    for c in range(cn):
-        o = o0 + _U(c) * wr
-        uc = _U(c)
-        for st in range(steps):
-            x = o + _U(9 * st)
-            b = _U(576 * st) + uc
-            w64[x] = t[b]
-            w64[x + _U(1)] = t[b + _U(64)]
-            w64[x + _U(2)] = t[b + _U(128)]
-            w64[x + _U(3)] = t[b + _U(192)]
-            w64[x + _U(4)] = t[b + _U(256)]
-            w64[x + _U(5)] = t[b + _U(320)]
-            w64[x + _U(6)] = t[b + _U(384)]
-            w64[x + _U(7)] = t[b + _U(448)]
-            w64[x + _U(8)] = t[b + _U(512)]
+            for k in range(9):
+                row = x + _U(k)
+                plane = b + _U(64 * k)
+                if to_planes:
+                    dst[plane] = src[row]
+                else:
+                    dst[row] = src[plane]
 
 
 @lazy_njit(nt.void(_RO_U8, nt.uint64, nt.uint64, nt.int64, nt.int64, nt.uint8[::1]), **_HELPER)
@@ -220,7 +198,7 @@ def _q4_0_pack_w(w64, n, ng, p16, d16):
         cn = min(64, n - sb * 64)
         for g0 in range(0, ng // 4, _RUN):
             steps = min(_RUN, ng // 4 - g0)
-            _stage_w9_run(w64, _U(sb * 64) * wr + _U(9 * g0), wr, cn, steps, t)
+            _w9_runs(w64, t, _U(sb * 64) * wr + _U(9 * g0), wr, cn, steps, True)
             for st in range(steps):
                 _q4_0_w_compute(t[576 * st:], cn, _U(sb * ng + 4 * (g0 + st)), p16, d16)
 
@@ -235,7 +213,7 @@ def _q4_0_unpack_w(p16, d16, n, ng, w64):
             steps = min(_RUN, ng // 4 - g0)
             for st in range(steps):
                 _q4_0_w_uncompute(p16, d16, cn, _U(sb * ng + 4 * (g0 + st)), t[576 * st:])
-            _unstage_w9_run(t, _U(sb * 64) * wr + _U(9 * g0), wr, cn, steps, w64)
+            _w9_runs(t, w64, _U(sb * 64) * wr + _U(9 * g0), wr, cn, steps, False)
 
 
 # -- Q4_0 (any K) and Q4_1: one block at a time, staged as byte planes ---------------------
@@ -379,7 +357,7 @@ def _q4_k_pack(w64, n, nsb, p16, sc8, m8, d16, dmin16):
         cn = min(64, n - sb * 64)
         for j0 in range(0, nsb, runk):
             steps = min(runk, nsb - j0)
-            _stage_w9_run(w64, _U(sb * 64) * wr + _U(18 * j0), wr, cn, 2 * steps, t)
+            _w9_runs(w64, t, _U(sb * 64) * wr + _U(18 * j0), wr, cn, 2 * steps, True)
             for st in range(steps):
                 j = j0 + st
                 _q4_k_compute(t[1152 * st:], cn, _U(sb * nsb * 8 + 8 * j), _U((sb * nsb + j) * 64), p16, sc8, m8,
@@ -399,7 +377,7 @@ def _q4_k_unpack(p16, sc8, m8, d16, dmin16, n, nsb, w64):
                 j = j0 + st
                 _q4_k_uncompute(p16, sc8, m8, d16, dmin16, cn, _U(sb * nsb * 8 + 8 * j), _U((sb * nsb + j) * 64),
                                 t[1152 * st:])
-            _unstage_w9_run(t, _U(sb * 64) * wr + _U(18 * j0), wr, cn, 2 * steps, w64)
+            _w9_runs(t, w64, _U(sb * 64) * wr + _U(18 * j0), wr, cn, 2 * steps, False)
 
 
 # -- Q8_0: 34 bytes per block (d, then 32 int8 = the integer codes) ------------------------
