@@ -264,11 +264,8 @@ def _hash_sources(ckpt: Checkpoint) -> "Future":
     """sha256 of every source file, in a background thread (hashlib releases the GIL), so it
     overlaps the conversion instead of adding a pass over the model at the end."""
     files = sorted({t.file for t in ckpt.tensors})
-    pool = ThreadPoolExecutor(max_workers=1)
-    fut = pool.submit(lambda: [{"name": os.path.basename(f), "bytes": os.path.getsize(f), "sha256": sha256_file(f)}
-                               for f in files])
-    pool.shutdown(wait=False)
-    return fut
+    return _in_background(lambda: [{"name": os.path.basename(f), "bytes": os.path.getsize(f), "sha256": sha256_file(f)}
+                                   for f in files])
 
 
 def _source_block(ckpt: Checkpoint, files: list[dict[str, Any]], plan: Plan) -> dict[str, Any]:
