@@ -13,7 +13,8 @@ cache is warm too, as after a ``pip install``: the children run without
 ``PYTHONDONTWRITEBYTECODE`` and keep their ``.pyc`` files in the run's temporary folder
 (``PYTHONPYCACHEPREFIX``), not in the source tree; a source checkout with that variable set
 compiles all of panelpack it imports at every start (0.2 s; ``--no-bytecode-cache`` measures that).
-Needs the ``oracle-llama`` extra. The numbers move with machine load: run it alone.
+The floor line times a process that only starts panelpack's kernels (``FLOOR``): what any
+whole-file run pays before its work. Needs the ``oracle-llama`` extra. The numbers move with machine load: run it alone.
 """
 
 from __future__ import annotations
@@ -41,6 +42,16 @@ import sys
 sys.path.insert(0, {tests!r})
 import llama_ref
 llama_ref.quantize({src!r}, {dst!r}, {mix!r}, threads={threads})
+"""
+
+#: The least any panelpack process that quantizes pays before its first tensor: the
+#: interpreter, numpy, panelpack's codecs, numba's import and typing set-up, and one cached
+#: kernel (Q4_K on one block). A whole-file run cannot take less than this plus its work.
+FLOOR = """
+import numpy as np
+from panelpack.formats import blocks, engine, qtypes
+engine.start_kernels()
+blocks.quantize(np.ones((1, 256), np.float32), qtypes.get("Q4_K"))
 """
 
 
@@ -96,6 +107,7 @@ def report(a, src: Path, work: Path) -> None:
                                                  dst=str(work / "llama.gguf"), mix=a.mix, threads=a.threads)]
     t_ours = [timed(ours, env, work / "out.ppk") for _ in range(a.runs + 1)][1:]
     t_llama = [timed(theirs, env, work / "llama.gguf") for _ in range(a.runs + 1)][1:]
+    t_floor = [timed([sys.executable, "-c", FLOOR], env, work / "floor") for _ in range(a.runs + 1)][1:]
     from panelpack import repack
     from panelpack.formats.bundle import Bundle
 
@@ -113,6 +125,9 @@ def report(a, src: Path, work: Path) -> None:
           f"{same}/{len(b.tensors)} tensors identical")
     print(f"  wall runs: panelpack {' '.join(f'{w:.2f}' for w, _ in t_ours)}, llama {' '.join(f'{w:.2f}' for w, _ in t_llama)}; "
           f"CPU (user+sys) medians: panelpack {co:.2f} s, llama {cl:.2f} s; load {os.getloadavg()[0]:.2f}")
+    mf = statistics.median(w for w, _ in t_floor)
+    print(f"  floor (a process that loads one cached kernel, no file): {mf:.2f} s "
+          f"(runs {' '.join(f'{w:.2f}' for w, _ in t_floor)}); half of llama's time: {ml / 2:.2f} s")
 
 
 if __name__ == "__main__":
