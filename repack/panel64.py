@@ -277,6 +277,18 @@ def _k():
     return _panel64_kernels
 
 
+def _pack_int8_rows(raw, t, n, k, out):
+    from . import _panel64_int8_kernels
+
+    _panel64_int8_kernels.pack(raw, t, n, k, out)
+
+
+def _unpack_int8_rows(r, t, n, k, raw):
+    from . import _panel64_int8_kernels
+
+    _panel64_int8_kernels.unpack(r, t, n, k, raw)
+
+
 def _fill_pads(regions: dict[str, np.ndarray], t, n: int) -> None:
     """Pad channels (n..SB*64) of the last super-block: pad code, zero scales."""
     cpad = n - (n - 1) // CHANNELS * CHANNELS  # channels in use in the last super-block
@@ -501,8 +513,8 @@ def _unpack_int8_table(r, t, n, k, raw):
 
 
 _FAST_PACK = {"Q4_0": _pack_q4_small, "Q4_1": _pack_q4_cols, "Q4_K": _pack_q4_k, "Q8_0": _pack_int8_cols,
-              "Q5_0": _pack_int8_cols, "Q5_1": _pack_int8_cols, "Q5_K": _pack_int8_cols,
-              "Q6_K": _pack_int8_cols, "Q2_K": _pack_int8_table, "Q3_K": _pack_int8_table}
+              "Q5_0": _pack_int8_rows, "Q5_1": _pack_int8_rows, "Q5_K": _pack_int8_rows,
+              "Q6_K": _pack_int8_rows, "Q2_K": _pack_int8_table, "Q3_K": _pack_int8_table}
 _NUMPY_PACK = {"Q4_0": _np_pack_q4_small, "Q4_1": _np_pack_q4_small, "Q8_0": _np_pack_q8_0}
 
 
@@ -511,5 +523,5 @@ def numpy_pack_kind(t: qtypes.GGMLType) -> str:
     numpy packer of its own, or the field-by-field :func:`pack_ref`."""
     return "repack" if t.name in _NUMPY_PACK else "repack_ref"
 _FAST_UNPACK = {"Q4_0": _unpack_q4_small, "Q4_1": _unpack_q4_small, "Q4_K": _unpack_q4_k, "Q8_0": _unpack_q8_0,
-                "Q5_0": _unpack_int8_table, "Q5_1": _unpack_int8_table, "Q5_K": _unpack_int8_table,
-                "Q6_K": _unpack_int8_table, "Q2_K": _unpack_int8_table, "Q3_K": _unpack_int8_table}
+                "Q5_0": _unpack_int8_rows, "Q5_1": _unpack_int8_rows, "Q5_K": _unpack_int8_rows,
+                "Q6_K": _unpack_int8_rows, "Q2_K": _unpack_int8_table, "Q3_K": _unpack_int8_table}

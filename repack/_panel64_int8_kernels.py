@@ -1,0 +1,496 @@
+"""Numba kernels of the panel64 int8 panels of the 5- and 6-bit types (Q5_0, Q5_1, Q5_K, Q6_K),
+both directions, and the thin wrappers ``panel64`` dispatches to (``pack``, ``unpack``).
+
+Imported lazily by ``panel64`` on the first pack/unpack of these types. The kernels take byte
+arrays and sizes only and never raise; ``panel64.pack``/``unpack`` validate first, and
+``panel64.pack_ref``/``unpack_ref`` (through the codec fields) are the references the tests
+compare them with, byte for byte.
+
+The int8 panel (panel64.py draws it): the code of element 4q + i of channel c's block ``blk``
+(``blk = sb * nblk + b``: super-block of 64 rows, block along K) is byte i of panel word q,
+which sits at byte ``(blk * W + q) * 256 + 4 c`` (W = block_size / 4 words a block)::
+
+    panel byte:  blk*W*256  +256        +512                 (+256 per word q)
+                 [q0: c0 c1 .. c63][q1: c0 .. c63][q2: ...] ...   each cN = 4 int8 codes
+    scales:      field byte ((blk * per_block + s) * 64 + c) * width   (width 2: f16 bits)
+
+So one row's block is W 32-bit words 256 bytes apart, and its scale fields one value per
+64 channels. The kernels walk each 64-row super-block row by row, ``run`` blocks of a row per
+sweep over its channels: the run's source (or output) bytes are contiguous in the row, so the
+64 rows' cache lines are read (or written) in one go and need not survive a sweep, while the
+run's panel bytes (run * W * 256: 8 KiB for four 32-element blocks, 16 KiB for one K-quant
+block) stay in L1 for the whole sweep. Within a block the work is SWAR on 8 codes at a time
+(one uint64 = words q, q+1 of one row: 8 byte lanes).
+
+Packing (low 4 bits from a nibble, bit 4 (and 5) from the high-bit field):
+
+    value v (elements 8p..8p+7):  lane i = nibble(e) | hbits(e) << 4, minus the code offset
+    Q5_0/Q5_1 hbits: qh bits 8p..8p+7 -> lanes through a 256-entry table (_HI5) that already
+                 holds the offset (Q5_0: lane = 0x00 if the bit is set else 0xF0, i.e. q - 16;
+                 Q5_1: 0x10 or 0x00)
+    Q5_K hbits: bit s of qh[l] (8 consecutive l = the 8 lanes of one qh uint64)
+    Q6_K hbits: bits 2s, 2s+1 of qh[l]; offset 32 by _sub_lanes
+
+Unpacking runs the same steps backwards: nibbles by masks, the high bits of 8 lanes gathered
+into one byte by a multiply (_lane_bits) or put back at bit s of the qh lanes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+from numba import types as nt
+
+from ..formats._jit import RO_U8, lazy_njit, ld64, st64
+
+_U = np.uint64
+_L0F = _U(0x0F0F0F0F0F0F0F0F)
+_L01 = _U(0x0101010101010101)
+_L03 = _U(0x0303030303030303)
+_L3F = _U(0x3F3F3F3F3F3F3F3F)
+_L0C = _U(0x0C0C0C0C0C0C0C0C)
+_L30 = _U(0x3030303030303030)
+_LC0 = _U(0xC0C0C0C0C0C0C0C0)
+_L20 = _U(0x2020202020202020)
+_L80 = _U(0x8080808080808080)
+#: bit 8i of x -> bit 56 + i of x * _GATHER (the 8 partial products land on distinct bits)
+_GATHER = _U(0x0102040810204080)
+_RO_U64 = nt.Array(nt.uint64, 1, "C", readonly=True)
+_U8 = nt.uint8[::1]
+_KERNEL = dict(cache=True, boundscheck=False)
+
+#: blocks of one row converted per sweep over a super-block's channels (see the module doc)
+RUN_SMALL = 8
+RUN_K = 1
+
+
+def _hi5_table(offset: int) -> np.ndarray:
+    """uint64 [256]: byte lane i = (bit i of the index) << 4, minus ``offset`` (16 or 0) mod 256."""
+    bits = (np.arange(256)[:, None] >> np.arange(8)) & 1
+    lanes = ((bits << 4) - offset) & 0xFF
+    return (lanes.astype(np.uint64) << (8 * np.arange(8, dtype=np.uint64))).sum(axis=1, dtype=np.uint64)
+
+
+_HI5 = {16: _hi5_table(16), 0: _hi5_table(0)}
+
+
+# ---- little helpers (plain njit: LLVM inlines them and merges their byte loads/stores; the
+# ---- per-block work is written out in each kernel's loop: numba's IR inlining of a body
+# ---- (inline_jit) left an NRT incref/decref pair per array argument in the loop, 3x slower)
+@njit
+def _ld(a8, o, nb):
+    x = _U(0)
+    for j in range(nb):
+        x |= _U(a8[o + _U(j)]) << _U(8 * j)
+    return x
+
+
+@njit
+def _st(a8, o, x, nb):
+    for j in range(nb):
+        a8[o + _U(j)] = np.uint8((x >> _U(8 * j)) & _U(0xFF))
+
+
+@njit
+def _put_words(p8, w, v):
+    """The 8 codes of v -> panel words at bytes w (lanes 0..3) and w + 256 (lanes 4..7)."""
+    _st(p8, w, v, 4)
+    _st(p8, w + _U(256), v >> _U(32), 4)
+
+
+@njit
+def _get_words(p8, w):
+    return _ld(p8, w, 4) | (_ld(p8, w + _U(256), 4) << _U(32))
+
+
+@njit
+def _sub_lanes(v, off):
+    """Each byte lane (< 128) of v minus ``off``, mod 256 (bit 7 set first: no lane borrows)."""
+    return ((v | _L80) - _U(off) * _L01) ^ _L80
+
+
+@njit
+def _lane_bits(v, s):
+    """Bit s of byte lanes 0..7 of v -> bits 0..7 of the result."""
+    return (((v >> _U(s)) & _L01) * _GATHER) >> _U(56)
+
+
+@njit
+def _copy(dst, do, src, so, nb):
+    for j in range(nb):
+        dst[do + _U(j)] = src[so + _U(j)]
+
+
+# ---- Q5_0 / Q5_1 ----------------------------------------------------------------------------
+#   Q5_0 (22 B): d f16 | qh u32 | qs[16]        Q5_1 (24 B): d f16 | m f16 | qh u32 | qs[16]
+#   (hq = 2)          2        6         22      (hq = 4)                  4        8        24
+#   element j < 16 = qs[j] & 15 | qh bit j << 4;  element 16 + j = qs[j] >> 4 | qh bit 16+j << 4
+#   x0 = qs[0..7], x1 = qs[8..15] as uint64:
+#     v0 = elements 0..7   = x0 & 0F | hi(qh byte 0)   -> words 0, 1
+#     v1 = elements 8..15  = x1 & 0F | hi(qh byte 1)   -> words 2, 3
+#     v2 = elements 16..23 = x0 >> 4 & 0F | hi(byte 2) -> words 4, 5
+#     v3 = elements 24..31 = x1 >> 4 & 0F | hi(byte 3) -> words 6, 7
+@njit
+def _q5_small_value(a8, o, hq, hi5, p):
+    """Words 2p, 2p+1 (p < 4) of the Q5_0/Q5_1 block at a8[o] (table above)."""
+    x = ld64(a8, o + _U(hq + 4 + 8 * (p & 1)))
+    h = _U(a8[o + _U(hq + p)])
+    return ((x >> _U(4 * (p >> 1))) & _L0F) | hi5[h]
+
+
+@lazy_njit(nt.void(RO_U8, nt.int64, nt.int64, nt.int64, nt.int64, _RO_U64, _U8, _U8, _U8), **_KERNEL)
+def _q5_small_pack(a8, n, nblk, hq, run, hi5, p8, d8, m8):
+    bb = hq + 20
+    rb = _U(nblk * bb)
+    for sb in range((n + 63) >> 6):
+        cn = min(64, n - sb * 64)
+        for b0 in range(0, nblk, run):
+            for c in range(cn):
+                o = _U(sb * 64 + c) * rb
+                for b in range(b0, min(nblk, b0 + run)):
+                    ob = o + _U(b * bb)
+                    blk = _U(sb * nblk + b)
+                    f = (blk * _U(64) + _U(c)) * _U(2)
+                    _copy(d8, f, a8, ob, 2)
+                    if hq == 4:
+                        _copy(m8, f, a8, ob + _U(2), 2)
+                    w = blk * _U(2048) + _U(4 * c)
+                    for p in range(4):
+                        _put_words(p8, w + _U(512 * p), _q5_small_value(a8, ob, hq, hi5, p))
+
+
+@lazy_njit(nt.void(RO_U8, RO_U8, RO_U8, nt.int64, nt.int64, nt.int64, nt.int64, _U8), **_KERNEL)
+def _q5_small_unpack(p8, d8, m8, n, nblk, hq, run, a8):
+    """Inverse of _q5_small_pack: Q5_0's bit 4 of q is bit 4 of its code q - 16 inverted
+    (``flip``); qh byte p = bit 4 of the 8 lanes of words 2p, 2p+1."""
+    bb = hq + 20
+    rb = _U(nblk * bb)
+    flip = _U(0x1010101010101010) if hq == 2 else _U(0)
+    for sb in range((n + 63) >> 6):
+        cn = min(64, n - sb * 64)
+        for b0 in range(0, nblk, run):
+            for c in range(cn):
+                o = _U(sb * 64 + c) * rb
+                for b in range(b0, min(nblk, b0 + run)):
+                    ob = o + _U(b * bb)
+                    blk = _U(sb * nblk + b)
+                    f = (blk * _U(64) + _U(c)) * _U(2)
+                    _copy(a8, ob, d8, f, 2)
+                    if hq == 4:
+                        _copy(a8, ob + _U(2), m8, f, 2)
+                    w = blk * _U(2048) + _U(4 * c)
+                    v0 = _get_words(p8, w) ^ flip
+                    v1 = _get_words(p8, w + _U(512)) ^ flip
+                    v2 = _get_words(p8, w + _U(1024)) ^ flip
+                    v3 = _get_words(p8, w + _U(1536)) ^ flip
+                    _st(a8, ob + _U(hq), _lane_bits(v0, 4) | (_lane_bits(v1, 4) << _U(8)) | (_lane_bits(v2, 4) << _U(16))
+                        | (_lane_bits(v3, 4) << _U(24)), 4)
+                    st64(a8, ob + _U(hq + 4), (v0 & _L0F) | ((v2 & _L0F) << _U(4)))
+                    st64(a8, ob + _U(hq + 12), (v1 & _L0F) | ((v3 & _L0F) << _U(4)))
+
+
+# ---- Q5_K -----------------------------------------------------------------------------------
+#   176 B: d f16 | dmin f16 | scales[12] | qh[32] | qs[128]      (code offset 0)
+#          0       2          4            16       48
+#   element 64j + l (l < 32): qs[32j + l] & 15 | (qh[l] >> 2j & 1) << 4
+#   element 64j + 32 + l:     qs[32j + l] >> 4 | (qh[l] >> 2j+1 & 1) << 4
+#   with h = qh[8 t .. 8 t + 7], x = qs[32j + 8t ..] as uint64 (t < 4), the 8 lanes of
+#     lo = x & 0F | (h >> 2j & 01) << 4   are elements 64j + 8t .. (words 16j + 2t, +1)
+#     hi = x >> 4 & 0F | (h >> 2j+1 & 01) << 4       64j + 32 + 8t .. (words 16j + 8 + 2t, +1)
+#   scales: the 6-bit sc[s], m[s] (s < 8) of the 12 bytes q, as 8 byte lanes each:
+#     sc[s] = q[s] & 63, m[s] = q[4+s] & 63; sc[4+s] = q[8+s] & 15 | (q[s] >> 6) << 4,
+#     m[4+s] = q[8+s] >> 4 | (q[4+s] >> 6) << 4  (s < 4)
+@njit
+def _k_scales_get(a8, o):
+    lo = _ld(a8, o, 4)
+    mid = _ld(a8, o + _U(4), 4)
+    hi = _ld(a8, o + _U(8), 4)
+    sc = (lo & _U(0x3F3F3F3F)) | (((hi & _U(0x0F0F0F0F)) | ((lo >> _U(2)) & _U(0x30303030))) << _U(32))
+    mm = (mid & _U(0x3F3F3F3F)) | ((((hi >> _U(4)) & _U(0x0F0F0F0F)) | ((mid >> _U(2)) & _U(0x30303030))) << _U(32))
+    return sc, mm
+
+
+@njit
+def _k_scales_put(a8, o, sc, mm):
+    """Inverse of _k_scales_get (each value taken to its 6 bits)."""
+    sc &= _L3F
+    mm &= _L3F
+    schi = sc >> _U(32)
+    mhi = mm >> _U(32)
+    _st(a8, o, (sc & _U(0xFFFFFFFF)) | (((schi >> _U(4)) & _U(0x03030303)) << _U(6)), 4)
+    _st(a8, o + _U(4), (mm & _U(0xFFFFFFFF)) | (((mhi >> _U(4)) & _U(0x03030303)) << _U(6)), 4)
+    _st(a8, o + _U(8), (schi & _U(0x0F0F0F0F)) | ((mhi & _U(0x0F0F0F0F)) << _U(4)), 4)
+
+
+@njit
+def _lanes_to_plane(f8, i, v, count):
+    """Byte lane s < count of v -> f8[i + 64 s] (one value per 64-channel row of a field)."""
+    for s in range(count):
+        f8[i + _U(64 * s)] = np.uint8((v >> _U(8 * s)) & _U(0xFF))
+
+
+@njit
+def _plane_to_lanes(f8, i, count):
+    v = _U(0)
+    for s in range(count):
+        v |= _U(f8[i + _U(64 * s)]) << _U(8 * s)
+    return v
+
+
+@lazy_njit(nt.void(RO_U8, nt.int64, nt.int64, nt.int64, _U8, _U8, _U8, _U8, _U8), **_KERNEL)
+def _q5_k_pack(a8, n, nblk, run, p8, sc8, m8, d8, dmin8):
+    rb = _U(nblk * 176)
+    for sb in range((n + 63) >> 6):
+        cn = min(64, n - sb * 64)
+        for b0 in range(0, nblk, run):
+            for c in range(cn):
+                o = _U(sb * 64 + c) * rb
+                for b in range(b0, min(nblk, b0 + run)):
+                    ob = o + _U(b * 176)
+                    blk = _U(sb * nblk + b)
+                    f = (blk * _U(64) + _U(c)) * _U(2)
+                    _copy(d8, f, a8, ob, 2)
+                    _copy(dmin8, f, a8, ob + _U(2), 2)
+                    sc, mm = _k_scales_get(a8, ob + _U(4))
+                    _lanes_to_plane(sc8, blk * _U(512) + _U(c), sc, 8)
+                    _lanes_to_plane(m8, blk * _U(512) + _U(c), mm, 8)
+                    w = blk * _U(16384) + _U(4 * c)
+                    for t in range(4):
+                        h = ld64(a8, ob + _U(16 + 8 * t))
+                        for j in range(4):
+                            x = ld64(a8, ob + _U(48 + 32 * j + 8 * t))
+                            _put_words(p8, w + _U(256 * (16 * j + 2 * t)), (x & _L0F) | (((h >> _U(2 * j)) & _L01) << _U(4)))
+                            _put_words(p8, w + _U(256 * (16 * j + 8 + 2 * t)),
+                                       ((x >> _U(4)) & _L0F) | (((h >> _U(2 * j + 1)) & _L01) << _U(4)))
+
+
+@lazy_njit(nt.void(RO_U8, RO_U8, RO_U8, RO_U8, RO_U8, nt.int64, nt.int64, nt.int64, _U8), **_KERNEL)
+def _q5_k_unpack(p8, sc8, m8, d8, dmin8, n, nblk, run, a8):
+    rb = _U(nblk * 176)
+    for sb in range((n + 63) >> 6):
+        cn = min(64, n - sb * 64)
+        for b0 in range(0, nblk, run):
+            for c in range(cn):
+                o = _U(sb * 64 + c) * rb
+                for b in range(b0, min(nblk, b0 + run)):
+                    ob = o + _U(b * 176)
+                    blk = _U(sb * nblk + b)
+                    f = (blk * _U(64) + _U(c)) * _U(2)
+                    _copy(a8, ob, d8, f, 2)
+                    _copy(a8, ob + _U(2), dmin8, f, 2)
+                    _k_scales_put(a8, ob + _U(4), _plane_to_lanes(sc8, blk * _U(512) + _U(c), 8),
+                                  _plane_to_lanes(m8, blk * _U(512) + _U(c), 8))
+                    w = blk * _U(16384) + _U(4 * c)
+                    for t in range(4):
+                        h = _U(0)
+                        for j in range(4):
+                            lo = _get_words(p8, w + _U(256 * (16 * j + 2 * t)))
+                            hi = _get_words(p8, w + _U(256 * (16 * j + 8 + 2 * t)))
+                            st64(a8, ob + _U(48 + 32 * j + 8 * t), (lo & _L0F) | ((hi & _L0F) << _U(4)))
+                            h |= (((lo >> _U(4)) & _L01) << _U(2 * j)) | (((hi >> _U(4)) & _L01) << _U(2 * j + 1))
+                        st64(a8, ob + _U(16 + 8 * t), h)
+
+
+# ---- Q6_K -----------------------------------------------------------------------------------
+#   210 B: ql[128] | qh[64] | scales[16] int8 | d f16      (code offset 32)
+#          0         128      192               208
+#   element 128h + 32s + l (h < 2, s < 4, l < 32):
+#     ql[64h + 32(s & 1) + l] nibble s >> 1  |  (qh[32h + l] >> 2s & 3) << 4
+#   with a = ql[64h + 8t ..], b = ql[64h + 32 + 8t ..], q = qh[32h + 8t ..] as uint64 (t < 4):
+#     s = 0: a & 0F | (q & 03) << 4        s = 1: b & 0F | (q >> 2 & 03) << 4
+#     s = 2: a >> 4 & 0F | (q >> 4 & 03) << 4   s = 3: b >> 4 & 0F | (q >> 6 & 03) << 4
+#   each minus 32 (_sub_lanes) = words 32h + 8s + 2t, +1. Back: q6 = (code ^ 0x20) & 0x3F per
+#   lane (adding 32 mod 64 flips bit 5), its low nibble and bits 4-5 returned to ql/qh.
+@lazy_njit(nt.void(RO_U8, nt.int64, nt.int64, nt.int64, _U8, _U8, _U8), **_KERNEL)
+def _q6_k_pack(a8, n, nblk, run, p8, s8, d8):
+    rb = _U(nblk * 210)
+    for sb in range((n + 63) >> 6):
+        cn = min(64, n - sb * 64)
+        for b0 in range(0, nblk, run):
+            for c in range(cn):
+                o = _U(sb * 64 + c) * rb
+                for b in range(b0, min(nblk, b0 + run)):
+                    ob = o + _U(b * 210)
+                    blk = _U(sb * nblk + b)
+                    _copy(d8, (blk * _U(64) + _U(c)) * _U(2), a8, ob + _U(208), 2)
+                    _lanes_to_plane(s8, blk * _U(1024) + _U(c), ld64(a8, ob + _U(192)), 8)
+                    _lanes_to_plane(s8, blk * _U(1024) + _U(512 + c), ld64(a8, ob + _U(200)), 8)
+                    w = blk * _U(16384) + _U(4 * c)
+                    for h in range(2):
+                        for t in range(4):
+                            a = ld64(a8, ob + _U(64 * h + 8 * t))
+                            bq = ld64(a8, ob + _U(64 * h + 32 + 8 * t))
+                            q = ld64(a8, ob + _U(128 + 32 * h + 8 * t))
+                            x = w + _U(256 * (32 * h + 2 * t))
+                            _put_words(p8, x, _sub_lanes((a & _L0F) | ((q & _L03) << _U(4)), 32))
+                            _put_words(p8, x + _U(2048), _sub_lanes((bq & _L0F) | (((q >> _U(2)) & _L03) << _U(4)), 32))
+                            _put_words(p8, x + _U(4096),
+                                       _sub_lanes(((a >> _U(4)) & _L0F) | (((q >> _U(4)) & _L03) << _U(4)), 32))
+                            _put_words(p8, x + _U(6144),
+                                       _sub_lanes(((bq >> _U(4)) & _L0F) | (((q >> _U(6)) & _L03) << _U(4)), 32))
+
+
+@lazy_njit(nt.void(RO_U8, RO_U8, RO_U8, nt.int64, nt.int64, nt.int64, _U8), **_KERNEL)
+def _q6_k_unpack(p8, s8, d8, n, nblk, run, a8):
+    rb = _U(nblk * 210)
+    for sb in range((n + 63) >> 6):
+        cn = min(64, n - sb * 64)
+        for b0 in range(0, nblk, run):
+            for c in range(cn):
+                o = _U(sb * 64 + c) * rb
+                for b in range(b0, min(nblk, b0 + run)):
+                    ob = o + _U(b * 210)
+                    blk = _U(sb * nblk + b)
+                    _copy(a8, ob + _U(208), d8, (blk * _U(64) + _U(c)) * _U(2), 2)
+                    st64(a8, ob + _U(192), _plane_to_lanes(s8, blk * _U(1024) + _U(c), 8))
+                    st64(a8, ob + _U(200), _plane_to_lanes(s8, blk * _U(1024) + _U(512 + c), 8))
+                    w = blk * _U(16384) + _U(4 * c)
+                    for h in range(2):
+                        for t in range(4):
+                            x = w + _U(256 * (32 * h + 2 * t))
+                            q0 = (_get_words(p8, x) ^ _L20) & _L3F
+                            q1 = (_get_words(p8, x + _U(2048)) ^ _L20) & _L3F
+                            q2 = (_get_words(p8, x + _U(4096)) ^ _L20) & _L3F
+                            q3 = (_get_words(p8, x + _U(6144)) ^ _L20) & _L3F
+                            st64(a8, ob + _U(64 * h + 8 * t), (q0 & _L0F) | ((q2 & _L0F) << _U(4)))
+                            st64(a8, ob + _U(64 * h + 32 + 8 * t), (q1 & _L0F) | ((q3 & _L0F) << _U(4)))
+                            st64(a8, ob + _U(128 + 32 * h + 8 * t), ((q0 >> _U(4)) & _L03) | ((q1 >> _U(2)) & _L0C)
+                                 | (q2 & _L30) | ((q3 << _U(2)) & _LC0))
+
+
+# ---- the wrappers panel64 dispatches to (its pack/unpack validated everything) --------------
+_NONE = np.zeros(0, np.uint8)
+
+
+def _b(a: np.ndarray) -> np.ndarray:
+    """A C-contiguous array as its flat bytes (a view)."""
+    return a.reshape(-1).view(np.uint8)
+
+
+def _pack_q5_small(raw, t, n, k, out):
+    hq = t.type_size - 20
+    _q5_small_pack(_b(raw), n, k // t.block_size, hq, RUN_SMALL, _HI5[t.code_offset], _b(out["panels"]),
+                   _b(out["d"]), _b(out["m"]) if "m" in out else _NONE)
+
+
+def _unpack_q5_small(r, t, n, k, raw):
+    hq = t.type_size - 20
+    _q5_small_unpack(_b(r["panels"]), _b(r["d"]), _b(r["m"]) if "m" in r else _NONE, n, k // t.block_size, hq,
+                     RUN_SMALL, _b(raw))
+
+
+def _pack_q5_k(raw, t, n, k, out):
+    _q5_k_pack(_b(raw), n, k // t.block_size, RUN_K, _b(out["panels"]), _b(out["sc"]), _b(out["m"]), _b(out["d"]),
+               _b(out["dmin"]))
+
+
+def _unpack_q5_k(r, t, n, k, raw):
+    _q5_k_unpack(_b(r["panels"]), _b(r["sc"]), _b(r["m"]), _b(r["d"]), _b(r["dmin"]), n, k // t.block_size, RUN_K,
+                 _b(raw))
+
+
+def _pack_q6_k(raw, t, n, k, out):
+    _q6_k_pack(_b(raw), n, k // t.block_size, RUN_K, _b(out["panels"]), _b(out["scale"]), _b(out["d"]))
+
+
+def _unpack_q6_k(r, t, n, k, raw):
+    _q6_k_unpack(_b(r["panels"]), _b(r["scale"]), _b(r["d"]), n, k // t.block_size, RUN_K, _b(raw))
+
+
+_PACK = {"Q5_0": _pack_q5_small, "Q5_1": _pack_q5_small, "Q5_K": _pack_q5_k, "Q6_K": _pack_q6_k}
+_UNPACK = {"Q5_0": _unpack_q5_small, "Q5_1": _unpack_q5_small, "Q5_K": _unpack_q5_k, "Q6_K": _unpack_q6_k}
+TYPES = frozenset(_PACK)
+
+
+def pack(raw, t, n, k, out) -> None:
+    """Blocks [n, row_bytes] of ``t`` -> the panel and scale regions ``out`` (real channels only:
+    panel64 fills the pad channels afterwards)."""
+    _PACK[t.name](raw, t, n, k, out)
+
+
+def unpack(r, t, n, k, raw) -> None:
+    """Regions of ``t`` -> every byte of the blocks ``raw`` [n, row_bytes]."""
+    _UNPACK[t.name](r, t, n, k, raw)
+
+
+# ---- the wrappers panel64 dispatches to (its pack/unpack validated everything) --------------
+_NONE = np.zeros(0, np.uint8)
+
+
+def _b(a: np.ndarray) -> np.ndarray:
+    """A C-contiguous array as its flat bytes (a view)."""
+    return a.reshape(-1).view(np.uint8)
+
+
+def _pack_q5_small(raw, t, n, k, out):
+    hq = t.type_size - 20
+    _q5_small_pack(_b(raw), n, k // t.block_size, hq, RUN_SMALL, _HI5[t.code_offset], _b(out["panels"]),
+                   _b(out["d"]), _b(out["m"]) if "m" in out else _NONE)
+
+
+def _unpack_q5_small(r, t, n, k, raw):
+    hq = t.type_size - 20
+    _q5_small_unpack(_b(r["panels"]), _b(r["d"]), _b(r["m"]) if "m" in r else _NONE, n, k // t.block_size, hq,
+                     RUN_SMALL, _b(raw))
+
+
+def _pack_q5_k(raw, t, n, k, out):
+    _q5_k_pack(_b(raw), n, k // t.block_size, RUN_K, _b(out["panels"]), _b(out["sc"]), _b(out["m"]), _b(out["d"]),
+               _b(out["dmin"]))
+
+
+def _unpack_q5_k(r, t, n, k, raw):
+    _q5_k_unpack(_b(r["panels"]), _b(r["sc"]), _b(r["m"]), _b(r["d"]), _b(r["dmin"]), n, k // t.block_size, RUN_K,
+                 _b(raw))
+
+
+def _pack_q6_k(raw, t, n, k, out):
+    _q6_k_pack(_b(raw), n, k // t.block_size, RUN_K, _b(out["panels"]), _b(out["scale"]), _b(out["d"]))
+
+
+def _unpack_q6_k(r, t, n, k, raw):
+    _q6_k_unpack(_b(r["panels"]), _b(r["scale"]), _b(r["d"]), n, k // t.block_size, RUN_K, _b(raw))
+
+
+_PACK = {"Q5_0": _pack_q5_small, "Q5_1": _pack_q5_small, "Q5_K": _pack_q5_k, "Q6_K": _pack_q6_k}
+_UNPACK = {"Q5_0": _unpack_q5_small, "Q5_1": _unpack_q5_small, "Q5_K": _unpack_q5_k, "Q6_K": _unpack_q6_k}
+TYPES = frozenset(_PACK)
+
+
+def pack(raw, t, n, k, out) -> None:
+    """Blocks [n, row_bytes] of ``t`` -> the panel and scale regions ``out`` (real channels only:
+    panel64 fills the pad channels afterwards)."""
+    _PACK[t.name](raw, t, n, k, out)
+
+
+def unpack(r, t, n, k, raw) -> None:
+    """Regions of ``t`` -> every byte of the blocks ``raw`` [n, row_bytes]."""
+    _UNPACK[t.name](r, t, n, k, raw)
+
+
+@njit
+def _put_pair8(p8, w, v0, v1):
+    st64(p8, w, (v0 & _U(0xFFFFFFFF)) | (v1 << _U(32)))
+    st64(p8, w + _U(256), (v0 >> _U(32)) | (v1 & _U(0xFFFFFFFF00000000)))
+
+
+@lazy_njit(nt.void(RO_U8, nt.int64, nt.int64, nt.int64, nt.int64, _RO_U64, _U8, _U8, _U8), **_KERNEL)
+def _q5_small_pack2(a8, n, nblk, hq, run, hi5, p8, d8, m8):
+    bb = hq + 20
+    rb = _U(nblk * bb)
+    for sb in range((n + 63) >> 6):
+        cn = min(64, n - sb * 64)
+        for b in range(nblk):
+            blk = _U(sb * nblk + b)
+            for c in range(0, cn, 2):
+                o0 = _U(sb * 64 + c) * rb + _U(b * bb)
+                o1 = o0 + rb if c + 1 < cn else o0
+                f = (blk * _U(64) + _U(c)) * _U(2)
+                _copy(d8, f, a8, o0, 2)
+                _copy(d8, f + _U(2), a8, o1, 2)
+                if hq == 4:
+                    _copy(m8, f, a8, o0 + _U(2), 2)
+                    _copy(m8, f + _U(2), a8, o1 + _U(2), 2)
+                w = blk * _U(2048) + _U(4 * c)
+                for p in range(4):
+                    _put_pair8(p8, w + _U(512 * p), _q5_small_value(a8, o0, hq, hi5, p), _q5_small_value(a8, o1, hq, hi5, p))
