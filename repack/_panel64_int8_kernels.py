@@ -77,6 +77,62 @@ _HI5 = {16: _hi5_table(16), 0: _hi5_table(0)}
 # ---- little helpers (plain njit: LLVM inlines them and merges their byte loads/stores; the
 # ---- per-block work is written out in each kernel's loop: numba's IR inlining of a body
 # ---- (inline_jit) left an NRT incref/decref pair per array argument in the loop, 3x slower)
+def _make_prefetch(write: int):
+    from llvmlite import ir
+    from numba import types
+    from numba.core import cgutils
+    from numba.extending import intrinsic
+
+    i32 = ir.IntType(32)
+
+    @intrinsic
+    def prefetch(typingctx, a, o):
+        sig = types.void(a, o)
+
+        def codegen(context, builder, signature, args):
+            data = context.make_array(signature.args[0])(context, builder, args[0]).data
+            ptr = builder.bitcast(builder.gep(data, [args[1]]), ir.IntType(8).as_pointer())
+            fn = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(ir.VoidType(), [ptr.type, i32, i32, i32]), "llvm.prefetch.p0")
+            builder.call(fn, [ptr, ir.Constant(i32, write), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return prefetch
+
+
+#: ``_prefetch(a, o)`` / ``_prefetch_w(a, o)``: a hint (``llvm.prefetch``: prefetcht0 / prefetchw
+#: on x86, prfm on Arm) that the cache line of byte ``o`` of the 1-D array ``a`` is read /
+#: written soon; never faults, whatever ``o``
+_prefetch = _make_prefetch(0)
+_prefetch_w = _make_prefetch(1)
+
+
+@njit
+def _ahead(rows, panel, sb, c, b0, run, nblk, rb, bb, bs, packing):
+    """Prefetch what row c touches in the next sweep: its next ``run`` blocks (read when
+    packing, written when unpacking; row c of the next super-block after the last run) and its
+    1/64 share of the next run's panel bytes (the other way round)."""
+    if b0 + run < nblk:
+        o = _U(sb * 64 + c) * rb + _U((b0 + run) * bb)
+    else:
+        o = _U(sb * 64 + 64 + c) * rb
+    span = run * bb
+    share = run * bs
+    pn = _U((sb * nblk + b0 + run) * bs * 64 + c * share)
+    for x in range(0, span + 64, 64):
+        if packing:
+            _prefetch(rows, o + _U(min(x, span - 1)))
+        else:
+            _prefetch_w(rows, o + _U(min(x, span - 1)))
+    for x in range(0, share, 64):
+        if packing:
+            _prefetch_w(panel, pn + _U(x))
+        else:
+            _prefetch(panel, pn + _U(x))
+
+
 @njit
 def _ld(a8, o, nb):
     x = _U(0)
@@ -147,6 +203,7 @@ def _q5_small_pack(a8, n, nblk, hq, run, hi5, p8, d8, m8):
         for b0 in range(0, nblk, run):
             for c in range(cn):
                 o = _U(sb * 64 + c) * rb
+                _ahead(a8, p8, sb, c, b0, run, nblk, rb, bb, 32, True)
                 for b in range(b0, min(nblk, b0 + run)):
                     ob = o + _U(b * bb)
                     blk = _U(sb * nblk + b)
@@ -171,6 +228,7 @@ def _q5_small_unpack(p8, d8, m8, n, nblk, hq, run, a8):
         for b0 in range(0, nblk, run):
             for c in range(cn):
                 o = _U(sb * 64 + c) * rb
+                _ahead(a8, p8, sb, c, b0, run, nblk, rb, bb, 32, False)
                 for b in range(b0, min(nblk, b0 + run)):
                     ob = o + _U(b * bb)
                     blk = _U(sb * nblk + b)
@@ -245,6 +303,7 @@ def _q5_k_pack(a8, n, nblk, run, p8, sc8, m8, d8, dmin8):
         for b0 in range(0, nblk, run):
             for c in range(cn):
                 o = _U(sb * 64 + c) * rb
+                _ahead(a8, p8, sb, c, b0, run, nblk, rb, 176, 256, True)
                 for b in range(b0, min(nblk, b0 + run)):
                     ob = o + _U(b * 176)
                     blk = _U(sb * nblk + b)
@@ -272,6 +331,7 @@ def _q5_k_unpack(p8, sc8, m8, d8, dmin8, n, nblk, run, a8):
         for b0 in range(0, nblk, run):
             for c in range(cn):
                 o = _U(sb * 64 + c) * rb
+                _ahead(a8, p8, sb, c, b0, run, nblk, rb, 176, 256, False)
                 for b in range(b0, min(nblk, b0 + run)):
                     ob = o + _U(b * 176)
                     blk = _U(sb * nblk + b)
@@ -309,6 +369,7 @@ def _q6_k_pack(a8, n, nblk, run, p8, s8, d8):
         for b0 in range(0, nblk, run):
             for c in range(cn):
                 o = _U(sb * 64 + c) * rb
+                _ahead(a8, p8, sb, c, b0, run, nblk, rb, 210, 256, True)
                 for b in range(b0, min(nblk, b0 + run)):
                     ob = o + _U(b * 210)
                     blk = _U(sb * nblk + b)
@@ -338,6 +399,7 @@ def _q6_k_unpack(p8, s8, d8, n, nblk, run, a8):
         for b0 in range(0, nblk, run):
             for c in range(cn):
                 o = _U(sb * 64 + c) * rb
+                _ahead(a8, p8, sb, c, b0, run, nblk, rb, 210, 256, False)
                 for b in range(b0, min(nblk, b0 + run)):
                     ob = o + _U(b * 210)
                     blk = _U(sb * nblk + b)
@@ -467,30 +529,3 @@ def unpack(r, t, n, k, raw) -> None:
     """Regions of ``t`` -> every byte of the blocks ``raw`` [n, row_bytes]."""
     _UNPACK[t.name](r, t, n, k, raw)
 
-
-@njit
-def _put_pair8(p8, w, v0, v1):
-    st64(p8, w, (v0 & _U(0xFFFFFFFF)) | (v1 << _U(32)))
-    st64(p8, w + _U(256), (v0 >> _U(32)) | (v1 & _U(0xFFFFFFFF00000000)))
-
-
-@lazy_njit(nt.void(RO_U8, nt.int64, nt.int64, nt.int64, nt.int64, _RO_U64, _U8, _U8, _U8), **_KERNEL)
-def _q5_small_pack2(a8, n, nblk, hq, run, hi5, p8, d8, m8):
-    bb = hq + 20
-    rb = _U(nblk * bb)
-    for sb in range((n + 63) >> 6):
-        cn = min(64, n - sb * 64)
-        for b in range(nblk):
-            blk = _U(sb * nblk + b)
-            for c in range(0, cn, 2):
-                o0 = _U(sb * 64 + c) * rb + _U(b * bb)
-                o1 = o0 + rb if c + 1 < cn else o0
-                f = (blk * _U(64) + _U(c)) * _U(2)
-                _copy(d8, f, a8, o0, 2)
-                _copy(d8, f + _U(2), a8, o1, 2)
-                if hq == 4:
-                    _copy(m8, f, a8, o0 + _U(2), 2)
-                    _copy(m8, f + _U(2), a8, o1 + _U(2), 2)
-                w = blk * _U(2048) + _U(4 * c)
-                for p in range(4):
-                    _put_pair8(p8, w + _U(512 * p), _q5_small_value(a8, o0, hq, hi5, p), _q5_small_value(a8, o1, hq, hi5, p))
