@@ -78,12 +78,15 @@ _HI5 = {16: _hi5_table(16), 0: _hi5_table(0)}
 # ---- per-block work is written out in each kernel's loop: numba's IR inlining of a body
 # ---- (inline_jit) left an NRT incref/decref pair per array argument in the loop, 3x slower)
 def _make_prefetch(write: int):
+    import numba
     from llvmlite import ir
     from numba import types
     from numba.core import cgutils
     from numba.extending import intrinsic
 
     i32 = ir.IntType(32)
+    if numba.config.DISABLE_JIT:  # the kernels run as Python: a hint is nothing to do
+        return lambda a, o: None
 
     @intrinsic
     def prefetch(typingctx, a, o):
@@ -218,11 +221,11 @@ def _q5_small_pack(a8, n, nblk, hq, run, hi5, p8, d8, m8):
 
 @lazy_njit(nt.void(RO_U8, RO_U8, RO_U8, nt.int64, nt.int64, nt.int64, nt.int64, _U8), **_KERNEL)
 def _q5_small_unpack(p8, d8, m8, n, nblk, hq, run, a8):
-    """Inverse of _q5_small_pack: Q5_0's bit 4 of q is bit 4 of its code q - 16 inverted
-    (``flip``); qh byte p = bit 4 of the 8 lanes of words 2p, 2p+1."""
+    """Inverse of _q5_small_pack: qh byte p = bit 4 of the 8 lanes of words 2p, 2p+1, inverted
+    for Q5_0 (``flip``: bit 4 of a code q - 16 is bit 4 of q inverted)."""
     bb = hq + 20
     rb = _U(nblk * bb)
-    flip = _U(0x1010101010101010) if hq == 2 else _U(0)
+    flip = _U(0xFFFFFFFF) if hq == 2 else _U(0)
     for sb in range((n + 63) >> 6):
         cn = min(64, n - sb * 64)
         for b0 in range(0, nblk, run):
@@ -237,12 +240,12 @@ def _q5_small_unpack(p8, d8, m8, n, nblk, hq, run, a8):
                     if hq == 4:
                         _copy(a8, ob + _U(2), m8, f, 2)
                     w = blk * _U(2048) + _U(4 * c)
-                    v0 = _get_words(p8, w) ^ flip
-                    v1 = _get_words(p8, w + _U(512)) ^ flip
-                    v2 = _get_words(p8, w + _U(1024)) ^ flip
-                    v3 = _get_words(p8, w + _U(1536)) ^ flip
-                    _st(a8, ob + _U(hq), _lane_bits(v0, 4) | (_lane_bits(v1, 4) << _U(8)) | (_lane_bits(v2, 4) << _U(16))
-                        | (_lane_bits(v3, 4) << _U(24)), 4)
+                    v0 = _get_words(p8, w)
+                    v1 = _get_words(p8, w + _U(512))
+                    v2 = _get_words(p8, w + _U(1024))
+                    v3 = _get_words(p8, w + _U(1536))
+                    qh = _lane_bits(v0, 4) | (_lane_bits(v1, 4) << _U(8)) | (_lane_bits(v2, 4) << _U(16))
+                    _st(a8, ob + _U(hq), (qh | (_lane_bits(v3, 4) << _U(24))) ^ flip, 4)
                     st64(a8, ob + _U(hq + 4), (v0 & _L0F) | ((v2 & _L0F) << _U(4)))
                     st64(a8, ob + _U(hq + 12), (v1 & _L0F) | ((v3 & _L0F) << _U(4)))
 
@@ -473,59 +476,3 @@ def pack(raw, t, n, k, out) -> None:
 def unpack(r, t, n, k, raw) -> None:
     """Regions of ``t`` -> every byte of the blocks ``raw`` [n, row_bytes]."""
     _UNPACK[t.name](r, t, n, k, raw)
-
-
-# ---- the wrappers panel64 dispatches to (its pack/unpack validated everything) --------------
-_NONE = np.zeros(0, np.uint8)
-
-
-def _b(a: np.ndarray) -> np.ndarray:
-    """A C-contiguous array as its flat bytes (a view)."""
-    return a.reshape(-1).view(np.uint8)
-
-
-def _pack_q5_small(raw, t, n, k, out):
-    hq = t.type_size - 20
-    _q5_small_pack(_b(raw), n, k // t.block_size, hq, RUN_SMALL, _HI5[t.code_offset], _b(out["panels"]),
-                   _b(out["d"]), _b(out["m"]) if "m" in out else _NONE)
-
-
-def _unpack_q5_small(r, t, n, k, raw):
-    hq = t.type_size - 20
-    _q5_small_unpack(_b(r["panels"]), _b(r["d"]), _b(r["m"]) if "m" in r else _NONE, n, k // t.block_size, hq,
-                     RUN_SMALL, _b(raw))
-
-
-def _pack_q5_k(raw, t, n, k, out):
-    _q5_k_pack(_b(raw), n, k // t.block_size, RUN_K, _b(out["panels"]), _b(out["sc"]), _b(out["m"]), _b(out["d"]),
-               _b(out["dmin"]))
-
-
-def _unpack_q5_k(r, t, n, k, raw):
-    _q5_k_unpack(_b(r["panels"]), _b(r["sc"]), _b(r["m"]), _b(r["d"]), _b(r["dmin"]), n, k // t.block_size, RUN_K,
-                 _b(raw))
-
-
-def _pack_q6_k(raw, t, n, k, out):
-    _q6_k_pack(_b(raw), n, k // t.block_size, RUN_K, _b(out["panels"]), _b(out["scale"]), _b(out["d"]))
-
-
-def _unpack_q6_k(r, t, n, k, raw):
-    _q6_k_unpack(_b(r["panels"]), _b(r["scale"]), _b(r["d"]), n, k // t.block_size, RUN_K, _b(raw))
-
-
-_PACK = {"Q5_0": _pack_q5_small, "Q5_1": _pack_q5_small, "Q5_K": _pack_q5_k, "Q6_K": _pack_q6_k}
-_UNPACK = {"Q5_0": _unpack_q5_small, "Q5_1": _unpack_q5_small, "Q5_K": _unpack_q5_k, "Q6_K": _unpack_q6_k}
-TYPES = frozenset(_PACK)
-
-
-def pack(raw, t, n, k, out) -> None:
-    """Blocks [n, row_bytes] of ``t`` -> the panel and scale regions ``out`` (real channels only:
-    panel64 fills the pad channels afterwards)."""
-    _PACK[t.name](raw, t, n, k, out)
-
-
-def unpack(r, t, n, k, raw) -> None:
-    """Regions of ``t`` -> every byte of the blocks ``raw`` [n, row_bytes]."""
-    _UNPACK[t.name](r, t, n, k, raw)
-
