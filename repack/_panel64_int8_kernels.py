@@ -1,5 +1,6 @@
-"""Numba kernels of the panel64 int8 panels of the 5- and 6-bit types (Q5_0, Q5_1, Q5_K, Q6_K),
-both directions, and the thin wrappers ``panel64`` dispatches to (``pack``, ``unpack``).
+"""Numba kernels of the panel64 int8 panels of the sub-byte types (Q5_0, Q5_1, Q5_K, Q6_K, Q2_K,
+Q3_K), both directions, and the thin wrappers ``panel64`` dispatches to (``pack``, ``unpack``).
+(Q8_0, whose codes are bytes already, keeps its kernels in ``_panel64_kernels``.)
 
 Imported lazily by ``panel64`` on the first pack/unpack of these types. The kernels take byte
 arrays and sizes only and never raise; ``panel64.pack``/``unpack`` validate first, and
@@ -30,6 +31,7 @@ Packing (low 4 bits from a nibble, bit 4 (and 5) from the high-bit field):
                  Q5_1: 0x10 or 0x00)
     Q5_K hbits: bit s of qh[l] (8 consecutive l = the 8 lanes of one qh uint64)
     Q6_K hbits: bits 2s, 2s+1 of qh[l]; offset 32 by _sub_lanes
+    Q2_K: 2-bit fields of qs only; Q3_K: bit 2 from hmask, offset 4 by _sub_lanes
 
 Unpacking runs the same steps backwards: nibbles by masks, the high bits of 8 lanes gathered
 into one byte by a multiply (_lane_bits) or put back at bit s of the qh lanes.
@@ -423,6 +425,155 @@ def _q6_k_unpack(p8, s8, d8, n, nblk, run, a8):
                                  | (q2 & _L30) | ((q3 << _U(2)) & _LC0))
 
 
+# ---- Q2_K and Q3_K (G = 16) ------------------------------------------------------------------
+#   Q2_K (84 B):  scales[16] | qs[64] | d f16 | dmin f16        (code offset 0)
+#                 0            16       80      82
+#     scales[g] = sc[g] | m[g] << 4;  element 128h + 32j + l (h < 2, j < 4, l < 32):
+#     q = qs[32h + l] >> 2j & 3
+#   Q3_K (110 B): hmask[32] | qs[64] | scales[12] | d f16       (code offset 4: u - 4)
+#                 0           32       96           108
+#     u = (qs[32h + l] >> 2j & 3) | (hmask[l] >> (4h + j) & 1) << 2
+#     6-bit sc[g]: low 4 bits = scales[g] & 15 (g < 8), scales[g - 8] >> 4 (g >= 8);
+#                  high 2 bits = scales[8 + g % 4] >> 2 (g // 4) & 3
+#   with x = qs[32h + 8t ..] (and hm = hmask[8t ..]) as uint64 (t < 4), the 8 lanes of
+#   x >> 2j & 03 (| (hm >> 4h + j & 01) << 2) are elements 128h + 32j + 8t .. = words
+#   32h + 8j + 2t, +1. Back: Q3_K's u = (code ^ 4) & 7 per lane (adding 4 mod 8 flips bit 2).
+_L04 = _U(0x0404040404040404)
+_L07 = _U(0x0707070707070707)
+_LO4 = _U(0x0000000003030303)  # lanes 0..3 of 03
+_HI4 = _U(0x0303030300000000)  # lanes 4..7 of 03
+
+
+@njit
+def _q3_k_scales_get(a8, o):
+    """sc[0..7] and sc[8..15] (byte lanes) of the 12 scale bytes at a8[o]."""
+    lo8 = ld64(a8, o)
+    h = _ld(a8, o + _U(8), 4)
+    h = h | (h << _U(32))  # lanes 0..3 and 4..7 = scales[8..11]
+    sc0 = (lo8 & _L0F) | (((h & _LO4) | ((h >> _U(2)) & _HI4)) << _U(4))
+    sc1 = ((lo8 >> _U(4)) & _L0F) | ((((h >> _U(4)) & _LO4) | ((h >> _U(6)) & _HI4)) << _U(4))
+    return sc0, sc1
+
+
+@njit
+def _q3_k_scales_put(a8, o, sc0, sc1):
+    """Inverse of _q3_k_scales_get (each value taken to its 6 bits)."""
+    st64(a8, o, (sc0 & _L0F) | ((sc1 & _L0F) << _U(4)))
+    x = (sc0 >> _U(4)) & _L03
+    y = (sc1 >> _U(4)) & _L03
+    _st(a8, o + _U(8), (x & _U(0xFFFFFFFF)) | ((x >> _U(32)) << _U(2)) | ((y & _U(0xFFFFFFFF)) << _U(4))
+        | ((y >> _U(32)) << _U(6)), 4)
+
+
+@lazy_njit(nt.void(RO_U8, nt.int64, nt.int64, nt.int64, _U8, _U8, _U8, _U8, _U8), **_KERNEL)
+def _q2_k_pack(a8, n, nblk, run, p8, sc8, m8, d8, dmin8):
+    rb = _U(nblk * 84)
+    for sb in range((n + 63) >> 6):
+        cn = min(64, n - sb * 64)
+        for b0 in range(0, nblk, run):
+            for c in range(cn):
+                o = _U(sb * 64 + c) * rb
+                _ahead(a8, p8, sb, c, b0, run, nblk, rb, 84, 256, True)
+                for b in range(b0, min(nblk, b0 + run)):
+                    ob = o + _U(b * 84)
+                    blk = _U(sb * nblk + b)
+                    f = (blk * _U(64) + _U(c)) * _U(2)
+                    _copy(d8, f, a8, ob + _U(80), 2)
+                    _copy(dmin8, f, a8, ob + _U(82), 2)
+                    for half in range(2):
+                        v = ld64(a8, ob + _U(8 * half))
+                        _lanes_to_plane(sc8, blk * _U(1024) + _U(512 * half + c), v & _L0F, 8)
+                        _lanes_to_plane(m8, blk * _U(1024) + _U(512 * half + c), (v >> _U(4)) & _L0F, 8)
+                    w = blk * _U(16384) + _U(4 * c)
+                    for h in range(2):
+                        for t in range(4):
+                            x = ld64(a8, ob + _U(16 + 32 * h + 8 * t))
+                            for j in range(4):
+                                _put_words(p8, w + _U(256 * (32 * h + 8 * j + 2 * t)), (x >> _U(2 * j)) & _L03)
+
+
+@lazy_njit(nt.void(RO_U8, RO_U8, RO_U8, RO_U8, RO_U8, nt.int64, nt.int64, nt.int64, _U8), **_KERNEL)
+def _q2_k_unpack(p8, sc8, m8, d8, dmin8, n, nblk, run, a8):
+    rb = _U(nblk * 84)
+    for sb in range((n + 63) >> 6):
+        cn = min(64, n - sb * 64)
+        for b0 in range(0, nblk, run):
+            for c in range(cn):
+                o = _U(sb * 64 + c) * rb
+                _ahead(a8, p8, sb, c, b0, run, nblk, rb, 84, 256, False)
+                for b in range(b0, min(nblk, b0 + run)):
+                    ob = o + _U(b * 84)
+                    blk = _U(sb * nblk + b)
+                    f = (blk * _U(64) + _U(c)) * _U(2)
+                    _copy(a8, ob + _U(80), d8, f, 2)
+                    _copy(a8, ob + _U(82), dmin8, f, 2)
+                    for half in range(2):
+                        i = blk * _U(1024) + _U(512 * half + c)
+                        st64(a8, ob + _U(8 * half),
+                             (_plane_to_lanes(sc8, i, 8) & _L0F) | ((_plane_to_lanes(m8, i, 8) & _L0F) << _U(4)))
+                    w = blk * _U(16384) + _U(4 * c)
+                    for h in range(2):
+                        for t in range(4):
+                            x = _U(0)
+                            for j in range(4):
+                                x |= (_get_words(p8, w + _U(256 * (32 * h + 8 * j + 2 * t))) & _L03) << _U(2 * j)
+                            st64(a8, ob + _U(16 + 32 * h + 8 * t), x)
+
+
+@lazy_njit(nt.void(RO_U8, nt.int64, nt.int64, nt.int64, _U8, _U8, _U8), **_KERNEL)
+def _q3_k_pack(a8, n, nblk, run, p8, sc8, d8):
+    rb = _U(nblk * 110)
+    for sb in range((n + 63) >> 6):
+        cn = min(64, n - sb * 64)
+        for b0 in range(0, nblk, run):
+            for c in range(cn):
+                o = _U(sb * 64 + c) * rb
+                _ahead(a8, p8, sb, c, b0, run, nblk, rb, 110, 256, True)
+                for b in range(b0, min(nblk, b0 + run)):
+                    ob = o + _U(b * 110)
+                    blk = _U(sb * nblk + b)
+                    _copy(d8, (blk * _U(64) + _U(c)) * _U(2), a8, ob + _U(108), 2)
+                    sc0, sc1 = _q3_k_scales_get(a8, ob + _U(96))
+                    _lanes_to_plane(sc8, blk * _U(1024) + _U(c), sc0, 8)
+                    _lanes_to_plane(sc8, blk * _U(1024) + _U(512 + c), sc1, 8)
+                    w = blk * _U(16384) + _U(4 * c)
+                    for t in range(4):
+                        hm = ld64(a8, ob + _U(8 * t))
+                        for h in range(2):
+                            x = ld64(a8, ob + _U(32 + 32 * h + 8 * t))
+                            for j in range(4):
+                                u = ((x >> _U(2 * j)) & _L03) | (((hm >> _U(4 * h + j)) & _L01) << _U(2))
+                                _put_words(p8, w + _U(256 * (32 * h + 8 * j + 2 * t)), _sub_lanes(u, 4))
+
+
+@lazy_njit(nt.void(RO_U8, RO_U8, RO_U8, nt.int64, nt.int64, nt.int64, _U8), **_KERNEL)
+def _q3_k_unpack(p8, sc8, d8, n, nblk, run, a8):
+    rb = _U(nblk * 110)
+    for sb in range((n + 63) >> 6):
+        cn = min(64, n - sb * 64)
+        for b0 in range(0, nblk, run):
+            for c in range(cn):
+                o = _U(sb * 64 + c) * rb
+                _ahead(a8, p8, sb, c, b0, run, nblk, rb, 110, 256, False)
+                for b in range(b0, min(nblk, b0 + run)):
+                    ob = o + _U(b * 110)
+                    blk = _U(sb * nblk + b)
+                    _copy(a8, ob + _U(108), d8, (blk * _U(64) + _U(c)) * _U(2), 2)
+                    _q3_k_scales_put(a8, ob + _U(96), _plane_to_lanes(sc8, blk * _U(1024) + _U(c), 8),
+                                     _plane_to_lanes(sc8, blk * _U(1024) + _U(512 + c), 8))
+                    w = blk * _U(16384) + _U(4 * c)
+                    for t in range(4):
+                        hm = _U(0)
+                        for h in range(2):
+                            x = _U(0)
+                            for j in range(4):
+                                u = (_get_words(p8, w + _U(256 * (32 * h + 8 * j + 2 * t))) ^ _L04) & _L07
+                                x |= (u & _L03) << _U(2 * j)
+                                hm |= ((u >> _U(2)) & _L01) << _U(4 * h + j)
+                            st64(a8, ob + _U(32 + 32 * h + 8 * t), x)
+                        st64(a8, ob + _U(8 * t), hm)
+
+
 # ---- the wrappers panel64 dispatches to (its pack/unpack validated everything) --------------
 _NONE = np.zeros(0, np.uint8)
 
@@ -462,8 +613,28 @@ def _unpack_q6_k(r, t, n, k, raw):
     _q6_k_unpack(_b(r["panels"]), _b(r["scale"]), _b(r["d"]), n, k // t.block_size, RUN_K, _b(raw))
 
 
-_PACK = {"Q5_0": _pack_q5_small, "Q5_1": _pack_q5_small, "Q5_K": _pack_q5_k, "Q6_K": _pack_q6_k}
-_UNPACK = {"Q5_0": _unpack_q5_small, "Q5_1": _unpack_q5_small, "Q5_K": _unpack_q5_k, "Q6_K": _unpack_q6_k}
+def _pack_q2_k(raw, t, n, k, out):
+    _q2_k_pack(_b(raw), n, k // t.block_size, RUN_K, _b(out["panels"]), _b(out["sc"]), _b(out["m"]), _b(out["d"]),
+               _b(out["dmin"]))
+
+
+def _unpack_q2_k(r, t, n, k, raw):
+    _q2_k_unpack(_b(r["panels"]), _b(r["sc"]), _b(r["m"]), _b(r["d"]), _b(r["dmin"]), n, k // t.block_size, RUN_K,
+                 _b(raw))
+
+
+def _pack_q3_k(raw, t, n, k, out):
+    _q3_k_pack(_b(raw), n, k // t.block_size, RUN_K, _b(out["panels"]), _b(out["sc"]), _b(out["d"]))
+
+
+def _unpack_q3_k(r, t, n, k, raw):
+    _q3_k_unpack(_b(r["panels"]), _b(r["sc"]), _b(r["d"]), n, k // t.block_size, RUN_K, _b(raw))
+
+
+_PACK = {"Q5_0": _pack_q5_small, "Q5_1": _pack_q5_small, "Q5_K": _pack_q5_k, "Q6_K": _pack_q6_k,
+         "Q2_K": _pack_q2_k, "Q3_K": _pack_q3_k}
+_UNPACK = {"Q5_0": _unpack_q5_small, "Q5_1": _unpack_q5_small, "Q5_K": _unpack_q5_k, "Q6_K": _unpack_q6_k,
+           "Q2_K": _unpack_q2_k, "Q3_K": _unpack_q3_k}
 TYPES = frozenset(_PACK)
 
 

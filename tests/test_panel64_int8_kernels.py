@@ -1,7 +1,8 @@
 """The row-walk kernels of the panel64 int8 panels (repack/_panel64_int8_kernels.py) against the
-field-based references ``panel64.pack_ref``/``unpack_ref``: same bytes both ways, for ragged
-row counts, several K, run remainders, misaligned and preallocated ``out=`` buffers, read-only
-regions, and panel bytes that no pack wrote."""
+field-based references ``panel64.pack_ref``/``unpack_ref`` and the codec-bit-table kernels
+(``_pack_int8_table``/``_unpack_int8_table``): same bytes both ways, for ragged row counts,
+several K, run remainders, misaligned and preallocated ``out=`` buffers, read-only regions,
+and panel bytes that no pack wrote."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ def _same(a: dict, b: dict) -> None:
 
 
 def test_panel64_dispatches_these_types_to_the_row_kernels():
-    assert I.TYPES == {"Q5_0", "Q5_1", "Q5_K", "Q6_K"}
+    assert I.TYPES == {"Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q2_K", "Q3_K"}
     for name in I.TYPES:
         assert P._FAST_PACK[name] is P._pack_int8_rows and P._FAST_UNPACK[name] is P._unpack_int8_rows
 
@@ -55,6 +56,21 @@ def test_pack_and_unpack_give_the_reference_bytes(qtype, n, nblk, rng, kernels, 
     _same(fast, ref)
     assert np.array_equal(P.unpack(fast, n, k, t), raw)  # round trip
     assert np.array_equal(P.unpack(ref, n, k, t), P.unpack_ref(ref, n, k, t))
+
+
+@pytest.mark.parametrize("qtype", TYPES)
+def test_the_bit_table_kernels_agree(qtype, rng, kernels):
+    t = qtypes.get(qtype)
+    n, k = 70, 3 * t.block_size
+    raw = random_blocks(t, n, k, rng)
+    fast = P.pack(raw, n, k, t)
+    table = {s.name: np.empty(s.shape, s.np_dtype) for s in P.plan(t, n, k)}
+    P._pack_int8_table(raw, t, n, k, table)
+    P._fill_pads(table, t, n)
+    _same(fast, table)
+    back = np.empty_like(raw)
+    P._unpack_int8_table(fast, t, n, k, back)
+    assert np.array_equal(back, raw) and np.array_equal(P.unpack(fast, n, k, t), raw)
 
 
 @pytest.mark.parametrize("qtype", TYPES)
@@ -102,7 +118,8 @@ def test_misaligned_preallocated_and_read_only_buffers(qtype, rng, kernels):
 
 
 def test_the_kernels_are_compiled_with_explicit_signatures():
-    for name in ("_q5_small_pack", "_q5_small_unpack", "_q5_k_pack", "_q5_k_unpack", "_q6_k_pack", "_q6_k_unpack"):
+    for name in ("_q5_small_pack", "_q5_small_unpack", "_q5_k_pack", "_q5_k_unpack", "_q6_k_pack", "_q6_k_unpack",
+                 "_q2_k_pack", "_q2_k_unpack", "_q3_k_pack", "_q3_k_unpack"):
         f = getattr(I, name)
         if not hasattr(f, "signatures"):
             pytest.skip("numba JIT disabled (NUMBA_DISABLE_JIT=1)")
@@ -142,7 +159,8 @@ def test_the_kernels_as_plain_python_give_the_same_bytes():
         from panelpack.repack import panel64 as P
         engine.start_kernels()
         rng = np.random.default_rng(5)
-        for q, n, k in (("Q5_0", 3, 64), ("Q5_1", 2, 32), ("Q5_K", 3, 256), ("Q6_K", 2, 256)):
+        for q, n, k in (("Q5_0", 3, 64), ("Q5_1", 2, 32), ("Q5_K", 3, 256), ("Q6_K", 2, 256), ("Q2_K", 2, 256),
+                        ("Q3_K", 3, 256)):
             raw = random_blocks(q, n, k, rng)
             fast, ref = P.pack(raw, n, k, q), P.pack_ref(raw, n, k, q)
             assert all(np.array_equal(fast[r].view(np.uint8), ref[r].view(np.uint8)) for r in ref), q
