@@ -172,14 +172,15 @@ def _sub_lanes(v, off):
 
 @njit
 def _lane_bits(v, s):
-    """Bit s of byte lanes 0..7 of v -> bits 0..7 of the result."""
-    return (((v >> _U(s)) & _L01) * _GATHER) >> _U(56)
+    """Bit s of byte lanes 0..7 of v -> bits 0..7 of the result (bit 8i + s times 2^(56 - 7i - s)
+    lands at 56 + i: _GATHER >> s, the lane bits left in place)."""
+    return ((v & (_L01 << _U(s))) * (_GATHER >> _U(s))) >> _U(56)
 
 
 @njit
 def _copy(dst, do, src, so, nb):
-    for j in range(nb):
-        dst[do + _U(j)] = src[so + _U(j)]
+    """``nb`` <= 8 bytes, loaded before they are stored (so LLVM merges each side into one)."""
+    _st(dst, do, _ld(src, so, nb), nb)
 
 
 # ---- Q5_0 / Q5_1 ----------------------------------------------------------------------------
