@@ -57,9 +57,15 @@ _L20 = _U(0x2020202020202020)
 _L80 = _U(0x8080808080808080)
 #: bit 8i of x -> bit 56 + i of x * _GATHER (the 8 partial products land on distinct bits)
 _GATHER = _U(0x0102040810204080)
-_RO_U64 = nt.Array(nt.uint64, 1, "C", readonly=True)
 _U8 = nt.uint8[::1]
 _KERNEL = dict(cache=True, boundscheck=False)
+#: every kernel: (source bytes, n, blocks a row, form, run, panels, four scale fields) packing,
+#: (panels, four scale fields, n, blocks a row, form, run, blocks) unpacking; ``form`` is what
+#: the type's body needs (Q5_0/Q5_1: the qh offset 2 or 4), unused fields are empty arrays
+_PACK_SIG = nt.void(RO_U8, nt.int64, nt.int64, nt.int64, nt.int64, _U8, _U8, _U8, _U8, _U8)
+_UNPACK_SIG = nt.void(RO_U8, RO_U8, RO_U8, RO_U8, RO_U8, nt.int64, nt.int64, nt.int64, nt.int64, _U8)
+#: the per-block bodies: plain functions LLVM always inlines into the walk (``forceinline``)
+_body = njit(forceinline=True)
 
 #: blocks of one row converted per sweep over a super-block's channels (see the module doc)
 RUN_SMALL = 8
@@ -73,12 +79,14 @@ def _hi5_table(offset: int) -> np.ndarray:
     return (lanes.astype(np.uint64) << (8 * np.arange(8, dtype=np.uint64))).sum(axis=1, dtype=np.uint64)
 
 
+#: by code offset (Q5_0 16, Q5_1 0); the packing kernels take the table's bytes as a field
 _HI5 = {16: _hi5_table(16), 0: _hi5_table(0)}
 
 
-# ---- little helpers (plain njit: LLVM inlines them and merges their byte loads/stores; the
-# ---- per-block work is written out in each kernel's loop: numba's IR inlining of a body
-# ---- (inline_jit) left an NRT incref/decref pair per array argument in the loop, 3x slower)
+# ---- little helpers (plain njit: LLVM inlines them and merges their byte loads/stores). The
+# ---- per-block bodies are ``forceinline`` (LLVM's alwaysinline): left to LLVM's heuristics a
+# ---- body with many array arguments stayed a call (2-3x slower), and numba's IR inlining
+# ---- (inline_jit) left an NRT incref/decref pair per array argument in the loop.
 def _make_prefetch(write: int):
     import numba
     from llvmlite import ir
@@ -138,6 +146,28 @@ def _ahead(rows, panel, sb, c, b0, run, nblk, rb, bb, bs, packing):
             _prefetch(panel, pn + _U(x))
 
 
+@_body
+def _sweep(body, rows, panel, f0, f1, f2, f3, n, nblk, bb, bs, run, form, packing):
+    """The walk of every kernel: for each 64-row super-block sb, for each run of ``run`` blocks
+    along K, for each row c, prefetch what the next sweep touches (_ahead), then
+    ``body(rows, panel, f0..f3, byte of block b in row c, blk = sb * nblk + b, c, form)`` for
+    the run's blocks b. ``bb``: bytes a block, ``bs``: elements a block."""
+    rb = _U(nblk * bb)
+    for sb in range((n + 63) >> 6):
+        for b0 in range(0, nblk, run):
+            for c in range(min(64, n - sb * 64)):
+                o = _U(sb * 64 + c) * rb
+                _ahead(rows, panel, sb, c, b0, run, nblk, rb, bb, bs, packing)
+                for b in range(b0, min(nblk, b0 + run)):
+                    body(rows, panel, f0, f1, f2, f3, o + _U(b * bb), _U(sb * nblk + b), _U(c), form)
+
+
+@njit
+def _field(blk, c, per_block, s, width):
+    """Byte of value s of block blk, channel c, in a [SB][groups][64] scale region."""
+    return ((blk * _U(per_block) + _U(s)) * _U(64) + c) * _U(width)
+
+
 @njit
 def _ld(a8, o, nb):
     x = _U(0)
@@ -192,65 +222,78 @@ def _copy(dst, do, src, so, nb):
 #     v1 = elements 8..15  = x1 & 0F | hi(qh byte 1)   -> words 2, 3
 #     v2 = elements 16..23 = x0 >> 4 & 0F | hi(byte 2) -> words 4, 5
 #     v3 = elements 24..31 = x1 >> 4 & 0F | hi(byte 3) -> words 6, 7
+#   Back: qh byte p = bit 4 of the 8 lanes of v_p, inverted for Q5_0 (bit 4 of a code q - 16
+#   is bit 4 of q inverted); qs = the low nibbles of v0 | v2 << 4 and v1 | v3 << 4.
+#   The bodies have no branches: one in a body kept numba's reference counting of its array
+#   arguments (an NRT incref/decref pair per array and block, 3x slower), so each type has its
+#   own bodies around the shared code part.
 @njit
-def _q5_small_value(a8, o, hq, hi5, p):
-    """Words 2p, 2p+1 (p < 4) of the Q5_0/Q5_1 block at a8[o] (table above)."""
-    x = ld64(a8, o + _U(hq + 4 + 8 * (p & 1)))
-    h = _U(a8[o + _U(hq + p)])
-    return ((x >> _U(4 * (p >> 1))) & _L0F) | hi5[h]
+def _q5_codes_put(a8, p8, hi5, oq, blk, c):
+    """The codes of the block whose qh is at a8[oq] (qs after it); ``hi5``: the bytes of the
+    type's _HI5 table (entry h = 8 bytes at 8h)."""
+    w = blk * _U(2048) + _U(4) * c
+    for p in range(4):
+        x = ld64(a8, oq + _U(4 + 8 * (p & 1)))
+        _put_words(p8, w + _U(512 * p), ((x >> _U(4 * (p >> 1))) & _L0F) | ld64(hi5, _U(a8[oq + _U(p)]) << _U(3)))
 
 
-@lazy_njit(nt.void(RO_U8, nt.int64, nt.int64, nt.int64, nt.int64, _RO_U64, _U8, _U8, _U8), **_KERNEL)
-def _q5_small_pack(a8, n, nblk, hq, run, hi5, p8, d8, m8):
-    bb = hq + 20
-    rb = _U(nblk * bb)
-    for sb in range((n + 63) >> 6):
-        cn = min(64, n - sb * 64)
-        for b0 in range(0, nblk, run):
-            for c in range(cn):
-                o = _U(sb * 64 + c) * rb
-                _ahead(a8, p8, sb, c, b0, run, nblk, rb, bb, 32, True)
-                for b in range(b0, min(nblk, b0 + run)):
-                    ob = o + _U(b * bb)
-                    blk = _U(sb * nblk + b)
-                    f = (blk * _U(64) + _U(c)) * _U(2)
-                    _copy(d8, f, a8, ob, 2)
-                    if hq == 4:
-                        _copy(m8, f, a8, ob + _U(2), 2)
-                    w = blk * _U(2048) + _U(4 * c)
-                    for p in range(4):
-                        _put_words(p8, w + _U(512 * p), _q5_small_value(a8, ob, hq, hi5, p))
+@njit
+def _q5_codes_get(p8, a8, oq, blk, c, flip):
+    w = blk * _U(2048) + _U(4) * c
+    v0 = _get_words(p8, w)
+    v1 = _get_words(p8, w + _U(512))
+    v2 = _get_words(p8, w + _U(1024))
+    v3 = _get_words(p8, w + _U(1536))
+    qh = _lane_bits(v0, 4) | (_lane_bits(v1, 4) << _U(8)) | (_lane_bits(v2, 4) << _U(16)) | (_lane_bits(v3, 4) << _U(24))
+    _st(a8, oq, qh ^ _U(flip), 4)
+    st64(a8, oq + _U(4), (v0 & _L0F) | ((v2 & _L0F) << _U(4)))
+    st64(a8, oq + _U(12), (v1 & _L0F) | ((v3 & _L0F) << _U(4)))
 
 
-@lazy_njit(nt.void(RO_U8, RO_U8, RO_U8, nt.int64, nt.int64, nt.int64, nt.int64, _U8), **_KERNEL)
-def _q5_small_unpack(p8, d8, m8, n, nblk, hq, run, a8):
-    """Inverse of _q5_small_pack: qh byte p = bit 4 of the 8 lanes of words 2p, 2p+1, inverted
-    for Q5_0 (``flip``: bit 4 of a code q - 16 is bit 4 of q inverted)."""
-    bb = hq + 20
-    rb = _U(nblk * bb)
-    flip = _U(0xFFFFFFFF) if hq == 2 else _U(0)
-    for sb in range((n + 63) >> 6):
-        cn = min(64, n - sb * 64)
-        for b0 in range(0, nblk, run):
-            for c in range(cn):
-                o = _U(sb * 64 + c) * rb
-                _ahead(a8, p8, sb, c, b0, run, nblk, rb, bb, 32, False)
-                for b in range(b0, min(nblk, b0 + run)):
-                    ob = o + _U(b * bb)
-                    blk = _U(sb * nblk + b)
-                    f = (blk * _U(64) + _U(c)) * _U(2)
-                    _copy(a8, ob, d8, f, 2)
-                    if hq == 4:
-                        _copy(a8, ob + _U(2), m8, f, 2)
-                    w = blk * _U(2048) + _U(4 * c)
-                    v0 = _get_words(p8, w)
-                    v1 = _get_words(p8, w + _U(512))
-                    v2 = _get_words(p8, w + _U(1024))
-                    v3 = _get_words(p8, w + _U(1536))
-                    qh = _lane_bits(v0, 4) | (_lane_bits(v1, 4) << _U(8)) | (_lane_bits(v2, 4) << _U(16))
-                    _st(a8, ob + _U(hq), (qh | (_lane_bits(v3, 4) << _U(24))) ^ flip, 4)
-                    st64(a8, ob + _U(hq + 4), (v0 & _L0F) | ((v2 & _L0F) << _U(4)))
-                    st64(a8, ob + _U(hq + 12), (v1 & _L0F) | ((v3 & _L0F) << _U(4)))
+@_body
+def _q5_0_put(a8, p8, d8, hi5, f2, f3, ob, blk, c, form):
+    _copy(d8, _field(blk, c, 1, 0, 2), a8, ob, 2)
+    _q5_codes_put(a8, p8, hi5, ob + _U(2), blk, c)
+
+
+@lazy_njit(_PACK_SIG, **_KERNEL)
+def _q5_0_pack(a8, n, nblk, form, run, p8, d8, hi5, f2, f3):
+    _sweep(_q5_0_put, a8, p8, d8, hi5, f2, f3, n, nblk, 22, 32, run, form, True)
+
+
+@_body
+def _q5_0_get(a8, p8, d8, f1, f2, f3, ob, blk, c, form):
+    _copy(a8, ob, d8, _field(blk, c, 1, 0, 2), 2)
+    _q5_codes_get(p8, a8, ob + _U(2), blk, c, 0xFFFFFFFF)
+
+
+@lazy_njit(_UNPACK_SIG, **_KERNEL)
+def _q5_0_unpack(p8, d8, f1, f2, f3, n, nblk, form, run, a8):
+    _sweep(_q5_0_get, a8, p8, d8, f1, f2, f3, n, nblk, 22, 32, run, form, False)
+
+
+@_body
+def _q5_1_put(a8, p8, d8, m8, hi5, f3, ob, blk, c, form):
+    _copy(d8, _field(blk, c, 1, 0, 2), a8, ob, 2)
+    _copy(m8, _field(blk, c, 1, 0, 2), a8, ob + _U(2), 2)
+    _q5_codes_put(a8, p8, hi5, ob + _U(4), blk, c)
+
+
+@lazy_njit(_PACK_SIG, **_KERNEL)
+def _q5_1_pack(a8, n, nblk, form, run, p8, d8, m8, hi5, f3):
+    _sweep(_q5_1_put, a8, p8, d8, m8, hi5, f3, n, nblk, 24, 32, run, form, True)
+
+
+@_body
+def _q5_1_get(a8, p8, d8, m8, f2, f3, ob, blk, c, form):
+    _copy(a8, ob, d8, _field(blk, c, 1, 0, 2), 2)
+    _copy(a8, ob + _U(2), m8, _field(blk, c, 1, 0, 2), 2)
+    _q5_codes_get(p8, a8, ob + _U(4), blk, c, 0)
+
+
+@lazy_njit(_UNPACK_SIG, **_KERNEL)
+def _q5_1_unpack(p8, d8, m8, f2, f3, n, nblk, form, run, a8):
+    _sweep(_q5_1_get, a8, p8, d8, m8, f2, f3, n, nblk, 24, 32, run, form, False)
 
 
 # ---- Q5_K -----------------------------------------------------------------------------------
@@ -301,60 +344,47 @@ def _plane_to_lanes(f8, i, count):
     return v
 
 
-@lazy_njit(nt.void(RO_U8, nt.int64, nt.int64, nt.int64, _U8, _U8, _U8, _U8, _U8), **_KERNEL)
-def _q5_k_pack(a8, n, nblk, run, p8, sc8, m8, d8, dmin8):
-    rb = _U(nblk * 176)
-    for sb in range((n + 63) >> 6):
-        cn = min(64, n - sb * 64)
-        for b0 in range(0, nblk, run):
-            for c in range(cn):
-                o = _U(sb * 64 + c) * rb
-                _ahead(a8, p8, sb, c, b0, run, nblk, rb, 176, 256, True)
-                for b in range(b0, min(nblk, b0 + run)):
-                    ob = o + _U(b * 176)
-                    blk = _U(sb * nblk + b)
-                    f = (blk * _U(64) + _U(c)) * _U(2)
-                    _copy(d8, f, a8, ob, 2)
-                    _copy(dmin8, f, a8, ob + _U(2), 2)
-                    sc, mm = _k_scales_get(a8, ob + _U(4))
-                    _lanes_to_plane(sc8, blk * _U(512) + _U(c), sc, 8)
-                    _lanes_to_plane(m8, blk * _U(512) + _U(c), mm, 8)
-                    w = blk * _U(16384) + _U(4 * c)
-                    for t in range(4):
-                        h = ld64(a8, ob + _U(16 + 8 * t))
-                        for j in range(4):
-                            x = ld64(a8, ob + _U(48 + 32 * j + 8 * t))
-                            _put_words(p8, w + _U(256 * (16 * j + 2 * t)), (x & _L0F) | (((h >> _U(2 * j)) & _L01) << _U(4)))
-                            _put_words(p8, w + _U(256 * (16 * j + 8 + 2 * t)),
-                                       ((x >> _U(4)) & _L0F) | (((h >> _U(2 * j + 1)) & _L01) << _U(4)))
+@_body
+def _q5_k_put(a8, p8, sc8, m8, d8, dmin8, ob, blk, c, form):
+    _copy(d8, _field(blk, c, 1, 0, 2), a8, ob, 2)
+    _copy(dmin8, _field(blk, c, 1, 0, 2), a8, ob + _U(2), 2)
+    sc, mm = _k_scales_get(a8, ob + _U(4))
+    _lanes_to_plane(sc8, _field(blk, c, 8, 0, 1), sc, 8)
+    _lanes_to_plane(m8, _field(blk, c, 8, 0, 1), mm, 8)
+    w = blk * _U(16384) + _U(4) * c
+    for t in range(4):
+        h = ld64(a8, ob + _U(16 + 8 * t))
+        for j in range(4):
+            x = ld64(a8, ob + _U(48 + 32 * j + 8 * t))
+            _put_words(p8, w + _U(256 * (16 * j + 2 * t)), (x & _L0F) | (((h >> _U(2 * j)) & _L01) << _U(4)))
+            _put_words(p8, w + _U(256 * (16 * j + 8 + 2 * t)), ((x >> _U(4)) & _L0F) | (((h >> _U(2 * j + 1)) & _L01) << _U(4)))
 
 
-@lazy_njit(nt.void(RO_U8, RO_U8, RO_U8, RO_U8, RO_U8, nt.int64, nt.int64, nt.int64, _U8), **_KERNEL)
-def _q5_k_unpack(p8, sc8, m8, d8, dmin8, n, nblk, run, a8):
-    rb = _U(nblk * 176)
-    for sb in range((n + 63) >> 6):
-        cn = min(64, n - sb * 64)
-        for b0 in range(0, nblk, run):
-            for c in range(cn):
-                o = _U(sb * 64 + c) * rb
-                _ahead(a8, p8, sb, c, b0, run, nblk, rb, 176, 256, False)
-                for b in range(b0, min(nblk, b0 + run)):
-                    ob = o + _U(b * 176)
-                    blk = _U(sb * nblk + b)
-                    f = (blk * _U(64) + _U(c)) * _U(2)
-                    _copy(a8, ob, d8, f, 2)
-                    _copy(a8, ob + _U(2), dmin8, f, 2)
-                    _k_scales_put(a8, ob + _U(4), _plane_to_lanes(sc8, blk * _U(512) + _U(c), 8),
-                                  _plane_to_lanes(m8, blk * _U(512) + _U(c), 8))
-                    w = blk * _U(16384) + _U(4 * c)
-                    for t in range(4):
-                        h = _U(0)
-                        for j in range(4):
-                            lo = _get_words(p8, w + _U(256 * (16 * j + 2 * t)))
-                            hi = _get_words(p8, w + _U(256 * (16 * j + 8 + 2 * t)))
-                            st64(a8, ob + _U(48 + 32 * j + 8 * t), (lo & _L0F) | ((hi & _L0F) << _U(4)))
-                            h |= (((lo >> _U(4)) & _L01) << _U(2 * j)) | (((hi >> _U(4)) & _L01) << _U(2 * j + 1))
-                        st64(a8, ob + _U(16 + 8 * t), h)
+@lazy_njit(_PACK_SIG, **_KERNEL)
+def _q5_k_pack(a8, n, nblk, form, run, p8, sc8, m8, d8, dmin8):
+    _sweep(_q5_k_put, a8, p8, sc8, m8, d8, dmin8, n, nblk, 176, 256, run, form, True)
+
+
+@_body
+def _q5_k_get(a8, p8, sc8, m8, d8, dmin8, ob, blk, c, form):
+    _copy(a8, ob, d8, _field(blk, c, 1, 0, 2), 2)
+    _copy(a8, ob + _U(2), dmin8, _field(blk, c, 1, 0, 2), 2)
+    _k_scales_put(a8, ob + _U(4), _plane_to_lanes(sc8, _field(blk, c, 8, 0, 1), 8),
+                  _plane_to_lanes(m8, _field(blk, c, 8, 0, 1), 8))
+    w = blk * _U(16384) + _U(4) * c
+    for t in range(4):
+        h = _U(0)
+        for j in range(4):
+            lo = _get_words(p8, w + _U(256 * (16 * j + 2 * t)))
+            hi = _get_words(p8, w + _U(256 * (16 * j + 8 + 2 * t)))
+            st64(a8, ob + _U(48 + 32 * j + 8 * t), (lo & _L0F) | ((hi & _L0F) << _U(4)))
+            h |= (((lo >> _U(4)) & _L01) << _U(2 * j)) | (((hi >> _U(4)) & _L01) << _U(2 * j + 1))
+        st64(a8, ob + _U(16 + 8 * t), h)
+
+
+@lazy_njit(_UNPACK_SIG, **_KERNEL)
+def _q5_k_unpack(p8, sc8, m8, d8, dmin8, n, nblk, form, run, a8):
+    _sweep(_q5_k_get, a8, p8, sc8, m8, d8, dmin8, n, nblk, 176, 256, run, form, False)
 
 
 # ---- Q6_K -----------------------------------------------------------------------------------
@@ -367,63 +397,51 @@ def _q5_k_unpack(p8, sc8, m8, d8, dmin8, n, nblk, run, a8):
 #     s = 2: a >> 4 & 0F | (q >> 4 & 03) << 4   s = 3: b >> 4 & 0F | (q >> 6 & 03) << 4
 #   each minus 32 (_sub_lanes) = words 32h + 8s + 2t, +1. Back: q6 = (code ^ 0x20) & 0x3F per
 #   lane (adding 32 mod 64 flips bit 5), its low nibble and bits 4-5 returned to ql/qh.
-@lazy_njit(nt.void(RO_U8, nt.int64, nt.int64, nt.int64, _U8, _U8, _U8), **_KERNEL)
-def _q6_k_pack(a8, n, nblk, run, p8, s8, d8):
-    rb = _U(nblk * 210)
-    for sb in range((n + 63) >> 6):
-        cn = min(64, n - sb * 64)
-        for b0 in range(0, nblk, run):
-            for c in range(cn):
-                o = _U(sb * 64 + c) * rb
-                _ahead(a8, p8, sb, c, b0, run, nblk, rb, 210, 256, True)
-                for b in range(b0, min(nblk, b0 + run)):
-                    ob = o + _U(b * 210)
-                    blk = _U(sb * nblk + b)
-                    _copy(d8, (blk * _U(64) + _U(c)) * _U(2), a8, ob + _U(208), 2)
-                    _lanes_to_plane(s8, blk * _U(1024) + _U(c), ld64(a8, ob + _U(192)), 8)
-                    _lanes_to_plane(s8, blk * _U(1024) + _U(512 + c), ld64(a8, ob + _U(200)), 8)
-                    w = blk * _U(16384) + _U(4 * c)
-                    for h in range(2):
-                        for t in range(4):
-                            a = ld64(a8, ob + _U(64 * h + 8 * t))
-                            bq = ld64(a8, ob + _U(64 * h + 32 + 8 * t))
-                            q = ld64(a8, ob + _U(128 + 32 * h + 8 * t))
-                            x = w + _U(256 * (32 * h + 2 * t))
-                            _put_words(p8, x, _sub_lanes((a & _L0F) | ((q & _L03) << _U(4)), 32))
-                            _put_words(p8, x + _U(2048), _sub_lanes((bq & _L0F) | (((q >> _U(2)) & _L03) << _U(4)), 32))
-                            _put_words(p8, x + _U(4096),
-                                       _sub_lanes(((a >> _U(4)) & _L0F) | (((q >> _U(4)) & _L03) << _U(4)), 32))
-                            _put_words(p8, x + _U(6144),
-                                       _sub_lanes(((bq >> _U(4)) & _L0F) | (((q >> _U(6)) & _L03) << _U(4)), 32))
+@_body
+def _q6_k_put(a8, p8, s8, d8, f2, f3, ob, blk, c, form):
+    _copy(d8, _field(blk, c, 1, 0, 2), a8, ob + _U(208), 2)
+    _lanes_to_plane(s8, _field(blk, c, 16, 0, 1), ld64(a8, ob + _U(192)), 8)
+    _lanes_to_plane(s8, _field(blk, c, 16, 8, 1), ld64(a8, ob + _U(200)), 8)
+    w = blk * _U(16384) + _U(4) * c
+    for h in range(2):
+        for t in range(4):
+            a = ld64(a8, ob + _U(64 * h + 8 * t))
+            bq = ld64(a8, ob + _U(64 * h + 32 + 8 * t))
+            q = ld64(a8, ob + _U(128 + 32 * h + 8 * t))
+            x = w + _U(256 * (32 * h + 2 * t))
+            _put_words(p8, x, _sub_lanes((a & _L0F) | ((q & _L03) << _U(4)), 32))
+            _put_words(p8, x + _U(2048), _sub_lanes((bq & _L0F) | (((q >> _U(2)) & _L03) << _U(4)), 32))
+            _put_words(p8, x + _U(4096), _sub_lanes(((a >> _U(4)) & _L0F) | (((q >> _U(4)) & _L03) << _U(4)), 32))
+            _put_words(p8, x + _U(6144), _sub_lanes(((bq >> _U(4)) & _L0F) | (((q >> _U(6)) & _L03) << _U(4)), 32))
 
 
-@lazy_njit(nt.void(RO_U8, RO_U8, RO_U8, nt.int64, nt.int64, nt.int64, _U8), **_KERNEL)
-def _q6_k_unpack(p8, s8, d8, n, nblk, run, a8):
-    rb = _U(nblk * 210)
-    for sb in range((n + 63) >> 6):
-        cn = min(64, n - sb * 64)
-        for b0 in range(0, nblk, run):
-            for c in range(cn):
-                o = _U(sb * 64 + c) * rb
-                _ahead(a8, p8, sb, c, b0, run, nblk, rb, 210, 256, False)
-                for b in range(b0, min(nblk, b0 + run)):
-                    ob = o + _U(b * 210)
-                    blk = _U(sb * nblk + b)
-                    _copy(a8, ob + _U(208), d8, (blk * _U(64) + _U(c)) * _U(2), 2)
-                    st64(a8, ob + _U(192), _plane_to_lanes(s8, blk * _U(1024) + _U(c), 8))
-                    st64(a8, ob + _U(200), _plane_to_lanes(s8, blk * _U(1024) + _U(512 + c), 8))
-                    w = blk * _U(16384) + _U(4 * c)
-                    for h in range(2):
-                        for t in range(4):
-                            x = w + _U(256 * (32 * h + 2 * t))
-                            q0 = (_get_words(p8, x) ^ _L20) & _L3F
-                            q1 = (_get_words(p8, x + _U(2048)) ^ _L20) & _L3F
-                            q2 = (_get_words(p8, x + _U(4096)) ^ _L20) & _L3F
-                            q3 = (_get_words(p8, x + _U(6144)) ^ _L20) & _L3F
-                            st64(a8, ob + _U(64 * h + 8 * t), (q0 & _L0F) | ((q2 & _L0F) << _U(4)))
-                            st64(a8, ob + _U(64 * h + 32 + 8 * t), (q1 & _L0F) | ((q3 & _L0F) << _U(4)))
-                            st64(a8, ob + _U(128 + 32 * h + 8 * t), ((q0 >> _U(4)) & _L03) | ((q1 >> _U(2)) & _L0C)
-                                 | (q2 & _L30) | ((q3 << _U(2)) & _LC0))
+@lazy_njit(_PACK_SIG, **_KERNEL)
+def _q6_k_pack(a8, n, nblk, form, run, p8, s8, d8, f2, f3):
+    _sweep(_q6_k_put, a8, p8, s8, d8, f2, f3, n, nblk, 210, 256, run, form, True)
+
+
+@_body
+def _q6_k_get(a8, p8, s8, d8, f2, f3, ob, blk, c, form):
+    _copy(a8, ob + _U(208), d8, _field(blk, c, 1, 0, 2), 2)
+    st64(a8, ob + _U(192), _plane_to_lanes(s8, _field(blk, c, 16, 0, 1), 8))
+    st64(a8, ob + _U(200), _plane_to_lanes(s8, _field(blk, c, 16, 8, 1), 8))
+    w = blk * _U(16384) + _U(4) * c
+    for h in range(2):
+        for t in range(4):
+            x = w + _U(256 * (32 * h + 2 * t))
+            q0 = (_get_words(p8, x) ^ _L20) & _L3F
+            q1 = (_get_words(p8, x + _U(2048)) ^ _L20) & _L3F
+            q2 = (_get_words(p8, x + _U(4096)) ^ _L20) & _L3F
+            q3 = (_get_words(p8, x + _U(6144)) ^ _L20) & _L3F
+            st64(a8, ob + _U(64 * h + 8 * t), (q0 & _L0F) | ((q2 & _L0F) << _U(4)))
+            st64(a8, ob + _U(64 * h + 32 + 8 * t), (q1 & _L0F) | ((q3 & _L0F) << _U(4)))
+            st64(a8, ob + _U(128 + 32 * h + 8 * t), ((q0 >> _U(4)) & _L03) | ((q1 >> _U(2)) & _L0C) | (q2 & _L30)
+                 | ((q3 << _U(2)) & _LC0))
+
+
+@lazy_njit(_UNPACK_SIG, **_KERNEL)
+def _q6_k_unpack(p8, s8, d8, f2, f3, n, nblk, form, run, a8):
+    _sweep(_q6_k_get, a8, p8, s8, d8, f2, f3, n, nblk, 210, 256, run, form, False)
 
 
 # ---- Q2_K and Q3_K (G = 16) ------------------------------------------------------------------
@@ -466,117 +484,105 @@ def _q3_k_scales_put(a8, o, sc0, sc1):
         | ((y >> _U(32)) << _U(6)), 4)
 
 
-@lazy_njit(nt.void(RO_U8, nt.int64, nt.int64, nt.int64, _U8, _U8, _U8, _U8, _U8), **_KERNEL)
-def _q2_k_pack(a8, n, nblk, run, p8, sc8, m8, d8, dmin8):
-    rb = _U(nblk * 84)
-    for sb in range((n + 63) >> 6):
-        cn = min(64, n - sb * 64)
-        for b0 in range(0, nblk, run):
-            for c in range(cn):
-                o = _U(sb * 64 + c) * rb
-                _ahead(a8, p8, sb, c, b0, run, nblk, rb, 84, 256, True)
-                for b in range(b0, min(nblk, b0 + run)):
-                    ob = o + _U(b * 84)
-                    blk = _U(sb * nblk + b)
-                    f = (blk * _U(64) + _U(c)) * _U(2)
-                    _copy(d8, f, a8, ob + _U(80), 2)
-                    _copy(dmin8, f, a8, ob + _U(82), 2)
-                    for half in range(2):
-                        v = ld64(a8, ob + _U(8 * half))
-                        _lanes_to_plane(sc8, blk * _U(1024) + _U(512 * half + c), v & _L0F, 8)
-                        _lanes_to_plane(m8, blk * _U(1024) + _U(512 * half + c), (v >> _U(4)) & _L0F, 8)
-                    w = blk * _U(16384) + _U(4 * c)
-                    for h in range(2):
-                        for t in range(4):
-                            x = ld64(a8, ob + _U(16 + 32 * h + 8 * t))
-                            for j in range(4):
-                                _put_words(p8, w + _U(256 * (32 * h + 8 * j + 2 * t)), (x >> _U(2 * j)) & _L03)
+@_body
+def _q2_k_put(a8, p8, sc8, m8, d8, dmin8, ob, blk, c, form):
+    _copy(d8, _field(blk, c, 1, 0, 2), a8, ob + _U(80), 2)
+    _copy(dmin8, _field(blk, c, 1, 0, 2), a8, ob + _U(82), 2)
+    for half in range(2):
+        v = ld64(a8, ob + _U(8 * half))
+        _lanes_to_plane(sc8, _field(blk, c, 16, 8 * half, 1), v & _L0F, 8)
+        _lanes_to_plane(m8, _field(blk, c, 16, 8 * half, 1), (v >> _U(4)) & _L0F, 8)
+    w = blk * _U(16384) + _U(4) * c
+    for h in range(2):
+        for t in range(4):
+            x = ld64(a8, ob + _U(16 + 32 * h + 8 * t))
+            for j in range(4):
+                _put_words(p8, w + _U(256 * (32 * h + 8 * j + 2 * t)), (x >> _U(2 * j)) & _L03)
 
 
-@lazy_njit(nt.void(RO_U8, RO_U8, RO_U8, RO_U8, RO_U8, nt.int64, nt.int64, nt.int64, _U8), **_KERNEL)
-def _q2_k_unpack(p8, sc8, m8, d8, dmin8, n, nblk, run, a8):
-    rb = _U(nblk * 84)
-    for sb in range((n + 63) >> 6):
-        cn = min(64, n - sb * 64)
-        for b0 in range(0, nblk, run):
-            for c in range(cn):
-                o = _U(sb * 64 + c) * rb
-                _ahead(a8, p8, sb, c, b0, run, nblk, rb, 84, 256, False)
-                for b in range(b0, min(nblk, b0 + run)):
-                    ob = o + _U(b * 84)
-                    blk = _U(sb * nblk + b)
-                    f = (blk * _U(64) + _U(c)) * _U(2)
-                    _copy(a8, ob + _U(80), d8, f, 2)
-                    _copy(a8, ob + _U(82), dmin8, f, 2)
-                    for half in range(2):
-                        i = blk * _U(1024) + _U(512 * half + c)
-                        st64(a8, ob + _U(8 * half),
-                             (_plane_to_lanes(sc8, i, 8) & _L0F) | ((_plane_to_lanes(m8, i, 8) & _L0F) << _U(4)))
-                    w = blk * _U(16384) + _U(4 * c)
-                    for h in range(2):
-                        for t in range(4):
-                            x = _U(0)
-                            for j in range(4):
-                                x |= (_get_words(p8, w + _U(256 * (32 * h + 8 * j + 2 * t))) & _L03) << _U(2 * j)
-                            st64(a8, ob + _U(16 + 32 * h + 8 * t), x)
+@lazy_njit(_PACK_SIG, **_KERNEL)
+def _q2_k_pack(a8, n, nblk, form, run, p8, sc8, m8, d8, dmin8):
+    _sweep(_q2_k_put, a8, p8, sc8, m8, d8, dmin8, n, nblk, 84, 256, run, form, True)
 
 
-@lazy_njit(nt.void(RO_U8, nt.int64, nt.int64, nt.int64, _U8, _U8, _U8), **_KERNEL)
-def _q3_k_pack(a8, n, nblk, run, p8, sc8, d8):
-    rb = _U(nblk * 110)
-    for sb in range((n + 63) >> 6):
-        cn = min(64, n - sb * 64)
-        for b0 in range(0, nblk, run):
-            for c in range(cn):
-                o = _U(sb * 64 + c) * rb
-                _ahead(a8, p8, sb, c, b0, run, nblk, rb, 110, 256, True)
-                for b in range(b0, min(nblk, b0 + run)):
-                    ob = o + _U(b * 110)
-                    blk = _U(sb * nblk + b)
-                    _copy(d8, (blk * _U(64) + _U(c)) * _U(2), a8, ob + _U(108), 2)
-                    sc0, sc1 = _q3_k_scales_get(a8, ob + _U(96))
-                    _lanes_to_plane(sc8, blk * _U(1024) + _U(c), sc0, 8)
-                    _lanes_to_plane(sc8, blk * _U(1024) + _U(512 + c), sc1, 8)
-                    w = blk * _U(16384) + _U(4 * c)
-                    for t in range(4):
-                        hm = ld64(a8, ob + _U(8 * t))
-                        for h in range(2):
-                            x = ld64(a8, ob + _U(32 + 32 * h + 8 * t))
-                            for j in range(4):
-                                u = ((x >> _U(2 * j)) & _L03) | (((hm >> _U(4 * h + j)) & _L01) << _U(2))
-                                _put_words(p8, w + _U(256 * (32 * h + 8 * j + 2 * t)), _sub_lanes(u, 4))
+@_body
+def _q2_k_get(a8, p8, sc8, m8, d8, dmin8, ob, blk, c, form):
+    _copy(a8, ob + _U(80), d8, _field(blk, c, 1, 0, 2), 2)
+    _copy(a8, ob + _U(82), dmin8, _field(blk, c, 1, 0, 2), 2)
+    for half in range(2):
+        i = _field(blk, c, 16, 8 * half, 1)
+        st64(a8, ob + _U(8 * half), (_plane_to_lanes(sc8, i, 8) & _L0F) | ((_plane_to_lanes(m8, i, 8) & _L0F) << _U(4)))
+    w = blk * _U(16384) + _U(4) * c
+    for h in range(2):
+        for t in range(4):
+            x = _U(0)
+            for j in range(4):
+                x |= (_get_words(p8, w + _U(256 * (32 * h + 8 * j + 2 * t))) & _L03) << _U(2 * j)
+            st64(a8, ob + _U(16 + 32 * h + 8 * t), x)
 
 
-@lazy_njit(nt.void(RO_U8, RO_U8, RO_U8, nt.int64, nt.int64, nt.int64, _U8), **_KERNEL)
-def _q3_k_unpack(p8, sc8, d8, n, nblk, run, a8):
-    rb = _U(nblk * 110)
-    for sb in range((n + 63) >> 6):
-        cn = min(64, n - sb * 64)
-        for b0 in range(0, nblk, run):
-            for c in range(cn):
-                o = _U(sb * 64 + c) * rb
-                _ahead(a8, p8, sb, c, b0, run, nblk, rb, 110, 256, False)
-                for b in range(b0, min(nblk, b0 + run)):
-                    ob = o + _U(b * 110)
-                    blk = _U(sb * nblk + b)
-                    _copy(a8, ob + _U(108), d8, (blk * _U(64) + _U(c)) * _U(2), 2)
-                    _q3_k_scales_put(a8, ob + _U(96), _plane_to_lanes(sc8, blk * _U(1024) + _U(c), 8),
-                                     _plane_to_lanes(sc8, blk * _U(1024) + _U(512 + c), 8))
-                    w = blk * _U(16384) + _U(4 * c)
-                    for t in range(4):
-                        hm = _U(0)
-                        for h in range(2):
-                            x = _U(0)
-                            for j in range(4):
-                                u = (_get_words(p8, w + _U(256 * (32 * h + 8 * j + 2 * t))) ^ _L04) & _L07
-                                x |= (u & _L03) << _U(2 * j)
-                                hm |= ((u >> _U(2)) & _L01) << _U(4 * h + j)
-                            st64(a8, ob + _U(32 + 32 * h + 8 * t), x)
-                        st64(a8, ob + _U(8 * t), hm)
+@lazy_njit(_UNPACK_SIG, **_KERNEL)
+def _q2_k_unpack(p8, sc8, m8, d8, dmin8, n, nblk, form, run, a8):
+    _sweep(_q2_k_get, a8, p8, sc8, m8, d8, dmin8, n, nblk, 84, 256, run, form, False)
+
+
+@_body
+def _q3_k_put(a8, p8, sc8, d8, f2, f3, ob, blk, c, form):
+    _copy(d8, _field(blk, c, 1, 0, 2), a8, ob + _U(108), 2)
+    sc0, sc1 = _q3_k_scales_get(a8, ob + _U(96))
+    _lanes_to_plane(sc8, _field(blk, c, 16, 0, 1), sc0, 8)
+    _lanes_to_plane(sc8, _field(blk, c, 16, 8, 1), sc1, 8)
+    w = blk * _U(16384) + _U(4) * c
+    for t in range(4):
+        hm = ld64(a8, ob + _U(8 * t))
+        for h in range(2):
+            x = ld64(a8, ob + _U(32 + 32 * h + 8 * t))
+            for j in range(4):
+                u = ((x >> _U(2 * j)) & _L03) | (((hm >> _U(4 * h + j)) & _L01) << _U(2))
+                _put_words(p8, w + _U(256 * (32 * h + 8 * j + 2 * t)), _sub_lanes(u, 4))
+
+
+@lazy_njit(_PACK_SIG, **_KERNEL)
+def _q3_k_pack(a8, n, nblk, form, run, p8, sc8, d8, f2, f3):
+    _sweep(_q3_k_put, a8, p8, sc8, d8, f2, f3, n, nblk, 110, 256, run, form, True)
+
+
+@_body
+def _q3_k_get(a8, p8, sc8, d8, f2, f3, ob, blk, c, form):
+    _copy(a8, ob + _U(108), d8, _field(blk, c, 1, 0, 2), 2)
+    _q3_k_scales_put(a8, ob + _U(96), _plane_to_lanes(sc8, _field(blk, c, 16, 0, 1), 8),
+                     _plane_to_lanes(sc8, _field(blk, c, 16, 8, 1), 8))
+    w = blk * _U(16384) + _U(4) * c
+    for t in range(4):
+        hm = _U(0)
+        for h in range(2):
+            x = _U(0)
+            for j in range(4):
+                u = (_get_words(p8, w + _U(256 * (32 * h + 8 * j + 2 * t))) ^ _L04) & _L07
+                x |= (u & _L03) << _U(2 * j)
+                hm |= ((u >> _U(2)) & _L01) << _U(4 * h + j)
+            st64(a8, ob + _U(32 + 32 * h + 8 * t), x)
+        st64(a8, ob + _U(8 * t), hm)
+
+
+@lazy_njit(_UNPACK_SIG, **_KERNEL)
+def _q3_k_unpack(p8, sc8, d8, f2, f3, n, nblk, form, run, a8):
+    _sweep(_q3_k_get, a8, p8, sc8, d8, f2, f3, n, nblk, 110, 256, run, form, False)
 
 
 # ---- the wrappers panel64 dispatches to (its pack/unpack validated everything) --------------
 _NONE = np.zeros(0, np.uint8)
+
+#: type -> (kernel stem, form, scale regions in kernel order, blocks a row per sweep)
+_KERNELS = {
+    "Q5_0": ("_q5_0", 0, ("d", "hi5"), "RUN_SMALL"),
+    "Q5_1": ("_q5_1", 0, ("d", "m", "hi5"), "RUN_SMALL"),
+    "Q5_K": ("_q5_k", 0, ("sc", "m", "d", "dmin"), "RUN_K"),
+    "Q6_K": ("_q6_k", 0, ("scale", "d"), "RUN_K"),
+    "Q2_K": ("_q2_k", 0, ("sc", "m", "d", "dmin"), "RUN_K"),
+    "Q3_K": ("_q3_k", 0, ("sc", "d"), "RUN_K"),
+}
+TYPES = frozenset(_KERNELS)
 
 
 def _b(a: np.ndarray) -> np.ndarray:
@@ -584,67 +590,23 @@ def _b(a: np.ndarray) -> np.ndarray:
     return a.reshape(-1).view(np.uint8)
 
 
-def _pack_q5_small(raw, t, n, k, out):
-    hq = t.type_size - 20
-    _q5_small_pack(_b(raw), n, k // t.block_size, hq, RUN_SMALL, _HI5[t.code_offset], _b(out["panels"]),
-                   _b(out["d"]), _b(out["m"]) if "m" in out else _NONE)
-
-
-def _unpack_q5_small(r, t, n, k, raw):
-    hq = t.type_size - 20
-    _q5_small_unpack(_b(r["panels"]), _b(r["d"]), _b(r["m"]) if "m" in r else _NONE, n, k // t.block_size, hq,
-                     RUN_SMALL, _b(raw))
-
-
-def _pack_q5_k(raw, t, n, k, out):
-    _q5_k_pack(_b(raw), n, k // t.block_size, RUN_K, _b(out["panels"]), _b(out["sc"]), _b(out["m"]), _b(out["d"]),
-               _b(out["dmin"]))
-
-
-def _unpack_q5_k(r, t, n, k, raw):
-    _q5_k_unpack(_b(r["panels"]), _b(r["sc"]), _b(r["m"]), _b(r["d"]), _b(r["dmin"]), n, k // t.block_size, RUN_K,
-                 _b(raw))
-
-
-def _pack_q6_k(raw, t, n, k, out):
-    _q6_k_pack(_b(raw), n, k // t.block_size, RUN_K, _b(out["panels"]), _b(out["scale"]), _b(out["d"]))
-
-
-def _unpack_q6_k(r, t, n, k, raw):
-    _q6_k_unpack(_b(r["panels"]), _b(r["scale"]), _b(r["d"]), n, k // t.block_size, RUN_K, _b(raw))
-
-
-def _pack_q2_k(raw, t, n, k, out):
-    _q2_k_pack(_b(raw), n, k // t.block_size, RUN_K, _b(out["panels"]), _b(out["sc"]), _b(out["m"]), _b(out["d"]),
-               _b(out["dmin"]))
-
-
-def _unpack_q2_k(r, t, n, k, raw):
-    _q2_k_unpack(_b(r["panels"]), _b(r["sc"]), _b(r["m"]), _b(r["d"]), _b(r["dmin"]), n, k // t.block_size, RUN_K,
-                 _b(raw))
-
-
-def _pack_q3_k(raw, t, n, k, out):
-    _q3_k_pack(_b(raw), n, k // t.block_size, RUN_K, _b(out["panels"]), _b(out["sc"]), _b(out["d"]))
-
-
-def _unpack_q3_k(r, t, n, k, raw):
-    _q3_k_unpack(_b(r["panels"]), _b(r["sc"]), _b(r["d"]), n, k // t.block_size, RUN_K, _b(raw))
-
-
-_PACK = {"Q5_0": _pack_q5_small, "Q5_1": _pack_q5_small, "Q5_K": _pack_q5_k, "Q6_K": _pack_q6_k,
-         "Q2_K": _pack_q2_k, "Q3_K": _pack_q3_k}
-_UNPACK = {"Q5_0": _unpack_q5_small, "Q5_1": _unpack_q5_small, "Q5_K": _unpack_q5_k, "Q6_K": _unpack_q6_k,
-           "Q2_K": _unpack_q2_k, "Q3_K": _unpack_q3_k}
-TYPES = frozenset(_PACK)
+def _args(t, n, k, regions, packing):
+    """(kernel stem, panels, the four scale fields, n, blocks a row, form, run) of type ``t``;
+    the field ``hi5`` is the type's _HI5 table (packing; unused unpacking)."""
+    stem, form, fields, run = _KERNELS[t.name]
+    hi5 = _HI5[t.code_offset].view(np.uint8) if packing and "hi5" in fields else _NONE
+    f = [hi5 if name == "hi5" else _b(regions[name]) for name in fields] + [_NONE] * (4 - len(fields))
+    return stem, _b(regions["panels"]), f, n, k // t.block_size, form, globals()[run]
 
 
 def pack(raw, t, n, k, out) -> None:
     """Blocks [n, row_bytes] of ``t`` -> the panel and scale regions ``out`` (real channels only:
     panel64 fills the pad channels afterwards)."""
-    _PACK[t.name](raw, t, n, k, out)
+    stem, p8, f, n, nblk, form, run = _args(t, n, k, out, packing=True)
+    globals()[stem + "_pack"](_b(raw), n, nblk, form, run, p8, *f)
 
 
 def unpack(r, t, n, k, raw) -> None:
     """Regions of ``t`` -> every byte of the blocks ``raw`` [n, row_bytes]."""
-    _UNPACK[t.name](r, t, n, k, raw)
+    stem, p8, f, n, nblk, form, run = _args(t, n, k, r, packing=False)
+    globals()[stem + "_unpack"](p8, *f, n, nblk, form, run, _b(raw))

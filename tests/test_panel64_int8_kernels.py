@@ -118,7 +118,7 @@ def test_misaligned_preallocated_and_read_only_buffers(qtype, rng, kernels):
 
 
 def test_the_kernels_are_compiled_with_explicit_signatures():
-    for name in ("_q5_small_pack", "_q5_small_unpack", "_q5_k_pack", "_q5_k_unpack", "_q6_k_pack", "_q6_k_unpack",
+    for name in ("_q5_0_pack", "_q5_0_unpack", "_q5_1_pack", "_q5_1_unpack", "_q5_k_pack", "_q5_k_unpack", "_q6_k_pack", "_q6_k_unpack",
                  "_q2_k_pack", "_q2_k_unpack", "_q3_k_pack", "_q3_k_unpack"):
         f = getattr(I, name)
         if not hasattr(f, "signatures"):
