@@ -59,13 +59,14 @@ _L80 = _U(0x8080808080808080)
 _GATHER = _U(0x0102040810204080)
 _U8 = nt.uint8[::1]
 _KERNEL = dict(cache=True, boundscheck=False)
-#: every kernel: (source bytes, n, blocks a row, form, run, panels, four scale fields) packing,
-#: (panels, four scale fields, n, blocks a row, form, run, blocks) unpacking; ``form`` is what
-#: the type's body needs (Q5_0/Q5_1: the qh offset 2 or 4), unused fields are empty arrays
-_PACK_SIG = nt.void(RO_U8, nt.int64, nt.int64, nt.int64, nt.int64, _U8, _U8, _U8, _U8, _U8)
-_UNPACK_SIG = nt.void(RO_U8, RO_U8, RO_U8, RO_U8, RO_U8, nt.int64, nt.int64, nt.int64, nt.int64, _U8)
-#: the per-block bodies: plain functions LLVM always inlines into the walk (``forceinline``)
-_body = njit(forceinline=True)
+#: every kernel (_kernels): (source bytes, n, blocks a row, run, panels, four scale fields)
+#: packing, (panels, four scale fields, n, blocks a row, run, blocks) unpacking; the fields a
+#: type lacks are empty arrays
+_PACK_SIG = nt.void(RO_U8, nt.int64, nt.int64, nt.int64, _U8, _U8, _U8, _U8, _U8)
+_UNPACK_SIG = nt.void(RO_U8, RO_U8, RO_U8, RO_U8, RO_U8, nt.int64, nt.int64, nt.int64, _U8)
+#: the per-block bodies: functions LLVM always inlines into the walk (``forceinline``), lazy
+#: kernels (pickled by name) so that the kernels _kernels() makes can close over them
+_body = lazy_njit(forceinline=True, cache=True)
 
 #: blocks of one row converted per sweep over a super-block's channels (see the module doc)
 RUN_SMALL = 8
@@ -147,10 +148,10 @@ def _ahead(rows, panel, sb, c, b0, run, nblk, rb, bb, bs, packing):
 
 
 @_body
-def _sweep(body, rows, panel, f0, f1, f2, f3, n, nblk, bb, bs, run, form, packing):
+def _sweep(body, rows, panel, f0, f1, f2, f3, n, nblk, bb, bs, run, packing):
     """The walk of every kernel: for each 64-row super-block sb, for each run of ``run`` blocks
     along K, for each row c, prefetch what the next sweep touches (_ahead), then
-    ``body(rows, panel, f0..f3, byte of block b in row c, blk = sb * nblk + b, c, form)`` for
+    ``body(rows, panel, f0..f3, byte of block b in row c, blk = sb * nblk + b, c)`` for
     the run's blocks b. ``bb``: bytes a block, ``bs``: elements a block."""
     rb = _U(nblk * bb)
     for sb in range((n + 63) >> 6):
@@ -159,7 +160,7 @@ def _sweep(body, rows, panel, f0, f1, f2, f3, n, nblk, bb, bs, run, form, packin
                 o = _U(sb * 64 + c) * rb
                 _ahead(rows, panel, sb, c, b0, run, nblk, rb, bb, bs, packing)
                 for b in range(b0, min(nblk, b0 + run)):
-                    body(rows, panel, f0, f1, f2, f3, o + _U(b * bb), _U(sb * nblk + b), _U(c), form)
+                    body(rows, panel, f0, f1, f2, f3, o + _U(b * bb), _U(sb * nblk + b), _U(c))
 
 
 @njit
@@ -251,49 +252,29 @@ def _q5_codes_get(p8, a8, oq, blk, c, flip):
 
 
 @_body
-def _q5_0_put(a8, p8, d8, hi5, f2, f3, ob, blk, c, form):
+def _q5_0_put(a8, p8, d8, hi5, f2, f3, ob, blk, c):
     _copy(d8, _field(blk, c, 1, 0, 2), a8, ob, 2)
     _q5_codes_put(a8, p8, hi5, ob + _U(2), blk, c)
 
 
-@lazy_njit(_PACK_SIG, **_KERNEL)
-def _q5_0_pack(a8, n, nblk, form, run, p8, d8, hi5, f2, f3):
-    _sweep(_q5_0_put, a8, p8, d8, hi5, f2, f3, n, nblk, 22, 32, run, form, True)
-
-
 @_body
-def _q5_0_get(a8, p8, d8, f1, f2, f3, ob, blk, c, form):
+def _q5_0_get(a8, p8, d8, f1, f2, f3, ob, blk, c):
     _copy(a8, ob, d8, _field(blk, c, 1, 0, 2), 2)
     _q5_codes_get(p8, a8, ob + _U(2), blk, c, 0xFFFFFFFF)
 
 
-@lazy_njit(_UNPACK_SIG, **_KERNEL)
-def _q5_0_unpack(p8, d8, f1, f2, f3, n, nblk, form, run, a8):
-    _sweep(_q5_0_get, a8, p8, d8, f1, f2, f3, n, nblk, 22, 32, run, form, False)
-
-
 @_body
-def _q5_1_put(a8, p8, d8, m8, hi5, f3, ob, blk, c, form):
+def _q5_1_put(a8, p8, d8, m8, hi5, f3, ob, blk, c):
     _copy(d8, _field(blk, c, 1, 0, 2), a8, ob, 2)
     _copy(m8, _field(blk, c, 1, 0, 2), a8, ob + _U(2), 2)
     _q5_codes_put(a8, p8, hi5, ob + _U(4), blk, c)
 
 
-@lazy_njit(_PACK_SIG, **_KERNEL)
-def _q5_1_pack(a8, n, nblk, form, run, p8, d8, m8, hi5, f3):
-    _sweep(_q5_1_put, a8, p8, d8, m8, hi5, f3, n, nblk, 24, 32, run, form, True)
-
-
 @_body
-def _q5_1_get(a8, p8, d8, m8, f2, f3, ob, blk, c, form):
+def _q5_1_get(a8, p8, d8, m8, f2, f3, ob, blk, c):
     _copy(a8, ob, d8, _field(blk, c, 1, 0, 2), 2)
     _copy(a8, ob + _U(2), m8, _field(blk, c, 1, 0, 2), 2)
     _q5_codes_get(p8, a8, ob + _U(4), blk, c, 0)
-
-
-@lazy_njit(_UNPACK_SIG, **_KERNEL)
-def _q5_1_unpack(p8, d8, m8, f2, f3, n, nblk, form, run, a8):
-    _sweep(_q5_1_get, a8, p8, d8, m8, f2, f3, n, nblk, 24, 32, run, form, False)
 
 
 # ---- Q5_K -----------------------------------------------------------------------------------
@@ -345,7 +326,7 @@ def _plane_to_lanes(f8, i, count):
 
 
 @_body
-def _q5_k_put(a8, p8, sc8, m8, d8, dmin8, ob, blk, c, form):
+def _q5_k_put(a8, p8, sc8, m8, d8, dmin8, ob, blk, c):
     _copy(d8, _field(blk, c, 1, 0, 2), a8, ob, 2)
     _copy(dmin8, _field(blk, c, 1, 0, 2), a8, ob + _U(2), 2)
     sc, mm = _k_scales_get(a8, ob + _U(4))
@@ -360,13 +341,8 @@ def _q5_k_put(a8, p8, sc8, m8, d8, dmin8, ob, blk, c, form):
             _put_words(p8, w + _U(256 * (16 * j + 8 + 2 * t)), ((x >> _U(4)) & _L0F) | (((h >> _U(2 * j + 1)) & _L01) << _U(4)))
 
 
-@lazy_njit(_PACK_SIG, **_KERNEL)
-def _q5_k_pack(a8, n, nblk, form, run, p8, sc8, m8, d8, dmin8):
-    _sweep(_q5_k_put, a8, p8, sc8, m8, d8, dmin8, n, nblk, 176, 256, run, form, True)
-
-
 @_body
-def _q5_k_get(a8, p8, sc8, m8, d8, dmin8, ob, blk, c, form):
+def _q5_k_get(a8, p8, sc8, m8, d8, dmin8, ob, blk, c):
     _copy(a8, ob, d8, _field(blk, c, 1, 0, 2), 2)
     _copy(a8, ob + _U(2), dmin8, _field(blk, c, 1, 0, 2), 2)
     _k_scales_put(a8, ob + _U(4), _plane_to_lanes(sc8, _field(blk, c, 8, 0, 1), 8),
@@ -382,11 +358,6 @@ def _q5_k_get(a8, p8, sc8, m8, d8, dmin8, ob, blk, c, form):
         st64(a8, ob + _U(16 + 8 * t), h)
 
 
-@lazy_njit(_UNPACK_SIG, **_KERNEL)
-def _q5_k_unpack(p8, sc8, m8, d8, dmin8, n, nblk, form, run, a8):
-    _sweep(_q5_k_get, a8, p8, sc8, m8, d8, dmin8, n, nblk, 176, 256, run, form, False)
-
-
 # ---- Q6_K -----------------------------------------------------------------------------------
 #   210 B: ql[128] | qh[64] | scales[16] int8 | d f16      (code offset 32)
 #          0         128      192               208
@@ -398,7 +369,7 @@ def _q5_k_unpack(p8, sc8, m8, d8, dmin8, n, nblk, form, run, a8):
 #   each minus 32 (_sub_lanes) = words 32h + 8s + 2t, +1. Back: q6 = (code ^ 0x20) & 0x3F per
 #   lane (adding 32 mod 64 flips bit 5), its low nibble and bits 4-5 returned to ql/qh.
 @_body
-def _q6_k_put(a8, p8, s8, d8, f2, f3, ob, blk, c, form):
+def _q6_k_put(a8, p8, s8, d8, f2, f3, ob, blk, c):
     _copy(d8, _field(blk, c, 1, 0, 2), a8, ob + _U(208), 2)
     _lanes_to_plane(s8, _field(blk, c, 16, 0, 1), ld64(a8, ob + _U(192)), 8)
     _lanes_to_plane(s8, _field(blk, c, 16, 8, 1), ld64(a8, ob + _U(200)), 8)
@@ -415,13 +386,8 @@ def _q6_k_put(a8, p8, s8, d8, f2, f3, ob, blk, c, form):
             _put_words(p8, x + _U(6144), _sub_lanes(((bq >> _U(4)) & _L0F) | (((q >> _U(6)) & _L03) << _U(4)), 32))
 
 
-@lazy_njit(_PACK_SIG, **_KERNEL)
-def _q6_k_pack(a8, n, nblk, form, run, p8, s8, d8, f2, f3):
-    _sweep(_q6_k_put, a8, p8, s8, d8, f2, f3, n, nblk, 210, 256, run, form, True)
-
-
 @_body
-def _q6_k_get(a8, p8, s8, d8, f2, f3, ob, blk, c, form):
+def _q6_k_get(a8, p8, s8, d8, f2, f3, ob, blk, c):
     _copy(a8, ob + _U(208), d8, _field(blk, c, 1, 0, 2), 2)
     st64(a8, ob + _U(192), _plane_to_lanes(s8, _field(blk, c, 16, 0, 1), 8))
     st64(a8, ob + _U(200), _plane_to_lanes(s8, _field(blk, c, 16, 8, 1), 8))
@@ -437,11 +403,6 @@ def _q6_k_get(a8, p8, s8, d8, f2, f3, ob, blk, c, form):
             st64(a8, ob + _U(64 * h + 32 + 8 * t), (q1 & _L0F) | ((q3 & _L0F) << _U(4)))
             st64(a8, ob + _U(128 + 32 * h + 8 * t), ((q0 >> _U(4)) & _L03) | ((q1 >> _U(2)) & _L0C) | (q2 & _L30)
                  | ((q3 << _U(2)) & _LC0))
-
-
-@lazy_njit(_UNPACK_SIG, **_KERNEL)
-def _q6_k_unpack(p8, s8, d8, f2, f3, n, nblk, form, run, a8):
-    _sweep(_q6_k_get, a8, p8, s8, d8, f2, f3, n, nblk, 210, 256, run, form, False)
 
 
 # ---- Q2_K and Q3_K (G = 16) ------------------------------------------------------------------
@@ -485,7 +446,7 @@ def _q3_k_scales_put(a8, o, sc0, sc1):
 
 
 @_body
-def _q2_k_put(a8, p8, sc8, m8, d8, dmin8, ob, blk, c, form):
+def _q2_k_put(a8, p8, sc8, m8, d8, dmin8, ob, blk, c):
     _copy(d8, _field(blk, c, 1, 0, 2), a8, ob + _U(80), 2)
     _copy(dmin8, _field(blk, c, 1, 0, 2), a8, ob + _U(82), 2)
     for half in range(2):
@@ -500,13 +461,8 @@ def _q2_k_put(a8, p8, sc8, m8, d8, dmin8, ob, blk, c, form):
                 _put_words(p8, w + _U(256 * (32 * h + 8 * j + 2 * t)), (x >> _U(2 * j)) & _L03)
 
 
-@lazy_njit(_PACK_SIG, **_KERNEL)
-def _q2_k_pack(a8, n, nblk, form, run, p8, sc8, m8, d8, dmin8):
-    _sweep(_q2_k_put, a8, p8, sc8, m8, d8, dmin8, n, nblk, 84, 256, run, form, True)
-
-
 @_body
-def _q2_k_get(a8, p8, sc8, m8, d8, dmin8, ob, blk, c, form):
+def _q2_k_get(a8, p8, sc8, m8, d8, dmin8, ob, blk, c):
     _copy(a8, ob + _U(80), d8, _field(blk, c, 1, 0, 2), 2)
     _copy(a8, ob + _U(82), dmin8, _field(blk, c, 1, 0, 2), 2)
     for half in range(2):
@@ -521,13 +477,8 @@ def _q2_k_get(a8, p8, sc8, m8, d8, dmin8, ob, blk, c, form):
             st64(a8, ob + _U(16 + 32 * h + 8 * t), x)
 
 
-@lazy_njit(_UNPACK_SIG, **_KERNEL)
-def _q2_k_unpack(p8, sc8, m8, d8, dmin8, n, nblk, form, run, a8):
-    _sweep(_q2_k_get, a8, p8, sc8, m8, d8, dmin8, n, nblk, 84, 256, run, form, False)
-
-
 @_body
-def _q3_k_put(a8, p8, sc8, d8, f2, f3, ob, blk, c, form):
+def _q3_k_put(a8, p8, sc8, d8, f2, f3, ob, blk, c):
     _copy(d8, _field(blk, c, 1, 0, 2), a8, ob + _U(108), 2)
     sc0, sc1 = _q3_k_scales_get(a8, ob + _U(96))
     _lanes_to_plane(sc8, _field(blk, c, 16, 0, 1), sc0, 8)
@@ -542,13 +493,8 @@ def _q3_k_put(a8, p8, sc8, d8, f2, f3, ob, blk, c, form):
                 _put_words(p8, w + _U(256 * (32 * h + 8 * j + 2 * t)), _sub_lanes(u, 4))
 
 
-@lazy_njit(_PACK_SIG, **_KERNEL)
-def _q3_k_pack(a8, n, nblk, form, run, p8, sc8, d8, f2, f3):
-    _sweep(_q3_k_put, a8, p8, sc8, d8, f2, f3, n, nblk, 110, 256, run, form, True)
-
-
 @_body
-def _q3_k_get(a8, p8, sc8, d8, f2, f3, ob, blk, c, form):
+def _q3_k_get(a8, p8, sc8, d8, f2, f3, ob, blk, c):
     _copy(a8, ob + _U(108), d8, _field(blk, c, 1, 0, 2), 2)
     _q3_k_scales_put(a8, ob + _U(96), _plane_to_lanes(sc8, _field(blk, c, 16, 0, 1), 8),
                      _plane_to_lanes(sc8, _field(blk, c, 16, 8, 1), 8))
@@ -565,23 +511,33 @@ def _q3_k_get(a8, p8, sc8, d8, f2, f3, ob, blk, c, form):
         st64(a8, ob + _U(8 * t), hm)
 
 
-@lazy_njit(_UNPACK_SIG, **_KERNEL)
-def _q3_k_unpack(p8, sc8, d8, f2, f3, n, nblk, form, run, a8):
-    _sweep(_q3_k_get, a8, p8, sc8, d8, f2, f3, n, nblk, 110, 256, run, form, False)
+# ---- the kernels and the wrappers panel64 dispatches to (its pack/unpack validated everything)
+def _kernels(tag, put, get, bb, bs):
+    """The pack and unpack kernels of one type: the walk (_sweep) over its ``bb``-byte blocks of
+    ``bs`` elements, with its bodies."""
+
+    @lazy_njit(_PACK_SIG, tag=tag, **_KERNEL)
+    def pack(a8, n, nblk, run, p8, f0, f1, f2, f3):
+        _sweep(put, a8, p8, f0, f1, f2, f3, n, nblk, bb, bs, run, True)
+
+    @lazy_njit(_UNPACK_SIG, tag=tag, **_KERNEL)
+    def unpack(p8, f0, f1, f2, f3, n, nblk, run, a8):
+        _sweep(get, a8, p8, f0, f1, f2, f3, n, nblk, bb, bs, run, False)
+
+    return pack, unpack
 
 
-# ---- the wrappers panel64 dispatches to (its pack/unpack validated everything) --------------
 _NONE = np.zeros(0, np.uint8)
 
-#: type -> (kernel stem, form, scale regions in kernel order, blocks a row per sweep)
-_KERNELS = {
-    "Q5_0": ("_q5_0", 0, ("d", "hi5"), "RUN_SMALL"),
-    "Q5_1": ("_q5_1", 0, ("d", "m", "hi5"), "RUN_SMALL"),
-    "Q5_K": ("_q5_k", 0, ("sc", "m", "d", "dmin"), "RUN_K"),
-    "Q6_K": ("_q6_k", 0, ("scale", "d"), "RUN_K"),
-    "Q2_K": ("_q2_k", 0, ("sc", "m", "d", "dmin"), "RUN_K"),
-    "Q3_K": ("_q3_k", 0, ("sc", "d"), "RUN_K"),
-}
+#: type -> (pack kernel, unpack kernel, scale regions in kernel order, blocks a row per sweep)
+_KERNELS = {name: (*_kernels(name, put, get, bb, bs), fields, run) for name, put, get, bb, bs, fields, run in (
+    ("Q5_0", _q5_0_put, _q5_0_get, 22, 32, ("d", "hi5"), "RUN_SMALL"),
+    ("Q5_1", _q5_1_put, _q5_1_get, 24, 32, ("d", "m", "hi5"), "RUN_SMALL"),
+    ("Q5_K", _q5_k_put, _q5_k_get, 176, 256, ("sc", "m", "d", "dmin"), "RUN_K"),
+    ("Q6_K", _q6_k_put, _q6_k_get, 210, 256, ("scale", "d"), "RUN_K"),
+    ("Q2_K", _q2_k_put, _q2_k_get, 84, 256, ("sc", "m", "d", "dmin"), "RUN_K"),
+    ("Q3_K", _q3_k_put, _q3_k_get, 110, 256, ("sc", "d"), "RUN_K"),
+)}
 TYPES = frozenset(_KERNELS)
 
 
@@ -591,22 +547,22 @@ def _b(a: np.ndarray) -> np.ndarray:
 
 
 def _args(t, n, k, regions, packing):
-    """(kernel stem, panels, the four scale fields, n, blocks a row, form, run) of type ``t``;
-    the field ``hi5`` is the type's _HI5 table (packing; unused unpacking)."""
-    stem, form, fields, run = _KERNELS[t.name]
+    """(pack kernel, unpack kernel, panels, the four scale fields, n, blocks a row, run) of
+    type ``t``; the field ``hi5`` is the type's _HI5 table (packing; unused unpacking)."""
+    pack, unpack, fields, run = _KERNELS[t.name]
     hi5 = _HI5[t.code_offset].view(np.uint8) if packing and "hi5" in fields else _NONE
     f = [hi5 if name == "hi5" else _b(regions[name]) for name in fields] + [_NONE] * (4 - len(fields))
-    return stem, _b(regions["panels"]), f, n, k // t.block_size, form, globals()[run]
+    return pack, unpack, _b(regions["panels"]), f, n, k // t.block_size, globals()[run]
 
 
 def pack(raw, t, n, k, out) -> None:
     """Blocks [n, row_bytes] of ``t`` -> the panel and scale regions ``out`` (real channels only:
     panel64 fills the pad channels afterwards)."""
-    stem, p8, f, n, nblk, form, run = _args(t, n, k, out, packing=True)
-    globals()[stem + "_pack"](_b(raw), n, nblk, form, run, p8, *f)
+    kernel, _, p8, f, n, nblk, run = _args(t, n, k, out, packing=True)
+    kernel(_b(raw), n, nblk, run, p8, *f)
 
 
 def unpack(r, t, n, k, raw) -> None:
     """Regions of ``t`` -> every byte of the blocks ``raw`` [n, row_bytes]."""
-    stem, p8, f, n, nblk, form, run = _args(t, n, k, r, packing=False)
-    globals()[stem + "_unpack"](p8, *f, n, nblk, form, run, _b(raw))
+    _, kernel, p8, f, n, nblk, run = _args(t, n, k, r, packing=False)
+    kernel(p8, *f, n, nblk, run, _b(raw))

@@ -118,12 +118,11 @@ def test_misaligned_preallocated_and_read_only_buffers(qtype, rng, kernels):
 
 
 def test_the_kernels_are_compiled_with_explicit_signatures():
-    for name in ("_q5_0_pack", "_q5_0_unpack", "_q5_1_pack", "_q5_1_unpack", "_q5_k_pack", "_q5_k_unpack", "_q6_k_pack", "_q6_k_unpack",
-                 "_q2_k_pack", "_q2_k_unpack", "_q3_k_pack", "_q3_k_unpack"):
-        f = getattr(I, name)
-        if not hasattr(f, "signatures"):
-            pytest.skip("numba JIT disabled (NUMBA_DISABLE_JIT=1)")
-        assert f.signatures and f.options.get("cache"), name
+    for name, (pack, unpack, _, _) in I._KERNELS.items():
+        for f in (pack, unpack):
+            if not hasattr(f, "signatures"):
+                pytest.skip("numba JIT disabled (NUMBA_DISABLE_JIT=1)")
+            assert f.signatures and f.options.get("cache") and f.key.endswith("_" + name), f.key
 
 
 def test_swar_helpers_against_scalar_statements():
