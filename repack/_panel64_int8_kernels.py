@@ -46,15 +46,16 @@ from numba import types as nt
 from ..formats._jit import RO_U8, lazy_njit, ld64, st64
 
 _U = np.uint64
-_L0F = _U(0x0F0F0F0F0F0F0F0F)
-_L01 = _U(0x0101010101010101)
-_L03 = _U(0x0303030303030303)
-_L3F = _U(0x3F3F3F3F3F3F3F3F)
-_L0C = _U(0x0C0C0C0C0C0C0C0C)
-_L30 = _U(0x3030303030303030)
-_LC0 = _U(0xC0C0C0C0C0C0C0C0)
-_L20 = _U(0x2020202020202020)
-_L80 = _U(0x8080808080808080)
+
+
+def _lanes(byte: int, lanes: range = range(8)) -> np.uint64:
+    """``byte`` in each of the given byte lanes of a uint64 (all 8 by default)."""
+    return _U(sum(byte << (8 * i) for i in lanes))
+
+
+_L01, _L03, _L04, _L07, _L0C, _L0F = (_lanes(b) for b in (0x01, 0x03, 0x04, 0x07, 0x0C, 0x0F))
+_L20, _L30, _L3F, _L80, _LC0 = (_lanes(b) for b in (0x20, 0x30, 0x3F, 0x80, 0xC0))
+_LO4, _HI4 = _lanes(0x03, range(4)), _lanes(0x03, range(4, 8))  # 03 in lanes 0..3 / 4..7
 #: bit 8i of x -> bit 56 + i of x * _GATHER (the 8 partial products land on distinct bits)
 _GATHER = _U(0x0102040810204080)
 _U8 = nt.uint8[::1]
@@ -151,8 +152,9 @@ def _ahead(rows, panel, sb, c, b0, run, nblk, rb, bb, bs, packing):
 def _sweep(body, rows, panel, f0, f1, f2, f3, n, nblk, bb, bs, run, packing):
     """The walk of every kernel: for each 64-row super-block sb, for each run of ``run`` blocks
     along K, for each row c, prefetch what the next sweep touches (_ahead), then
-    ``body(rows, panel, f0..f3, byte of block b in row c, blk = sb * nblk + b, c)`` for
-    the run's blocks b. ``bb``: bytes a block, ``bs``: elements a block."""
+    ``body(rows, panel, f0..f3, byte of block b in row c, blk = sb * nblk + b, c, w)`` for
+    the run's blocks b, ``w`` the panel byte of the block's word 0 in channel c. ``bb``: bytes
+    a block, ``bs``: elements a block."""
     rb = _U(nblk * bb)
     for sb in range((n + 63) >> 6):
         for b0 in range(0, nblk, run):
@@ -160,7 +162,8 @@ def _sweep(body, rows, panel, f0, f1, f2, f3, n, nblk, bb, bs, run, packing):
                 o = _U(sb * 64 + c) * rb
                 _ahead(rows, panel, sb, c, b0, run, nblk, rb, bb, bs, packing)
                 for b in range(b0, min(nblk, b0 + run)):
-                    body(rows, panel, f0, f1, f2, f3, o + _U(b * bb), _U(sb * nblk + b), _U(c))
+                    blk = _U(sb * nblk + b)
+                    body(rows, panel, f0, f1, f2, f3, o + _U(b * bb), blk, _U(c), blk * _U(64 * bs) + _U(4 * c))
 
 
 @njit
@@ -229,18 +232,16 @@ def _copy(dst, do, src, so, nb):
 #   arguments (an NRT incref/decref pair per array and block, 3x slower), so each type has its
 #   own bodies around the shared code part.
 @njit
-def _q5_codes_put(a8, p8, hi5, oq, blk, c):
+def _q5_codes_put(a8, p8, hi5, oq, w):
     """The codes of the block whose qh is at a8[oq] (qs after it); ``hi5``: the bytes of the
     type's _HI5 table (entry h = 8 bytes at 8h)."""
-    w = blk * _U(2048) + _U(4) * c
     for p in range(4):
         x = ld64(a8, oq + _U(4 + 8 * (p & 1)))
         _put_words(p8, w + _U(512 * p), ((x >> _U(4 * (p >> 1))) & _L0F) | ld64(hi5, _U(a8[oq + _U(p)]) << _U(3)))
 
 
 @njit
-def _q5_codes_get(p8, a8, oq, blk, c, flip):
-    w = blk * _U(2048) + _U(4) * c
+def _q5_codes_get(p8, a8, oq, w, flip):
     v0 = _get_words(p8, w)
     v1 = _get_words(p8, w + _U(512))
     v2 = _get_words(p8, w + _U(1024))
@@ -252,29 +253,29 @@ def _q5_codes_get(p8, a8, oq, blk, c, flip):
 
 
 @_body
-def _q5_0_put(a8, p8, d8, hi5, f2, f3, ob, blk, c):
+def _q5_0_put(a8, p8, d8, hi5, f2, f3, ob, blk, c, w):
     _copy(d8, _field(blk, c, 1, 0, 2), a8, ob, 2)
-    _q5_codes_put(a8, p8, hi5, ob + _U(2), blk, c)
+    _q5_codes_put(a8, p8, hi5, ob + _U(2), w)
 
 
 @_body
-def _q5_0_get(a8, p8, d8, f1, f2, f3, ob, blk, c):
+def _q5_0_get(a8, p8, d8, f1, f2, f3, ob, blk, c, w):
     _copy(a8, ob, d8, _field(blk, c, 1, 0, 2), 2)
-    _q5_codes_get(p8, a8, ob + _U(2), blk, c, 0xFFFFFFFF)
+    _q5_codes_get(p8, a8, ob + _U(2), w, 0xFFFFFFFF)
 
 
 @_body
-def _q5_1_put(a8, p8, d8, m8, hi5, f3, ob, blk, c):
+def _q5_1_put(a8, p8, d8, m8, hi5, f3, ob, blk, c, w):
     _copy(d8, _field(blk, c, 1, 0, 2), a8, ob, 2)
     _copy(m8, _field(blk, c, 1, 0, 2), a8, ob + _U(2), 2)
-    _q5_codes_put(a8, p8, hi5, ob + _U(4), blk, c)
+    _q5_codes_put(a8, p8, hi5, ob + _U(4), w)
 
 
 @_body
-def _q5_1_get(a8, p8, d8, m8, f2, f3, ob, blk, c):
+def _q5_1_get(a8, p8, d8, m8, f2, f3, ob, blk, c, w):
     _copy(a8, ob, d8, _field(blk, c, 1, 0, 2), 2)
     _copy(a8, ob + _U(2), m8, _field(blk, c, 1, 0, 2), 2)
-    _q5_codes_get(p8, a8, ob + _U(4), blk, c, 0)
+    _q5_codes_get(p8, a8, ob + _U(4), w, 0)
 
 
 # ---- Q5_K -----------------------------------------------------------------------------------
@@ -326,13 +327,12 @@ def _plane_to_lanes(f8, i, count):
 
 
 @_body
-def _q5_k_put(a8, p8, sc8, m8, d8, dmin8, ob, blk, c):
+def _q5_k_put(a8, p8, sc8, m8, d8, dmin8, ob, blk, c, w):
     _copy(d8, _field(blk, c, 1, 0, 2), a8, ob, 2)
     _copy(dmin8, _field(blk, c, 1, 0, 2), a8, ob + _U(2), 2)
     sc, mm = _k_scales_get(a8, ob + _U(4))
     _lanes_to_plane(sc8, _field(blk, c, 8, 0, 1), sc, 8)
     _lanes_to_plane(m8, _field(blk, c, 8, 0, 1), mm, 8)
-    w = blk * _U(16384) + _U(4) * c
     for t in range(4):
         h = ld64(a8, ob + _U(16 + 8 * t))
         for j in range(4):
@@ -342,12 +342,7 @@ def _q5_k_put(a8, p8, sc8, m8, d8, dmin8, ob, blk, c):
 
 
 @_body
-def _q5_k_get(a8, p8, sc8, m8, d8, dmin8, ob, blk, c):
-    _copy(a8, ob, d8, _field(blk, c, 1, 0, 2), 2)
-    _copy(a8, ob + _U(2), dmin8, _field(blk, c, 1, 0, 2), 2)
-    _k_scales_put(a8, ob + _U(4), _plane_to_lanes(sc8, _field(blk, c, 8, 0, 1), 8),
-                  _plane_to_lanes(m8, _field(blk, c, 8, 0, 1), 8))
-    w = blk * _U(16384) + _U(4) * c
+def _q5_k_get(a8, p8, sc8, m8, d8, dmin8, ob, blk, c, w):
     for t in range(4):
         h = _U(0)
         for j in range(4):
@@ -356,6 +351,10 @@ def _q5_k_get(a8, p8, sc8, m8, d8, dmin8, ob, blk, c):
             st64(a8, ob + _U(48 + 32 * j + 8 * t), (lo & _L0F) | ((hi & _L0F) << _U(4)))
             h |= (((lo >> _U(4)) & _L01) << _U(2 * j)) | (((hi >> _U(4)) & _L01) << _U(2 * j + 1))
         st64(a8, ob + _U(16 + 8 * t), h)
+    _copy(a8, ob, d8, _field(blk, c, 1, 0, 2), 2)
+    _copy(a8, ob + _U(2), dmin8, _field(blk, c, 1, 0, 2), 2)
+    _k_scales_put(a8, ob + _U(4), _plane_to_lanes(sc8, _field(blk, c, 8, 0, 1), 8),
+                  _plane_to_lanes(m8, _field(blk, c, 8, 0, 1), 8))
 
 
 # ---- Q6_K -----------------------------------------------------------------------------------
@@ -369,11 +368,10 @@ def _q5_k_get(a8, p8, sc8, m8, d8, dmin8, ob, blk, c):
 #   each minus 32 (_sub_lanes) = words 32h + 8s + 2t, +1. Back: q6 = (code ^ 0x20) & 0x3F per
 #   lane (adding 32 mod 64 flips bit 5), its low nibble and bits 4-5 returned to ql/qh.
 @_body
-def _q6_k_put(a8, p8, s8, d8, f2, f3, ob, blk, c):
+def _q6_k_put(a8, p8, s8, d8, f2, f3, ob, blk, c, w):
     _copy(d8, _field(blk, c, 1, 0, 2), a8, ob + _U(208), 2)
     _lanes_to_plane(s8, _field(blk, c, 16, 0, 1), ld64(a8, ob + _U(192)), 8)
     _lanes_to_plane(s8, _field(blk, c, 16, 8, 1), ld64(a8, ob + _U(200)), 8)
-    w = blk * _U(16384) + _U(4) * c
     for h in range(2):
         for t in range(4):
             a = ld64(a8, ob + _U(64 * h + 8 * t))
@@ -387,11 +385,10 @@ def _q6_k_put(a8, p8, s8, d8, f2, f3, ob, blk, c):
 
 
 @_body
-def _q6_k_get(a8, p8, s8, d8, f2, f3, ob, blk, c):
+def _q6_k_get(a8, p8, s8, d8, f2, f3, ob, blk, c, w):
     _copy(a8, ob + _U(208), d8, _field(blk, c, 1, 0, 2), 2)
     st64(a8, ob + _U(192), _plane_to_lanes(s8, _field(blk, c, 16, 0, 1), 8))
     st64(a8, ob + _U(200), _plane_to_lanes(s8, _field(blk, c, 16, 8, 1), 8))
-    w = blk * _U(16384) + _U(4) * c
     for h in range(2):
         for t in range(4):
             x = w + _U(256 * (32 * h + 2 * t))
@@ -418,12 +415,6 @@ def _q6_k_get(a8, p8, s8, d8, f2, f3, ob, blk, c):
 #   with x = qs[32h + 8t ..] (and hm = hmask[8t ..]) as uint64 (t < 4), the 8 lanes of
 #   x >> 2j & 03 (| (hm >> 4h + j & 01) << 2) are elements 128h + 32j + 8t .. = words
 #   32h + 8j + 2t, +1. Back: Q3_K's u = (code ^ 4) & 7 per lane (adding 4 mod 8 flips bit 2).
-_L04 = _U(0x0404040404040404)
-_L07 = _U(0x0707070707070707)
-_LO4 = _U(0x0000000003030303)  # lanes 0..3 of 03
-_HI4 = _U(0x0303030300000000)  # lanes 4..7 of 03
-
-
 @njit
 def _q3_k_scales_get(a8, o):
     """sc[0..7] and sc[8..15] (byte lanes) of the 12 scale bytes at a8[o]."""
@@ -446,14 +437,13 @@ def _q3_k_scales_put(a8, o, sc0, sc1):
 
 
 @_body
-def _q2_k_put(a8, p8, sc8, m8, d8, dmin8, ob, blk, c):
+def _q2_k_put(a8, p8, sc8, m8, d8, dmin8, ob, blk, c, w):
     _copy(d8, _field(blk, c, 1, 0, 2), a8, ob + _U(80), 2)
     _copy(dmin8, _field(blk, c, 1, 0, 2), a8, ob + _U(82), 2)
     for half in range(2):
         v = ld64(a8, ob + _U(8 * half))
         _lanes_to_plane(sc8, _field(blk, c, 16, 8 * half, 1), v & _L0F, 8)
         _lanes_to_plane(m8, _field(blk, c, 16, 8 * half, 1), (v >> _U(4)) & _L0F, 8)
-    w = blk * _U(16384) + _U(4) * c
     for h in range(2):
         for t in range(4):
             x = ld64(a8, ob + _U(16 + 32 * h + 8 * t))
@@ -462,13 +452,12 @@ def _q2_k_put(a8, p8, sc8, m8, d8, dmin8, ob, blk, c):
 
 
 @_body
-def _q2_k_get(a8, p8, sc8, m8, d8, dmin8, ob, blk, c):
+def _q2_k_get(a8, p8, sc8, m8, d8, dmin8, ob, blk, c, w):
     _copy(a8, ob + _U(80), d8, _field(blk, c, 1, 0, 2), 2)
     _copy(a8, ob + _U(82), dmin8, _field(blk, c, 1, 0, 2), 2)
     for half in range(2):
         i = _field(blk, c, 16, 8 * half, 1)
         st64(a8, ob + _U(8 * half), (_plane_to_lanes(sc8, i, 8) & _L0F) | ((_plane_to_lanes(m8, i, 8) & _L0F) << _U(4)))
-    w = blk * _U(16384) + _U(4) * c
     for h in range(2):
         for t in range(4):
             x = _U(0)
@@ -478,12 +467,11 @@ def _q2_k_get(a8, p8, sc8, m8, d8, dmin8, ob, blk, c):
 
 
 @_body
-def _q3_k_put(a8, p8, sc8, d8, f2, f3, ob, blk, c):
+def _q3_k_put(a8, p8, sc8, d8, f2, f3, ob, blk, c, w):
     _copy(d8, _field(blk, c, 1, 0, 2), a8, ob + _U(108), 2)
     sc0, sc1 = _q3_k_scales_get(a8, ob + _U(96))
     _lanes_to_plane(sc8, _field(blk, c, 16, 0, 1), sc0, 8)
     _lanes_to_plane(sc8, _field(blk, c, 16, 8, 1), sc1, 8)
-    w = blk * _U(16384) + _U(4) * c
     for t in range(4):
         hm = ld64(a8, ob + _U(8 * t))
         for h in range(2):
@@ -494,11 +482,10 @@ def _q3_k_put(a8, p8, sc8, d8, f2, f3, ob, blk, c):
 
 
 @_body
-def _q3_k_get(a8, p8, sc8, d8, f2, f3, ob, blk, c):
+def _q3_k_get(a8, p8, sc8, d8, f2, f3, ob, blk, c, w):
     _copy(a8, ob + _U(108), d8, _field(blk, c, 1, 0, 2), 2)
     _q3_k_scales_put(a8, ob + _U(96), _plane_to_lanes(sc8, _field(blk, c, 16, 0, 1), 8),
                      _plane_to_lanes(sc8, _field(blk, c, 16, 8, 1), 8))
-    w = blk * _U(16384) + _U(4) * c
     for t in range(4):
         hm = _U(0)
         for h in range(2):

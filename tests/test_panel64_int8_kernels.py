@@ -30,6 +30,14 @@ def kernels(monkeypatch):
     monkeypatch.setattr(engine, "_kernels", True)
 
 
+def _case(qtype, n, nblk, rng):
+    """(type, K, random blocks [n, row_bytes], pack_ref's regions) of ``nblk`` blocks a row."""
+    t = qtypes.get(qtype)
+    k = nblk * t.block_size
+    raw = random_blocks(t, n, k, rng)
+    return t, k, raw, P.pack_ref(raw, n, k, t)
+
+
 def _same(a: dict, b: dict) -> None:
     assert list(a) == list(b)
     for name in b:
@@ -45,14 +53,11 @@ def test_panel64_dispatches_these_types_to_the_row_kernels():
 @pytest.mark.parametrize("qtype", TYPES)
 @pytest.mark.parametrize("n, nblk", SHAPES)
 def test_pack_and_unpack_give_the_reference_bytes(qtype, n, nblk, rng, kernels, monkeypatch):
-    t = qtypes.get(qtype)
-    k = nblk * t.block_size
-    raw = random_blocks(t, n, k, rng)
+    t, k, raw, ref = _case(qtype, n, nblk, rng)
     calls, pack = [], I.pack
     monkeypatch.setattr(I, "pack", lambda *a: calls.append(1) or pack(*a))
     fast = P.pack(raw, n, k, t)
     assert calls == [1]  # the kernel ran, not pack_ref
-    ref = P.pack_ref(raw, n, k, t)
     _same(fast, ref)
     assert np.array_equal(P.unpack(fast, n, k, t), raw)  # round trip
     assert np.array_equal(P.unpack(ref, n, k, t), P.unpack_ref(ref, n, k, t))
@@ -60,9 +65,8 @@ def test_pack_and_unpack_give_the_reference_bytes(qtype, n, nblk, rng, kernels, 
 
 @pytest.mark.parametrize("qtype", TYPES)
 def test_the_bit_table_kernels_agree(qtype, rng, kernels):
-    t = qtypes.get(qtype)
-    n, k = 70, 3 * t.block_size
-    raw = random_blocks(t, n, k, rng)
+    n = 70
+    t, k, raw, _ = _case(qtype, n, 3, rng)
     fast = P.pack(raw, n, k, t)
     table = {s.name: np.empty(s.shape, s.np_dtype) for s in P.plan(t, n, k)}
     P._pack_int8_table(raw, t, n, k, table)
@@ -75,10 +79,8 @@ def test_the_bit_table_kernels_agree(qtype, rng, kernels):
 
 @pytest.mark.parametrize("qtype", TYPES)
 def test_any_run_length_gives_the_same_bytes(qtype, rng, kernels, monkeypatch):
-    t = qtypes.get(qtype)
-    n, k = 67, 5 * t.block_size
-    raw = random_blocks(t, n, k, rng)
-    ref = P.pack_ref(raw, n, k, t)
+    n = 67
+    t, k, raw, ref = _case(qtype, n, 5, rng)
     for run in (1, 2, 3, 5, 7):
         monkeypatch.setattr(I, "RUN_SMALL", run)
         monkeypatch.setattr(I, "RUN_K", run)
@@ -98,10 +100,8 @@ def test_unpack_of_arbitrary_panel_bytes_matches_the_reference(qtype, rng):
 
 @pytest.mark.parametrize("qtype", TYPES)
 def test_misaligned_preallocated_and_read_only_buffers(qtype, rng, kernels):
-    t = qtypes.get(qtype)
-    n, k = 67, 3 * t.block_size
-    raw = random_blocks(t, n, k, rng)
-    ref = P.pack_ref(raw, n, k, t)
+    n = 67
+    t, k, raw, ref = _case(qtype, n, 3, rng)
     out = {}
     for spec in P.plan(t, n, k):
         buf = np.full(spec.nbytes + 1, 0xA5, np.uint8)  # one byte off every alignment, stale bytes
