@@ -31,7 +31,7 @@ others q)::
     nibble panels would be half the size (4 instead of 8 bits a weight), but every reader of
     panel64 (the verifier's compiled kernel, the SME2/NEON leaves, the AVX2 group dot) takes
     nibble panels as G = 32 4-bit types; as int8 panels these two run through the existing
-    table-driven path (_tab_pack/_tab_unpack over the codec's bit plan) and the int8 readers
+    row kernels of the other int8 panels (_panel64_int8_kernels) and the int8 readers
     unchanged. A runtime expands them with ld1b, as Q5_x/Q6_K.
 
 Scale regions, channel order inside each [64], source values unchanged (f16 as raw uint16)::
@@ -277,6 +277,18 @@ def _k():
     return _panel64_kernels
 
 
+def _pack_int8_rows(raw, t, n, k, out):
+    from . import _panel64_int8_kernels
+
+    _panel64_int8_kernels.pack(raw, t, n, k, out)
+
+
+def _unpack_int8_rows(r, t, n, k, raw):
+    from . import _panel64_int8_kernels
+
+    _panel64_int8_kernels.unpack(r, t, n, k, raw)
+
+
 def _fill_pads(regions: dict[str, np.ndarray], t, n: int) -> None:
     """Pad channels (n..SB*64) of the last super-block: pad code, zero scales."""
     cpad = n - (n - 1) // CHANNELS * CHANNELS  # channels in use in the last super-block
@@ -401,8 +413,8 @@ def _np_pack_q8_0(raw, t, n, k, out):
     _header_fields(b3, ["d"], geo, out)
 
 
-# -- table-driven int8 panels (unpack: Q5_0, Q5_1, Q5_K, Q6_K, Q2_K, Q3_K; pack: Q2_K, Q3_K): the
-# -- codec's bit table drives one kernel each way ------------------------------------------------
+# -- table-driven int8 panels (Q5_0, Q5_1, Q5_K, Q6_K, Q2_K, Q3_K; now the second reference of the
+# -- row kernels in _panel64_int8_kernels): the codec's bit table drives one kernel each way -----
 def _field_table(t, name: str) -> tuple[np.ndarray, int]:
     """int64 [count, 8] = (byte, shift, mask, dst) x 2 parts of one codec field, and its count."""
     parts = t.codec_module.PLAN.fields[name].parts
@@ -501,8 +513,8 @@ def _unpack_int8_table(r, t, n, k, raw):
 
 
 _FAST_PACK = {"Q4_0": _pack_q4_small, "Q4_1": _pack_q4_cols, "Q4_K": _pack_q4_k, "Q8_0": _pack_int8_cols,
-              "Q5_0": _pack_int8_cols, "Q5_1": _pack_int8_cols, "Q5_K": _pack_int8_cols,
-              "Q6_K": _pack_int8_cols, "Q2_K": _pack_int8_table, "Q3_K": _pack_int8_table}
+              "Q5_0": _pack_int8_rows, "Q5_1": _pack_int8_rows, "Q5_K": _pack_int8_rows,
+              "Q6_K": _pack_int8_rows, "Q2_K": _pack_int8_rows, "Q3_K": _pack_int8_rows}
 _NUMPY_PACK = {"Q4_0": _np_pack_q4_small, "Q4_1": _np_pack_q4_small, "Q8_0": _np_pack_q8_0}
 
 
@@ -511,5 +523,5 @@ def numpy_pack_kind(t: qtypes.GGMLType) -> str:
     numpy packer of its own, or the field-by-field :func:`pack_ref`."""
     return "repack" if t.name in _NUMPY_PACK else "repack_ref"
 _FAST_UNPACK = {"Q4_0": _unpack_q4_small, "Q4_1": _unpack_q4_small, "Q4_K": _unpack_q4_k, "Q8_0": _unpack_q8_0,
-                "Q5_0": _unpack_int8_table, "Q5_1": _unpack_int8_table, "Q5_K": _unpack_int8_table,
-                "Q6_K": _unpack_int8_table, "Q2_K": _unpack_int8_table, "Q3_K": _unpack_int8_table}
+                "Q5_0": _unpack_int8_rows, "Q5_1": _unpack_int8_rows, "Q5_K": _unpack_int8_rows,
+                "Q6_K": _unpack_int8_rows, "Q2_K": _unpack_int8_rows, "Q3_K": _unpack_int8_rows}
