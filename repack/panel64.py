@@ -299,8 +299,11 @@ def _fill_pads(regions: dict[str, np.ndarray], t, n: int) -> None:
 def _pack_q4_small(raw, t, n, k, out):
     geo = geometry(t, n, k)
     if t.name == "Q4_0" and geo.ng % 4 == 0:
-        _k()._q4_0_pack_w(C.aligned_words(raw), n, geo.ng, out["panels"].reshape(-1).view(np.uint16),
-                          out["d"].reshape(-1))
+        p64, fp = C.aligned_out(out["panels"])
+        d64, fd = C.aligned_out(out["d"])
+        _k()._q4_0_pack_w(C.aligned_words(raw), n, geo.ng, p64, d64)
+        fp()
+        fd()
     else:
         _pack_q4_cols(raw, t, n, k, out)
 
@@ -311,24 +314,34 @@ def _unpack_q4_small(r, t, n, k, raw):
     d = r["d"].reshape(-1)
     if t.name == "Q4_0" and geo.ng % 4 == 0:
         w64, finish = C.aligned_out(raw)
-        _k()._q4_0_unpack_w(p16, d, n, geo.ng, w64)
+        _k()._q4_0_unpack_w(_words(r["panels"]), _words(r["d"]), n, geo.ng, w64)
         finish()
     else:
         m = r["m"].reshape(-1) if "m" in r else d[:0]
         _k()._q4_unpack_b(p16, d, m, n, geo.ng, t.type_size - 16, raw.reshape(-1))
 
 
+def _words(a: np.ndarray, dtype=np.uint64) -> np.ndarray:
+    """A region (any dtype, size a multiple of 8 bytes) as flat ``dtype`` words to read."""
+    return C.aligned_words(a.reshape(-1).view(np.uint8)).view(dtype)
+
+
+#: the Q4_K regions as the channel-quad kernels take them: four channels a word
+_Q4_K_WORDS = (("panels", np.uint64), ("sc", np.uint32), ("m", np.uint32), ("d", np.uint64), ("dmin", np.uint64))
+
+
 def _pack_q4_k(raw, t, n, k, out):
     geo = geometry(t, n, k)
-    _k()._q4_k_pack(C.aligned_words(raw), n, geo.nsb, out["panels"].reshape(-1).view(np.uint16),
-                    out["sc"].reshape(-1), out["m"].reshape(-1), out["d"].reshape(-1), out["dmin"].reshape(-1))
+    views = [C.aligned_out(out[name], dtype) for name, dtype in _Q4_K_WORDS]
+    _k()._q4_k_pack(C.aligned_words(raw), n, geo.nsb, *(v for v, _ in views))
+    for _, fin in views:
+        fin()
 
 
 def _unpack_q4_k(r, t, n, k, raw):
     geo = geometry(t, n, k)
     w64, finish = C.aligned_out(raw)
-    _k()._q4_k_unpack(r["panels"].reshape(-1).view(np.uint16), r["sc"].reshape(-1), r["m"].reshape(-1),
-                      r["d"].reshape(-1), r["dmin"].reshape(-1), n, geo.nsb, w64)
+    _k()._q4_k_unpack(*(_words(r[name], dtype) for name, dtype in _Q4_K_WORDS), n, geo.nsb, w64)
     finish()
 
 
