@@ -247,9 +247,9 @@ def st64(a8, o, x):
 
 def _build_prefetch():
     """``prefetch(a, i)``: a hint to bring the cache line of ``a[i]`` into the caches (LLVM's
-    ``llvm.prefetch``, read intent, keep in every level); no effect on any value, and harmless on
-    any address (a prefetch never faults), so kernels may aim it past the end of ``a``. A no-op
-    Python function when numba's JIT is disabled."""
+    ``llvm.prefetch``, read intent, kept in every level); no effect on any value, and harmless
+    on any address (a prefetch never faults). A no-op Python function when numba's JIT is
+    disabled. (For lines about to be written, write intent measured the same here.)"""
     from llvmlite import ir
     from numba.core import cgutils
     from numba.extending import intrinsic

@@ -207,41 +207,60 @@ def _qs_unit(lw, hw, e):
 #   unit 9b: d of block b;  units 9b+1+2i, 9b+2+2i: its qs bytes 4i .. 4i+3 (i < 4), whose
 #   low nibbles are kg-block i of the group and high nibbles kg-block 4+i.
 #   p64[(blk*8 + kg)*16 + q] = panel words of channels 4q..4q+3; d64[blk*16 + q] likewise.
+@njit
+def _put_kg4(t, u, q, p64, kg0):
+    """Panel words of the kg-blocks kg0 .. kg0+3 (low nibbles) and kg0+4 .. kg0+7 (high) of
+    channels 4q..4q+3 from the 8 units u .. u+7 of a block's 16 qs bytes."""
+    for i in range(4):
+        a = _unit(t, u + 2 * i, q)
+        b = _unit(t, u + 1 + 2 * i, q)
+        lo = (kg0 + _U(i)) * _U(16) + q
+        p64[lo] = _kg_low(a, b)
+        p64[lo + _U(64)] = _kg_high(a, b)
+
+
 @lazy_njit(nt.void(_RO_U64, nt.uint64, nt.uint64[::1], nt.uint64[::1]), **_HELPER)
 def _q4_0_quads(t, blk0, p64, d64):
     for b in range(4):
         blk = blk0 + _U(b)
         for q in range(16):
-            d64[blk * _U(16) + _U(q)] = _unit(t, 9 * b, _U(q))
-        for i in range(4):
-            lo = (blk * _U(8) + _U(i)) * _U(16)
-            hi = lo + _U(64)
-            for q in range(16):
-                uq = _U(q)
-                a = _unit(t, 9 * b + 1 + 2 * i, uq)
-                bb = _unit(t, 9 * b + 2 + 2 * i, uq)
-                p64[lo + uq] = _kg_low(a, bb)
-                p64[hi + uq] = _kg_high(a, bb)
+            uq = _U(q)
+            d64[blk * _U(16) + uq] = _unit(t, 9 * b, uq)
+            _put_kg4(t, 9 * b + 1, uq, p64, blk * _U(8))
 
 
 @njit
-def _q4_0_unit(p64, d64, blk0, m, q):
-    """Unit m of a Q4_0 step rebuilt from the panels (inverse of _q4_0_quads)."""
-    b = m // 9
-    r = m - 9 * b
-    blk = blk0 + _U(b)
-    if r == 0:
-        return d64[blk * _U(16) + q]
-    lo = (blk * _U(8) + _U((r - 1) >> 1)) * _U(16) + q  # qs unit r-1: kg-blocks (r-1)//2 and 4 + (r-1)//2
-    return _qs_unit(p64[lo], p64[lo + _U(64)], (r - 1) & 1)
+def _qs_units(p64, kg, q, k):
+    """qs units k and k+1 (k even) of channels 4q..4q+3 from the panel words of the block
+    whose first kg-block is ``kg`` (inverse of _put_kg4)."""
+    lo = (kg + _U(k >> 1)) * _U(16) + q
+    lw = p64[lo]
+    hw = p64[lo + _U(64)]
+    return _qs_unit(lw, hw, 0), _qs_unit(lw, hw, 1)
 
 
 @lazy_njit(nt.void(_RO_U64, _RO_U64, nt.uint64, nt.uint64[::1]), **_HELPER)
 def _q4_0_unquads(p64, d64, blk0, t):
-    for m in range(0, 36, 2):
+    """Inverse of _q4_0_quads. Block b's units start at 9b: for even b the unit pairs (m, m+1)
+    of the slots are (d, qs0), (qs1, qs2) .. (qs7, d of block b+1), for odd b (qs0, qs1) ..."""
+    for bp in range(2):
+        blk = blk0 + _U(2 * bp)
+        m = 18 * bp
         for q in range(16):
             uq = _U(q)
-            _put_units(t, m, uq, _q4_0_unit(p64, d64, blk0, m, uq), _q4_0_unit(p64, d64, blk0, m + 1, uq))
+            kg = blk * _U(8)
+            u0, u1 = _qs_units(p64, kg, uq, 0)
+            u2, u3 = _qs_units(p64, kg, uq, 2)
+            u4, u5 = _qs_units(p64, kg, uq, 4)
+            u6, u7 = _qs_units(p64, kg, uq, 6)
+            _put_units(t, m, uq, d64[blk * _U(16) + uq], u0)
+            _put_units(t, m + 2, uq, u1, u2)
+            _put_units(t, m + 4, uq, u3, u4)
+            _put_units(t, m + 6, uq, u5, u6)
+            _put_units(t, m + 8, uq, u7, d64[(blk + _U(1)) * _U(16) + uq])
+            for k in range(0, 8, 2):
+                v0, v1 = _qs_units(p64, kg + _U(8), uq, k)
+                _put_units(t, m + 10 + k, uq, v0, v1)
 
 
 @lazy_njit(nt.void(_RO_U64, nt.int64, nt.int64, nt.uint64[::1], nt.uint64[::1]), **_KERNEL)
