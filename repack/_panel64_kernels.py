@@ -91,7 +91,7 @@ def _set_tb64(t8, i, c, x):
 
 
 #: 64-bit words of each row staged per sweep over a super-block's 64 channels (see _rows_slots):
-#: four 9-word Q4_0 steps, or two 18-word Q4_K blocks
+#: four 9-word Q4_0 steps, seven 5-word Q4_1 steps, or two 18-word Q4_K blocks
 _RUN_WORDS = 36
 _M1 = _U(0x0000FFFF0000FFFF)
 _M1H = _U(0xFFFF0000FFFF0000)
@@ -104,7 +104,7 @@ _N3 = _U(0xF000F000F000F000)
 _B16 = _U(0x00FF00FF00FF00FF)
 
 
-# ---- channel-quad staging of the nibble kernels (Q4_0 with K % 128 == 0, Q4_K) -----------
+# ---- channel-quad staging of the nibble kernels (Q4_0: K % 128 == 0, Q4_1: K % 64, Q4_K) -----
 # A sweep reads _RUN_WORDS words of each of a super-block's 64 rows in one go (4096-wide Q4_0
 # rows are 2304 bytes apart: 64 of them share 16 of Zen 3's 64 L1 sets, so a row's lines do not
 # survive a sweep over the channels), four rows at a time, prefetching the rows' next run, and
@@ -208,25 +208,27 @@ def _qs_unit(lw, hw, e):
 #   low nibbles are kg-block i of the group and high nibbles kg-block 4+i.
 #   p64[(blk*8 + kg)*16 + q] = panel words of channels 4q..4q+3; d64[blk*16 + q] likewise.
 @njit
-def _put_kg4(t, u, q, p64, kg0):
-    """Panel words of the kg-blocks kg0 .. kg0+3 (low nibbles) and kg0+4 .. kg0+7 (high) of
-    channels 4q..4q+3 from the 8 units u .. u+7 of a block's 16 qs bytes."""
-    for i in range(4):
-        a = _unit(t, u + 2 * i, q)
-        b = _unit(t, u + 1 + 2 * i, q)
-        lo = (kg0 + _U(i)) * _U(16) + q
-        p64[lo] = _kg_low(a, b)
-        p64[lo + _U(64)] = _kg_high(a, b)
+def _put_kg2(t, u, q, p64, kg):
+    """Panel words of kg-blocks kg (low nibbles) and kg + 4 (high) of channels 4q..4q+3 from
+    the units u, u+1 (qs bytes 4i .. 4i+3 of a block whose first kg-block is kg - i)."""
+    a = _unit(t, u, q)
+    b = _unit(t, u + 1, q)
+    lo = kg * _U(16) + q
+    p64[lo] = _kg_low(a, b)
+    p64[lo + _U(64)] = _kg_high(a, b)
 
 
 @lazy_njit(nt.void(_RO_U64, nt.uint64, nt.uint64[::1], nt.uint64[::1]), **_HELPER)
 def _q4_0_quads(t, blk0, p64, d64):
+    # one loop over the channel quads per output: a loop that stores to more arrays needs more
+    # run-time overlap checks than LLVM makes, and stays scalar (pack 4.2 -> 1.4 GB/s)
     for b in range(4):
         blk = blk0 + _U(b)
         for q in range(16):
-            uq = _U(q)
-            d64[blk * _U(16) + uq] = _unit(t, 9 * b, uq)
-            _put_kg4(t, 9 * b + 1, uq, p64, blk * _U(8))
+            d64[blk * _U(16) + _U(q)] = _unit(t, 9 * b, _U(q))
+        for i in range(4):
+            for q in range(16):
+                _put_kg2(t, 9 * b + 1 + 2 * i, _U(q), p64, blk * _U(8) + _U(i))
 
 
 @njit
@@ -263,30 +265,76 @@ def _q4_0_unquads(p64, d64, blk0, t):
                 _put_units(t, m + 10 + k, uq, v0, v1)
 
 
-@lazy_njit(nt.void(_RO_U64, nt.int64, nt.int64, nt.uint64[::1], nt.uint64[::1]), **_KERNEL)
-def _q4_0_pack_w(w64, n, ng, p64, d64):
-    wr = _U(ng // 4 * 9)
+# -- Q4_1, K % 64 == 0: two blocks = 40 bytes = 20 units per row step ---------------------
+#   unit 10b: d, 10b+1: m of block b;  units 10b+2 .. 10b+9: its qs bytes (as Q4_0's)
+@lazy_njit(nt.void(_RO_U64, nt.uint64, nt.uint64[::1], nt.uint64[::1], nt.uint64[::1]), **_HELPER)
+def _q4_1_quads(t, blk0, p64, d64, m64):
+    for b in range(2):
+        blk = blk0 + _U(b)
+        for q in range(16):
+            d64[blk * _U(16) + _U(q)] = _unit(t, 10 * b, _U(q))
+        for q in range(16):
+            m64[blk * _U(16) + _U(q)] = _unit(t, 10 * b + 1, _U(q))
+        for i in range(4):
+            for q in range(16):
+                _put_kg2(t, 10 * b + 2 + 2 * i, _U(q), p64, blk * _U(8) + _U(i))
+
+
+@lazy_njit(nt.void(_RO_U64, _RO_U64, _RO_U64, nt.uint64, nt.uint64[::1]), **_HELPER)
+def _q4_1_unquads(p64, d64, m64, blk0, t):
+    for b in range(2):
+        blk = blk0 + _U(b)
+        for q in range(16):
+            uq = _U(q)
+            _put_units(t, 10 * b, uq, d64[blk * _U(16) + uq], m64[blk * _U(16) + uq])
+            for k in range(0, 8, 2):
+                v0, v1 = _qs_units(p64, blk * _U(8), uq, k)
+                _put_units(t, 10 * b + 2 + k, uq, v0, v1)
+
+
+#: (blocks, words) of a row step: Q4_0 (hdr 2) four 18-byte blocks, Q4_1 (hdr 4) two of 20
+@njit
+def _q4_step(hdr):
+    return (4, 9) if hdr == 2 else (2, 5)
+
+
+@lazy_njit(nt.void(_RO_U64, nt.int64, nt.int64, nt.int64, nt.uint64[::1], nt.uint64[::1], nt.uint64[::1]), **_KERNEL)
+def _q4_pack_w(w64, n, ng, hdr, p64, d64, m64):
+    """Q4_0 (hdr 2, K % 128 == 0; m64 unused) and Q4_1 (hdr 4, K % 64 == 0)."""
+    nbk, bw = _q4_step(hdr)
+    run = _RUN_WORDS // bw  # steps per sweep
+    wr = _U(ng // nbk * bw)
     t = np.zeros(_RUN_WORDS * 64, np.uint64)
     for sb in range((n + 63) >> 6):
         cn = min(64, n - sb * 64)
-        for g0 in range(0, ng // 4, _RUN_WORDS // 9):
-            steps = min(_RUN_WORDS // 9, ng // 4 - g0)
-            _rows_slots(w64, t, _U(sb * 64) * wr + _U(9 * g0), wr, cn, 9 * steps, True)
+        for g0 in range(0, ng // nbk, run):
+            steps = min(run, ng // nbk - g0)
+            _rows_slots(w64, t, _U(sb * 64) * wr + _U(bw * g0), wr, cn, bw * steps, True)
             for st in range(steps):
-                _q4_0_quads(t[576 * st:], _U(sb * ng + 4 * (g0 + st)), p64, d64)
+                blk = _U(sb * ng + nbk * (g0 + st))
+                if hdr == 2:
+                    _q4_0_quads(t[64 * bw * st:], blk, p64, d64)
+                else:
+                    _q4_1_quads(t[64 * bw * st:], blk, p64, d64, m64)
 
 
-@lazy_njit(nt.void(_RO_U64, _RO_U64, nt.int64, nt.int64, nt.uint64[::1]), **_KERNEL)
-def _q4_0_unpack_w(p64, d64, n, ng, w64):
-    wr = _U(ng // 4 * 9)
+@lazy_njit(nt.void(_RO_U64, _RO_U64, _RO_U64, nt.int64, nt.int64, nt.int64, nt.uint64[::1]), **_KERNEL)
+def _q4_unpack_w(p64, d64, m64, n, ng, hdr, w64):
+    nbk, bw = _q4_step(hdr)
+    run = _RUN_WORDS // bw
+    wr = _U(ng // nbk * bw)
     t = np.zeros(_RUN_WORDS * 64, np.uint64)
     for sb in range((n + 63) >> 6):
         cn = min(64, n - sb * 64)
-        for g0 in range(0, ng // 4, _RUN_WORDS // 9):
-            steps = min(_RUN_WORDS // 9, ng // 4 - g0)
+        for g0 in range(0, ng // nbk, run):
+            steps = min(run, ng // nbk - g0)
             for st in range(steps):
-                _q4_0_unquads(p64, d64, _U(sb * ng + 4 * (g0 + st)), t[576 * st:])
-            _rows_slots(t, w64, _U(sb * 64) * wr + _U(9 * g0), wr, cn, 9 * steps, False)
+                blk = _U(sb * ng + nbk * (g0 + st))
+                if hdr == 2:
+                    _q4_0_unquads(p64, d64, blk, t[64 * bw * st:])
+                else:
+                    _q4_1_unquads(p64, d64, m64, blk, t[64 * bw * st:])
+            _rows_slots(t, w64, _U(sb * 64) * wr + _U(bw * g0), wr, cn, bw * steps, False)
 
 
 # -- Q4_0 (any K) and Q4_1: one block at a time, staged as byte planes ---------------------
@@ -352,19 +400,23 @@ def _scale_byte(t, i, q):
 @lazy_njit(nt.void(_RO_U64, nt.uint64, nt.uint64, nt.uint64[::1], nt.uint32[::1], nt.uint32[::1], nt.uint64[::1],
                    nt.uint64[::1]), **_HELPER)
 def _q4_k_quads(t, g0, sbj, p64, sc32, m32, d64, dmin64):
+    for q in range(16):  # one output a loop (see _q4_0_quads)
+        d64[sbj * _U(16) + _U(q)] = _unit(t, 0, _U(q))
     for q in range(16):
-        uq = _U(q)
-        d64[sbj * _U(16) + uq] = _unit(t, 0, uq)
-        dmin64[sbj * _U(16) + uq] = _unit(t, 1, uq)
-        for s in range(4):
-            lo = _scale_byte(t, s, uq)
-            mid = _scale_byte(t, 4 + s, uq)
-            hi = _scale_byte(t, 8 + s, uq)
-            i = (g0 + _U(s)) * _U(16) + uq
-            sc32[i] = _narrow(lo & _S6)
-            m32[i] = _narrow(mid & _S6)
-            sc32[i + _U(64)] = _narrow((hi & _N0) | (((lo >> _U(6)) & _S2) << _U(4)))
-            m32[i + _U(64)] = _narrow(((hi >> _U(4)) & _N0) | (((mid >> _U(6)) & _S2) << _U(4)))
+        dmin64[sbj * _U(16) + _U(q)] = _unit(t, 1, _U(q))
+    for s in range(4):
+        i = (g0 + _U(s)) * _U(16)
+        for q in range(16):
+            sc32[i + _U(q)] = _narrow(_scale_byte(t, s, _U(q)) & _S6)
+        for q in range(16):
+            m32[i + _U(q)] = _narrow(_scale_byte(t, 4 + s, _U(q)) & _S6)
+        for q in range(16):
+            lo = _scale_byte(t, s, _U(q))
+            sc32[i + _U(64 + q)] = _narrow((_scale_byte(t, 8 + s, _U(q)) & _N0) | (((lo >> _U(6)) & _S2) << _U(4)))
+        for q in range(16):
+            mid = _scale_byte(t, 4 + s, _U(q))
+            m32[i + _U(64 + q)] = _narrow(((_scale_byte(t, 8 + s, _U(q)) >> _U(4)) & _N0)
+                                          | (((mid >> _U(6)) & _S2) << _U(4)))
     for p in range(4):
         for i in range(8):
             lo = ((g0 + _U(2 * p)) * _U(8) + _U(i)) * _U(16)
