@@ -87,10 +87,12 @@ def _checked(t, n, k, regions):
 
 def unpack(regions, n: int, k: int, qtype, out: np.ndarray | None = None) -> np.ndarray:
     t = C.accepted(NAME, refuse, qtype, n, k)
-    r, d = _checked(t, n, k, regions)
+    r = C.as_regions(NAME, regions, plan(t, n, k))
+    d = C.f32_to_f16_bits_fast(r["scales"], f"layout {NAME}: region 'scales'")
     raw = C.out_blocks(NAME, out, t, n, k)
-    _k()._int8_q4_0_unpack(r["qs"].reshape(-1).view(np.uint32), d.reshape(-1).view(np.uint8), n, k // 32,
-                           raw.reshape(-1))
+    if _k()._int8_q4_0_unpack(r["qs"].reshape(-1).view(np.uint32), d.reshape(-1).view(np.uint8), n, k // 32,
+                              raw.reshape(-1)):
+        _checked(t, n, k, regions)  # raises, naming the codes outside -8..7 (``raw`` is then partly written)
     return raw
 
 

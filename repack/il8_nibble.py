@@ -122,7 +122,7 @@ def unpack(regions, n: int, k: int, qtype, out: np.ndarray | None = None) -> np.
         )
     r = C.as_regions(NAME, regions, plan(t, n, k))
     raw = C.out_blocks(NAME, out, t, n, k)
-    d = C.f32_to_f16_bits_exact(r["scales"], f"layout {NAME}: region 'scales'")
+    d = C.f32_to_f16_bits_fast(r["scales"], f"layout {NAME}: region 'scales'")
     _k()._nibble_q4_0_unpack(r["qs"].reshape(-1).view(np.uint32), d.reshape(-1).view(np.uint8), n, k // 32,
                              raw.reshape(-1))
     return raw

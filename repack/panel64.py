@@ -319,19 +319,14 @@ def _unpack_q4_small(r, t, n, k, raw):
     hdr, nbk = _Q4_STEP[t.name]
     if geo.ng % nbk == 0:
         w64, finish = C.aligned_out(raw)
-        d64 = _words(r["d"])
-        _k()._q4_unpack_w(_words(r["panels"]), d64, _words(r["m"]) if "m" in r else d64[:0], n, geo.ng, hdr, w64)
+        d64 = C.words(r["d"])
+        _k()._q4_unpack_w(C.words(r["panels"]), d64, C.words(r["m"]) if "m" in r else d64[:0], n, geo.ng, hdr, w64)
         finish()
     else:
         p16 = r["panels"].reshape(-1).view(np.uint16)
         d = r["d"].reshape(-1)
         m = r["m"].reshape(-1) if "m" in r else d[:0]
         _k()._q4_unpack_b(p16, d, m, n, geo.ng, hdr, raw.reshape(-1))
-
-
-def _words(a: np.ndarray, dtype=np.uint64) -> np.ndarray:
-    """A region (any dtype, size a multiple of 8 bytes) as flat ``dtype`` words to read."""
-    return C.aligned_words(a.reshape(-1).view(np.uint8)).view(dtype)
 
 
 #: the Q4_K regions as the channel-quad kernels take them: four channels a word
@@ -349,7 +344,7 @@ def _pack_q4_k(raw, t, n, k, out):
 def _unpack_q4_k(r, t, n, k, raw):
     geo = geometry(t, n, k)
     w64, finish = C.aligned_out(raw)
-    _k()._q4_k_unpack(*(_words(r[name], dtype) for name, dtype in _Q4_K_WORDS), n, geo.nsb, w64)
+    _k()._q4_k_unpack(*(C.words(r[name], dtype) for name, dtype in _Q4_K_WORDS), n, geo.nsb, w64)
     finish()
 
 
