@@ -278,32 +278,3 @@ def _build_prefetch():
 
 prefetch = _build_prefetch()
 
-
-def _build_store64():
-    """``store64(a8, o, x)``: ``x`` (uint64) stored little-endian at byte ``o`` of the uint8 array
-    ``a8``, as one unaligned 64-bit store (:func:`st64` writes its 8 bytes one by one, and LLVM
-    does not merge them); LLVM lowers it on any target. :func:`st64` itself when the JIT is
-    disabled. Only for little-endian targets (all numba's)."""
-    from llvmlite import ir
-    from numba.extending import intrinsic
-
-    if _numba.config.DISABLE_JIT:
-        return st64
-
-    @intrinsic
-    def store64(typingctx, a8, o, x):
-        if not (isinstance(x, _numba.types.Integer) and x.bitwidth == 64):
-            return None  # a typing error: the value must be a 64-bit integer
-
-        def codegen(context, builder, signature, args):
-            data = context.make_array(signature.args[0])(context, builder, args[0]).data
-            p = builder.bitcast(builder.gep(data, [args[1]]), ir.IntType(64).as_pointer())
-            builder.store(args[2], p, align=1)
-            return context.get_dummy_value()
-
-        return _numba.types.void(a8, o, x), codegen
-
-    return store64
-
-
-store64 = _build_store64()

@@ -61,8 +61,8 @@ def pack(blocks, n: int, k: int, qtype, out: dict[str, np.ndarray] | None = None
     t = C.accepted(NAME, refuse, qtype, n, k)
     raw = C.as_blocks(NAME, blocks, t, n, k).reshape(-1)
     regions = C.out_regions(NAME, out, plan(t, n, k))
-    _k()._int8_q4_0_pack(raw, n, k // 32, C.F16_TO_F32, regions["qs"].reshape(-1).view(np.uint32),
-                         regions["scales"].reshape(-1))
+    _k()._int8_q4_0_pack(raw, n, k // 32, C.F16_TO_F32.view(np.uint32), regions["qs"].reshape(-1).view(np.uint32),
+                         regions["scales"].reshape(-1).view(np.uint32))  # the f32 scales written as their bits
     return regions
 
 

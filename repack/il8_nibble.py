@@ -85,7 +85,8 @@ def pack(blocks, n: int, k: int, qtype, out: dict[str, np.ndarray] | None = None
     regions = C.out_regions(NAME, out, plan(t, n, k))
     q32 = regions["qs"].reshape(-1).view(np.uint32)
     if t.name == "Q4_0":
-        _k()._nibble_q4_0_pack(raw, n, k // 32, C.F16_TO_F32, q32, regions["scales"].reshape(-1))
+        _k()._nibble_q4_0_pack(raw, n, k // 32, C.F16_TO_F32.view(np.uint32), q32,
+                               regions["scales"].reshape(-1).view(np.uint32))
     else:
         _k()._nibble_q4_k_pack(raw, n, k // 256, C.F16_TO_F32, q32, regions["dsc"].reshape(-1),
                                regions["dmn"].reshape(-1))
