@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from panelpack.formats import blocks as B
+from panelpack.formats import qtypes
 from panelpack.formats.errors import BadInputError, UnsupportedError
 from panelpack.repack import il8_int8 as I8
 from panelpack.repack import il8_nibble as IN
@@ -162,3 +163,22 @@ def test_signed_nibble_swar_against_scalar():
     for u in range(16):
         v = np.uint64(int.from_bytes(bytes([u] * 8), "little"))
         assert int(getattr(K._signed, "py_func", K._signed)(v)).to_bytes(8, "little") == bytes([(u - 8) & 0xFF] * 8)
+
+
+@pytest.mark.parametrize("mod, qtype", [(IN, "Q4_0"), (I8, "Q4_0"), (IN, "Q4_K")], ids=lambda x: getattr(x, "NAME", x))
+def test_every_f16_scale_widens_as_the_reference(mod, qtype, rng):
+    # the kernels widen f16 scales without the table (only its subnormal/inf/NaN entries): all
+    # 65536 bit patterns (Q4_0: as d; Q4_K: d and dmin halves) against the numpy reference, bitwise
+    n, t = 8, qtypes.get(qtype)
+    per_row = (1 << 16) // n if qtype == "Q4_0" else (1 << 15) // n
+    raw = random_blocks(t, n, per_row * t.block_size, rng).reshape(n, per_row, t.type_size)
+    h = np.arange(1 << 16, dtype=np.uint16)
+    if qtype == "Q4_0":
+        raw[:, :, 0:2] = h.reshape(n, per_row, 1).view(np.uint8).reshape(n, per_row, 2)
+    else:
+        raw[:, :, 0:2] = h[: 1 << 15].reshape(n, per_row, 1).view(np.uint8).reshape(n, per_row, 2)
+        raw[:, :, 2:4] = h[1 << 15:].reshape(n, per_row, 1).view(np.uint8).reshape(n, per_row, 2)
+    k = per_row * t.block_size
+    fast, ref = mod.pack(raw, n, k, qtype), mod.pack_ref(raw, n, k, qtype)
+    for name in ref:
+        assert np.array_equal(fast[name].view(np.uint8), ref[name].view(np.uint8)), name
