@@ -91,6 +91,12 @@ def _pow2_table():
     return pow2
 
 
+@njit
+def _mask(cond):
+    """All 64 bits set if cond, else 0 (no wrapping arithmetic: plain Python runs it too)."""
+    return _U(cond) * _U(0xFFFFFFFFFFFFFFFF)
+
+
 @lazy_njit(nt.int64(_RO_U32, nt.uint16[::1]), **_KERNEL)
 def _f16_exact(s32, d16):
     """f32 scales (as uint32) -> the f16 bits whose widening they are, into ``d16``; returns 0,
@@ -107,10 +113,10 @@ def _f16_exact(s32, d16):
         mant = x & _U(0x7FFFFF)
         full = mant | _U(0x800000)
         sh = min(_U(126) - min(e, _U(126)), _U(31))
-        normal = _U(0) - _U((e >= _U(113)) & (e <= _U(142)))
-        special = _U(0) - _U(e == _U(255))
-        sub = _U(0) - _U((e >= _U(103)) & (e <= _U(112)))
-        zero = _U(0) - _U(e == _U(0))
+        normal = _mask((e >= _U(113)) & (e <= _U(142)))
+        special = _mask(e == _U(255))
+        sub = _mask((e >= _U(103)) & (e <= _U(112)))
+        zero = _mask(e == _U(0))
         h = ((((e - _U(112)) << _U(10)) | (mant >> _U(13))) & normal) | ((_U(0x7C00) | (mant >> _U(13))) & special)
         h |= (full >> sh) & sub
         d16[i] = np.uint16(((x >> _U(16)) & _U(0x8000)) | (h & _U(0x7FFF)))

@@ -332,3 +332,31 @@ def test_table_driven_kernels_without_jit_match_the_references():
         print("ok")
     """)
     assert run_without_jit(code) == "ok"
+
+
+def test_nibble_kernels_without_jit_match_the_references():
+    # the channel-quad kernels (and formats._jit.prefetch, a no-op) as plain Python, and the il8
+    # kernels with their scale checks: the same bytes as the references, no overflow warnings
+    code = textwrap.dedent("""
+        import warnings
+        warnings.simplefilter("error")
+        import numpy as np
+        from builders import random_blocks
+        from panelpack.formats import engine
+        from panelpack.repack import panel64 as P, il8_nibble as IN, il8_int8 as I8
+        engine.start_kernels()
+        rng = np.random.default_rng(3)
+        for q, n, k in (("Q4_0", 5, 128), ("Q4_1", 5, 64), ("Q4_K", 5, 256)):
+            raw = random_blocks(q, n, k, rng)
+            fast, ref = P.pack(raw, n, k, q), P.pack_ref(raw, n, k, q)
+            assert all(np.array_equal(fast[r].view(np.uint8), ref[r].view(np.uint8)) for r in ref), q
+            assert np.array_equal(P.unpack(fast, n, k, q), raw), q
+        for mod, q, k in ((IN, "Q4_0", 64), (IN, "Q4_K", 256), (I8, "Q4_0", 64)):
+            raw = random_blocks(q, 8, k, rng)
+            fast, ref = mod.pack(raw, 8, k, q), mod.pack_ref(raw, 8, k, q)
+            assert all(np.array_equal(fast[r].view(np.uint8), ref[r].view(np.uint8)) for r in ref), (mod.NAME, q)
+            if mod.invertible(q):
+                assert np.array_equal(mod.unpack(fast, 8, k, q), raw), mod.NAME
+        print("ok")
+    """)
+    assert run_without_jit(code) == "ok"
