@@ -10,7 +10,9 @@ Both layouts cut a (super-row, 32-block) into 8 four-element steps ``g``; in 32-
 
 A Q4_0 row's qs bytes 0..7 (``x``) and 8..15 (``y``) hold elements 0..7 / 8..15 in their low
 nibbles and 16..23 / 24..31 in their high nibbles, so one 64-bit word of qs feeds two steps.
-Kernels take arrays and sizes only and never raise; the layout modules validate first.
+Kernels take arrays and sizes only and never raise; the layout modules validate first, and
+the checks that need every value (f16 scales exact, int8 codes in -8..7) are a kernel's return
+value (``_f16_exact``, ``_int8_q4_0_unpack``), after which the wrapper raises.
 """
 
 from __future__ import annotations

@@ -20,12 +20,14 @@ from numba import types as nt
 from ..formats._jit import lazy_njit, prefetch
 
 # ---- fast kernels -----------------------------------------------------------------------
-# Every kernel walks the 64 channels of one super-block in two steps:
+# The nibble and table kernels walk the 64 channels of one super-block in two steps:
 #   stage   : a small transposing copy of each channel's source block(s) into a
-#             channel-minor buffer T[word][64] (or T8[byte][64]); it stays in L1;
-#   compute : one uniform loop over the channels whose loads and stores are contiguous in
-#             the channel, so LLVM vectorizes it (SWAR nibble arithmetic on 64-bit words).
-# Unpacking runs the same two steps backwards. Indices are uint64 throughout, so numba emits
+#             channel-minor buffer (the Q4_0/Q4_1/Q4_K "slots" of four channels a word, see
+#             _rows_slots; T8[byte][64] for the byte paths); it stays in L1;
+#   compute : one uniform loop over the channels (or channel quads) whose loads and stores
+#             are contiguous, so LLVM vectorizes it (SWAR nibble arithmetic on 64-bit words).
+# Unpacking runs the same two steps backwards (the int8 block-column kernels further down
+# walk rows in pairs instead). Indices are uint64 throughout, so numba emits
 # no negative-index wraparound; the Python wrappers validate every size beforehand.
 # Small helpers are plain ``@njit`` functions: LLVM inlines them into the kernels all the same
 # (same speed measured), while numba's IR-level ``inline="always"`` made a cold-cache compile
