@@ -39,7 +39,7 @@ def _get_d(x64, w, r):
     return (x64[w + (r >> _U(2))] >> (_U(16) * (r & _U(3)))) & _U(0xFFFF)
 
 
-# Q4_0 source rows as words, 4 blocks = 9 words (layout drawn in _panel64_kernels):
+# Q4_0 source rows as words, 4 blocks = 9 words (72 bytes: 4 x (d, qs[16])):
 #   block 0: d = w0 & 0xFFFF      qs = (w0>>16 | w1<<48, w1>>16 | w2<<48)
 #   block 1: d = w2>>16 & 0xFFFF  qs = (w2>>32 | w3<<32, w3>>32 | w4<<32)
 #   block 2: d = w4>>32 & 0xFFFF  qs = (w4>>48 | w5<<16, w5>>48 | w6<<16)

@@ -17,15 +17,17 @@ import numpy as np
 from numba import njit
 from numba import types as nt
 
-from ..formats._jit import lazy_njit
+from ..formats._jit import lazy_njit, prefetch
 
 # ---- fast kernels -----------------------------------------------------------------------
-# Every kernel walks the 64 channels of one super-block in two steps:
+# The nibble and table kernels walk the 64 channels of one super-block in two steps:
 #   stage   : a small transposing copy of each channel's source block(s) into a
-#             channel-minor buffer T[word][64] (or T8[byte][64]); it stays in L1;
-#   compute : one uniform loop over the channels whose loads and stores are contiguous in
-#             the channel, so LLVM vectorizes it (SWAR nibble arithmetic on 64-bit words).
-# Unpacking runs the same two steps backwards. Indices are uint64 throughout, so numba emits
+#             channel-minor buffer (the Q4_0/Q4_1/Q4_K "slots" of four channels a word, see
+#             _rows_slots; T8[byte][64] for the byte paths); it stays in L1;
+#   compute : one uniform loop over the channels (or channel quads) whose loads and stores
+#             are contiguous, so LLVM vectorizes it (SWAR nibble arithmetic on 64-bit words).
+# Unpacking runs the same two steps backwards (the int8 block-column kernels further down
+# walk rows in pairs instead). Indices are uint64 throughout, so numba emits
 # no negative-index wraparound; the Python wrappers validate every size beforehand.
 # Small helpers are plain ``@njit`` functions: LLVM inlines them into the kernels all the same
 # (same speed measured), while numba's IR-level ``inline="always"`` made a cold-cache compile
@@ -38,33 +40,7 @@ _RO_U32 = nt.Array(nt.uint32, 1, "C", readonly=True)
 _RO_U16 = nt.Array(nt.uint16, 1, "C", readonly=True)
 _RO_U8 = nt.Array(nt.uint8, 1, "C", readonly=True)
 _HELPER = dict(cache=True, boundscheck=False, no_cpython_wrapper=True)
-#: 72-byte row steps staged per sweep over a super-block's 64 channels (see _w9_runs)
-_RUN = 4
 _KERNEL = dict(cache=True, boundscheck=False)
-
-
-@lazy_njit(nt.void(_RO_U64, nt.uint64[::1], nt.uint64, nt.uint64, nt.int64, nt.int64, nt.boolean), **_HELPER)
-def _w9_runs(src, dst, o0, wr, cn, steps, to_planes):
-    """A transposing copy between ``steps`` consecutive 9-word row steps of 64 channels and
-    their word planes, ``rows[o0 + c*wr + 9*s + k]`` <-> ``planes[s*576 + k*64 + c]`` for c < cn,
-    s < steps, k < 9: rows -> planes (``src`` the rows) when ``to_planes``, else back. Each row's
-    72·steps bytes are read (or written) in one go, so the 64 rows' cache lines need not survive
-    a sweep over the channels: 4096-wide Q4_0 rows are 2304 bytes apart, and 64 of them share
-    16 L1 sets, which an 8-way L1 (Zen 3's) cannot hold from one sweep to the next. 4 steps a
-    sweep: Q4_0 pack 1.38 -> 1.95-2.66 GB/s, Q4_K 1.40 -> 1.81 here (bench_repack)."""
-    for c in range(cn):
-        o = o0 + _U(c) * wr
-        uc = _U(c)
-        for st in range(steps):
-            x = o + _U(9 * st)
-            b = _U(576 * st) + uc
-            for k in range(9):
-                row = x + _U(k)
-                plane = b + _U(64 * k)
-                if to_planes:
-                    dst[plane] = src[row]
-                else:
-                    dst[row] = src[plane]
 
 
 @lazy_njit(nt.void(_RO_U8, nt.uint64, nt.uint64, nt.int64, nt.int64, nt.uint8[::1]), **_HELPER)
@@ -95,27 +71,6 @@ def _spread(v):
 
 
 @njit
-def _put_qs16(p16, base, x0, x1):
-    """Write one channel's 16 Q4_0-ordered qs bytes (x0 = qs[0..7], x1 = qs[8..15]).
-
-    Element e < 16 is the low nibble of qs[e] (kg-blocks 0..3 of the group), e >= 16 the
-    high nibble of qs[e-16] (kg-blocks 4..7). ``base`` = word of kg-block 0, this channel.
-    """
-    lo0 = _pairs(x0 & _M0F)
-    lo1 = _pairs(x1 & _M0F)
-    hi0 = _pairs((x0 >> _U(4)) & _M0F)
-    hi1 = _pairs((x1 >> _U(4)) & _M0F)
-    p16[base] = np.uint16(lo0 & _U(0xFFFF))
-    p16[base + _U(64)] = np.uint16((lo0 >> _U(32)) & _U(0xFFFF))
-    p16[base + _U(128)] = np.uint16(lo1 & _U(0xFFFF))
-    p16[base + _U(192)] = np.uint16((lo1 >> _U(32)) & _U(0xFFFF))
-    p16[base + _U(256)] = np.uint16(hi0 & _U(0xFFFF))
-    p16[base + _U(320)] = np.uint16((hi0 >> _U(32)) & _U(0xFFFF))
-    p16[base + _U(384)] = np.uint16(hi1 & _U(0xFFFF))
-    p16[base + _U(448)] = np.uint16((hi1 >> _U(32)) & _U(0xFFFF))
-
-
-@njit
 def _get_qs16(p16, base):
     """Inverse of _put_qs16: (x0, x1)."""
     l0 = _U(p16[base]) | (_U(p16[base + _U(64)]) << _U(16))
@@ -137,83 +92,251 @@ def _set_tb64(t8, i, c, x):
         t8[_U(i + j) * _U(64) + c] = np.uint8((x >> _U(8 * j)) & _U(0xFF))
 
 
-# -- Q4_0, K % 128 == 0: four blocks = 72 bytes = 9 words per row step ----------------------
-#   word 0: d0 | qs0[0..5]              word 4: qs1[12..15] | d2 | qs2[0..1]
-#        1: qs0[6..13]                       5: qs2[2..9]
-#        2: qs0[14..15] | d1 | qs1[0..3]     6: qs2[10..15] | d3
-#        3: qs1[4..11]                       7: qs3[0..7]     8: qs3[8..15]
-@lazy_njit(nt.void(_RO_U64, nt.int64, nt.uint64, nt.uint16[::1], nt.uint16[::1]), **_HELPER)
-def _q4_0_w_compute(t, cn, blk0, p16, d16):
-    for c in range(cn):
-        uc = _U(c)
-        a0 = t[uc]
-        a1 = t[_U(64) + uc]
-        a2 = t[_U(128) + uc]
-        a3 = t[_U(192) + uc]
-        a4 = t[_U(256) + uc]
-        a5 = t[_U(320) + uc]
-        a6 = t[_U(384) + uc]
-        a7 = t[_U(448) + uc]
-        a8 = t[_U(512) + uc]
-        d16[blk0 * _U(64) + uc] = np.uint16(a0 & _U(0xFFFF))
-        d16[(blk0 + _U(1)) * _U(64) + uc] = np.uint16((a2 >> _U(16)) & _U(0xFFFF))
-        d16[(blk0 + _U(2)) * _U(64) + uc] = np.uint16((a4 >> _U(32)) & _U(0xFFFF))
-        d16[(blk0 + _U(3)) * _U(64) + uc] = np.uint16(a6 >> _U(48))
-        _put_qs16(p16, blk0 * _U(512) + uc, (a0 >> _U(16)) | (a1 << _U(48)), (a1 >> _U(16)) | (a2 << _U(48)))
-        _put_qs16(p16, (blk0 + _U(1)) * _U(512) + uc, (a2 >> _U(32)) | (a3 << _U(32)),
-                  (a3 >> _U(32)) | (a4 << _U(32)))
-        _put_qs16(p16, (blk0 + _U(2)) * _U(512) + uc, (a4 >> _U(48)) | (a5 << _U(16)),
-                  (a5 >> _U(48)) | (a6 << _U(16)))
-        _put_qs16(p16, (blk0 + _U(3)) * _U(512) + uc, a7, a8)
+#: 64-bit words of each row staged per sweep over a super-block's 64 channels (see _rows_slots):
+#: four 9-word Q4_0 steps, seven 5-word Q4_1 steps, or two 18-word Q4_K blocks
+_RUN_WORDS = 36
+_M1 = _U(0x0000FFFF0000FFFF)
+_M1H = _U(0xFFFF0000FFFF0000)
+_LO32 = _U(0xFFFFFFFF)
+_HI32 = _U(0xFFFFFFFF00000000)
+_N0 = _U(0x000F000F000F000F)  # the four nibbles of each 16-bit unit
+_N1 = _U(0x00F000F000F000F0)
+_N2 = _U(0x0F000F000F000F00)
+_N3 = _U(0xF000F000F000F000)
+_B16 = _U(0x00FF00FF00FF00FF)
 
 
-@lazy_njit(nt.void(_RO_U16, _RO_U16, nt.int64, nt.uint64, nt.uint64[::1]), **_HELPER)
-def _q4_0_w_uncompute(p16, d16, cn, blk0, t):
-    for c in range(cn):
-        uc = _U(c)
-        d0 = _U(d16[blk0 * _U(64) + uc])
-        d1 = _U(d16[(blk0 + _U(1)) * _U(64) + uc])
-        d2 = _U(d16[(blk0 + _U(2)) * _U(64) + uc])
-        d3 = _U(d16[(blk0 + _U(3)) * _U(64) + uc])
-        x00, x01 = _get_qs16(p16, blk0 * _U(512) + uc)
-        x10, x11 = _get_qs16(p16, (blk0 + _U(1)) * _U(512) + uc)
-        x20, x21 = _get_qs16(p16, (blk0 + _U(2)) * _U(512) + uc)
-        x30, x31 = _get_qs16(p16, (blk0 + _U(3)) * _U(512) + uc)
-        t[uc] = d0 | (x00 << _U(16))
-        t[_U(64) + uc] = (x00 >> _U(48)) | (x01 << _U(16))
-        t[_U(128) + uc] = (x01 >> _U(48)) | (d1 << _U(16)) | (x10 << _U(32))
-        t[_U(192) + uc] = (x10 >> _U(32)) | (x11 << _U(32))
-        t[_U(256) + uc] = (x11 >> _U(32)) | (d2 << _U(32)) | (x20 << _U(48))
-        t[_U(320) + uc] = (x20 >> _U(16)) | (x21 << _U(48))
-        t[_U(384) + uc] = (x21 >> _U(16)) | (d3 << _U(48))
-        t[_U(448) + uc] = x30
-        t[_U(512) + uc] = x31
+# ---- channel-quad staging of the nibble kernels (Q4_0: K % 128 == 0, Q4_1: K % 64, Q4_K) -----
+# A sweep reads _RUN_WORDS words of each of a super-block's 64 rows in one go (4096-wide Q4_0
+# rows are 2304 bytes apart: 64 of them share 16 of Zen 3's 64 L1 sets, so a row's lines do not
+# survive a sweep over the channels), four rows at a time, prefetching the rows' next run, and
+# stages them in L1 as "slots": uint64s that hold two channels' 32-bit halves. The compute
+# loops then read the 16-bit unit m of the run (bytes 2m, 2m+1 of the row's run) of the four
+# channels 4q..4q+3 as one uint64 ``[c0 | c1 << 16 | c2 << 32 | c3 << 48]``, and write the
+# panels' 16-bit words (and the u16 scale regions) four channels a store: the loops over the
+# 16 channel quads are contiguous and LLVM vectorizes them, with no narrowing. The 4 x 4
+# transpose of 16-bit units is two 2 x 2 steps, each its own inverse:
+#
+#   rows <-> slots (32-bit halves; r_i = word w of row 4q + i):
+#     slot 4w+0 = r0.lo | r2.lo << 32         slot 4w+2 = r0.hi | r2.hi << 32
+#     slot 4w+1 = r1.lo | r3.lo << 32         slot 4w+3 = r1.hi | r3.hi << 32
+#   slots <-> units (16-bit; unit m = 4w + j, x, y = slots 4w + 2(j >> 1) and the next):
+#     unit(m) = (x >> 16(j & 1)) & M1 | ((y >> 16(j & 1)) & M1) << 16     (M1 = 0x0000FFFF0000FFFF)
+#
+# Slot s of word w, quad q is t[(4w + s)*16 + q]. Quads past the last row of a ragged
+# super-block stage a copy of its last row (pack), and are not written back (unpack); the
+# pack wrapper's _fill_pads overwrites the pad channels.
+@lazy_njit(nt.void(_RO_U64, nt.uint64[::1], nt.uint64, nt.uint64, nt.int64, nt.int64, nt.boolean), **_HELPER)
+def _rows_slots(src, dst, o0, wr, cn, nw, to_slots):
+    """Rows ``[o0 + c*wr + w]`` (c < cn, w < nw) <-> slots: rows -> slots (``src`` the rows)
+    when ``to_slots``, else back. The rows' next run is prefetched (read or written next)."""
+    last = _U(src.size - 1) if to_slots else _U(dst.size - 1)
+    for c in range(0, cn, 4):
+        o_0 = o0 + _U(c) * wr
+        o_1 = o_0 + wr if c + 1 < cn else o_0
+        o_2 = o_1 + wr if c + 2 < cn else o_1
+        o_3 = o_2 + wr if c + 3 < cn else o_2
+        for p in range(0, nw, 8):
+            at = _U(nw + p)
+            for o in (o_0, o_1, o_2, o_3):
+                if to_slots:
+                    prefetch(src, min(o + at, last))
+                else:
+                    prefetch(dst, min(o + at, last))
+        q = _U(c >> 2)
+        for w in range(nw):
+            uw = _U(w)
+            s = _U(64 * w) + q
+            if to_slots:
+                r0 = src[o_0 + uw]
+                r1 = src[o_1 + uw]
+                r2 = src[o_2 + uw]
+                r3 = src[o_3 + uw]
+                dst[s] = (r0 & _LO32) | (r2 << _U(32))
+                dst[s + _U(16)] = (r1 & _LO32) | (r3 << _U(32))
+                dst[s + _U(32)] = (r0 >> _U(32)) | (r2 & _HI32)
+                dst[s + _U(48)] = (r1 >> _U(32)) | (r3 & _HI32)
+            else:
+                s0 = src[s]
+                s1 = src[s + _U(16)]
+                s2 = src[s + _U(32)]
+                s3 = src[s + _U(48)]
+                dst[o_3 + uw] = (s1 >> _U(32)) | (s3 & _HI32)  # clamped rows: the real row's value last
+                dst[o_2 + uw] = (s0 >> _U(32)) | (s2 & _HI32)
+                dst[o_1 + uw] = (s1 & _LO32) | (s3 << _U(32))
+                dst[o_0 + uw] = (s0 & _LO32) | (s2 << _U(32))
 
 
-@lazy_njit(nt.void(_RO_U64, nt.int64, nt.int64, nt.uint16[::1], nt.uint16[::1]), **_KERNEL)
-def _q4_0_pack_w(w64, n, ng, p16, d16):
-    wr = _U(ng // 4 * 9)
-    t = np.zeros(_RUN * 9 * 64, np.uint64)
+@njit
+def _unit(t, m, q):
+    """16-bit unit m of the staged run, channels 4q..4q+3 (one per 16 bits)."""
+    s = _U(64 * (m >> 2) + 32 * ((m >> 1) & 1)) + q
+    sh = _U(16 * (m & 1))
+    return ((t[s] >> sh) & _M1) | (((t[s + _U(16)] >> sh) & _M1) << _U(16))
+
+
+@njit
+def _put_units(t, m, q, even, odd):
+    """Units m (even) and m + 1 of channels 4q..4q+3 -> their two slots (inverse of _unit)."""
+    s = _U(64 * (m >> 2) + 32 * ((m >> 1) & 1)) + q
+    t[s] = (even & _M1) | ((odd & _M1) << _U(16))
+    t[s + _U(16)] = ((even >> _U(16)) & _M1) | (odd & _M1H)
+
+
+@njit
+def _kg_low(a, b):
+    """Units a = qs bytes (4i, 4i+1), b = (4i+2, 4i+3) -> the panel word of their low nibbles
+    (k0 | k1 << 4 | k2 << 8 | k3 << 12), per 16-bit unit."""
+    return (a & _N0) | ((a >> _U(4)) & _N1) | ((b << _U(8)) & _N2) | ((b << _U(4)) & _N3)
+
+
+@njit
+def _kg_high(a, b):
+    """The same for their high nibbles."""
+    return ((a >> _U(4)) & _N0) | ((a >> _U(8)) & _N1) | ((b << _U(4)) & _N2) | (b & _N3)
+
+
+@njit
+def _qs_unit(lw, hw, e):
+    """Inverse of _kg_low/_kg_high: from the panel words of the low (``lw``) and high (``hw``)
+    nibbles, qs unit a (e = 0) or b (e = 1), per 16-bit unit."""
+    x = (lw >> _U(8 * e)) & _B16
+    y = (hw >> _U(8 * e)) & _B16
+    return (x & _N0) | ((y & _N0) << _U(4)) | ((x & _N1) << _U(4)) | ((y & _N1) << _U(8))
+
+
+# -- Q4_0, K % 128 == 0: four blocks = 72 bytes = 36 units per row step ------------------
+#   unit 9b: d of block b;  units 9b+1+2i, 9b+2+2i: its qs bytes 4i .. 4i+3 (i < 4), whose
+#   low nibbles are kg-block i of the group and high nibbles kg-block 4+i.
+#   p64[(blk*8 + kg)*16 + q] = panel words of channels 4q..4q+3; d64[blk*16 + q] likewise.
+@njit
+def _put_kg2(t, u, q, p64, kg):
+    """Panel words of kg-blocks kg (low nibbles) and kg + 4 (high) of channels 4q..4q+3 from
+    the units u, u+1 (qs bytes 4i .. 4i+3 of a block whose first kg-block is kg - i)."""
+    a = _unit(t, u, q)
+    b = _unit(t, u + 1, q)
+    lo = kg * _U(16) + q
+    p64[lo] = _kg_low(a, b)
+    p64[lo + _U(64)] = _kg_high(a, b)
+
+
+@lazy_njit(nt.void(_RO_U64, nt.uint64, nt.uint64[::1], nt.uint64[::1]), **_HELPER)
+def _q4_0_quads(t, blk0, p64, d64):
+    # one loop over the channel quads per output: a loop that stores to more arrays needs more
+    # run-time overlap checks than LLVM makes, and stays scalar (pack 4.2 -> 1.4 GB/s)
+    for b in range(4):
+        blk = blk0 + _U(b)
+        for q in range(16):
+            d64[blk * _U(16) + _U(q)] = _unit(t, 9 * b, _U(q))
+        for i in range(4):
+            for q in range(16):
+                _put_kg2(t, 9 * b + 1 + 2 * i, _U(q), p64, blk * _U(8) + _U(i))
+
+
+@njit
+def _qs_units(p64, kg, q, k):
+    """qs units k and k+1 (k even) of channels 4q..4q+3 from the panel words of the block
+    whose first kg-block is ``kg`` (inverse of _put_kg4)."""
+    lo = (kg + _U(k >> 1)) * _U(16) + q
+    lw = p64[lo]
+    hw = p64[lo + _U(64)]
+    return _qs_unit(lw, hw, 0), _qs_unit(lw, hw, 1)
+
+
+@lazy_njit(nt.void(_RO_U64, _RO_U64, nt.uint64, nt.uint64[::1]), **_HELPER)
+def _q4_0_unquads(p64, d64, blk0, t):
+    """Inverse of _q4_0_quads. Block b's units start at 9b: for even b the unit pairs (m, m+1)
+    of the slots are (d, qs0), (qs1, qs2) .. (qs7, d of block b+1), for odd b (qs0, qs1) ..."""
+    for bp in range(2):
+        blk = blk0 + _U(2 * bp)
+        m = 18 * bp
+        for q in range(16):
+            uq = _U(q)
+            kg = blk * _U(8)
+            u0, u1 = _qs_units(p64, kg, uq, 0)
+            u2, u3 = _qs_units(p64, kg, uq, 2)
+            u4, u5 = _qs_units(p64, kg, uq, 4)
+            u6, u7 = _qs_units(p64, kg, uq, 6)
+            _put_units(t, m, uq, d64[blk * _U(16) + uq], u0)
+            _put_units(t, m + 2, uq, u1, u2)
+            _put_units(t, m + 4, uq, u3, u4)
+            _put_units(t, m + 6, uq, u5, u6)
+            _put_units(t, m + 8, uq, u7, d64[(blk + _U(1)) * _U(16) + uq])
+            for k in range(0, 8, 2):
+                v0, v1 = _qs_units(p64, kg + _U(8), uq, k)
+                _put_units(t, m + 10 + k, uq, v0, v1)
+
+
+# -- Q4_1, K % 64 == 0: two blocks = 40 bytes = 20 units per row step ---------------------
+#   unit 10b: d, 10b+1: m of block b;  units 10b+2 .. 10b+9: its qs bytes (as Q4_0's)
+@lazy_njit(nt.void(_RO_U64, nt.uint64, nt.uint64[::1], nt.uint64[::1], nt.uint64[::1]), **_HELPER)
+def _q4_1_quads(t, blk0, p64, d64, m64):
+    for b in range(2):
+        blk = blk0 + _U(b)
+        for q in range(16):
+            d64[blk * _U(16) + _U(q)] = _unit(t, 10 * b, _U(q))
+        for q in range(16):
+            m64[blk * _U(16) + _U(q)] = _unit(t, 10 * b + 1, _U(q))
+        for i in range(4):
+            for q in range(16):
+                _put_kg2(t, 10 * b + 2 + 2 * i, _U(q), p64, blk * _U(8) + _U(i))
+
+
+@lazy_njit(nt.void(_RO_U64, _RO_U64, _RO_U64, nt.uint64, nt.uint64[::1]), **_HELPER)
+def _q4_1_unquads(p64, d64, m64, blk0, t):
+    for b in range(2):
+        blk = blk0 + _U(b)
+        for q in range(16):
+            uq = _U(q)
+            _put_units(t, 10 * b, uq, d64[blk * _U(16) + uq], m64[blk * _U(16) + uq])
+            for k in range(0, 8, 2):
+                v0, v1 = _qs_units(p64, blk * _U(8), uq, k)
+                _put_units(t, 10 * b + 2 + k, uq, v0, v1)
+
+
+#: (blocks, words) of a row step: Q4_0 (hdr 2) four 18-byte blocks, Q4_1 (hdr 4) two of 20
+@njit
+def _q4_step(hdr):
+    return (4, 9) if hdr == 2 else (2, 5)
+
+
+@lazy_njit(nt.void(_RO_U64, nt.int64, nt.int64, nt.int64, nt.uint64[::1], nt.uint64[::1], nt.uint64[::1]), **_KERNEL)
+def _q4_pack_w(w64, n, ng, hdr, p64, d64, m64):
+    """Q4_0 (hdr 2, K % 128 == 0; m64 unused) and Q4_1 (hdr 4, K % 64 == 0)."""
+    nbk, bw = _q4_step(hdr)
+    run = _RUN_WORDS // bw  # steps per sweep
+    wr = _U(ng // nbk * bw)
+    t = np.zeros(_RUN_WORDS * 64, np.uint64)
     for sb in range((n + 63) >> 6):
         cn = min(64, n - sb * 64)
-        for g0 in range(0, ng // 4, _RUN):
-            steps = min(_RUN, ng // 4 - g0)
-            _w9_runs(w64, t, _U(sb * 64) * wr + _U(9 * g0), wr, cn, steps, True)
+        for g0 in range(0, ng // nbk, run):
+            steps = min(run, ng // nbk - g0)
+            _rows_slots(w64, t, _U(sb * 64) * wr + _U(bw * g0), wr, cn, bw * steps, True)
             for st in range(steps):
-                _q4_0_w_compute(t[576 * st:], cn, _U(sb * ng + 4 * (g0 + st)), p16, d16)
+                blk = _U(sb * ng + nbk * (g0 + st))
+                if hdr == 2:
+                    _q4_0_quads(t[64 * bw * st:], blk, p64, d64)
+                else:
+                    _q4_1_quads(t[64 * bw * st:], blk, p64, d64, m64)
 
 
-@lazy_njit(nt.void(_RO_U16, _RO_U16, nt.int64, nt.int64, nt.uint64[::1]), **_KERNEL)
-def _q4_0_unpack_w(p16, d16, n, ng, w64):
-    wr = _U(ng // 4 * 9)
-    t = np.zeros(_RUN * 9 * 64, np.uint64)
+@lazy_njit(nt.void(_RO_U64, _RO_U64, _RO_U64, nt.int64, nt.int64, nt.int64, nt.uint64[::1]), **_KERNEL)
+def _q4_unpack_w(p64, d64, m64, n, ng, hdr, w64):
+    nbk, bw = _q4_step(hdr)
+    run = _RUN_WORDS // bw
+    wr = _U(ng // nbk * bw)
+    t = np.zeros(_RUN_WORDS * 64, np.uint64)
     for sb in range((n + 63) >> 6):
         cn = min(64, n - sb * 64)
-        for g0 in range(0, ng // 4, _RUN):
-            steps = min(_RUN, ng // 4 - g0)
+        for g0 in range(0, ng // nbk, run):
+            steps = min(run, ng // nbk - g0)
             for st in range(steps):
-                _q4_0_w_uncompute(p16, d16, cn, _U(sb * ng + 4 * (g0 + st)), t[576 * st:])
-            _w9_runs(t, w64, _U(sb * 64) * wr + _U(9 * g0), wr, cn, steps, False)
+                blk = _U(sb * ng + nbk * (g0 + st))
+                if hdr == 2:
+                    _q4_0_unquads(p64, d64, blk, t[64 * bw * st:])
+                else:
+                    _q4_1_unquads(p64, d64, m64, blk, t[64 * bw * st:])
+            _rows_slots(t, w64, _U(sb * 64) * wr + _U(bw * g0), wr, cn, bw * steps, False)
 
 
 # -- Q4_0 (any K) and Q4_1: one block at a time, staged as byte planes ---------------------
@@ -242,142 +365,136 @@ def _q4_unpack_b(p16, d16, m16, n, ng, hdr, a8):
             _unstage_b(t8, _U(sb * 64) * rb + _U(b * bb), rb, cn, bb, a8)
 
 
-# -- Q4_K: 144 bytes = 18 words per super-block j (rows are always whole words) -----------
-#   word 0: d | dmin << 16 | scales[0..3] << 32        word 1: scales[4..11]
-#   words 2..17: qs[0..127]; chunk p (words 2+4p .. 5+4p) holds sub-block 2p in its low
-#   nibbles and 2p+1 in its high nibbles; word 2+4p+t = elements 8t .. 8t+7 of each.
-#   6-bit scales, per byte lane (s = 0..3):
+# -- Q4_K: 144 bytes = 18 words = 72 units per super-block j (rows are always whole words) -
+#   unit 0: d   unit 1: dmin   units 2..7: scales[12] (unit 2+k = scales[2k] | scales[2k+1] << 8)
+#   units 8..71: qs[128]; chunk p (units 8+16p .. 23+16p) holds sub-block 2p in its low nibbles
+#   and 2p+1 in its high nibbles; units 8+16p+2i, 9+16p+2i = elements 4i .. 4i+3 of each.
+#   6-bit scales, per byte (s = 0..3):
 #     sc[s] = scales[s] & 63              sc[4+s] = scales[8+s] & 15 | (scales[s] >> 6) << 4
 #     m[s]  = scales[4+s] & 63            m[4+s]  = scales[8+s] >> 4 | (scales[4+s] >> 6) << 4
-@njit
-def _put_k_word(p16, g, x):
-    """One qs word: low nibbles -> kg-blocks 2t, 2t+1 of the even sub-block (word g),
-    high nibbles -> the same kg-blocks of the odd sub-block (one group = 512 words later)."""
-    lw = _pairs(x & _M0F)
-    hw = _pairs((x >> _U(4)) & _M0F)
-    p16[g] = np.uint16(lw & _U(0xFFFF))
-    p16[g + _U(64)] = np.uint16((lw >> _U(32)) & _U(0xFFFF))
-    p16[g + _U(512)] = np.uint16(hw & _U(0xFFFF))
-    p16[g + _U(576)] = np.uint16((hw >> _U(32)) & _U(0xFFFF))
+#   The sc and m regions are written (read) four channels a uint32: byte c % 4 of word
+#   (g*64 + c) / 4, from the 16-bit units by _narrow (_widen back).
+_S6 = _U(0x003F003F003F003F)  # 6 and 2 low bits of each 16-bit unit (the shifts cross units: masked after)
+_S2 = _U(0x0003000300030003)
 
 
 @njit
-def _get_k_word(p16, g):
-    lw = _U(p16[g]) | (_U(p16[g + _U(64)]) << _U(16))
-    hw = _U(p16[g + _U(512)]) | (_U(p16[g + _U(576)]) << _U(16))
-    return _spread(lw) | (_spread(hw) << _U(4))
+def _narrow(v):
+    """Four 16-bit units, each < 256 -> the four bytes of a uint32."""
+    v = (v | (v >> _U(8))) & _M1
+    return np.uint32((v | (v >> _U(16))) & _LO32)
 
 
 @njit
-def _put_k_chunk(p16, g, t, k0, c):
-    _put_k_word(p16, g, t[_U(k0) * _U(64) + c])
-    _put_k_word(p16, g + _U(128), t[_U(k0 + 1) * _U(64) + c])
-    _put_k_word(p16, g + _U(256), t[_U(k0 + 2) * _U(64) + c])
-    _put_k_word(p16, g + _U(384), t[_U(k0 + 3) * _U(64) + c])
+def _widen(x):
+    """Inverse of _narrow: the four bytes of x -> four 16-bit units."""
+    v = _U(x)
+    v = (v | (v << _U(16))) & _M1
+    return (v | (v << _U(8))) & _B16
 
 
 @njit
-def _get_k_chunk(p16, g, t, k0, c):
-    t[_U(k0) * _U(64) + c] = _get_k_word(p16, g)
-    t[_U(k0 + 1) * _U(64) + c] = _get_k_word(p16, g + _U(128))
-    t[_U(k0 + 2) * _U(64) + c] = _get_k_word(p16, g + _U(256))
-    t[_U(k0 + 3) * _U(64) + c] = _get_k_word(p16, g + _U(384))
+def _scale_byte(t, i, q):
+    """scales[i] of channels 4q..4q+3, one per 16-bit unit."""
+    return (_unit(t, 2 + (i >> 1), q) >> _U(8 * (i & 1))) & _B16
+
+
+@lazy_njit(nt.void(_RO_U64, nt.uint64, nt.uint64, nt.uint64[::1], nt.uint32[::1], nt.uint32[::1], nt.uint64[::1],
+                   nt.uint64[::1]), **_HELPER)
+def _q4_k_quads(t, g0, sbj, p64, sc32, m32, d64, dmin64):
+    for q in range(16):  # one output a loop (see _q4_0_quads)
+        d64[sbj * _U(16) + _U(q)] = _unit(t, 0, _U(q))
+    for q in range(16):
+        dmin64[sbj * _U(16) + _U(q)] = _unit(t, 1, _U(q))
+    for s in range(4):
+        i = (g0 + _U(s)) * _U(16)
+        for q in range(16):
+            sc32[i + _U(q)] = _narrow(_scale_byte(t, s, _U(q)) & _S6)
+        for q in range(16):
+            m32[i + _U(q)] = _narrow(_scale_byte(t, 4 + s, _U(q)) & _S6)
+        for q in range(16):
+            lo = _scale_byte(t, s, _U(q))
+            sc32[i + _U(64 + q)] = _narrow((_scale_byte(t, 8 + s, _U(q)) & _N0) | (((lo >> _U(6)) & _S2) << _U(4)))
+        for q in range(16):
+            mid = _scale_byte(t, 4 + s, _U(q))
+            m32[i + _U(64 + q)] = _narrow(((_scale_byte(t, 8 + s, _U(q)) >> _U(4)) & _N0)
+                                          | (((mid >> _U(6)) & _S2) << _U(4)))
+    for p in range(4):
+        for i in range(8):
+            lo = ((g0 + _U(2 * p)) * _U(8) + _U(i)) * _U(16)
+            hi = lo + _U(128)
+            for q in range(16):
+                uq = _U(q)
+                a = _unit(t, 8 + 16 * p + 2 * i, uq)
+                b = _unit(t, 9 + 16 * p + 2 * i, uq)
+                p64[lo + uq] = _kg_low(a, b)
+                p64[hi + uq] = _kg_high(a, b)
 
 
 @njit
-def _put8(o8, base, v):
-    """Bytes 0..7 of v -> o8[base + 64*s] (one 6-bit scale per group s)."""
-    o8[base] = np.uint8(v & _U(0xFF))
-    o8[base + _U(64)] = np.uint8((v >> _U(8)) & _U(0xFF))
-    o8[base + _U(128)] = np.uint8((v >> _U(16)) & _U(0xFF))
-    o8[base + _U(192)] = np.uint8((v >> _U(24)) & _U(0xFF))
-    o8[base + _U(256)] = np.uint8((v >> _U(32)) & _U(0xFF))
-    o8[base + _U(320)] = np.uint8((v >> _U(40)) & _U(0xFF))
-    o8[base + _U(384)] = np.uint8((v >> _U(48)) & _U(0xFF))
-    o8[base + _U(448)] = np.uint8((v >> _U(56)) & _U(0xFF))
+def _k_bytes(sc32, m32, i):
+    """scales[s], scales[4+s], scales[8+s] of four channels (one per 16-bit unit) from their
+    sc, m words at i (group s) and i + 64 (group 4+s), each value taken to its 6 bits."""
+    sl = _widen(sc32[i]) & _S6
+    ml = _widen(m32[i]) & _S6
+    sh = _widen(sc32[i + _U(64)]) & _S6
+    mh = _widen(m32[i + _U(64)]) & _S6
+    return (sl | (((sh >> _U(4)) & _S2) << _U(6)), ml | (((mh >> _U(4)) & _S2) << _U(6)),
+            (sh & _N0) | ((mh & _N0) << _U(4)))
 
 
-@njit
-def _get8(o8, base):
-    """Inverse of _put8, each value masked to its 6 bits."""
-    v = _U(0)
-    for s in range(8):
-        v |= _U(o8[base + _U(64 * s)] & np.uint8(63)) << _U(8 * s)
-    return v
+@lazy_njit(nt.void(_RO_U64, _RO_U32, _RO_U32, _RO_U64, _RO_U64, nt.uint64, nt.uint64, nt.uint64[::1]), **_HELPER)
+def _q4_k_unquads(p64, sc32, m32, d64, dmin64, g0, sbj, t):
+    for q in range(16):
+        uq = _U(q)
+        _put_units(t, 0, uq, d64[sbj * _U(16) + uq], dmin64[sbj * _U(16) + uq])
+        i = g0 * _U(16) + uq
+        a0, b0, c0 = _k_bytes(sc32, m32, i)
+        a1, b1, c1 = _k_bytes(sc32, m32, i + _U(16))
+        a2, b2, c2 = _k_bytes(sc32, m32, i + _U(32))
+        a3, b3, c3 = _k_bytes(sc32, m32, i + _U(48))
+        _put_units(t, 2, uq, a0 | (a1 << _U(8)), a2 | (a3 << _U(8)))
+        _put_units(t, 4, uq, b0 | (b1 << _U(8)), b2 | (b3 << _U(8)))
+        _put_units(t, 6, uq, c0 | (c1 << _U(8)), c2 | (c3 << _U(8)))
+    for p in range(4):
+        for i in range(8):
+            lo = ((g0 + _U(2 * p)) * _U(8) + _U(i)) * _U(16)
+            for q in range(16):
+                uq = _U(q)
+                lw = p64[lo + uq]
+                hw = p64[lo + _U(128) + uq]
+                _put_units(t, 8 + 16 * p + 2 * i, uq, _qs_unit(lw, hw, 0), _qs_unit(lw, hw, 1))
 
 
-@lazy_njit(nt.void(_RO_U64, nt.int64, nt.uint64, nt.uint64, nt.uint16[::1], nt.uint8[::1], nt.uint8[::1], nt.uint16[::1],
-              nt.uint16[::1]), **_HELPER)
-def _q4_k_compute(t, cn, g0, sbj, p16, sc8, m8, d16, dmin16):
-    for c in range(cn):
-        uc = _U(c)
-        a0 = t[uc]
-        a1 = t[_U(64) + uc]
-        d16[sbj + uc] = np.uint16(a0 & _U(0xFFFF))
-        dmin16[sbj + uc] = np.uint16((a0 >> _U(16)) & _U(0xFFFF))
-        lo = (a0 >> _U(32)) & _U(0xFFFFFFFF)
-        mid = a1 & _U(0xFFFFFFFF)
-        hi = a1 >> _U(32)
-        sc = (lo & _U(0x3F3F3F3F)) | (((hi & _U(0x0F0F0F0F)) | ((lo >> _U(2)) & _U(0x30303030))) << _U(32))
-        mm = (mid & _U(0x3F3F3F3F)) | ((((hi >> _U(4)) & _U(0x0F0F0F0F)) | ((mid >> _U(2)) & _U(0x30303030))) << _U(32))
-        _put8(sc8, g0 * _U(64) + uc, sc)
-        _put8(m8, g0 * _U(64) + uc, mm)
-        _put_k_chunk(p16, g0 * _U(512) + uc, t, 2, uc)
-        _put_k_chunk(p16, (g0 + _U(2)) * _U(512) + uc, t, 6, uc)
-        _put_k_chunk(p16, (g0 + _U(4)) * _U(512) + uc, t, 10, uc)
-        _put_k_chunk(p16, (g0 + _U(6)) * _U(512) + uc, t, 14, uc)
-
-
-@lazy_njit(nt.void(_RO_U16, _RO_U8, _RO_U8, _RO_U16, _RO_U16, nt.int64, nt.uint64, nt.uint64, nt.uint64[::1]), **_HELPER)
-def _q4_k_uncompute(p16, sc8, m8, d16, dmin16, cn, g0, sbj, t):
-    for c in range(cn):
-        uc = _U(c)
-        sc = _get8(sc8, g0 * _U(64) + uc)
-        mm = _get8(m8, g0 * _U(64) + uc)
-        schi = sc >> _U(32)
-        mhi = mm >> _U(32)
-        lo = (sc & _U(0xFFFFFFFF)) | (((schi >> _U(4)) & _U(0x03030303)) << _U(6))
-        mid = (mm & _U(0xFFFFFFFF)) | (((mhi >> _U(4)) & _U(0x03030303)) << _U(6))
-        hi = (schi & _U(0x0F0F0F0F)) | ((mhi & _U(0x0F0F0F0F)) << _U(4))
-        t[uc] = _U(d16[sbj + uc]) | (_U(dmin16[sbj + uc]) << _U(16)) | (lo << _U(32))
-        t[_U(64) + uc] = mid | (hi << _U(32))
-        _get_k_chunk(p16, g0 * _U(512) + uc, t, 2, uc)
-        _get_k_chunk(p16, (g0 + _U(2)) * _U(512) + uc, t, 6, uc)
-        _get_k_chunk(p16, (g0 + _U(4)) * _U(512) + uc, t, 10, uc)
-        _get_k_chunk(p16, (g0 + _U(6)) * _U(512) + uc, t, 14, uc)
-
-
-@lazy_njit(nt.void(_RO_U64, nt.int64, nt.int64, nt.uint16[::1], nt.uint8[::1], nt.uint8[::1], nt.uint16[::1],
-              nt.uint16[::1]), **_KERNEL)
-def _q4_k_pack(w64, n, nsb, p16, sc8, m8, d16, dmin16):
+@lazy_njit(nt.void(_RO_U64, nt.int64, nt.int64, nt.uint64[::1], nt.uint32[::1], nt.uint32[::1], nt.uint64[::1],
+                   nt.uint64[::1]), **_KERNEL)
+def _q4_k_pack(w64, n, nsb, p64, sc32, m32, d64, dmin64):
     wr = _U(nsb * 18)
-    runk = _RUN // 2  # super-blocks per sweep: two 72-byte steps each
-    t = np.zeros(_RUN * 9 * 64, np.uint64)
+    runk = _RUN_WORDS // 18  # super-blocks per sweep
+    t = np.zeros(_RUN_WORDS * 64, np.uint64)
     for sb in range((n + 63) >> 6):
         cn = min(64, n - sb * 64)
         for j0 in range(0, nsb, runk):
             steps = min(runk, nsb - j0)
-            _w9_runs(w64, t, _U(sb * 64) * wr + _U(18 * j0), wr, cn, 2 * steps, True)
+            _rows_slots(w64, t, _U(sb * 64) * wr + _U(18 * j0), wr, cn, 18 * steps, True)
             for st in range(steps):
                 j = j0 + st
-                _q4_k_compute(t[1152 * st:], cn, _U(sb * nsb * 8 + 8 * j), _U((sb * nsb + j) * 64), p16, sc8, m8,
-                              d16, dmin16)
+                _q4_k_quads(t[1152 * st:], _U(sb * nsb * 8 + 8 * j), _U(sb * nsb + j), p64, sc32, m32, d64, dmin64)
 
 
-@lazy_njit(nt.void(_RO_U16, _RO_U8, _RO_U8, _RO_U16, _RO_U16, nt.int64, nt.int64, nt.uint64[::1]), **_KERNEL)
-def _q4_k_unpack(p16, sc8, m8, d16, dmin16, n, nsb, w64):
+@lazy_njit(nt.void(_RO_U64, _RO_U32, _RO_U32, _RO_U64, _RO_U64, nt.int64, nt.int64, nt.uint64[::1]), **_KERNEL)
+def _q4_k_unpack(p64, sc32, m32, d64, dmin64, n, nsb, w64):
     wr = _U(nsb * 18)
-    runk = _RUN // 2  # super-blocks per sweep: two 72-byte steps each
-    t = np.zeros(_RUN * 9 * 64, np.uint64)
+    runk = _RUN_WORDS // 18
+    t = np.zeros(_RUN_WORDS * 64, np.uint64)
     for sb in range((n + 63) >> 6):
         cn = min(64, n - sb * 64)
         for j0 in range(0, nsb, runk):
             steps = min(runk, nsb - j0)
             for st in range(steps):
                 j = j0 + st
-                _q4_k_uncompute(p16, sc8, m8, d16, dmin16, cn, _U(sb * nsb * 8 + 8 * j), _U((sb * nsb + j) * 64),
-                                t[1152 * st:])
-            _w9_runs(t, w64, _U(sb * 64) * wr + _U(18 * j0), wr, cn, 2 * steps, False)
+                _q4_k_unquads(p64, sc32, m32, d64, dmin64, _U(sb * nsb * 8 + 8 * j), _U(sb * nsb + j), t[1152 * st:])
+            _rows_slots(t, w64, _U(sb * 64) * wr + _U(18 * j0), wr, cn, 18 * steps, False)
 
 
 # -- Q8_0: 34 bytes per block (d, then 32 int8 = the integer codes) ------------------------
@@ -531,8 +648,6 @@ _L01 = _U(0x0101010101010101)
 _L0F = _U(0x0F0F0F0F0F0F0F0F)
 _L03 = _U(0x0303030303030303)
 _L80 = _U(0x8080808080808080)
-_LO32 = _U(0xFFFFFFFF)
-_HI32 = _U(0xFFFFFFFF00000000)
 
 
 @njit

@@ -61,8 +61,8 @@ def pack(blocks, n: int, k: int, qtype, out: dict[str, np.ndarray] | None = None
     t = C.accepted(NAME, refuse, qtype, n, k)
     raw = C.as_blocks(NAME, blocks, t, n, k).reshape(-1)
     regions = C.out_regions(NAME, out, plan(t, n, k))
-    _k()._int8_q4_0_pack(raw, n, k // 32, C.F16_TO_F32, regions["qs"].reshape(-1).view(np.uint32),
-                         regions["scales"].reshape(-1))
+    _k()._int8_q4_0_pack(raw, n, k // 32, C.F16_TO_F32.view(np.uint32), regions["qs"].reshape(-1).view(np.uint32),
+                         regions["scales"].reshape(-1).view(np.uint32))  # the f32 scales written as their bits
     return regions
 
 
@@ -87,10 +87,12 @@ def _checked(t, n, k, regions):
 
 def unpack(regions, n: int, k: int, qtype, out: np.ndarray | None = None) -> np.ndarray:
     t = C.accepted(NAME, refuse, qtype, n, k)
-    r, d = _checked(t, n, k, regions)
+    r = C.as_regions(NAME, regions, plan(t, n, k))
+    d = C.f32_to_f16_bits_fast(r["scales"], f"layout {NAME}: region 'scales'")
     raw = C.out_blocks(NAME, out, t, n, k)
-    _k()._int8_q4_0_unpack(r["qs"].reshape(-1).view(np.uint32), d.reshape(-1).view(np.uint8), n, k // 32,
-                           raw.reshape(-1))
+    if _k()._int8_q4_0_unpack(r["qs"].reshape(-1).view(np.uint32), d.reshape(-1).view(np.uint8), n, k // 32,
+                              raw.reshape(-1)):
+        _checked(t, n, k, regions)  # raises, naming the codes outside -8..7 (``raw`` is then partly written)
     return raw
 
 

@@ -85,7 +85,8 @@ def pack(blocks, n: int, k: int, qtype, out: dict[str, np.ndarray] | None = None
     regions = C.out_regions(NAME, out, plan(t, n, k))
     q32 = regions["qs"].reshape(-1).view(np.uint32)
     if t.name == "Q4_0":
-        _k()._nibble_q4_0_pack(raw, n, k // 32, C.F16_TO_F32, q32, regions["scales"].reshape(-1))
+        _k()._nibble_q4_0_pack(raw, n, k // 32, C.F16_TO_F32.view(np.uint32), q32,
+                               regions["scales"].reshape(-1).view(np.uint32))
     else:
         _k()._nibble_q4_k_pack(raw, n, k // 256, C.F16_TO_F32, q32, regions["dsc"].reshape(-1),
                                regions["dmn"].reshape(-1))
@@ -122,7 +123,7 @@ def unpack(regions, n: int, k: int, qtype, out: np.ndarray | None = None) -> np.
         )
     r = C.as_regions(NAME, regions, plan(t, n, k))
     raw = C.out_blocks(NAME, out, t, n, k)
-    d = C.f32_to_f16_bits_exact(r["scales"], f"layout {NAME}: region 'scales'")
+    d = C.f32_to_f16_bits_fast(r["scales"], f"layout {NAME}: region 'scales'")
     _k()._nibble_q4_0_unpack(r["qs"].reshape(-1).view(np.uint32), d.reshape(-1).view(np.uint8), n, k // 32,
                              raw.reshape(-1))
     return raw

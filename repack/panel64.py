@@ -308,39 +308,55 @@ def _fill_pads(regions: dict[str, np.ndarray], t, n: int) -> None:
 
 
 
+#: header bytes of a Q4_0/Q4_1 block, and the blocks along K its channel-quad kernels need
+_Q4_STEP = {"Q4_0": (2, 4), "Q4_1": (4, 2)}
+
+
 def _pack_q4_small(raw, t, n, k, out):
     geo = geometry(t, n, k)
-    if t.name == "Q4_0" and geo.ng % 4 == 0:
-        _k()._q4_0_pack_w(C.aligned_words(raw), n, geo.ng, out["panels"].reshape(-1).view(np.uint16),
-                          out["d"].reshape(-1))
+    hdr, nbk = _Q4_STEP[t.name]
+    if geo.ng % nbk == 0:
+        views = [C.aligned_out(out[name]) for name in ("panels", "d", "m") if name in out]
+        p64, d64 = views[0][0], views[1][0]
+        m64 = views[2][0] if len(views) > 2 else d64[:0]
+        _k()._q4_pack_w(C.aligned_words(raw), n, geo.ng, hdr, p64, d64, m64)
+        for _, fin in views:
+            fin()
     else:
         _pack_q4_cols(raw, t, n, k, out)
 
 
 def _unpack_q4_small(r, t, n, k, raw):
     geo = geometry(t, n, k)
-    p16 = r["panels"].reshape(-1).view(np.uint16)
-    d = r["d"].reshape(-1)
-    if t.name == "Q4_0" and geo.ng % 4 == 0:
+    hdr, nbk = _Q4_STEP[t.name]
+    if geo.ng % nbk == 0:
         w64, finish = C.aligned_out(raw)
-        _k()._q4_0_unpack_w(p16, d, n, geo.ng, w64)
+        d64 = C.words(r["d"])
+        _k()._q4_unpack_w(C.words(r["panels"]), d64, C.words(r["m"]) if "m" in r else d64[:0], n, geo.ng, hdr, w64)
         finish()
     else:
+        p16 = r["panels"].reshape(-1).view(np.uint16)
+        d = r["d"].reshape(-1)
         m = r["m"].reshape(-1) if "m" in r else d[:0]
-        _k()._q4_unpack_b(p16, d, m, n, geo.ng, t.type_size - 16, raw.reshape(-1))
+        _k()._q4_unpack_b(p16, d, m, n, geo.ng, hdr, raw.reshape(-1))
+
+
+#: the Q4_K regions as the channel-quad kernels take them: four channels a word
+_Q4_K_WORDS = (("panels", np.uint64), ("sc", np.uint32), ("m", np.uint32), ("d", np.uint64), ("dmin", np.uint64))
 
 
 def _pack_q4_k(raw, t, n, k, out):
     geo = geometry(t, n, k)
-    _k()._q4_k_pack(C.aligned_words(raw), n, geo.nsb, out["panels"].reshape(-1).view(np.uint16),
-                    out["sc"].reshape(-1), out["m"].reshape(-1), out["d"].reshape(-1), out["dmin"].reshape(-1))
+    views = [C.aligned_out(out[name], dtype) for name, dtype in _Q4_K_WORDS]
+    _k()._q4_k_pack(C.aligned_words(raw), n, geo.nsb, *(v for v, _ in views))
+    for _, fin in views:
+        fin()
 
 
 def _unpack_q4_k(r, t, n, k, raw):
     geo = geometry(t, n, k)
     w64, finish = C.aligned_out(raw)
-    _k()._q4_k_unpack(r["panels"].reshape(-1).view(np.uint16), r["sc"].reshape(-1), r["m"].reshape(-1),
-                      r["d"].reshape(-1), r["dmin"].reshape(-1), n, geo.nsb, w64)
+    _k()._q4_k_unpack(*(C.words(r[name], dtype) for name, dtype in _Q4_K_WORDS), n, geo.nsb, w64)
     finish()
 
 
@@ -512,7 +528,7 @@ def _unpack_int8_table(r, t, n, k, raw):
                      t.block_size, geo.g, raw.reshape(-1))
 
 
-_FAST_PACK = {"Q4_0": _pack_q4_small, "Q4_1": _pack_q4_cols, "Q4_K": _pack_q4_k, "Q8_0": _pack_int8_cols,
+_FAST_PACK = {"Q4_0": _pack_q4_small, "Q4_1": _pack_q4_small, "Q4_K": _pack_q4_k, "Q8_0": _pack_int8_cols,
               "Q5_0": _pack_int8_rows, "Q5_1": _pack_int8_rows, "Q5_K": _pack_int8_rows,
               "Q6_K": _pack_int8_rows, "Q2_K": _pack_int8_rows, "Q3_K": _pack_int8_rows}
 _NUMPY_PACK = {"Q4_0": _np_pack_q4_small, "Q4_1": _np_pack_q4_small, "Q8_0": _np_pack_q8_0}

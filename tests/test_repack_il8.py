@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from panelpack.formats import blocks as B
+from panelpack.formats import qtypes
 from panelpack.formats.errors import BadInputError, UnsupportedError
 from panelpack.repack import il8_int8 as I8
 from panelpack.repack import il8_nibble as IN
@@ -110,11 +111,34 @@ def test_scales_that_are_not_f16_values_are_refused(rng):
         IN.unpack(reg, 8, 32, "Q4_0")
 
 
-def test_int8_codes_outside_the_q4_range_are_refused(rng):
-    reg = I8.pack(random_blocks("Q4_0", 8, 32, rng), 8, 32, "Q4_0")
-    reg["qs"][0, 0, 5] = 9
+@pytest.mark.parametrize("code", [8, 9, -9, 127, -128])
+def test_int8_codes_outside_the_q4_range_are_refused(code, rng):
+    reg = I8.pack(random_blocks("Q4_0", 16, 64, rng), 16, 64, "Q4_0")
+    reg["qs"][1, 1, 200] = code
     with pytest.raises(BadInputError, match="region 'qs' holds values outside -8..7"):
-        I8.unpack(reg, 8, 32, "Q4_0")
+        I8.unpack(reg, 16, 64, "Q4_0")
+
+
+def test_the_scale_kernel_agrees_with_the_numpy_check(rng):
+    # every widened f16 comes back as its bits; random and near-miss f32 patterns get numpy's verdict
+    from panelpack.repack import _common as C
+
+    table = C.F16_TO_F32
+    assert np.array_equal(C.f32_to_f16_bits_fast(table, "x"), np.arange(1 << 16, dtype=np.uint16))
+    flips = table[rng.integers(0, 1 << 16, 3000)].view(np.uint32) ^ (np.uint32(1) << rng.integers(0, 32, 3000).astype(np.uint32))
+    edges = [0x00000001, 0x33800000, 0x337FFFFF, 0x33C00000, 0x38800000, 0x387FE000, 0x477FE000, 0x477FF000, 0x7F800001,
+             0x7FC00000, 0xFF802000, 0x80000000, 0x00800000]
+    for x in np.concatenate([rng.integers(0, 1 << 32, 2000, dtype=np.uint64).astype(np.uint32), flips, edges]):
+        v = np.array([x], np.uint32).view(np.float32)
+        try:
+            want = C.f32_to_f16_bits_exact(v, "x")
+        except BadInputError:
+            want = None
+        if want is None:
+            with pytest.raises(BadInputError, match="is not an exact f16"):
+                C.f32_to_f16_bits_fast(v, "x")
+        else:
+            assert C.f32_to_f16_bits_fast(v, "x")[0] == want[0], hex(x)
 
 
 # ---- numba kernels against the numpy references ----------------------------------------------
@@ -139,3 +163,22 @@ def test_signed_nibble_swar_against_scalar():
     for u in range(16):
         v = np.uint64(int.from_bytes(bytes([u] * 8), "little"))
         assert int(getattr(K._signed, "py_func", K._signed)(v)).to_bytes(8, "little") == bytes([(u - 8) & 0xFF] * 8)
+
+
+@pytest.mark.parametrize("mod, qtype", [(IN, "Q4_0"), (I8, "Q4_0"), (IN, "Q4_K")], ids=lambda x: getattr(x, "NAME", x))
+def test_every_f16_scale_widens_as_the_reference(mod, qtype, rng):
+    # the kernels widen f16 scales without the table (only its subnormal/inf/NaN entries): all
+    # 65536 bit patterns (Q4_0: as d; Q4_K: d and dmin halves) against the numpy reference, bitwise
+    n, t = 8, qtypes.get(qtype)
+    per_row = (1 << 16) // n if qtype == "Q4_0" else (1 << 15) // n
+    raw = random_blocks(t, n, per_row * t.block_size, rng).reshape(n, per_row, t.type_size)
+    h = np.arange(1 << 16, dtype=np.uint16)
+    if qtype == "Q4_0":
+        raw[:, :, 0:2] = h.reshape(n, per_row, 1).view(np.uint8).reshape(n, per_row, 2)
+    else:
+        raw[:, :, 0:2] = h[: 1 << 15].reshape(n, per_row, 1).view(np.uint8).reshape(n, per_row, 2)
+        raw[:, :, 2:4] = h[1 << 15:].reshape(n, per_row, 1).view(np.uint8).reshape(n, per_row, 2)
+    k = per_row * t.block_size
+    fast, ref = mod.pack(raw, n, k, qtype), mod.pack_ref(raw, n, k, qtype)
+    for name in ref:
+        assert np.array_equal(fast[name].view(np.uint8), ref[name].view(np.uint8)), name

@@ -184,12 +184,16 @@ def test_scale_regions_are_the_source_fields_in_channel_order(qtype, rng):
     ("Q4_0", 64, 128), ("Q4_0", 70, 512), ("Q4_0", 3, 96), ("Q4_0", 130, 576),  # word and byte paths
     ("Q4_1", 70, 96), ("Q4_1", 1, 512),
     ("Q4_K", 70, 512), ("Q4_K", 5, 256),
+    ("Q4_0", 67, 2176), ("Q4_1", 130, 64), ("Q4_1", 67, 1920), ("Q4_K", 66, 1280),  # channel quads: several sweeps
     ("Q8_0", 70, 96), ("Q8_0", 128, 256),
     ("Q5_0", 70, 96), ("Q5_1", 64, 64), ("Q5_K", 70, 512), ("Q6_K", 70, 512), ("Q6_K", 1, 256),  # bit tables
     ("Q8_0", 71, 64), ("Q5_0", 3, 64), ("Q5_1", 129, 32), ("Q5_K", 65, 256),  # odd last row: paired with a pad
     ("Q2_K", 70, 512), ("Q2_K", 1, 256), ("Q3_K", 130, 768), ("Q3_K", 63, 256),  # _tab_pack
 ])
-def test_fast_kernels_match_the_references(qtype, n, k, rng):
+def test_fast_kernels_match_the_references(qtype, n, k, rng, monkeypatch):
+    from panelpack.formats import engine
+
+    monkeypatch.setattr(engine, "_kernels", True)  # the kernels, whatever ran before
     raw = random_blocks(qtype, n, k, rng)
     fast = P.pack(raw, n, k, qtype)
     ref = P.pack_ref(raw, n, k, qtype)
@@ -200,8 +204,11 @@ def test_fast_kernels_match_the_references(qtype, n, k, rng):
     assert np.array_equal(P.unpack(fast, n, k, qtype), raw)
 
 
-@pytest.mark.parametrize("qtype", ["Q8_0", "Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q4_1", "Q2_K", "Q3_K"])
-def test_block_column_kernels_write_misaligned_out_regions(qtype, rng):
+@pytest.mark.parametrize("qtype", ["Q8_0", "Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q4_0", "Q4_1", "Q4_K", "Q2_K", "Q3_K"])
+def test_block_column_kernels_write_misaligned_out_regions(qtype, rng, monkeypatch):
+    from panelpack.formats import engine
+
+    monkeypatch.setattr(engine, "_kernels", True)
     n, k = 67, 256
     raw = random_blocks(qtype, n, k, rng)
     ref = P.pack_ref(raw, n, k, qtype)
@@ -212,6 +219,19 @@ def test_block_column_kernels_write_misaligned_out_regions(qtype, rng):
     P.pack(raw, n, k, qtype, out=out)
     for name in ref:
         assert np.array_equal(out[name].view(np.uint8), ref[name].view(np.uint8)), name
+
+
+@pytest.mark.parametrize("qtype, n, k", [("Q4_0", 67, 256), ("Q4_1", 67, 256), ("Q4_1", 5, 96), ("Q4_K", 67, 256)])
+def test_nibble_kernels_read_misaligned_regions(qtype, n, k, rng):
+    raw = random_blocks(qtype, n, k, rng)
+    ref = P.pack_ref(raw, n, k, qtype)
+    shifted = {}
+    for name, a in ref.items():
+        buf = np.zeros(a.nbytes + 1, np.uint8)  # one byte off every alignment, read-only as a memory map is
+        buf[1:] = a.reshape(-1).view(np.uint8)
+        shifted[name] = buf[1:].view(a.dtype).reshape(a.shape)
+        shifted[name].flags.writeable = False
+    assert np.array_equal(P.unpack(shifted, n, k, qtype), raw)
 
 
 @pytest.mark.parametrize("qtype, n, k", [
@@ -266,7 +286,7 @@ def test_a_small_pack_without_a_numpy_packer_runs_the_reference(qtype, rng, monk
 
 def test_the_fast_paths_are_the_ones_exercised():
     assert set(P._FAST_PACK) == {t.name for t in P.SOURCE_TYPES} == set(P._FAST_UNPACK)
-    for name in ("_q4_0_pack_w", "_q4_0_unpack_w", "_q4_small_cols", "_q4_unpack_b", "_q4_k_pack", "_q4_k_unpack",
+    for name in ("_q4_pack_w", "_q4_unpack_w", "_q4_small_cols", "_q4_unpack_b", "_q4_k_pack", "_q4_k_unpack",
                  "_q8_0_unpack", "_tab_unpack", "_q8_0_cols", "_q5_small_cols", "_q5_k_cols", "_q6_k_cols",
                  "_tab_pack"):
         f = getattr(K, name)
@@ -309,6 +329,34 @@ def test_table_driven_kernels_without_jit_match_the_references():
             fast, ref = P.pack(raw, n, 256, q), P.pack_ref(raw, n, 256, q)
             assert all(np.array_equal(fast[r].view(np.uint8), ref[r].view(np.uint8)) for r in ref), q
             assert np.array_equal(P.unpack(fast, n, 256, q), raw), q
+        print("ok")
+    """)
+    assert run_without_jit(code) == "ok"
+
+
+def test_nibble_kernels_without_jit_match_the_references():
+    # the channel-quad kernels (and formats._jit.prefetch, a no-op) as plain Python, and the il8
+    # kernels with their scale checks: the same bytes as the references, no overflow warnings
+    code = textwrap.dedent("""
+        import warnings
+        warnings.simplefilter("error")
+        import numpy as np
+        from builders import random_blocks
+        from panelpack.formats import engine
+        from panelpack.repack import panel64 as P, il8_nibble as IN, il8_int8 as I8
+        engine.start_kernels()
+        rng = np.random.default_rng(3)
+        for q, n, k in (("Q4_0", 5, 128), ("Q4_1", 5, 64), ("Q4_K", 5, 256)):
+            raw = random_blocks(q, n, k, rng)
+            fast, ref = P.pack(raw, n, k, q), P.pack_ref(raw, n, k, q)
+            assert all(np.array_equal(fast[r].view(np.uint8), ref[r].view(np.uint8)) for r in ref), q
+            assert np.array_equal(P.unpack(fast, n, k, q), raw), q
+        for mod, q, k in ((IN, "Q4_0", 64), (IN, "Q4_K", 256), (I8, "Q4_0", 64)):
+            raw = random_blocks(q, 8, k, rng)
+            fast, ref = mod.pack(raw, 8, k, q), mod.pack_ref(raw, 8, k, q)
+            assert all(np.array_equal(fast[r].view(np.uint8), ref[r].view(np.uint8)) for r in ref), (mod.NAME, q)
+            if mod.invertible(q):
+                assert np.array_equal(mod.unpack(fast, 8, k, q), raw), mod.NAME
         print("ok")
     """)
     assert run_without_jit(code) == "ok"
