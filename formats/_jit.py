@@ -245,11 +245,11 @@ def st64(a8, o, x):
         a8[o + _U64(j)] = _np.uint8((x >> _U64(8 * j)) & _U64(0xFF))
 
 
-def _build_prefetch():
-    """``prefetch(a, i)``: a hint to bring the cache line of ``a[i]`` into the caches (LLVM's
-    ``llvm.prefetch``, read intent, kept in every level); no effect on any value, and harmless
-    on any address (a prefetch never faults). A no-op Python function when numba's JIT is
-    disabled. (For lines about to be written, write intent measured the same here.)"""
+def _build_prefetch(write: int):
+    """A prefetch hint for the cache line of ``a[i]`` (LLVM's ``llvm.prefetch``, kept in every
+    level; ``write``: 0 read intent, 1 write intent: prefetcht0 / prefetchw on x86, prfm on
+    Arm); no effect on any value, and harmless on any address (a prefetch never faults). A no-op
+    Python function when numba's JIT is disabled."""
     from llvmlite import ir
     from numba.core import cgutils
     from numba.extending import intrinsic
@@ -268,7 +268,7 @@ def _build_prefetch():
             fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
                                                 "llvm.prefetch.p0i8")
             p = builder.bitcast(builder.gep(data, [args[1]]), i8p)
-            builder.call(fn, [p, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+            builder.call(fn, [p, ir.Constant(i32, write), ir.Constant(i32, 3), ir.Constant(i32, 1)])
             return context.get_dummy_value()
 
         return _numba.types.void(a, i), codegen
@@ -276,5 +276,7 @@ def _build_prefetch():
     return prefetch
 
 
-prefetch = _build_prefetch()
+#: ``prefetch(a, i)``: ``a[i]``'s cache line will be read soon; ``prefetch_w``: written soon
+prefetch = _build_prefetch(0)
+prefetch_w = _build_prefetch(1)
 

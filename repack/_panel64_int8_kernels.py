@@ -46,7 +46,7 @@ import numpy as np
 from numba import njit
 from numba import types as nt
 
-from ..formats._jit import RO_U8, lazy_njit, ld64, st64
+from ..formats._jit import RO_U8, lazy_njit, ld64, prefetch, prefetch_w, st64
 
 _U = np.uint64
 
@@ -92,41 +92,6 @@ _HI5 = {16: _hi5_table(16), 0: _hi5_table(0)}
 # ---- per-block bodies are ``forceinline`` (LLVM's alwaysinline): left to LLVM's heuristics a
 # ---- body with many array arguments stayed a call (2-3x slower), and numba's IR inlining
 # ---- (inline_jit) left an NRT incref/decref pair per array argument in the loop.
-def _make_prefetch(write: int):
-    import numba
-    from llvmlite import ir
-    from numba import types
-    from numba.core import cgutils
-    from numba.extending import intrinsic
-
-    i32 = ir.IntType(32)
-    if numba.config.DISABLE_JIT:  # the kernels run as Python: a hint is nothing to do
-        return lambda a, o: None
-
-    @intrinsic
-    def prefetch(typingctx, a, o):
-        sig = types.void(a, o)
-
-        def codegen(context, builder, signature, args):
-            data = context.make_array(signature.args[0])(context, builder, args[0]).data
-            ptr = builder.bitcast(builder.gep(data, [args[1]]), ir.IntType(8).as_pointer())
-            fn = cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(ir.VoidType(), [ptr.type, i32, i32, i32]), "llvm.prefetch.p0")
-            builder.call(fn, [ptr, ir.Constant(i32, write), ir.Constant(i32, 3), ir.Constant(i32, 1)])
-            return context.get_dummy_value()
-
-        return sig, codegen
-
-    return prefetch
-
-
-#: ``_prefetch(a, o)`` / ``_prefetch_w(a, o)``: a hint (``llvm.prefetch``: prefetcht0 / prefetchw
-#: on x86, prfm on Arm) that the cache line of byte ``o`` of the 1-D array ``a`` is read /
-#: written soon; never faults, whatever ``o``
-_prefetch = _make_prefetch(0)
-_prefetch_w = _make_prefetch(1)
-
-
 @njit
 def _ahead(rows, panel, sb, c, b0, run, nblk, rb, bb, bs, packing):
     """Prefetch what row c touches in the next sweep: its next ``run`` blocks (read when
@@ -141,14 +106,14 @@ def _ahead(rows, panel, sb, c, b0, run, nblk, rb, bb, bs, packing):
     pn = _U((sb * nblk + b0 + run) * bs * 64 + c * share)
     for x in range(0, span + 64, 64):
         if packing:
-            _prefetch(rows, o + _U(min(x, span - 1)))
+            prefetch(rows, o + _U(min(x, span - 1)))
         else:
-            _prefetch_w(rows, o + _U(min(x, span - 1)))
+            prefetch_w(rows, o + _U(min(x, span - 1)))
     for x in range(0, share, 64):
         if packing:
-            _prefetch_w(panel, pn + _U(x))
+            prefetch_w(panel, pn + _U(x))
         else:
-            _prefetch(panel, pn + _U(x))
+            prefetch(panel, pn + _U(x))
 
 
 @_body

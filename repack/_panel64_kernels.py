@@ -527,112 +527,12 @@ def _q8_0_unpack(p32, d16, n, ng, a8):
                     a8[x + _U(3)] = np.uint8(v >> np.uint32(24))
 
 
-# -- any other int8-panel type (Q5_0, Q5_1, Q5_K, Q6_K, Q2_K, Q3_K), driven by the codec's bit table
-# ``tab[e] = (byte0, shift0, mask0, dst0, byte1, shift1, mask1, dst1)``: element e's code is
-# ((blk[byte0] >> shift0) & mask0) << dst0 | ((blk[byte1] >> shift1) & mask1) << dst1 (mask 0 =
-# no second part), the parts of ``formats/blocks/<type>.PLAN``. One 32-bit panel word holds the
-# int8 codes of 4 consecutive elements of one channel.
-@njit
-def _put_code(t8, c, v, a0, s0, m0, d0, a1, s1, m1, d1):
-    i0 = _U(a0) * _U(64) + c
-    i1 = _U(a1) * _U(64) + c
-    t8[i0] = np.uint8(_U(t8[i0]) | (((v >> _U(d0)) & _U(m0)) << _U(s0)))
-    t8[i1] = np.uint8(_U(t8[i1]) | (((v >> _U(d1)) & _U(m1)) << _U(s1)))
-
-
-@lazy_njit(nt.void(_RO_U32, nt.int64, nt.Array(nt.int64, 2, "C", readonly=True), nt.int64, nt.int64, nt.int64, nt.uint64,
-              nt.uint8[::1]), **_HELPER)
-def _tab_uncompute(p32, cn, tab, off, bs, g, w0, t8):
-    """Inverse of _tab_compute (below): OR each code's bits into the (zeroed) staged block bytes."""
-    for e4 in range(bs // 4):
-        e = 4 * e4
-        w = w0 + _U(e // g) * _U(g // 4) * _U(64) + _U((e % g) // 4) * _U(64)
-        uo = _U(off)
-        for j in range(4):
-            a0, s0, m0, d0, a1, s1, m1, d1 = (tab[e + j, 0], tab[e + j, 1], tab[e + j, 2], tab[e + j, 3],
-                                              tab[e + j, 4], tab[e + j, 5], tab[e + j, 6], tab[e + j, 7])
-            for c in range(cn):
-                uc = _U(c)
-                v = (((_U(p32[w + uc]) >> _U(8 * j)) & _U(0xFF)) + uo) & _U(0xFF)
-                _put_code(t8, uc, v, a0, s0, m0, d0, a1, s1, m1, d1)
-
-
-@lazy_njit(nt.void(_RO_U32, nt.int64, nt.int64, nt.int64, nt.Array(nt.int64, 2, "C", readonly=True), nt.int64, nt.int64,
-              nt.int64, nt.uint8[::1]), **_KERNEL)
-def _tab_unpack(p32, n, nblk, bb, tab, off, bs, g, a8):
-    """ORs the code bits into ``a8`` (whose code bytes must be zero; scale bytes may be set)."""
-    rb = _U(nblk * bb)
-    gpb = bs // g
-    t8 = np.zeros(bb * 64, np.uint8)
-    for sb in range((n + 63) >> 6):
-        cn = min(64, n - sb * 64)
-        for b in range(nblk):
-            t8[:] = 0
-            _tab_uncompute(p32, cn, tab, off, bs, g, _U((sb * nblk + b) * gpb * (g // 4) * 64), t8)
-            o0 = _U(sb * 64) * rb + _U(b * bb)
-            for c in range(cn):
-                o = o0 + _U(c) * rb
-                for i in range(bb):
-                    a8[o + _U(i)] |= t8[_U(i) * _U(64) + _U(c)]
-
-
-# The packing direction of the same table (Q2_K, Q3_K: the int8 types without a block-column
-# kernel): stage the 64 channels' block bytes as byte planes t8[byte][64] (_stage_b, the
-# inverse of _unstage_b), then build each panel word from the table, one loop over the
-# channels per element (contiguous loads and stores in the channel):
-#   p32[w0 + 64*(e//4) + c] byte e%4 = (code(e) - off) & 0xFF        (c < channels in use)
-@lazy_njit(nt.void(_RO_U8, nt.uint64, nt.uint64, nt.int64, nt.int64, nt.uint8[::1]), **_HELPER)
-def _stage_b(a8, o0, rb, cn, nb, t8):
-    for c in range(cn):
-        o = o0 + _U(c) * rb
-        for i in range(nb):
-            t8[_U(i) * _U(64) + _U(c)] = a8[o + _U(i)]
-
-
-@njit
-def _get_code(t8, c, a0, s0, m0, d0, a1, s1, m1, d1):
-    """Inverse of _put_code: element's code from the staged bytes of channel c."""
-    v0 = ((_U(t8[_U(a0) * _U(64) + c]) >> _U(s0)) & _U(m0)) << _U(d0)
-    return v0 | (((_U(t8[_U(a1) * _U(64) + c]) >> _U(s1)) & _U(m1)) << _U(d1))
-
-
-@lazy_njit(nt.void(_RO_U8, nt.int64, nt.Array(nt.int64, 2, "C", readonly=True), nt.int64, nt.int64, nt.uint64,
-                   nt.uint32[::1]), **_HELPER)
-def _tab_compute(t8, cn, tab, off, bs, w0, p32):
-    uo = _U(off)
-    for e4 in range(bs // 4):
-        w = w0 + _U(e4) * _U(64)
-        for c in range(cn):
-            p32[w + _U(c)] = 0
-        for j in range(4):
-            e = 4 * e4 + j
-            a0, s0, m0, d0, a1, s1, m1, d1 = (tab[e, 0], tab[e, 1], tab[e, 2], tab[e, 3],
-                                              tab[e, 4], tab[e, 5], tab[e, 6], tab[e, 7])
-            for c in range(cn):
-                uc = _U(c)
-                v = (_get_code(t8, uc, a0, s0, m0, d0, a1, s1, m1, d1) - uo) & _U(0xFF)
-                p32[w + uc] |= np.uint32(v << _U(8 * j))
-
-
-@lazy_njit(nt.void(_RO_U8, nt.int64, nt.int64, nt.int64, nt.Array(nt.int64, 2, "C", readonly=True), nt.int64, nt.int64,
-                   nt.uint32[::1]), **_KERNEL)
-def _tab_pack(a8, n, nblk, bb, tab, off, bs, p32):
-    """The int8 panel words of every real channel (pad channels are left to the wrapper)."""
-    rb = _U(nblk * bb)
-    t8 = np.zeros(bb * 64, np.uint8)
-    for sb in range((n + 63) >> 6):
-        cn = min(64, n - sb * 64)
-        for b in range(nblk):
-            _stage_b(a8, _U(sb * 64) * rb + _U(b * bb), rb, cn, bb, t8)
-            _tab_compute(t8, cn, tab, off, bs, _U((sb * nblk + b) * (bs // 4) * 64), p32)
-
-
-# ---- block-column kernels of the int8 panels (Q8_0, Q5_0, Q5_1, Q5_K, Q6_K) --------------
+# ---- block-column kernel of the Q8_0 int8 panels (the other int8 types: _panel64_int8_kernels)
 # In an int8 panel, word (kg-block w of super-block sb, channel c) holds the codes of elements
 # 4w..4w+3 of row 64*sb + c (kg-block w of a super-block = group w // kq, kg-block w % kq is
 # the element quad w of the row). A source block of bs elements is bs/4 such words, and the
 # words of block column b (block b of the super-block's 64 rows) fill bs*64 contiguous bytes
-# of panel (2 KiB, or 16 KiB for the K-quants), which stay in L1 while the kernel walks the
+# of panel (2 KiB), which stay in L1 while the kernel walks the
 # column's rows two at a time (channels c, c+1): it builds 8 codes of each row at once with
 # SWAR arithmetic on the 8 byte lanes of a uint64 (words q, q+1 of one row), swaps the 32-bit
 # halves of the two rows' values (a 2 x 2 transpose) and stores one uint64 per (word, pair).
@@ -645,8 +545,6 @@ def _tab_pack(a8, n, nblk, bb, tab, off, bs, p32):
 # partner c+1 is a pad channel, and the kernel packs row c into it too; the wrapper's
 # _fill_pads then overwrites every pad channel, as after every fast pack.
 _L01 = _U(0x0101010101010101)
-_L0F = _U(0x0F0F0F0F0F0F0F0F)
-_L03 = _U(0x0303030303030303)
 _L80 = _U(0x8080808080808080)
 
 
@@ -676,32 +574,10 @@ def _put_pair(p64, i, v0, v1):
 
 
 @njit
-def _sub_lanes(v, off):
-    """Subtract ``off`` from each byte lane of v (lanes < 128), modulo 256 each: the high
-    bit of every lane is set first so no lane borrows from its neighbour."""
-    return ((v | _L80) - _U(off) * _L01) ^ _L80
-
-
-@njit
-def _bits_to_lanes(t):
-    """Bits 0..7 of t -> bit 4 of byte lanes 0..7. Per 4 bits, bit i moves to 8i by
-    t * (1 + 2^7 + 2^14 + 2^21): the four copies of t land on disjoint bits, nothing carries."""
-    lo = ((t & _U(15)) * _U(0x00204081)) & _U(0x01010101)
-    hi = (((t >> _U(4)) & _U(15)) * _U(0x00204081)) & _U(0x01010101)
-    return (lo | (hi << _U(32))) << _U(4)
-
-
-@njit
 def _pair_rows(sb, c, cn, rb, b, bb):
     """Byte offsets of block b in rows c and c+1 of super-block sb (row c again if c+1 >= cn)."""
     o0 = _U(sb * 64 + c) * rb + _U(b * bb)
     return o0, (o0 + rb if c + 1 < cn else o0)
-
-
-@njit
-def _pair_steps(n, nblk):
-    """How many steps :func:`_pair_walk` takes over an [n, nblk]-block matrix."""
-    return ((n + 63) >> 6) * nblk * 32
 
 
 @njit
@@ -726,17 +602,6 @@ def _put_u16_pair(d32, i, a8, o0, o1, at):
     d32[i] = np.uint32(_u16_at(a8, o0 + _U(at)) | (_u16_at(a8, o1 + _U(at)) << _U(16)))
 
 
-@njit
-def _q5_small_value(a8, o, hq, off, q):
-    """Q5_0/Q5_1 block at a8[o]: the uint64 of elements 8q..8q+7 (q < 2; lo) and 16+8q..
-    (hi), codes minus ``off``."""
-    qh = _u32_at(a8, o + _U(hq))
-    x = _u64_at(a8, o + _U(hq + 4 + 8 * q))
-    lo = (x & _L0F) | _bits_to_lanes(qh >> _U(8 * q))
-    hi = ((x >> _U(4)) & _L0F) | _bits_to_lanes(qh >> _U(16 + 8 * q))
-    return _sub_lanes(lo, off), _sub_lanes(hi, off)
-
-
 @lazy_njit(nt.void(_RO_U8, nt.int64, nt.int64, nt.uint64[::1], nt.uint32[::1]), **_KERNEL)
 def _q8_0_cols(a8, n, nblk, p64, d32):
     """Q8_0 (34 B: d, then 32 int8 codes, offset 0): the codes are the words already."""
@@ -752,119 +617,6 @@ def _q8_0_cols(a8, n, nblk, p64, d32):
                 i0 = blk * _U(256) + _U(c >> 1)
                 for q in range(4):
                     _put_pair(p64, i0 + _U(64 * q), _u64_at(a8, o0 + _U(2 + 8 * q)), _u64_at(a8, o1 + _U(2 + 8 * q)))
-
-
-@lazy_njit(nt.void(_RO_U8, nt.int64, nt.int64, nt.int64, nt.int64, nt.uint64[::1], nt.uint32[::1], nt.uint32[::1]),
-           **_KERNEL)
-def _q5_small_cols(a8, n, nblk, hq, off, p64, d32, m32):
-    """Q5_0 (hq = 2, off = 16, m32 unused) / Q5_1 (hq = 4, off = 0, m at bytes 2-3): qh = 32
-    high bits at bytes hq..hq+3, qs[16] after; element j < 16 = qs[j] low nibble | qh bit j
-    << 4, element 16 + j = qs[j] high nibble | qh bit 16 + j << 4."""
-    bb = hq + 20
-    for t in range(_pair_steps(n, nblk)):
-        blk, hc, o0, o1, live = _pair_walk(t, n, nblk, bb)
-        if not live:
-            continue
-        _put_u16_pair(d32, blk * _U(32) + hc, a8, o0, o1, 0)
-        if hq == 4:
-            _put_u16_pair(m32, blk * _U(32) + hc, a8, o0, o1, 2)
-        i0 = blk * _U(256) + hc
-        for q in range(2):
-            lo0, hi0 = _q5_small_value(a8, o0, hq, off, q)
-            lo1, hi1 = _q5_small_value(a8, o1, hq, off, q)
-            _put_pair(p64, i0 + _U(64 * q), lo0, lo1)
-            _put_pair(p64, i0 + _U(64 * (2 + q)), hi0, hi1)
-
-
-@njit
-def _k_scale_bytes(a8, o):
-    """The 6-bit sc[0..7] and m[0..7] of a Q4_K/Q5_K block (scales q[12] at bytes 4..15), each
-    as a uint64 of 8 byte lanes: sc[s] = q[s] & 63, m[s] = q[4+s] & 63, sc[4+s] = q[8+s] & 15
-    | (q[s] >> 6) << 4, m[4+s] = q[8+s] >> 4 | (q[4+s] >> 6) << 4 (s < 4)."""
-    lo = _u32_at(a8, o + _U(4))
-    mid = _u32_at(a8, o + _U(8))
-    hi = _u32_at(a8, o + _U(12))
-    sc = (lo & _U(0x3F3F3F3F)) | (((hi & _U(0x0F0F0F0F)) | ((lo >> _U(2)) & _U(0x30303030))) << _U(32))
-    mm = (mid & _U(0x3F3F3F3F)) | ((((hi >> _U(4)) & _U(0x0F0F0F0F)) | ((mid >> _U(2)) & _U(0x30303030))) << _U(32))
-    return sc, mm
-
-
-@njit
-def _put_lanes_pair(s16, i, v0, v1, count):
-    """Byte lane s < count of v0 (channel c) and v1 (c+1) -> s16[i + 32 s] (one uint16)."""
-    for s in range(count):
-        s16[i + _U(32 * s)] = np.uint16(((v0 >> _U(8 * s)) & _U(0xFF)) | (((v1 >> _U(8 * s)) & _U(0xFF)) << _U(8)))
-
-
-@njit
-def _q5_k_value(a8, o, j, l8):
-    """Q5_K block at a8[o]: elements 64j + 8 l8 .. +7 (lo) and 64j + 32 + 8 l8 .. (hi)."""
-    h = _u64_at(a8, o + _U(16 + 8 * l8))
-    x = _u64_at(a8, o + _U(48 + 32 * j + 8 * l8))
-    lo = (x & _L0F) | (((h >> _U(2 * j)) & _L01) << _U(4))
-    hi = ((x >> _U(4)) & _L0F) | (((h >> _U(2 * j + 1)) & _L01) << _U(4))
-    return lo, hi
-
-
-@lazy_njit(nt.void(_RO_U8, nt.int64, nt.int64, nt.uint64[::1], nt.uint16[::1], nt.uint16[::1], nt.uint32[::1],
-                   nt.uint32[::1]), **_KERNEL)
-def _q5_k_cols(a8, n, nblk, p64, sc16, m16, d32, dmin32):
-    """Q5_K (176 B: d, dmin, scales[12], qh[32], qs[128], offset 0): element 64j + l (l < 32)
-    = qs[32j + l] low nibble | qh[l] bit 2j << 4; element 64j + 32 + l = the high nibble |
-    qh[l] bit 2j+1 << 4."""
-    for t in range(_pair_steps(n, nblk)):
-        blk, hc, o0, o1, live = _pair_walk(t, n, nblk, 176)
-        if not live:
-            continue
-        _put_u16_pair(d32, blk * _U(32) + hc, a8, o0, o1, 0)
-        _put_u16_pair(dmin32, blk * _U(32) + hc, a8, o0, o1, 2)
-        sc0, m0 = _k_scale_bytes(a8, o0)
-        sc1, m1 = _k_scale_bytes(a8, o1)
-        _put_lanes_pair(sc16, blk * _U(256) + hc, sc0, sc1, 8)
-        _put_lanes_pair(m16, blk * _U(256) + hc, m0, m1, 8)
-        i0 = blk * _U(2048) + hc
-        for j in range(4):
-            for l8 in range(4):
-                lo0, hi0 = _q5_k_value(a8, o0, j, l8)
-                lo1, hi1 = _q5_k_value(a8, o1, j, l8)
-                _put_pair(p64, i0 + _U(64 * (8 * j + l8)), lo0, lo1)
-                _put_pair(p64, i0 + _U(64 * (8 * j + 4 + l8)), hi0, hi1)
-
-
-@njit
-def _q6_k_values(a8, o, h, l8):
-    """Q6_K block at a8[o]: the uint64s of elements 128h + 32s + 8 l8 .. +7 for s = 0..3."""
-    a = _u64_at(a8, o + _U(64 * h + 8 * l8))
-    b = _u64_at(a8, o + _U(64 * h + 32 + 8 * l8))
-    q = _u64_at(a8, o + _U(128 + 32 * h + 8 * l8))
-    return (_sub_lanes((a & _L0F) | ((q & _L03) << _U(4)), 32),
-            _sub_lanes((b & _L0F) | (((q >> _U(2)) & _L03) << _U(4)), 32),
-            _sub_lanes(((a >> _U(4)) & _L0F) | (((q >> _U(4)) & _L03) << _U(4)), 32),
-            _sub_lanes(((b >> _U(4)) & _L0F) | (((q >> _U(6)) & _L03) << _U(4)), 32))
-
-
-@lazy_njit(nt.void(_RO_U8, nt.int64, nt.int64, nt.uint64[::1], nt.uint16[::1], nt.uint32[::1]), **_KERNEL)
-def _q6_k_cols(a8, n, nblk, p64, s16, d32):
-    """Q6_K (210 B: ql[128], qh[64], scales[16], d; offset 32): element 128h + 32s + l (l < 32)
-    = ql[64h + 32(s & 1) + l] nibble s >> 1 | (qh[32h + l] >> 2s & 3) << 4."""
-    for t in range(_pair_steps(n, nblk)):
-        blk, hc, o0, o1, live = _pair_walk(t, n, nblk, 210)
-        if not live:
-            continue
-        _put_u16_pair(d32, blk * _U(32) + hc, a8, o0, o1, 208)
-        _put_lanes_pair(s16, blk * _U(512) + hc, _u64_at(a8, o0 + _U(192)), _u64_at(a8, o1 + _U(192)), 8)
-        _put_lanes_pair(s16, blk * _U(512) + _U(256) + hc, _u64_at(a8, o0 + _U(200)),
-                        _u64_at(a8, o1 + _U(200)), 8)
-        i0 = blk * _U(2048) + hc
-        for h in range(2):
-            for l8 in range(4):
-                x0, x1, x2, x3 = _q6_k_values(a8, o0, h, l8)
-                y0, y1, y2, y3 = _q6_k_values(a8, o1, h, l8)
-                i = i0 + _U(64 * (16 * h + l8))
-                _put_pair(p64, i, x0, y0)
-                _put_pair(p64, i + _U(256), x1, y1)
-                _put_pair(p64, i + _U(512), x2, y2)
-                _put_pair(p64, i + _U(768), x3, y3)
 
 
 # ---- block-column kernel of the Q4_0/Q4_1 nibble panels ------------------------------------

@@ -429,48 +429,11 @@ def _np_pack_q8_0(raw, t, n, k, out):
     _header_fields(b3, ["d"], geo, out)
 
 
-# -- table-driven int8 panels (Q5_0, Q5_1, Q5_K, Q6_K, Q2_K, Q3_K; now the second reference of the
-# -- row kernels in _panel64_int8_kernels): the codec's bit table drives one kernel each way -----
-def _field_table(t, name: str) -> tuple[np.ndarray, int]:
-    """int64 [count, 8] = (byte, shift, mask, dst) x 2 parts of one codec field, and its count."""
-    parts = t.codec_module.PLAN.fields[name].parts
-    tab = np.zeros((len(parts), 8), np.int64)
-    for i, el in enumerate(parts):
-        if len(el) > 2:  # pragma: no cover - every code of these types has at most 2 parts
-            raise AssertionError(f"{t.name}.{name}[{i}] has {len(el)} bit parts")
-        for j, (byte, shift, nbits, dst) in enumerate(el):
-            tab[i, 4 * j:4 * j + 4] = (byte, shift, (1 << nbits) - 1, dst)
-    return tab, len(parts)
-
-
-def _gather_field(blocks3: np.ndarray, tab: np.ndarray) -> np.ndarray:
-    """[n, nblk, bb] bytes -> uint32 [n, nblk, count] values of one field (numpy)."""
-    out = np.zeros(blocks3.shape[:2] + (tab.shape[0],), np.uint32)
-    for i, (a0, s0, m0, d0, a1, s1, m1, d1) in enumerate(tab):
-        v = ((blocks3[..., a0].astype(np.uint32) >> s0) & m0) << d0
-        if m1:
-            v |= ((blocks3[..., a1].astype(np.uint32) >> s1) & m1) << d1
-        out[..., i] = v
-    return out
-
-
-def _scatter_field(blocks3: np.ndarray, tab: np.ndarray, vals: np.ndarray) -> None:
-    """OR the values [n, nblk, count] of one field into their bytes (numpy)."""
-    v = vals.astype(np.uint32)
-    for i, (a0, s0, m0, d0, a1, s1, m1, d1) in enumerate(tab):
-        blocks3[..., a0] |= (((v[..., i] >> d0) & m0) << s0).astype(np.uint8)
-        if m1:
-            blocks3[..., a1] |= (((v[..., i] >> d1) & m1) << s1).astype(np.uint8)
-
-
-#: the int8 block-column kernel of each type (in _panel64_kernels) and its region arguments
-#: after (a8, n, nblk): (region, view dtype) in order; the panels come first as uint64
+#: the int8 block-column kernel of each type (in _panel64_kernels; the other int8 types have
+#: row kernels in _panel64_int8_kernels) and its region arguments after (a8, n, nblk):
+#: (region, view dtype) in order; the panels come first as uint64
 _INT8_COLS = {
     "Q8_0": ("_q8_0_cols", (), (("d", np.uint32),)),
-    "Q5_0": ("_q5_small_cols", (2, 16), (("d", np.uint32), (None, np.uint32))),  # no m: an empty array
-    "Q5_1": ("_q5_small_cols", (4, 0), (("d", np.uint32), ("m", np.uint32))),
-    "Q5_K": ("_q5_k_cols", (), (("sc", np.uint16), ("m", np.uint16), ("d", np.uint32), ("dmin", np.uint32))),
-    "Q6_K": ("_q6_k_cols", (), (("scale", np.uint16), ("d", np.uint32))),
 }
 
 
@@ -496,36 +459,6 @@ def _pack_int8_cols(raw, t, n, k, out):
     getattr(_k(), name)(raw.reshape(-1), n, k // t.block_size, *extra, views[0], *views[1:])
     for fin in finishers:
         fin()
-
-
-def _pack_int8_table(raw, t, n, k, out):
-    """Codes through the table-driven kernel (_panel64_kernels._tab_pack), the scale fields
-    gathered from the same bit plan (numpy: a few values per block) into channel order."""
-    geo = geometry(t, n, k)
-    nblk = k // t.block_size
-    b3 = raw.reshape(n, nblk, t.type_size)
-    for name, dtype, _ in _SCALES[t.name]:
-        tab, count = _field_table(t, name)
-        v = _gather_field(b3, tab).reshape(n, nblk * count).astype(C.DTYPES[dtype].replace("i", "u"))
-        out[name][...] = _to_channel_order(v, geo, C.DTYPES[dtype])
-    codes, _ = _field_table(t, "codes")
-    p32, finish = C.aligned_out(out["panels"], np.uint32)
-    _k()._tab_pack(raw.reshape(-1), n, nblk, t.type_size, codes, t.code_offset, t.block_size, p32)
-    finish()
-
-
-def _unpack_int8_table(r, t, n, k, raw):
-    geo = geometry(t, n, k)
-    nblk = k // t.block_size
-    b3 = raw.reshape(n, nblk, t.type_size)
-    b3[...] = 0
-    for name, dtype, _ in _SCALES[t.name]:
-        tab, count = _field_table(t, name)
-        v = _from_channel_order(r[name], n).view(C.DTYPES[dtype].replace("i", "u")).reshape(n, nblk, count)
-        _scatter_field(b3, tab, v)
-    codes, _ = _field_table(t, "codes")
-    _k()._tab_unpack(r["panels"].reshape(-1).view(np.uint32), n, nblk, t.type_size, codes, t.code_offset,
-                     t.block_size, geo.g, raw.reshape(-1))
 
 
 _FAST_PACK = {"Q4_0": _pack_q4_small, "Q4_1": _pack_q4_small, "Q4_K": _pack_q4_k, "Q8_0": _pack_int8_cols,

@@ -1,6 +1,5 @@
 """The row-walk kernels of the panel64 int8 panels (repack/_panel64_int8_kernels.py) against the
-field-based references ``panel64.pack_ref``/``unpack_ref`` and the codec-bit-table kernels
-(``_pack_int8_table``/``_unpack_int8_table``): same bytes both ways, for ragged row counts,
+field-based references ``panel64.pack_ref``/``unpack_ref``: same bytes both ways, for ragged row counts,
 several K, run remainders, misaligned and preallocated ``out=`` buffers, read-only regions,
 and panel bytes that no pack wrote."""
 
@@ -61,20 +60,6 @@ def test_pack_and_unpack_give_the_reference_bytes(qtype, n, nblk, rng, kernels, 
     _same(fast, ref)
     assert np.array_equal(P.unpack(fast, n, k, t), raw)  # round trip
     assert np.array_equal(P.unpack(ref, n, k, t), P.unpack_ref(ref, n, k, t))
-
-
-@pytest.mark.parametrize("qtype", TYPES)
-def test_the_bit_table_kernels_agree(qtype, rng, kernels):
-    n = 70
-    t, k, raw, _ = _case(qtype, n, 3, rng)
-    fast = P.pack(raw, n, k, t)
-    table = {s.name: np.empty(s.shape, s.np_dtype) for s in P.plan(t, n, k)}
-    P._pack_int8_table(raw, t, n, k, table)
-    P._fill_pads(table, t, n)
-    _same(fast, table)
-    back = np.empty_like(raw)
-    P._unpack_int8_table(fast, t, n, k, back)
-    assert np.array_equal(back, raw) and np.array_equal(P.unpack(fast, n, k, t), raw)
 
 
 @pytest.mark.parametrize("qtype", TYPES)

@@ -186,9 +186,9 @@ def test_scale_regions_are_the_source_fields_in_channel_order(qtype, rng):
     ("Q4_K", 70, 512), ("Q4_K", 5, 256),
     ("Q4_0", 67, 2176), ("Q4_1", 130, 64), ("Q4_1", 67, 1920), ("Q4_K", 66, 1280),  # channel quads: several sweeps
     ("Q8_0", 70, 96), ("Q8_0", 128, 256),
-    ("Q5_0", 70, 96), ("Q5_1", 64, 64), ("Q5_K", 70, 512), ("Q6_K", 70, 512), ("Q6_K", 1, 256),  # bit tables
+    ("Q5_0", 70, 96), ("Q5_1", 64, 64), ("Q5_K", 70, 512), ("Q6_K", 70, 512), ("Q6_K", 1, 256),  # int8 row kernels
     ("Q8_0", 71, 64), ("Q5_0", 3, 64), ("Q5_1", 129, 32), ("Q5_K", 65, 256),  # odd last row: paired with a pad
-    ("Q2_K", 70, 512), ("Q2_K", 1, 256), ("Q3_K", 130, 768), ("Q3_K", 63, 256),  # _tab_pack
+    ("Q2_K", 70, 512), ("Q2_K", 1, 256), ("Q3_K", 130, 768), ("Q3_K", 63, 256),
 ])
 def test_fast_kernels_match_the_references(qtype, n, k, rng, monkeypatch):
     from panelpack.formats import engine
@@ -287,8 +287,7 @@ def test_a_small_pack_without_a_numpy_packer_runs_the_reference(qtype, rng, monk
 def test_the_fast_paths_are_the_ones_exercised():
     assert set(P._FAST_PACK) == {t.name for t in P.SOURCE_TYPES} == set(P._FAST_UNPACK)
     for name in ("_q4_pack_w", "_q4_unpack_w", "_q4_small_cols", "_q4_unpack_b", "_q4_k_pack", "_q4_k_unpack",
-                 "_q8_0_unpack", "_tab_unpack", "_q8_0_cols", "_q5_small_cols", "_q5_k_cols", "_q6_k_cols",
-                 "_tab_pack"):
+                 "_q8_0_unpack", "_q8_0_cols"):
         f = getattr(K, name)
         if not hasattr(f, "signatures"):
             pytest.skip("numba JIT disabled (NUMBA_DISABLE_JIT=1)")
@@ -315,23 +314,6 @@ def test_dequantize_reads_the_zt0_value_of_the_nibble():
     raw1 = np.frombuffer(b"\x00\x3c\x00\x00" + bytes(0x11 * i for i in range(16)), np.uint8).reshape(1, 20)
     y = P.dequantize(P.pack(raw1, 1, 32, "Q4_1"), 1, 32, "Q4_1")
     assert y.reshape(-1).tolist() == [float(i) for i in range(16)] * 2
-
-
-def test_table_driven_kernels_without_jit_match_the_references():
-    # _tab_pack/_tab_unpack as plain Python (NUMBA_DISABLE_JIT): the same bytes as pack_ref
-    code = textwrap.dedent("""
-        import numpy as np
-        from builders import random_blocks
-        from panelpack.repack import panel64 as P
-        rng = np.random.default_rng(3)
-        for q, n in (("Q2_K", 5), ("Q3_K", 66)):
-            raw = random_blocks(q, n, 256, rng)
-            fast, ref = P.pack(raw, n, 256, q), P.pack_ref(raw, n, 256, q)
-            assert all(np.array_equal(fast[r].view(np.uint8), ref[r].view(np.uint8)) for r in ref), q
-            assert np.array_equal(P.unpack(fast, n, 256, q), raw), q
-        print("ok")
-    """)
-    assert run_without_jit(code) == "ok"
 
 
 def test_nibble_kernels_without_jit_match_the_references():
