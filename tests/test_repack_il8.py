@@ -163,6 +163,10 @@ def test_signed_nibble_swar_against_scalar():
     for u in range(16):
         v = np.uint64(int.from_bytes(bytes([u] * 8), "little"))
         assert int(getattr(K._signed, "py_func", K._signed)(v)).to_bytes(8, "little") == bytes([(u - 8) & 0xFF] * 8)
+    rng = np.random.default_rng(6)
+    for lanes in rng.integers(0, 16, (50, 8)):  # mixed lanes: no borrow crosses from one to the next
+        v = np.uint64(int.from_bytes(bytes(lanes.tolist()), "little"))
+        assert int(getattr(K._signed, "py_func", K._signed)(v)).to_bytes(8, "little") == bytes(((lanes - 8) & 0xFF).tolist())
 
 
 @pytest.mark.parametrize("mod, qtype", [(IN, "Q4_0"), (I8, "Q4_0"), (IN, "Q4_K")], ids=lambda x: getattr(x, "NAME", x))
