@@ -32,8 +32,8 @@ _U = np.uint64
 _M0F = np.uint64(0x0F0F0F0F0F0F0F0F)
 _MF0 = np.uint64(0xF0F0F0F0F0F0F0F0)
 _M08 = np.uint64(0x0808080808080808)
-_M7F = np.uint64(0x7F7F7F7F7F7F7F7F)
 _M80 = np.uint64(0x8080808080808080)
+_M88 = np.uint64(0x8888888888888888)
 _KERNEL = dict(cache=True, boundscheck=False)
 
 
@@ -51,9 +51,12 @@ def _get2(w32, i0, i1):
 
 @njit
 def _signed(v):
-    """Per byte: low nibble u (high nibble 0) -> int8 (u - 8)."""
-    t = v ^ _M08
-    return t | ((t & _M08) * _U(0x1E))  # sign bit 3 set -> fill bits 4..7
+    """Per byte: low nibble u (high nibble 0) -> int8 (u - 8): bit 7 set first, so that no
+    lane borrows, 8 subtracted, bit 7 flipped back (u + 0x78: 0x78..0x7F -> 0xF8..0xFF for
+    u < 8, 0x80..0x87 -> 0x00..0x07 for u >= 8). Three ops, no multiply: the il8-int8 pack
+    ran 2.0 -> 2.3-2.7 GB/s (kernel alone, same process) against the previous
+    ``t = v ^ 8; t | (t & 8) * 0x1E``."""
+    return ((v | _M80) - _M08) ^ _M80
 
 
 @njit
@@ -199,16 +202,19 @@ def _int8_q4_0_pack(a8, n, nb, f16u, q32, scales):
 
 
 @njit
-def _outside_q4(v):
-    """Nonzero when a byte of v (an int8 code) is outside -8..7: code + 8 must fit 4 bits (the
-    bytes added without carries between them, their high bits apart)."""
-    return (((v & _M7F) + _M08) ^ (v & _M80)) & _MF0
+def _q4_range_bits(v):
+    """Per byte of v (an int8 code), bits 4..7 of the result are bits 4..7 of the code xor bits
+    3..6: all zero exactly when bits 3..7 are equal, i.e. the code is in -8..7. (Bit 0 takes a
+    bit of the lane below: masked off, ``& _MF0``, once the results are or-ed together.)"""
+    return v ^ (v << _U(1))
 
 
 @lazy_njit(nt.int64(_RO_U32, _RO_U8, nt.int64, nt.int64, nt.uint8[::1]), **_KERNEL)
 def _int8_q4_0_unpack(q32, d8, n, nb, a8):
-    """u = code ^ 8 in the low nibble; returns 0, or 1 when a code is outside -8..7 (``a8`` is
-    then partly written: the wrapper raises)."""
+    """u = code ^ 8 in the low nibble (both nibbles of a qs byte flipped at once: ``^ 0x88``);
+    returns 0, or 1 when a code is outside -8..7 (``a8`` is then partly written: the wrapper
+    raises). The range check (_q4_range_bits, masked once at the end) and the xor took the
+    kernel from 1.7-2.2 to 2.4-2.8 GB/s (alone, same process) against the per-lane add."""
     rb = _U(nb * 18)
     bad = _U(0)
     for sr in range(n // 8):
@@ -222,13 +228,13 @@ def _int8_q4_0_unpack(q32, d8, n, nb, a8):
                 vy = _get2(q32, slot + _U(16), slot + _U(24))
                 wx = _get2(q32, slot + _U(32), slot + _U(40))
                 wy = _get2(q32, slot + _U(48), slot + _U(56))
-                bad |= _outside_q4(vx) | _outside_q4(vy) | _outside_q4(wx) | _outside_q4(wy)
-                _st64(a8, o + _U(2), ((vx ^ _M08) & _M0F) | (((wx ^ _M08) & _M0F) << _U(4)))
-                _st64(a8, o + _U(10), ((vy ^ _M08) & _M0F) | (((wy ^ _M08) & _M0F) << _U(4)))
+                bad |= _q4_range_bits(vx) | _q4_range_bits(vy) | _q4_range_bits(wx) | _q4_range_bits(wy)
+                _st64(a8, o + _U(2), ((vx & _M0F) | ((wx & _M0F) << _U(4))) ^ _M88)
+                _st64(a8, o + _U(10), ((vy & _M0F) | ((wy & _M0F) << _U(4))) ^ _M88)
                 s = (blk * _U(8) + _U(rr)) * _U(2)
                 a8[o] = d8[s]
                 a8[o + _U(1)] = d8[s + _U(1)]
-    return 0 if bad == _U(0) else 1
+    return 0 if (bad & _MF0) == _U(0) else 1
 
 
 # -- il8-nibble, Q4_K -----------------------------------------------------------------------

@@ -8,7 +8,8 @@ references the tests compare them with.
 Panel words: a nibble kg-block is 64 little-endian 16-bit words, word c = channel c's two
 bytes (``k0 | k1<<4 | k2<<8 | k3<<12``); the word of (group g, kg-block q, channel c) is
 ``(g*kq + q)*64 + c`` (g counted over all super-blocks: ``sb*ng + group``). An int8
-kg-block is 64 32-bit words, word c = channel c's 4 int8 codes.
+kg-block is 64 32-bit words, word c = channel c's 4 int8 codes (its kernels, of every int8
+type, are in ``_panel64_int8_kernels``).
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from ..formats._jit import lazy_njit, prefetch
 #             _rows_slots; T8[byte][64] for the byte paths); it stays in L1;
 #   compute : one uniform loop over the channels (or channel quads) whose loads and stores
 #             are contiguous, so LLVM vectorizes it (SWAR nibble arithmetic on 64-bit words).
-# Unpacking runs the same two steps backwards (the int8 block-column kernels further down
-# walk rows in pairs instead). Indices are uint64 throughout, so numba emits
+# Unpacking runs the same two steps backwards. (The int8 panels' kernels, Q8_0's too, are in
+# _panel64_int8_kernels.) Indices are uint64 throughout, so numba emits
 # no negative-index wraparound; the Python wrappers validate every size beforehand.
 # Small helpers are plain ``@njit`` functions: LLVM inlines them into the kernels all the same
 # (same speed measured), while numba's IR-level ``inline="always"`` made a cold-cache compile
@@ -497,57 +498,7 @@ def _q4_k_unpack(p64, sc32, m32, d64, dmin64, n, nsb, w64):
             _rows_slots(t, w64, _U(sb * 64) * wr + _U(18 * j0), wr, cn, 18 * steps, False)
 
 
-# -- Q8_0: 34 bytes per block (d, then 32 int8 = the integer codes) ------------------------
-#   int8 kg-block q of the group takes qs[4q .. 4q+3] of each channel as one 32-bit word:
-#
-#     panels word (blk*8 + q)*64 + c  =  qs[4q] | qs[4q+1] << 8 | qs[4q+2] << 16 | qs[4q+3] << 24
-#     d word      blk*64 + c          =  d (f16 bits)            of channel c, block blk = sb*ng + b
-#
-#   so a channel's block is rebuilt straight into its row: d, then the 8 words' bytes in order
-#   (no staging through a transposed buffer: one read and one write per byte).
-@lazy_njit(nt.void(_RO_U32, _RO_U16, nt.int64, nt.int64, nt.uint8[::1]), **_KERNEL)
-def _q8_0_unpack(p32, d16, n, ng, a8):
-    rb = _U(ng * 34)
-    for sb in range((n + 63) >> 6):
-        cn = min(64, n - sb * 64)
-        for b in range(ng):
-            blk = _U(sb * ng + b)
-            for c in range(cn):
-                uc = _U(c)
-                o = (_U(sb * 64) + uc) * rb + _U(b * 34)
-                d = d16[blk * _U(64) + uc]
-                a8[o] = np.uint8(d & np.uint16(0xFF))
-                a8[o + _U(1)] = np.uint8(d >> np.uint16(8))
-                for q in range(8):
-                    v = p32[(blk * _U(8) + _U(q)) * _U(64) + uc]
-                    x = o + _U(2 + 4 * q)
-                    a8[x] = np.uint8(v & np.uint32(0xFF))
-                    a8[x + _U(1)] = np.uint8((v >> np.uint32(8)) & np.uint32(0xFF))
-                    a8[x + _U(2)] = np.uint8((v >> np.uint32(16)) & np.uint32(0xFF))
-                    a8[x + _U(3)] = np.uint8(v >> np.uint32(24))
-
-
-# ---- block-column kernel of the Q8_0 int8 panels (the other int8 types: _panel64_int8_kernels)
-# In an int8 panel, word (kg-block w of super-block sb, channel c) holds the codes of elements
-# 4w..4w+3 of row 64*sb + c (kg-block w of a super-block = group w // kq, kg-block w % kq is
-# the element quad w of the row). A source block of bs elements is bs/4 such words, and the
-# words of block column b (block b of the super-block's 64 rows) fill bs*64 contiguous bytes
-# of panel (2 KiB), which stay in L1 while the kernel walks the
-# column's rows two at a time (channels c, c+1): it builds 8 codes of each row at once with
-# SWAR arithmetic on the 8 byte lanes of a uint64 (words q, q+1 of one row), swaps the 32-bit
-# halves of the two rows' values (a 2 x 2 transpose) and stores one uint64 per (word, pair).
-# The scale fields go to their [SB][groups][64] regions the same way, two channels a store.
-#
-#   one row's value v (words q, q+1):   c(4q) c(4q+1) c(4q+2) c(4q+3) | c(4q+4) .. c(4q+7)
-#   panels (uint64 i = (64 q + c) / 2): [q: ch0|ch1 ch2|ch3 .. ch62|ch63] [q+1: ...] ...
-#
-# A channel pair needs both rows: when the super-block's last row c is even (n odd), its
-# partner c+1 is a pad channel, and the kernel packs row c into it too; the wrapper's
-# _fill_pads then overwrites every pad channel, as after every fast pack.
-_L01 = _U(0x0101010101010101)
-_L80 = _U(0x8080808080808080)
-
-
+# ---- byte loads of the Q4_0/Q4_1 block-column kernel below (LLVM merges them into one load)
 @njit
 def _u16_at(a8, o):
     return _U(a8[o]) | (_U(a8[o + _U(1)]) << _U(8))
@@ -563,60 +514,6 @@ def _u32_at(a8, o):
 def _u64_at(a8, o):
     """Little-endian uint64 at any byte offset (LLVM merges the byte loads into one)."""
     return _u32_at(a8, o) | (_u32_at(a8, o + _U(4)) << _U(32))
-
-
-@njit
-def _put_pair(p64, i, v0, v1):
-    """Words q, q+1 of channels c (v0) and c+1 (v1): p64[i] = word q of both, p64[i + 32] =
-    word q+1 of both (i = (64 q + c) / 2)."""
-    p64[i] = (v0 & _LO32) | (v1 << _U(32))
-    p64[i + _U(32)] = (v0 >> _U(32)) | (v1 & _HI32)
-
-
-@njit
-def _pair_rows(sb, c, cn, rb, b, bb):
-    """Byte offsets of block b in rows c and c+1 of super-block sb (row c again if c+1 >= cn)."""
-    o0 = _U(sb * 64 + c) * rb + _U(b * bb)
-    return o0, (o0 + rb if c + 1 < cn else o0)
-
-
-@njit
-def _pair_walk(t, n, nblk, bb):
-    """Step ``t`` of the int8 column kernels' walk, in the order of the loops ``for sb (64-row
-    super-block), for b (block along K), for c in 0, 2, .. < 64 (channel pair)``: ``(blk, hc,
-    o0, o1, live)`` with ``blk = sb * nblk + b``, ``hc = c / 2``, the byte offsets of block b in
-    rows c and c+1 (row c again when c+1 is past the last row), and ``live`` False for the
-    steps past the last channel of a ragged super-block (the caller skips them)."""
-    sb, r = divmod(t, nblk * 32)
-    b, h = divmod(r, 32)
-    c = 2 * h
-    cn = min(64, n - sb * 64)
-    rb = _U(nblk * bb)
-    o0, o1 = _pair_rows(sb, c, cn, rb, b, bb)
-    return _U(sb * nblk + b), _U(h), o0, o1, c < cn
-
-
-@njit
-def _put_u16_pair(d32, i, a8, o0, o1, at):
-    """The u16 fields at byte ``at`` of two blocks -> one uint32 (channel c low, c+1 high)."""
-    d32[i] = np.uint32(_u16_at(a8, o0 + _U(at)) | (_u16_at(a8, o1 + _U(at)) << _U(16)))
-
-
-@lazy_njit(nt.void(_RO_U8, nt.int64, nt.int64, nt.uint64[::1], nt.uint32[::1]), **_KERNEL)
-def _q8_0_cols(a8, n, nblk, p64, d32):
-    """Q8_0 (34 B: d, then 32 int8 codes, offset 0): the codes are the words already."""
-    # the walk of _pair_walk as nested loops: for 34-byte blocks its per-step divisions cost ~40%
-    rb = _U(nblk * 34)
-    for sb in range((n + 63) >> 6):
-        cn = min(64, n - sb * 64)
-        for b in range(nblk):
-            blk = _U(sb * nblk + b)
-            for c in range(0, cn, 2):
-                o0, o1 = _pair_rows(sb, c, cn, rb, b, 34)
-                _put_u16_pair(d32, blk * _U(32) + _U(c >> 1), a8, o0, o1, 0)
-                i0 = blk * _U(256) + _U(c >> 1)
-                for q in range(4):
-                    _put_pair(p64, i0 + _U(64 * q), _u64_at(a8, o0 + _U(2 + 8 * q)), _u64_at(a8, o1 + _U(2 + 8 * q)))
 
 
 # ---- block-column kernel of the Q4_0/Q4_1 nibble panels ------------------------------------

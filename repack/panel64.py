@@ -360,11 +360,6 @@ def _unpack_q4_k(r, t, n, k, raw):
     finish()
 
 
-def _unpack_q8_0(r, t, n, k, raw):
-    geo = geometry(t, n, k)
-    _k()._q8_0_unpack(r["panels"].reshape(-1).view(np.uint32), r["d"].reshape(-1), n, geo.ng, raw.reshape(-1))
-
-
 # -- numpy packers of the 32-element block types (no JIT: see _common.JIT_PAYOFF_BYTES) -------
 _CHUNK_BYTES = 1 << 18  # source bytes per step: keeps the temporaries in L2
 
@@ -429,14 +424,6 @@ def _np_pack_q8_0(raw, t, n, k, out):
     _header_fields(b3, ["d"], geo, out)
 
 
-#: the int8 block-column kernel of each type (in _panel64_kernels; the other int8 types have
-#: row kernels in _panel64_int8_kernels) and its region arguments after (a8, n, nblk):
-#: (region, view dtype) in order; the panels come first as uint64
-_INT8_COLS = {
-    "Q8_0": ("_q8_0_cols", (), (("d", np.uint32),)),
-}
-
-
 def _pack_q4_cols(raw, t, n, k, out):
     """Q4_0/Q4_1 by the four-channel block-column kernel (_panel64_kernels._q4_small_cols)."""
     p64, fp = C.aligned_out(out["panels"], np.uint64)
@@ -447,21 +434,7 @@ def _pack_q4_cols(raw, t, n, k, out):
         fin()
 
 
-def _pack_int8_cols(raw, t, n, k, out):
-    """Codes and scale fields in one pass of the type's block-column kernel (_panel64_kernels):
-    the region arrays are written through wider views (two channels a store)."""
-    name, extra, fields = _INT8_COLS[t.name]
-    views, finishers = [], []
-    for region, dtype in (("panels", np.uint64),) + fields:
-        v, fin = C.aligned_out(out[region], dtype) if region else (np.empty(0, dtype), lambda: None)
-        views.append(v)
-        finishers.append(fin)
-    getattr(_k(), name)(raw.reshape(-1), n, k // t.block_size, *extra, views[0], *views[1:])
-    for fin in finishers:
-        fin()
-
-
-_FAST_PACK = {"Q4_0": _pack_q4_small, "Q4_1": _pack_q4_small, "Q4_K": _pack_q4_k, "Q8_0": _pack_int8_cols,
+_FAST_PACK = {"Q4_0": _pack_q4_small, "Q4_1": _pack_q4_small, "Q4_K": _pack_q4_k, "Q8_0": _pack_int8_rows,
               "Q5_0": _pack_int8_rows, "Q5_1": _pack_int8_rows, "Q5_K": _pack_int8_rows,
               "Q6_K": _pack_int8_rows, "Q2_K": _pack_int8_rows, "Q3_K": _pack_int8_rows}
 _NUMPY_PACK = {"Q4_0": _np_pack_q4_small, "Q4_1": _np_pack_q4_small, "Q8_0": _np_pack_q8_0}
@@ -471,6 +444,6 @@ def numpy_pack_kind(t: qtypes.GGMLType) -> str:
     """The engine budget (formats/engine.py) a small job's pack of ``t`` counts against: a
     numpy packer of its own, or the field-by-field :func:`pack_ref`."""
     return "repack" if t.name in _NUMPY_PACK else "repack_ref"
-_FAST_UNPACK = {"Q4_0": _unpack_q4_small, "Q4_1": _unpack_q4_small, "Q4_K": _unpack_q4_k, "Q8_0": _unpack_q8_0,
+_FAST_UNPACK = {"Q4_0": _unpack_q4_small, "Q4_1": _unpack_q4_small, "Q4_K": _unpack_q4_k, "Q8_0": _unpack_int8_rows,
                 "Q5_0": _unpack_int8_rows, "Q5_1": _unpack_int8_rows, "Q5_K": _unpack_int8_rows,
                 "Q6_K": _unpack_int8_rows, "Q2_K": _unpack_int8_rows, "Q3_K": _unpack_int8_rows}

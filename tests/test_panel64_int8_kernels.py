@@ -44,7 +44,7 @@ def _same(a: dict, b: dict) -> None:
 
 
 def test_panel64_dispatches_these_types_to_the_row_kernels():
-    assert I.TYPES == {"Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q2_K", "Q3_K"}
+    assert I.TYPES == {"Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q2_K", "Q3_K", "Q8_0"}
     for name in I.TYPES:
         assert P._FAST_PACK[name] is P._pack_int8_rows and P._FAST_UNPACK[name] is P._unpack_int8_rows
 
@@ -144,7 +144,7 @@ def test_the_kernels_as_plain_python_give_the_same_bytes():
         engine.start_kernels()
         rng = np.random.default_rng(5)
         for q, n, k in (("Q5_0", 3, 64), ("Q5_1", 2, 32), ("Q5_K", 3, 256), ("Q6_K", 2, 256), ("Q2_K", 2, 256),
-                        ("Q3_K", 3, 256)):
+                        ("Q3_K", 3, 256), ("Q8_0", 3, 64), ("Q8_0", 2, 32)):
             raw = random_blocks(q, n, k, rng)
             fast, ref = P.pack(raw, n, k, q), P.pack_ref(raw, n, k, q)
             assert all(np.array_equal(fast[r].view(np.uint8), ref[r].view(np.uint8)) for r in ref), q

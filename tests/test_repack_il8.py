@@ -119,6 +119,22 @@ def test_int8_codes_outside_the_q4_range_are_refused(code, rng):
         I8.unpack(reg, 16, 64, "Q4_0")
 
 
+def test_the_code_check_of_the_int8_unpack_kernel_takes_every_byte_at_every_lane(rng):
+    # every int8 value at each of the 8 byte lanes of one step word: refused exactly outside -8..7
+    from panelpack.repack import _common as C
+    from panelpack.repack import _il8_kernels as K
+
+    n, k = 8, 64
+    reg = I8.pack(random_blocks("Q4_0", n, k, rng), n, k, "Q4_0")
+    d8 = C.f32_to_f16_bits_fast(reg["scales"], "scales").reshape(-1).view(np.uint8)
+    out = np.empty(n * 2 * 18, np.uint8)
+    for lane in range(8):
+        for code in range(-128, 128):
+            q = reg["qs"].copy()
+            q[0, 1, 32 * (lane // 4) + 16 + lane % 4] = code  # row 4: step g = 0 is lanes 0..3, g = 1 lanes 4..7
+            assert K._int8_q4_0_unpack(q.reshape(-1).view(np.uint32), d8, n, k // 32, out) == int(not -8 <= code <= 7)
+
+
 def test_the_scale_kernel_agrees_with_the_numpy_check(rng):
     # every widened f16 comes back as its bits; random and near-miss f32 patterns get numpy's verdict
     from panelpack.repack import _common as C
@@ -163,6 +179,10 @@ def test_signed_nibble_swar_against_scalar():
     for u in range(16):
         v = np.uint64(int.from_bytes(bytes([u] * 8), "little"))
         assert int(getattr(K._signed, "py_func", K._signed)(v)).to_bytes(8, "little") == bytes([(u - 8) & 0xFF] * 8)
+    rng = np.random.default_rng(6)
+    for lanes in rng.integers(0, 16, (50, 8)):  # mixed lanes: no borrow crosses from one to the next
+        v = np.uint64(int.from_bytes(bytes(lanes.tolist()), "little"))
+        assert int(getattr(K._signed, "py_func", K._signed)(v)).to_bytes(8, "little") == bytes(((lanes - 8) & 0xFF).tolist())
 
 
 @pytest.mark.parametrize("mod, qtype", [(IN, "Q4_0"), (I8, "Q4_0"), (IN, "Q4_K")], ids=lambda x: getattr(x, "NAME", x))

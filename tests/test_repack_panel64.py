@@ -286,8 +286,7 @@ def test_a_small_pack_without_a_numpy_packer_runs_the_reference(qtype, rng, monk
 
 def test_the_fast_paths_are_the_ones_exercised():
     assert set(P._FAST_PACK) == {t.name for t in P.SOURCE_TYPES} == set(P._FAST_UNPACK)
-    for name in ("_q4_pack_w", "_q4_unpack_w", "_q4_small_cols", "_q4_unpack_b", "_q4_k_pack", "_q4_k_unpack",
-                 "_q8_0_unpack", "_q8_0_cols"):
+    for name in ("_q4_pack_w", "_q4_unpack_w", "_q4_small_cols", "_q4_unpack_b", "_q4_k_pack", "_q4_k_unpack"):
         f = getattr(K, name)
         if not hasattr(f, "signatures"):
             pytest.skip("numba JIT disabled (NUMBA_DISABLE_JIT=1)")
