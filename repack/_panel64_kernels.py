@@ -550,7 +550,8 @@ def _u64_at(a8, o):
 
 
 # ---- block-column kernel of the Q4_0/Q4_1 nibble panels ------------------------------------
-# The same walk as the int8 kernels, four channels at a time: a nibble panel word (kg-block w,
+# Block column b (block b of the super-block's 64 rows) at a time, its rows four at a time (a
+# block column of panel stays in L1 while its rows pass): a nibble panel word (kg-block w,
 # channel c) is 16 bits at p16[64 w + c], so the words of channels c..c+3 make one uint64 at
 # p64[(64 w + c) / 4]. _pairs turns 8 qs bytes of one row into two words (bits 0-15: kg-block
 # w, bits 32-47: w + 1); _quad interleaves four rows' values into the two uint64 stores.
