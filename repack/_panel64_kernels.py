@@ -18,7 +18,7 @@ import numpy as np
 from numba import njit
 from numba import types as nt
 
-from ..formats._jit import lazy_njit, prefetch
+from ..formats._jit import lazy_njit, ld64, prefetch
 
 # ---- fast kernels -----------------------------------------------------------------------
 # The nibble and table kernels walk the 64 channels of one super-block in two steps:
@@ -537,18 +537,6 @@ def _u16_at(a8, o):
     return _U(a8[o]) | (_U(a8[o + _U(1)]) << _U(8))
 
 
-@njit
-def _u32_at(a8, o):
-    return (_U(a8[o]) | (_U(a8[o + _U(1)]) << _U(8)) | (_U(a8[o + _U(2)]) << _U(16))
-            | (_U(a8[o + _U(3)]) << _U(24)))
-
-
-@njit
-def _u64_at(a8, o):
-    """Little-endian uint64 at any byte offset (LLVM merges the byte loads into one)."""
-    return _u32_at(a8, o) | (_u32_at(a8, o + _U(4)) << _U(32))
-
-
 # ---- block-column kernel of the Q4_0/Q4_1 nibble panels ------------------------------------
 # Block column b (block b of the super-block's 64 rows) at a time, its rows four at a time (a
 # block column of panel stays in L1 while its rows pass): a nibble panel word (kg-block w,
@@ -589,7 +577,7 @@ def _quad_u16(d64, i, a8, o0, o1, o2, o3, at):
 def _q4_words(a8, o, j):
     """qs bytes 8j..8j+7 of a Q4_0/Q4_1 block at a8[o] (qs at o): the low nibbles as words
     2j, 2j+1 (elements 8j..8j+7) and the high nibbles as words 4+2j, 5+2j (16+8j..)."""
-    x = _u64_at(a8, o + _U(8 * j))
+    x = ld64(a8, o + _U(8 * j))
     return _pairs(x & _M0F), _pairs((x >> _U(4)) & _M0F)
 
 

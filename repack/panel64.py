@@ -313,17 +313,20 @@ _Q4_STEP = {"Q4_0": (2, 4), "Q4_1": (4, 2)}
 
 
 def _pack_q4_small(raw, t, n, k, out):
+    """Q4_0/Q4_1: the channel-quad kernel (_q4_pack_w) when K is a whole number of its steps,
+    else the four-channel block-column kernel (_q4_small_cols); both write the regions as
+    uint64 words (``m`` empty for Q4_0)."""
     geo = geometry(t, n, k)
     hdr, nbk = _Q4_STEP[t.name]
+    views = [C.aligned_out(out[name]) for name in ("panels", "d", "m") if name in out]
+    p64, d64 = views[0][0], views[1][0]
+    m64 = views[2][0] if len(views) > 2 else d64[:0]
     if geo.ng % nbk == 0:
-        views = [C.aligned_out(out[name]) for name in ("panels", "d", "m") if name in out]
-        p64, d64 = views[0][0], views[1][0]
-        m64 = views[2][0] if len(views) > 2 else d64[:0]
         _k()._q4_pack_w(C.aligned_words(raw), n, geo.ng, hdr, p64, d64, m64)
-        for _, fin in views:
-            fin()
     else:
-        _pack_q4_cols(raw, t, n, k, out)
+        _k()._q4_small_cols(raw.reshape(-1), n, k // t.block_size, hdr, p64, d64, m64)
+    for _, fin in views:
+        fin()
 
 
 def _unpack_q4_small(r, t, n, k, raw):
@@ -422,16 +425,6 @@ def _np_pack_q8_0(raw, t, n, k, out):
         w[:r1 - r0] = np.ascontiguousarray(b3[r0:r1, :, 2:]).view(np.uint32)
         panels[s0:s1] = w.reshape(s1 - s0, CHANNELS, geo.ng, geo.kq).transpose(0, 2, 3, 1)
     _header_fields(b3, ["d"], geo, out)
-
-
-def _pack_q4_cols(raw, t, n, k, out):
-    """Q4_0/Q4_1 by the four-channel block-column kernel (_panel64_kernels._q4_small_cols)."""
-    p64, fp = C.aligned_out(out["panels"], np.uint64)
-    d64, fd = C.aligned_out(out["d"], np.uint64)
-    m64, fm = C.aligned_out(out["m"], np.uint64) if "m" in out else (d64[:0], lambda: None)
-    _k()._q4_small_cols(raw.reshape(-1), n, k // t.block_size, t.type_size - 16, p64, d64, m64)
-    for fin in (fp, fd, fm):
-        fin()
 
 
 _FAST_PACK = {"Q4_0": _pack_q4_small, "Q4_1": _pack_q4_small, "Q4_K": _pack_q4_k, "Q8_0": _pack_int8_rows,
