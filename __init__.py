@@ -11,6 +11,8 @@ cheap: no numpy-heavy module and no numba until a function runs)::
     with panelpack.open_checkpoint("model-hf/") as ckpt: ...       # GGUF, safetensors, HF folder
     bundle = panelpack.open_bundle("model.ppk")                    # typed manifest, mapped regions
     panelpack.layouts()                                            # the layout registry, described
+    panelpack.pack("model.ppk", "model.ppk.tar.zst")               # checked, then archived (unpack too)
+    panelpack.sign("model.ppk", key="key.pem")                     # model.sig (pip install 'panelpack[sign]')
 
 Every result object renders itself (``.render()`` for people, ``.to_json()`` for programs).
 
@@ -36,6 +38,10 @@ _FRONT: dict[str, tuple[str, str | None]] = {
     "open_checkpoint": ("panelpack.formats.checkpoint", "open_checkpoint"),
     "open_bundle": ("panelpack.formats.bundle", "open_bundle"),
     "layouts": ("panelpack.repack", "describe"),
+    # shipping, after verify's structure level (verify/gate.py)
+    "pack": ("panelpack.verify.gate", "pack"),
+    "unpack": ("panelpack.verify.gate", "unpack"),
+    "sign": ("panelpack.verify.gate", "sign"),
 }
 
 __all__ = ["__version__", *_FRONT]

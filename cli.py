@@ -23,8 +23,27 @@ log = logging.getLogger("panelpack")
 
 
 def _fail(message: str, code: int) -> None:
-    click.echo(f"panelpack: error: {message}", err=True)
+    from panelpack.formats.text import escape
+
+    click.echo(f"panelpack: error: {escape(message)}", err=True)  # one line, whatever a name holds
     sys.exit(code)
+
+
+class _EscapingFormatter(logging.Formatter):
+    """Log lines as one line each: names from a file cannot start a line of their own."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        from panelpack.formats.text import escape
+
+        return escape(super().format(record))
+
+
+def _echo_text(text: str, **kw) -> None:
+    """A report for people: every control character but newline and tab escaped (the renderers
+    escape names and metadata field by field; this is the last guard)."""
+    from panelpack.formats.text import escape_text
+
+    click.echo(escape_text(text), **kw)
 
 
 def command(fn):
@@ -71,7 +90,7 @@ def echo_result(result, as_json: bool) -> None:
     if as_json:
         echo_json(result.to_json())
     else:
-        click.echo(result.render())
+        _echo_text(result.render())
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -81,6 +100,8 @@ def main(verbose: int) -> None:
     """Convert, repack and verify quantized LLM checkpoints for SME2, NEON and int8 kernels."""
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    for h in logging.getLogger().handlers:
+        h.setFormatter(_EscapingFormatter("%(levelname)s %(name)s: %(message)s"))
 
 
 @main.command()
@@ -99,7 +120,7 @@ def inspect(path: str, as_json: bool) -> None:
     if as_json:
         echo_json(doc)
     else:
-        click.echo(describe.render(doc))
+        _echo_text(describe.render(doc))
 
 
 @main.command()
@@ -240,8 +261,12 @@ def _install_sigterm() -> None:
 @click.option("--force", is_flag=True, help="Replace OUT if it exists.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (for pipelines).")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
-@click.option("--target", type=click.Choice(["bundle", "cactus"]), default=None,
-              help="bundle (default) | cactus: a folder the cactus engine loads (--quant cq1..cq4).")
+@click.option("--target", type=click.Choice(["bundle", "cactus", "gguf"]), default=None,
+              help="bundle (default) | cactus: a folder the cactus engine loads (--quant cq1..cq4) | gguf: "
+                   "the GGUF llama.cpp's converter and quantizer write (the default when OUT ends in .gguf).")
+@click.option("--outtype", default=None, type=click.Choice(["f32", "f16", "bf16", "q8_0", "auto"], case_sensitive=False),
+              help="GGUF output from an HF folder: the type of its matrices, as convert_hf_to_gguf.py --outtype "
+                   "(default auto; with a --quant mix the source's own float type, the quantizer's input).")
 @click.option("--cactus-panels", is_flag=True, help="cactus target: CQ4 matmul weights as .cq4p.weights panels.")
 @click.option("--allow-nonfinite", is_flag=True,
               help="Quantize weights holding NaN/Inf (refused by default, naming the tensor and index).")
@@ -259,14 +284,17 @@ def _install_sigterm() -> None:
                    "runtime without BLAKE3 (docs/FORMAT.md, \"Digests\").")
 @command
 def convert(source, out, layout, quant, requant, include, exclude, jobs, dry_run, force, as_json, no_progress,
-            target, cactus_panels, allow_nonfinite, pure, tensor_types, output_tensor_type, token_embedding_type,
-            leave_output_tensor, imatrix, digest):
+            target, outtype, cactus_panels, allow_nonfinite, pure, tensor_types, output_tensor_type,
+            token_embedding_type, leave_output_tensor, imatrix, digest):
     """Convert a GGUF file or an HF checkpoint into a bundle (or a cactus folder).
 
     --quant takes a llama.cpp file type (Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K_S Q3_K_M Q3_K_L
     Q4_K_S Q4_K_M Q5_K_S Q5_K_M Q6_K, any case): each tensor's type is chosen as llama-quantize
     chooses it, GGUF sources included (re-quantized). A plain type (q4_k, q5_k) quantizes every
     2-D matmul weight of an HF source to it.
+
+    With -o MODEL.gguf (or --target gguf) the output is the GGUF llama.cpp's convert_hf_to_gguf.py
+    writes (--outtype) and, with a --quant mix, what llama-quantize then writes from it.
     """
     from panelpack.convert import convert as convert_fn
     from panelpack.convert import mixes
@@ -281,13 +309,33 @@ def convert(source, out, layout, quant, requant, include, exclude, jobs, dry_run
     mix_options = mixes.Options(pure=pure, tensor_types=tuple(mixes.parse_tensor_type(s) for s in tensor_types),
                                 output_tensor_type=output_tensor_type, token_embedding_type=token_embedding_type,
                                 leave_output_tensor=leave_output_tensor, imatrix=imatrix)
+    if target == "gguf" or (target is None and out is not None and str(out).lower().endswith(".gguf")):
+        _refuse_bundle_options(click.get_current_context(), "GGUF output", ("layout", "requant", "include", "exclude",
+                                                                            "digest", "allow_nonfinite"))
+        from panelpack.convert import to_gguf
+
+        echo_result(to_gguf(source, out, outtype=outtype, quant=quant, mix_options=mix_options, dry_run=dry_run,
+                            force=force, jobs=jobs), as_json)
+        return
+    if outtype is not None:
+        raise click.UsageError("--outtype is for GGUF output (-o MODEL.gguf or --target gguf)")
     progress = _TqdmProgress(enabled=not (as_json or no_progress or dry_run) and sys.stderr.isatty())
     result = convert_fn(source, out, layout=layout, quant=quant, requant=requant, include=include,
                         exclude=exclude, jobs=jobs, dry_run=dry_run, force=force, progress=progress,
                         allow_nonfinite=allow_nonfinite, mix_options=mix_options, digest=digest)
     for w in result.plan.warnings:
-        click.echo(f"warning: {w}", err=True)
+        _echo_text(f"warning: {w}", err=True)
     echo_result(result, as_json)
+
+
+def _refuse_bundle_options(ctx, what: str, names) -> None:
+    """Options given on the command line that ``what`` does not take: a usage error naming them."""
+    from click.core import ParameterSource
+
+    given = [n for n in names if ctx.get_parameter_source(n) == ParameterSource.COMMANDLINE]
+    if given:
+        flags = ", ".join("--" + n.replace("_", "-") for n in given)
+        raise click.UsageError(f"{what} does not take {flags}")
 
 
 def _convert_cactus(source, out, target, quant, panels, dry_run, force, as_json) -> None:
@@ -312,7 +360,13 @@ def _convert_cactus(source, out, target, quant, panels, dry_run, force, as_json)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @command
 def export(bundle, out, force, as_json):
-    """Rebuild the source GGUF, byte for byte, from a GGUF-sourced bundle."""
+    """Write a bundle as a GGUF file.
+
+    A GGUF-sourced bundle whose blocks are the source's comes back byte for byte; any other bundle
+    (HF-sourced, or re-quantized with a --quant mix) is written as the GGUF of the blocks it holds,
+    named and arranged as llama.cpp's converter and quantizer would write it. Tensors whose layout
+    cannot be inverted are refused by name.
+    """
     from panelpack.convert.gguf_export import export_gguf
 
     res = export_gguf(bundle, out, force=force)
@@ -325,18 +379,21 @@ def export(bundle, out, force, as_json):
 @click.option("--force", is_flag=True, help="Replace OUT if it exists.")
 @click.option("--level", default=9, show_default=True, type=click.IntRange(1, 22), help="zstd level.")
 @click.option("--threads", default=-1, show_default=True, type=int, help="zstd worker threads (-1: all cores).")
+@click.option("--allow-extra", is_flag=True,
+              help="Leave files the manifest does not list out of the archive (a warning each) instead of refusing.")
 @command
-def pack(bundle, out, force, level, threads):
+def pack(bundle, out, force, level, threads, allow_extra):
     """Write a bundle as a deterministic .ppk.tar.zst archive.
 
-    The bundle is checked first (manifest, every file's size and sha256, regions, no links):
-    a bundle `verify --level structure` would reject is not packed (exit 1).
+    The bundle is checked first (verify's structure level: manifest, every file's size and
+    digests, regions, layouts, no links, no unlisted files): a bundle `verify --level
+    structure` would reject is not packed (exit 1). Its signature (model.sig) goes with it.
     """
-    from panelpack.formats import archive
+    from panelpack.verify import gate
 
     _install_sigterm()
-    r = archive.pack(bundle, out, force=force, level=level, threads=threads)
-    click.echo(f"packed {r.files} files, {r.bytes_in:,} bytes -> {r.path} ({r.bytes_out:,} bytes)")
+    r = gate.pack(bundle, out, force=force, level=level, threads=threads, allow_extra=allow_extra)
+    _echo_text(f"packed {r.files} files, {r.bytes_in:,} bytes -> {r.path} ({r.bytes_out:,} bytes)")
 
 
 @main.command()
@@ -353,11 +410,11 @@ def unpack(archive_path, out, force, allow_large):
     The restored files are checked against the manifest's sizes and sha256 (and the zstd
     frame checksums) before the folder appears under OUT; on any failure nothing is left.
     """
-    from panelpack.formats import archive
+    from panelpack.verify import gate
 
     _install_sigterm()
-    r = archive.unpack(archive_path, out, force=force, allow_large=allow_large)
-    click.echo(f"unpacked {r.files} files, {r.bytes_in:,} bytes -> {r.path}")
+    r = gate.unpack(archive_path, out, force=force, allow_large=allow_large)
+    _echo_text(f"unpacked {r.files} files, {r.bytes_in:,} bytes -> {r.path}")
 
 
 @main.command()
@@ -372,34 +429,50 @@ def unpack(archive_path, out, force, allow_large):
 @click.option("--svl-bits", default=512, type=click.Choice(["128", "256", "512", "1024", "2048"]), hidden=True,
               help="Read panels as a runtime with this streaming vector length would (negative tests).")
 @click.option("--tensor", "names", multiple=True, metavar="NAME", help="Only these tensors (repeatable).")
+@click.option("--native", "native", is_flag=False, flag_value="auto", default=None, type=choices.NATIVE,
+              help="Also run the C kernels (verify/native) on the sampled rows: auto (default), qemu "
+                   "(the aarch64 leaves under qemu-aarch64), host (what runs natively). docs/NATIVE.md")
+@click.option("--allow-extra", is_flag=True, help="Files the manifest does not list are a warning each, not a failure.")
+@click.option("--signed-by", type=click.Path(), default=None, metavar="KEY|CERT",
+              help="Check the bundle's signature (model.sig) with this PEM public key, or these PEM trust-anchor "
+                   "certificates: exit 1 unless every file is the one signed. Names the signer.")
+@click.option("--signer-identity", default=None, metavar="ID",
+              help="Keyless: the Sigstore identity (e-mail, workflow URI) that must have signed (needs the network).")
+@click.option("--signer-issuer", default=None, metavar="URL", help="Keyless: the OIDC issuer of --signer-identity.")
+@click.option("--force", is_flag=True, help="Replace the --json REPORT file if it exists.")
 @command
-def verify(bundle, level, report_path, seed, sample, svl_bits, names):
+def verify(bundle, level, report_path, seed, sample, svl_bits, names, native, allow_extra, signed_by,
+           signer_identity, signer_issuer, force):
     """Prove a bundle (or .ppk.tar.zst): structure, lossless, agreement; print the dispatch ledger.
 
-    Exit 0 when every tensor agrees, 1 on any mismatch, missing file, bad checksum or
-    unexplained fallback, 2 on bad input.
+    Exit 0 when every tensor agrees, 1 on any mismatch, missing file, bad checksum, file the
+    manifest does not list, unexplained fallback or (with --signed-by) signature that does
+    not hold, 2 on bad input. The last lines say whether the bundle is signed, and by whom.
     """
     from panelpack.verify import bundle_check
 
     if report_path not in (None, "-"):
-        from panelpack.formats import guard
+        from panelpack.formats import atomic, guard
 
         guard.check_disjoint(bundle, report_path, "the bundle", "the report")
+        atomic.check_target(report_path, force)  # before the work, not after it
     _announce_compiles()
     progress = _VerifyProgress(enabled=sys.stderr.isatty() and report_path != "-")
     try:
         rep = bundle_check.verify(bundle, level=level, seed=seed, sample=sample, svl_bits=int(svl_bits),
-                                  names=list(names) or None, progress=progress)
+                                  names=list(names) or None, progress=progress, native=native,
+                                  allow_extra=allow_extra, signed_by=signed_by, identity=signer_identity,
+                                  issuer=signer_issuer)
     finally:
         progress.close()
     if report_path == "-":
         echo_json(rep.to_json())
     else:
-        click.echo(rep.render())
+        _echo_text(rep.render())
         if report_path:
             from panelpack.formats import atomic
 
-            atomic.write_bytes(report_path, (json.dumps(rep.to_json(), indent=2) + "\n").encode(), force=True)
+            atomic.write_bytes(report_path, (json.dumps(rep.to_json(), indent=2) + "\n").encode(), force=force)
     if not rep.ok:
         sys.exit(EXIT_VERIFY_FAILED)
 
@@ -434,21 +507,21 @@ def demo(out, source, layout, quant, verify_level, no_verify):
         guard.check_disjoint(source, out, "the generated checkpoint", "the bundle")
     with tempfile.TemporaryDirectory(prefix="panelpack-demo-") as tmp:
         src = write_tiny_llama(source or tmp + "/tiny-llama-hf")
-        click.echo(f"generated {src} (tiny Llama-shaped checkpoint, bf16)")
+        _echo_text(f"generated {src} (tiny Llama-shaped checkpoint, bf16)")
         result = convert_fn(src, out, layout=layout, quant=quant, force=True)
-    click.echo(report.render_result(result))
+    _echo_text(report.render_result(result))
     if no_verify or verify_level == "none":
         return
     from panelpack.verify import bundle_check
 
     rep = bundle_check.verify(out, level=verify_level)
-    click.echo(rep.render())
+    _echo_text(rep.render())
     if not rep.ok:
         sys.exit(EXIT_VERIFY_FAILED)
     if verify_level != "all":
-        click.echo(f"next: panelpack verify {out} --level all   (integer partials of the emulated SME2/NEON "
+        _echo_text(f"next: panelpack verify {out} --level all   (integer partials of the emulated SME2/NEON "
                    "leaves and compiled kernels against the standard dispatch)")
-    click.echo(f"also: panelpack eval {out} / panelpack generate {out} --prompt TEXT run the model on the bundle's own "
+    _echo_text(f"also: panelpack eval {out} / panelpack generate {out} --prompt TEXT run the model on the bundle's own "
                "kernels (perplexity, KL and top-1 agreement against the standard blocks, bit-identical); this tiny "
                "Llama is random, so on a real model (e.g. a SmolLM2 bundle) they show the numbers that matter")
 
@@ -461,6 +534,28 @@ def _set_threads(threads):
         import numba
 
         numba.set_num_threads(min(int(threads), numba.config.NUMBA_NUM_THREADS))
+
+
+class _EvalProgress:
+    """eval's progress bar over token positions (stderr, TTY only)."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.bar = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        if self.bar is None:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, unit="tok", desc="eval", file=sys.stderr, dynamic_ncols=True, leave=False)
+        self.bar.update(done - self.bar.n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
 
 
 @main.command(name="eval")
@@ -490,7 +585,12 @@ def eval_cmd(bundle, text_file, tokens, against, kernels, source, threads, as_js
                 text = f.read()
         except (OSError, UnicodeDecodeError) as e:
             raise BadInputError(f"cannot read the text ({e})", path=text_file) from None
-    rep = evaluate.evaluate(bundle, text=text, tokens=tokens, against=against, kernels=kernels, source=source)
+    progress = _EvalProgress(enabled=sys.stderr.isatty() and not as_json)
+    try:
+        rep = evaluate.evaluate(bundle, text=text, tokens=tokens, against=against, kernels=kernels, source=source,
+                                progress=progress)
+    finally:
+        progress.close()
     echo_result(rep, as_json)
     if not rep.ok:
         sys.exit(EXIT_VERIFY_FAILED)
@@ -501,27 +601,65 @@ def eval_cmd(bundle, text_file, tokens, against, kernels, source, threads, as_js
 @click.option("--prompt", required=True, help="Text to continue.")
 @click.option("-n", "n_tokens", type=click.IntRange(1, None), default=32, show_default=True, help="Tokens to generate.")
 @click.option("--temp", type=click.FloatRange(0, None), default=0.0, show_default=True, help="Sampling temperature (0: greedy).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Sampling seed.")
+@click.option("--seed", type=click.IntRange(0, None), default=0, show_default=True, help="Sampling seed (>= 0).")
 @click.option("--kernels", type=click.Choice(_KERNEL_CHOICES), default="compiled", show_default=True)
 @click.option("--threads", type=click.IntRange(1, 256), default=None, help="Kernel threads (default: all cores).")
 @command
 def generate(bundle, prompt, n_tokens, temp, seed, kernels, threads):
-    """Continue PROMPT with BUNDLE's own kernels, printing tokens as they come (greedy by default)."""
+    """Continue PROMPT with BUNDLE's own kernels, printing tokens as they come (greedy by default).
+
+    The bundle is checked first (verify's structure level): a damaged one is not run (exit 1)."""
     from panelpack.verify.runtime import Model
 
     _set_threads(threads)
     model = Model.open(bundle, kernels)
     tok = model.tokenizer
-    click.echo(prompt, nl=False)
+    tokens = model.generate(prompt, n_tokens, temp=temp, seed=seed)  # checks the options before any output
+    _echo_text(prompt, nl=False)
     pending = b""
-    for t in model.generate(prompt, n_tokens, temp=temp, seed=seed):
+    for t in tokens:
         pending += tok.token_bytes(t)
         try:
             text, pending = pending.decode("utf-8"), b""
         except UnicodeDecodeError:  # a character split across tokens: wait for the rest
             continue
-        click.echo(text, nl=False)
-    click.echo(pending.decode("utf-8", errors="replace"))
+        _echo_text(text, nl=False)
+    _echo_text(pending.decode("utf-8", errors="replace"))
+
+
+
+@main.command()
+@click.argument("bundle", type=click.Path(exists=False))
+@click.option("--key", type=click.Path(), default=None, metavar="KEY.pem",
+              help="PEM elliptic-curve private key (P-256/384/521): key signing, or with --cert certificate signing.")
+@click.option("--cert", type=click.Path(), default=None, metavar="CERT.pem", help="The key's signing certificate.")
+@click.option("--chain", type=click.Path(), multiple=True, metavar="CA.pem",
+              help="With --cert: the certificates that issued it (repeatable).")
+@click.option("--password-file", type=click.Path(), default=None, help="File holding the key's password (first line).")
+@click.option("--keyless", is_flag=True, help="Sigstore keyless signing with an OIDC identity (needs the network).")
+@click.option("--identity-token", default=None, help="Keyless: an OIDC identity token (else the browser flow).")
+@click.option("--force", is_flag=True, help="Replace the bundle's existing signature.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@command
+def sign(bundle, key, cert, chain, password_file, keyless, identity_token, force, as_json):
+    """Sign BUNDLE: model.sig (OpenSSF model-signing) covering every file, kept in the bundle.
+
+    The bundle is checked first (verify's structure level; a damaged one is not signed, exit
+    1). `verify --signed-by PUBLIC_KEY|CA_CERT` then fails on any change to any file and names
+    the signer; `pack` carries the signature. Needs `pip install 'panelpack[sign]'`.
+    """
+    from panelpack.verify import gate
+
+    password = None
+    if password_file is not None:
+        try:
+            with open(password_file, encoding="utf-8") as f:
+                password = f.readline().rstrip("\r\n")
+        except (OSError, UnicodeDecodeError) as e:
+            raise BadInputError(f"cannot read the password ({e})", path=password_file) from None
+    res = gate.sign(bundle, key=key, certificate=cert, chain=chain, password=password, keyless=keyless,
+                    identity_token=identity_token, force=force)
+    echo_result(res, as_json)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -75,6 +75,13 @@ def _demo_levels() -> tuple[str, ...]:
 LAYOUT = RegistryChoice(_layouts, dashes=True)
 QUANT = RegistryChoice(_quants)  # --quant: the block types and the CQ codes of --target cactus
 REQUANT = RegistryChoice(_requants)  # --requant: block types only
+def _native_modes() -> tuple[str, ...]:
+    from panelpack.verify.native.session import MODES
+
+    return MODES
+
+
 LEVEL = RegistryChoice(_levels)
+NATIVE = RegistryChoice(_native_modes)
 DEMO_LEVEL = RegistryChoice(_demo_levels)
 DIGEST = RegistryChoice(_digests)

@@ -20,7 +20,7 @@ from ..formats.checkpoint import open_checkpoint
 from .pipeline import Progress, TensorResult, run
 from .plan import Plan, make_plan
 
-__all__ = ["convert", "plan", "ConvertResult", "Progress", "Plan", "export"]
+__all__ = ["convert", "plan", "ConvertResult", "Progress", "Plan", "export", "to_gguf"]
 
 
 @dataclass
@@ -103,6 +103,14 @@ def convert(source: str | os.PathLike, out: str | os.PathLike | None = None, lay
     """
     from ..formats import digests
 
+    if out is not None and os.fspath(out).lower().endswith(".gguf"):
+        if layout != "panel64" or requant or include or exclude or digest:
+            from ..formats.errors import BadInputError
+
+            raise BadInputError("GGUF output takes --quant (a llama.cpp mix) and --outtype; --layout, --requant, "
+                                "--include/--exclude and --digest are bundle options")
+        return to_gguf(source, out, quant=quant, mix_options=mix_options, dry_run=dry_run, force=force,
+                       jobs=jobs)  # type: ignore[return-value]
     digest = digests.get(digest or digests.DEFAULT).name  # an unknown name: bad input, nothing read
     if out is not None and not dry_run:
         _check_output(source, out, force)
@@ -128,8 +136,53 @@ def _check_output(source: str | os.PathLike, out: str | os.PathLike, force: bool
         guard.check_replaceable_bundle(out)
 
 
+def to_gguf(source: str | os.PathLike, out: str | os.PathLike | None = None, outtype: Optional[str] = None,
+            quant: Optional[str] = None, mix_options=None, dry_run: bool = False, force: bool = False,
+            jobs: Optional[int] = None):
+    """Write the GGUF llama.cpp's tools write (see ``convert/gguf_out.py``): from an HF folder what
+    ``convert_hf_to_gguf.py --outtype OUTTYPE`` writes, then, with ``quant`` (a llama.cpp mix,
+    ``Q4_K_M``), what ``llama_model_quantize`` writes from it; from a GGUF file what
+    ``llama_model_quantize --allow-requantize`` writes for ``quant``. ``outtype``: f32, f16, bf16,
+    q8_0 or auto (the default: llama.cpp's auto without a mix; with one, the source's own float
+    type, so nothing is rounded before the quantizer). Returns a ``GGUFResult`` (its ledger says
+    what each tensor became and why)."""
+    from . import gguf_out
+
+    if out is not None and not dry_run:
+        _check_gguf_output(source, out, force)
+    with open_checkpoint(source) as ckpt:
+        if ckpt.kind == "gguf":
+            if outtype not in (None, "auto"):
+                from ..formats.errors import BadInputError
+
+                raise BadInputError("--outtype applies to HF sources; a GGUF source is re-quantized with --quant")
+            p = gguf_out.plan_gguf(ckpt, quant, mix_options)
+        elif ckpt.kind == "hf":
+            p = gguf_out.plan_hf(ckpt, outtype, quant, mix_options)
+        else:
+            from ..formats.errors import BadInputError
+
+            raise BadInputError("GGUF output reads an HF folder (config.json, weights, tokenizer) or a GGUF file",
+                                path=source)
+        if dry_run:
+            return gguf_out.GGUFResult(p, None)
+        if out is None:
+            from ..formats.errors import BadInputError
+
+            raise BadInputError("an output path is needed (-o model.gguf) unless --dry-run")
+        return gguf_out.write(p, out, force=force, jobs=jobs)
+
+
+def _check_gguf_output(source: str | os.PathLike, out: str | os.PathLike, force: bool) -> None:
+    from ..formats import atomic, guard
+
+    guard.check_disjoint(source, out, "the source checkpoint", "the GGUF")
+    atomic.check_target(out, force)
+
+
 def export(bundle: str | os.PathLike, out: str | os.PathLike, force: bool = False):
-    """Write a GGUF-sourced bundle back to a standard GGUF (see ``gguf_export.export_gguf``)."""
+    """Write a bundle as a GGUF: a GGUF-sourced one back to its source byte for byte, any other as the
+    GGUF of the blocks it holds (see ``gguf_export.export_gguf``)."""
     from .gguf_export import export_gguf
 
     return export_gguf(bundle, out, force=force)

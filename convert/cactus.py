@@ -1,21 +1,25 @@
 """The cactus output target: a folder the cactus engine loads, as cactus's own converter
-(cactus-compute 2.2.2, ``python -m cactus.convert convert --bits N``) writes it for a
-llama-family checkpoint (``llama``, ``qwen2``), without torch.
+(cactus-compute 2.2.2, ``python -m cactus.convert convert --bits N``) writes it, without torch,
+for every architecture of :mod:`panelpack.formats.arch` that has a cactus family
+(``cactus_family``: llama -> ``generic``, qwen2/qwen3 -> ``qwen``, gemma3 -> ``gemma3``); the
+others are refused by name (cactus's converter would fall back to its ``qwen`` family with a
+warning, and its engine would run them wrong), as are MoE experts and vision/audio towers.
 
     from panelpack.convert.cactus import convert_cactus
     result = convert_cactus("SmolLM2-HF/", "smollm2-cactus/", bits=4)
 
 What goes in the folder (the tables below are the facts, read from cactus's converter):
 
-* one tensor file per tensor, named by :data:`NAME_RULES` (``token_embeddings.weights``,
-  ``layer_{i}_attn_q.weights``, ..., ``output_weight.weights``); the policy of
+* one tensor file per tensor, named by the architecture row's cactus names
+  (``token_embeddings.weights``, ``layer_{i}_attn_q.weights``, ..., ``output_weight.weights``;
+  the family's factors of ``cactus_config.py`` applied: Gemma 3's x16 / /16); the policy of
   :func:`tensor_policy`: norms and biases FP16; K not a multiple of 128 -> FP16; embedding and
   output head -> orthogonal CQ4 (INTERLEAVED_4ROW when N % 4 == 0 and K % 32 == 0); the rest
   CQn Hadamard, round-to-nearest (no calibration data), INTERLEAVED_4ROW when N % 4 == 0;
   with ``panels`` the CQ4 Hadamard weights are written as ``NAME.cq4p.weights`` instead;
 * ``config.txt`` (``key=value`` sorted: the model's HF config as transformers 5.5.4 expands it,
-  overlaid with the runtime keys of :func:`runtime_config`) and ``hf_config.json`` (the same
-  dict as JSON);
+  overlaid with the runtime keys of ``cactus_config.runtime_config``) and ``hf_config.json``
+  (the same dict as JSON);
 * the source's runtime side files (config.json, tokenizer files, ...: :data:`SIDE_FILES`);
 * ``conversion_manifest.json``, ``weights_manifest.json``, ``conversion_summary.json``: cactus's
   reports (its ``qdq`` reader is driven by the first);
@@ -23,8 +27,10 @@ What goes in the folder (the tables below are the facts, read from cactus's conv
   name and type, what was done, relative RMSE against the source values).
 
 GGUF sources are dequantized to f32 first (the ledger says ``dequantized from``), their names
-mapped to Hugging Face names, and llama's q/k rows (stored permuted for pairwise RoPE by
-llama.cpp's converter) put back in HF order. The engine's tokenizer files (``vocab.txt``,
+mapped to Hugging Face names through the row, and what llama.cpp's converter did undone
+(``formats/arch/transforms.py``: llama's q/k rows back in HF order, Gemma's ``1 + w`` back
+to ``w``); RoPE scaling that GGUF holds as tensors (Llama 3's ``rope_freqs.weight``) has no
+``config.json`` form and is refused. The engine's tokenizer files (``vocab.txt``,
 ``merges.txt``, ``special_tokens.json``, ``tokenizer_config.txt``) are what cactus writes
 through transformers, reproduced by ``cactus_tokenizer.py`` from the source's own tokenizer
 files (GGUF sources: from the tokenizer metadata, as for the HF folder it stands for), and so
@@ -38,68 +44,28 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import shutil
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
 
+from ..formats import arch as _arch
 from ..formats import cactus as cfile
 from ..formats import cq
 from ..formats.atomic import atomic_dir, sha256_file
 from ..formats.checkpoint import open_checkpoint
 from ..formats.errors import BadInputError, UnsupportedError
 from ..formats.safetensors import bf16_to_f32
+from . import cactus_config as ccfg
+from .cactus_config import config_txt, hf_config_dict, runtime_config  # noqa: F401  (the surface tests use)
 
 log = logging.getLogger(__name__)
 
 QUANTS = {"cq1": 1, "cq2": 2, "cq3": 3, "cq4": 4}
-FAMILIES = {"llama": "generic", "qwen2": "qwen"}
-"""HF ``model_type`` -> cactus's adapter family (also the runtime ``model_type``)."""
-TRANSFORMERS_VERSION = "5.5.4"
-
-#: The per-layer tensors of a llama-family model, one row each: the GGUF name after
-#: ``blk.{i}.``, the HF name after ``model.layers.{i}.``, the cactus file after ``layer_{i}_``.
-LAYER_TENSORS: tuple[tuple[str, str, str], ...] = (
-    ("attn_norm.weight", "input_layernorm.weight", "input_norm.weights"),
-    ("ffn_norm.weight", "post_attention_layernorm.weight", "post_attn_norm.weights"),
-    ("attn_q.weight", "self_attn.q_proj.weight", "attn_q.weights"),
-    ("attn_k.weight", "self_attn.k_proj.weight", "attn_k.weights"),
-    ("attn_v.weight", "self_attn.v_proj.weight", "attn_v.weights"),
-    ("attn_output.weight", "self_attn.o_proj.weight", "attn_output.weights"),
-    ("ffn_gate.weight", "mlp.gate_proj.weight", "ffn_gate.weights"),
-    ("ffn_up.weight", "mlp.up_proj.weight", "ffn_up.weights"),
-    ("ffn_down.weight", "mlp.down_proj.weight", "ffn_down.weights"),
-)
-#: The model-level tensors: GGUF name, HF name, cactus file, cactus component.
-MODEL_TENSORS: tuple[tuple[str, str, str, str], ...] = (
-    ("token_embd.weight", "model.embed_tokens.weight", "token_embeddings.weights", "embedding"),
-    ("output.weight", "lm_head.weight", "output_weight.weights", "embedding"),
-    ("output_norm.weight", "model.norm.weight", "output_norm.weights", "language"),
-)
-
-# HF name -> (cactus file name, component); {i} is the layer index, {p} q, k or v.
-NAME_RULES: tuple[tuple[str, str, str], ...] = (
-    *((re.escape(hf), cactus, comp) for _, hf, cactus, comp in MODEL_TENSORS),
-    *((r"model\.layers\.(\d+)\." + re.escape(hf), "layer_{i}_" + cactus, "language") for _, hf, cactus in LAYER_TENSORS),
-    (r"model\.layers\.(\d+)\.self_attn\.(q|k|v)_proj\.bias", "layer_{i}_self_attn_{p}_proj.bias", "language"),
-)
-_COMPILED = tuple((re.compile(p), o, c) for p, o, c in NAME_RULES)
-
-# GGUF llama-family name -> HF name ({i}: layer); the inverse of llama.cpp's tensor map.
-GGUF_NAMES: tuple[tuple[str, str], ...] = (
-    *((re.escape(gguf), hf) for gguf, hf, _, _ in MODEL_TENSORS),
-    *((r"blk\.(\d+)\." + re.escape(gguf), "model.layers.{i}." + hf) for gguf, hf, _ in LAYER_TENSORS),
-    (r"blk\.(\d+)\.attn_(q|k|v)\.bias", "model.layers.{i}.self_attn.{p}_proj.bias"),
-)
-_GGUF_COMPILED = tuple((re.compile(p), o) for p, o in GGUF_NAMES)
-GGUF_ARCH = {"llama": ("llama", "LlamaForCausalLM"), "qwen2": ("qwen2", "Qwen2ForCausalLM")}
-GGUF_ROPE_PERMUTED = {"llama"}
-"""GGUF architectures whose q/k rows llama.cpp's converter stores permuted for pairwise RoPE."""
 
 SIDE_FILES = ("config.json", "vocab.json", "merges.txt", "tokenizer.json", "tokenizer.model", "vocab.txt",
               "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "chat_template.json",
@@ -108,39 +74,15 @@ SIDE_FILES = ("config.json", "vocab.json", "merges.txt", "tokenizer.json", "toke
 """The runtime files cactus's converter copies from the source folder, in its order."""
 
 TORCH_DTYPES = {"BF16": "torch.bfloat16", "F16": "torch.float16", "F32": "torch.float32"}
-ROTARY_BUFFERS = ("model.rotary_emb.inv_freq", "model.rotary_emb.original_inv_freq")
-"""transformers' rotary buffers, which cactus's manifest lists as ignored rows (f32, head_dim/2)."""
-
-# transformers 5.5.4's expansion of a config.json (``PretrainedConfig.to_dict``): common keys,
-# then each model type's defaults. Values given in config.json win.
-COMMON_DEFAULTS: dict[str, Any] = {
-    "chunk_size_feed_forward": 0, "id2label": {"0": "LABEL_0", "1": "LABEL_1"}, "is_encoder_decoder": False,
-    "label2id": {"LABEL_0": 0, "LABEL_1": 1}, "output_attentions": False, "output_hidden_states": False,
-    "pad_token_id": None, "problem_type": None, "return_dict": True, "transformers_version": TRANSFORMERS_VERSION,
-    "dtype": None, "tie_word_embeddings": False,
-}
-MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
-    "llama": {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
-              "num_attention_heads": 32, "hidden_act": "silu", "max_position_embeddings": 2048,
-              "initializer_range": 0.02, "rms_norm_eps": 1e-6, "pretraining_tp": 1, "use_cache": True,
-              "attention_bias": False, "attention_dropout": 0.0, "mlp_bias": False,
-              "bos_token_id": 1, "eos_token_id": 2},
-    "qwen2": {"vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32,
-              "num_attention_heads": 32, "hidden_act": "silu", "max_position_embeddings": 32768,
-              "initializer_range": 0.02, "rms_norm_eps": 1e-6, "use_cache": True, "use_sliding_window": False,
-              "sliding_window": 4096, "max_window_layers": 28, "attention_dropout": 0.0,
-              "bos_token_id": None, "eos_token_id": None},
-}
 
 
-def cactus_name(hf_name: str) -> tuple[Optional[str], str, bool]:
-    """``(file name or None, component, recognized)`` of an HF tensor name."""
-    for rx, out, comp in _COMPILED:
-        m = rx.fullmatch(hf_name)
-        if m:
-            g = m.groups()
-            return out.format(i=g[0] if g else "", p=g[1] if len(g) > 1 else ""), comp, True
-    return None, "language", False
+def cactus_name(hf_name: str, row: _arch.Arch) -> tuple[Optional[str], str, bool]:
+    """``(file name or None, component, recognized)`` of an HF tensor name (the row's names)."""
+    hit = _arch.role_of(row, hf_name, "hf")
+    out = _arch.translate_name(row, hf_name, "hf", "cactus") if hit else None
+    if out is None:
+        return None, "language", False
+    return out, ccfg.role_component(hit[0] if hit else None), True
 
 
 @dataclass(frozen=True)
@@ -174,94 +116,6 @@ def tensor_policy(out: Optional[str], component: str, shape: tuple[int, ...], bi
     return Policy("convert", f"CQ{bits}", bits, "hadamard", False, True, None)
 
 
-# ---- config.txt ------------------------------------------------------------------------------
-
-def hf_config_dict(config: dict[str, Any], source: str) -> dict[str, Any]:
-    """The config dict transformers 5.5.4 produces for a llama/qwen2 ``config.json``."""
-    mt = str(config.get("model_type", "")).lower()
-    d: dict[str, Any] = {"_name_or_path": source}
-    d.update(COMMON_DEFAULTS)
-    d.update(MODEL_DEFAULTS.get(mt, {}))
-    rope = {"rope_theta": 10000.0, "rope_type": "default"}
-    for k, v in config.items():
-        if k == "torch_dtype":
-            d["dtype"] = v
-        elif k == "rope_theta":
-            rope["rope_theta"] = v
-        elif k == "rope_scaling" and isinstance(v, dict):
-            rope.update({("rope_type" if kk == "type" else kk): vv for kk, vv in v.items()})
-        elif k == "rope_parameters" and isinstance(v, dict):
-            rope.update(v)
-        else:
-            d[k] = v
-    d["rope_parameters"] = rope
-    if d.get("num_key_value_heads") is None:
-        d["num_key_value_heads"] = d.get("num_attention_heads")
-    if d.get("head_dim") is None:
-        d["head_dim"] = int(d["hidden_size"]) // int(d["num_attention_heads"])
-    if mt == "qwen2":
-        if not d.get("use_sliding_window"):
-            d["sliding_window"] = None
-        if d.get("layer_types") is None:
-            sw, mwl = d.get("sliding_window"), int(d.get("max_window_layers", 28))
-            d["layer_types"] = ["sliding_attention" if sw is not None and i >= mwl else "full_attention"
-                                for i in range(int(d["num_hidden_layers"]))]
-    return d
-
-
-def runtime_config(cfg: dict[str, Any]) -> dict[str, Any]:
-    """The runtime keys cactus's converter derives (its ``extract_base_config``)."""
-    def get(*keys, default=None):
-        for k in keys:
-            if cfg.get(k) is not None:
-                return cfg[k]
-        return default
-
-    rope = cfg.get("rope_parameters") or {}
-    rope_theta = cfg.get("rope_theta", rope.get("rope_theta") if isinstance(rope, dict) else None)
-    if rope_theta is None:
-        rope_theta = 10000.0
-    topk = get("num_experts_per_tok", "moe_top_k", "num_top_experts", "top_k_experts", default=0) or 0
-    dst = get("decoder_start_token_id", "bos_token_id", default=0)
-    hidden = get("hidden_size", "hidden_dim", default=0)
-    out = {
-        "vocab_size": get("vocab_size", default=0),
-        "hidden_dim": hidden,
-        "num_layers": int(get("num_hidden_layers", "num_layers", default=0) or 0),
-        "attention_heads": get("num_attention_heads", default=0),
-        "attention_kv_heads": get("num_key_value_heads", "num_attention_heads", default=0),
-        "ffn_intermediate_dim": get("intermediate_size", "n_inner", default=0),
-        "context_length": get("max_position_embeddings", "max_sequence_length", default=0),
-        "rope_theta": rope_theta,
-        "attention_head_dim": int(get("head_dim", default=int(hidden) // max(1, int(get("num_attention_heads", default=1))))),
-        "layer_norm_eps": get("layer_norm_eps", "layer_norm_epsilon", "rms_norm_eps", "norm_eps", default=1e-6),
-        "decoder_start_token_id": int(dst or 0),
-        "num_experts": get("num_experts", default=0) or 0,
-        "num_shared_experts": get("num_shared_experts", default=0),
-        "num_top_experts": topk,
-        "num_experts_per_tok": topk,
-        "moe_every_n_layers": get("moe_every_n_layers", default=0),
-    }
-    lt = cfg.get("layer_types")
-    if isinstance(lt, (list, tuple)) and lt:
-        out["layer_types"] = list(lt)
-    return out
-
-
-def _fmt(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (list, tuple)):
-        return ",".join(str(x) for x in v)
-    return str(v)
-
-
-def config_txt(config: dict[str, Any]) -> str:
-    """``key=value`` lines, keys sorted; only str/int/float/bool/list values (cactus's format)."""
-    return "".join(f"{k}={_fmt(config[k])}\n" for k in sorted(config)
-                   if isinstance(config[k], (str, int, float, bool, list, tuple)))
-
-
 # ---- sources ---------------------------------------------------------------------------------
 
 @dataclass
@@ -274,8 +128,10 @@ class SourceTensor:
     note: Optional[str] = None
 
 
-def _hf_sources(ckpt) -> tuple[list[SourceTensor], dict[str, Any]]:
+def _hf_sources(ckpt) -> tuple[list[SourceTensor], dict[str, Any], _arch.Arch]:
     config = dict(getattr(ckpt, "config", {}) or {})
+    row = _arch.for_hf_config(config)
+    ccfg.family_of(row)
     shards = getattr(ckpt, "shards", None) or [ckpt]
     out = []
     for shard in sorted(shards, key=lambda s: os.path.basename(s.path)):
@@ -289,59 +145,66 @@ def _hf_sources(ckpt) -> tuple[list[SourceTensor], dict[str, Any]]:
                 return bf16_to_f32(a) if t == "BF16" else a.astype(np.float32)
 
             out.append(SourceTensor(info.name, tuple(info.shape), TORCH_DTYPES[t], t, load))
-    return out, config
+    return out, config, row
 
 
-def _unpermute_rope(w: np.ndarray, n_head: int) -> np.ndarray:
-    """Undo llama.cpp's ``permute``: rows ``[head][2][d/2]`` were stored as ``[head][d/2][2]``."""
-    n = w.shape[0]
-    return np.ascontiguousarray(w.reshape(n_head, n // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape))
-
-
-def _gguf_sources(ckpt) -> tuple[list[SourceTensor], dict[str, Any]]:
-    from ..formats import blocks
-
-    arch = ckpt.architecture or ""
-    if arch not in GGUF_ARCH:
-        raise UnsupportedError(f"GGUF architecture {arch!r}: the cactus target takes {sorted(GGUF_ARCH)}")
-    hp = ckpt.hyperparameters()
-    md = ckpt.metadata
-
-    def meta(key, default=None):
-        v = md.get(f"{arch}.{key}", default)
-        return v.tolist() if hasattr(v, "tolist") and not isinstance(v, (int, float)) else v
-
-    names = set(ckpt.names)
-    model_type, archname = GGUF_ARCH[arch]
+def _gguf_config(ckpt, row: _arch.Arch, hp: _arch.Hyper) -> dict[str, Any]:
+    """The config.json the GGUF stands for (the keys llama.cpp's converter read from it)."""
+    if "rope_freqs" in hp.flags or "longrope" in hp.flags:
+        raise UnsupportedError("GGUF RoPE scaling written as tensors (rope_freqs.weight, rope_factors_*) has no "
+                               "config.json form here; convert the HF folder to the cactus target instead")
+    L0 = hp.layers[0]
+    full = next((L for L in hp.layers if L.kind == "full_attention"), L0)
     config: dict[str, Any] = {
-        "architectures": [archname], "model_type": model_type,
-        "hidden_size": hp["n_embd"], "intermediate_size": hp["n_ff"], "num_hidden_layers": hp["n_layer"],
-        "num_attention_heads": hp["n_head"], "num_key_value_heads": hp["n_head_kv"],
-        "head_dim": meta("attention.key_length", hp["n_embd"] // hp["n_head"]),
-        "vocab_size": hp["n_vocab"], "max_position_embeddings": hp["n_ctx"],
-        "rms_norm_eps": meta("attention.layer_norm_rms_epsilon", 1e-6),
-        "rope_theta": float(meta("rope.freq_base", 10000.0)),
-        "tie_word_embeddings": "output.weight" not in names, "torch_dtype": "float32",
+        "architectures": [row.hf_architectures[0]], "model_type": row.hf_model_types[0],
+        "hidden_size": hp.n_embd, "intermediate_size": L0.n_ff, "num_hidden_layers": hp.n_layer,
+        "num_attention_heads": L0.n_head, "num_key_value_heads": L0.n_head_kv, "head_dim": L0.head_dim,
+        "vocab_size": hp.n_vocab, "max_position_embeddings": hp.n_ctx,
+        "rms_norm_eps": float(_arch.keys.gguf_get(ckpt.metadata, "eps", row.gguf_arch, 1e-6)),
+        "rope_theta": float(full.rope.base if full.rope is not None else 10000.0),
+        "tie_word_embeddings": hp.tied, "torch_dtype": "float32",
     }
+    if row.layer_rule == "every_nth":  # Gemma 3: what llama.cpp assumes where the GGUF says nothing
+        slide = next((L for L in hp.layers if L.window), None)
+        config["sliding_window"] = slide.window if slide else None
+        if slide is not None and slide.rope is not None:
+            config["rope_local_base_freq"] = float(slide.rope.base)
+        config["query_pre_attn_scalar"] = round(L0.attn_scale ** -2, 6)
+        config["final_logit_softcapping"] = hp.final_softcap or None
+    md = ckpt.metadata
     for k, key in (("bos_token_id", "tokenizer.ggml.bos_token_id"), ("eos_token_id", "tokenizer.ggml.eos_token_id")):
         if md.get(key) is not None:
             config[k] = int(md.get(key))
+    return config
+
+
+def _gguf_sources(ckpt) -> tuple[list[SourceTensor], dict[str, Any], _arch.Arch]:
+    from ..formats import blocks
+    from ..formats.arch import transforms
+
+    row = _arch.for_gguf(ckpt.metadata)
+    ccfg.family_of(row)
+
+    def vector(name):
+        info = ckpt.tensor(name)
+        return blocks.dequantize(ckpt.raw(name), info.type, info.n, info.k).reshape(-1)
+
+    tok = ckpt.metadata.get("tokenizer.ggml.tokens")
+    emb = ckpt.tensor("token_embd.weight") if "token_embd.weight" in set(ckpt.names) else None
+    n_vocab = len(tok) if tok is not None else (emb.shape[0] if emb is not None else 0)
+    hp = _arch.from_gguf(ckpt.metadata, n_vocab, ckpt.names, vector)
+    config = _gguf_config(ckpt, row, hp)
     out = []
     for info in ckpt.tensors:
-        hf = None
-        for rx, tmpl in _GGUF_COMPILED:
-            m = rx.fullmatch(info.name)
-            if m:
-                g = m.groups()
-                hf = tmpl.format(i=g[0] if g else "", p=g[1] if len(g) > 1 else "")
-                break
-        if hf is None:
-            log.info("GGUF tensor %s has no Hugging Face name in the llama family; skipped", info.name)
+        hit = _arch.role_of(row, info.name, "gguf")
+        hf = _arch.tensor_name(row, hit[0], hit[1], "hf") if hit else ""
+        if not hf:
+            log.info("GGUF tensor %s has no Hugging Face name in %s; skipped", info.name, row.name)
             continue
-        heads = (hp["n_head"] if ".q_proj." in hf else hp["n_head_kv"]) if arch in GGUF_ROPE_PERMUTED else 0
-        permuted = heads and (".q_proj." in hf or ".k_proj." in hf)
+        steps = row.gguf_transforms.get(hit[0], ()) if hit else ()
+        spec = hp.layers[hit[1] if hit and hit[1] is not None else 0]
 
-        def load(info=info, heads=heads, permuted=permuted):
+        def load(info=info, steps=steps, spec=spec):
             t = info.type
             if t.numpy_dtype is not None and t.name in ("F32", "F16"):
                 a = np.asarray(ckpt.array(info.name)).astype(np.float32)
@@ -349,12 +212,22 @@ def _gguf_sources(ckpt) -> tuple[list[SourceTensor], dict[str, Any]]:
                 a = bf16_to_f32(np.asarray(ckpt.array(info.name)))
             else:
                 a = blocks.dequantize(ckpt.raw(info.name), t, info.n, info.k).reshape(info.shape)
-            return _unpermute_rope(a, heads) if permuted else a
+            for step in steps:  # undo what llama.cpp's converter did
+                if step == "permute_q":
+                    a = transforms.unpermute_rows(a, spec.n_head)
+                elif step == "permute_k":
+                    a = transforms.unpermute_rows(a, spec.n_head_kv)
+                elif step == "plus_one":
+                    a = transforms.minus_one(a)
+            return a
 
-        note = f"dequantized from {info.type.name}" + (" (q/k rows back in HF order)" if permuted else "")
+        undone = [x for x in steps if x != "vocab_rows"]
+        note = f"dequantized from {info.type.name}" + (
+            " (q/k rows back in HF order)" if any(x.startswith("permute") for x in undone) else
+            " (1 + w back to w)" if "plus_one" in undone else "")
         out.append(SourceTensor(hf, tuple(info.shape), "torch.float32", info.type.name, load, note))
     out.sort(key=lambda s: s.hf_name)
-    return out, config
+    return out, config, row
 
 
 # ---- the conversion --------------------------------------------------------------------------
@@ -384,19 +257,20 @@ class CactusResult:
                 "seconds": round(self.seconds, 3), "ledger": self.ledger}
 
 
-def _write_tensor(path: Path, st: SourceTensor, pol: Policy, panels: bool) -> tuple[str, dict[str, Any]]:
+def _write_tensor(path: Path, st: SourceTensor, pol: Policy, panels: bool, family: str) -> tuple[str, dict[str, Any]]:
     """Quantize/convert one tensor into ``path``'s folder; returns (file name, ledger extras)."""
     w = st.load()
     extra: dict[str, Any] = {}
     if pol.action == "fallback":
-        path.write_bytes(cfile.fp16_file_bytes(w))
+        path.write_bytes(cfile.fp16_file_bytes(ccfg.fp16_values(family, path.name, w)))
         return path.name, extra
+    factor = ccfg.scale_factor(family, path.name)
     if pol.rotation == "orthogonal":
         t = cq.quantize_orthogonal(w, 4)
-        data = cfile.cq_file_bytes(t, pol.interleaved)
         sample = np.unique(np.linspace(0, t.n - 1, min(t.n, 512)).astype(np.int64))
         sub = cq.CQTensor(t.indices[sample], t.norms[sample], t.input_scale, 4, t.group, "orthogonal", t.seed, t.k, t.matrix)
         extra["relative_rmse"] = round(cq.relative_rmse(w[sample], cq.dequantize(sub)), 6)
+        data = cfile.cq_file_bytes(_scaled(t, factor), pol.interleaved)
         extra["rmse_rows"] = int(sample.size)
         extra["rotation"] = "orthogonal (signed permuted DCT-II, f16)"
         name = path.name
@@ -405,6 +279,7 @@ def _write_tensor(path: Path, st: SourceTensor, pol: Policy, panels: bool) -> tu
         rr = cq.hadamard_relative_rmse(t) if t.k == t.kp else None
         extra["relative_rmse"] = round(rr if rr is not None else cq.relative_rmse(w, cq.dequantize(t)), 6)
         extra["rotation"] = f"hadamard seed {t.seed}"
+        t = _scaled(t, factor)
         if panels and pol.bits == 4:
             from ..repack import cq4_panel
 
@@ -419,13 +294,23 @@ def _write_tensor(path: Path, st: SourceTensor, pol: Policy, panels: bool) -> tu
             data = cfile.cq_file_bytes(t, il)
             name = path.name
             extra["layout"] = "interleaved_4row" if il else "row_major"
+    if factor != 1.0:
+        extra["scale_factor"] = factor
     path.write_bytes(data)
     return name, extra
 
 
+def _scaled(t: cq.CQTensor, factor: float) -> cq.CQTensor:
+    """The family's norm factor folded into a CQ tensor (cactus's ``_scale_cq_norms``)."""
+    if factor == 1.0:
+        return t
+    return replace(t, norms=(t.norms.astype(np.float32) * np.float32(factor)).astype(np.float16))
+
+
 def convert_cactus(source: str | os.PathLike, out: str | os.PathLike, bits: int = 4, panels: bool = False,
                    force: bool = False) -> CactusResult:
-    """Convert a llama/qwen2 HF folder or GGUF file into a cactus folder at ``out``."""
+    """Convert an HF folder or GGUF file of an architecture cactus has a family for (the
+    architecture table's ``cactus_family``: llama, qwen2, qwen3, gemma3) into a cactus folder."""
     if bits not in cq.BITS:
         raise BadInputError(f"cactus CQ bits must be one of {cq.BITS}, got {bits}")
     t0 = time.perf_counter()
@@ -433,19 +318,14 @@ def convert_cactus(source: str | os.PathLike, out: str | os.PathLike, bits: int 
     with open_checkpoint(src) as ckpt:
         kind = getattr(ckpt, "kind", "")
         if kind == "gguf":
-            tensors, config = _gguf_sources(ckpt)
+            tensors, config, row = _gguf_sources(ckpt)
         elif kind == "hf":
-            mt0 = str((getattr(ckpt, "config", None) or {}).get("model_type", "")).lower()
-            if mt0 not in FAMILIES:
-                raise UnsupportedError(f"{src}: model_type {mt0!r}: the cactus target supports {sorted(FAMILIES)}")
-            tensors, config = _hf_sources(ckpt)
+            tensors, config, row = _hf_sources(ckpt)
         else:
             raise BadInputError(f"{src}: the cactus target converts an HF folder (config.json + safetensors) or a GGUF file")
         mt = str(config.get("model_type", "")).lower()
-        if mt not in FAMILIES:
-            raise UnsupportedError(f"{src}: model_type {mt!r}: the cactus target supports {sorted(FAMILIES)}")
-        family = FAMILIES[mt]
-        hf = hf_config_dict(config, src)
+        family = ccfg.family_of(row)
+        hf = hf_config_dict(config, src, row)
         merged = {**hf, **runtime_config(hf), "model_type": family}
         result = CactusResult(Path(out), family, bits, panels)
         with atomic_dir(out, force=force) as tmp:
@@ -467,12 +347,12 @@ def convert_cactus(source: str | os.PathLike, out: str | os.PathLike, bits: int 
             (tmp / "config.txt").write_text(config_txt(merged), encoding="utf-8")
             (tmp / "hf_config.json").write_text(json.dumps(merged, indent=2, sort_keys=True), encoding="utf-8")
             for st in tensors:
-                out_name, comp, recognized = cactus_name(st.hf_name)
+                out_name, comp, recognized = cactus_name(st.hf_name, row)
                 pol = tensor_policy(out_name, comp, st.shape, bits)
                 status, fname, extra = "ignored", None, {}
                 if pol.action != "ignored" and out_name is not None:
                     ts = time.perf_counter()
-                    fname, extra = _write_tensor(tmp / out_name, st, pol, panels)
+                    fname, extra = _write_tensor(tmp / out_name, st, pol, panels, family)
                     extra["seconds"] = round(time.perf_counter() - ts, 4)
                     status = "converted" if pol.action == "convert" else "fallback"
                     if not recognized:
@@ -482,11 +362,10 @@ def convert_cactus(source: str | os.PathLike, out: str | os.PathLike, bits: int 
                 result.ledger.append({"name": st.hf_name, "file": fname, "shape": list(st.shape),
                                       "source_type": st.source_type, "precision": pol.precision,
                                       "status": status, **({"note": st.note} if st.note else {}), **extra})
-            for buf in ROTARY_BUFFERS if kind == "hf" else ():
-                hd = int(hf["head_dim"])
-                result.rows.append(_manifest_row(SourceTensor(buf, (hd // 2,), "torch.float32", "F32", None), None,
-                                                 "language", tensor_policy(None, "language", (hd // 2,), bits),
-                                                 "ignored", False, family, 0))
+            for buf, shape, dtype in ccfg.model_buffers(row, hf) if kind == "hf" else ():
+                comp = "embedding" if "embed" in buf else "language"
+                result.rows.append(_manifest_row(SourceTensor(buf, shape, dtype, "F32", None), None, comp,
+                                                 tensor_policy(None, comp, shape, bits), "ignored", False, family, 0))
             _write_reports(tmp, result.rows)
             result.seconds = time.perf_counter() - t0
             _write_manifest(tmp, src, result)
@@ -501,7 +380,8 @@ def _manifest_row(st: SourceTensor, fname: Optional[str], comp: str, pol: Policy
         "shape": list(st.shape), "dtype": st.dtype, "component": comp, "policy": pol.action,
         "precision": pol.precision, "bits": pol.bits, "status": status, "required": pol.action != "ignored",
         "fallback_reason": pol.reason, "hessian_samples": 0, "gptq_used": False, "bytes": nbytes,
-        "scale_factor": 1.0, "recognized": recognized, "adapter_family": family, "source_names": [st.hf_name],
+        "scale_factor": ccfg.scale_factor(family, fname) if fname else 1.0, "recognized": recognized,
+        "adapter_family": family, "source_names": [st.hf_name],
         "transform": "none", "qdq_restore": "hf_key",
         "hessian_missing_reason": "expected GPTQ target had zero samples" if pol.action == "convert" and pol.use_gptq else None,
     }

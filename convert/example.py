@@ -97,10 +97,15 @@ def _tokenizer(vocab_size: int) -> dict:
 def write_tiny_llama(folder: str | os.PathLike) -> Path:
     """Write the embedded default HF checkpoint into ``folder`` (created if needed)."""
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(CONFIG, indent=2) + "\n")
-    (folder / "generation_config.json").write_text(json.dumps({"bos_token_id": 1, "eos_token_id": 2}, indent=2) + "\n")
-    (folder / "tokenizer.json").write_text(json.dumps(_tokenizer(CONFIG["vocab_size"])) + "\n")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "config.json").write_text(json.dumps(CONFIG, indent=2) + "\n")
+        (folder / "generation_config.json").write_text(json.dumps({"bos_token_id": 1, "eos_token_id": 2}, indent=2) + "\n")
+        (folder / "tokenizer.json").write_text(json.dumps(_tokenizer(CONFIG["vocab_size"])) + "\n")
+    except OSError as e:  # a read-only or missing folder: one line, not a traceback
+        from ..formats.atomic import output_error
+
+        raise output_error(e, folder, "cannot write the demo checkpoint") from None
     tensors = tiny_llama_tensors()
     save_file({name: ("BF16", bits) for name, bits in tensors.items()}, folder / "model.safetensors",
               metadata={"format": "pt", "generator": "panelpack tiny-llama"})

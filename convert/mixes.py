@@ -21,9 +21,12 @@ are restated here as tables, in our own terms:
    :data:`FALLBACK` (Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, Q2_K/Q3_K -> Q4_0), and F16
    when even that does not fit.
 
-HF checkpoints are named as llama.cpp's converter would name them (:func:`llama_name`:
-``model.layers.3.self_attn.v_proj.weight`` is ``blk.3.attn_v.weight``) before any rule or
-``--tensor-type`` pattern is applied; the patterns are also tried on the original name.
+HF checkpoints are named as llama.cpp's converter would name them (the architecture table's
+names, :func:`panelpack.formats.arch.gguf_name`: ``model.layers.3.self_attn.v_proj.weight`` is
+``blk.3.attn_v.weight``, Phi-3's ``mlp.gate_up_proj`` is ``ffn_up``) before any rule or
+``--tensor-type`` pattern is applied; the patterns are also tried on the original name. The
+architecture is llama.cpp's (``general.architecture``; an HF checkpoint's through the table),
+which the falcon rules and the 70B ``attn_v`` rule read.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
+from ..formats import arch as _arch
 from ..formats import qtypes
 from ..formats.common import TensorInfo
 from ..formats.errors import BadInputError, UnsupportedError
@@ -98,47 +102,6 @@ def category(llama: str) -> str:
     return "other"
 
 
-# ---- HF names -> llama.cpp names ---------------------------------------------------------
-_LAYER = r"(?:model\.|transformer\.|bert\.|)(?:layers|layer|h|blocks|encoder\.layer)\.(\d+)\."
-#: (HF regex, llama.cpp name; ``{i}`` is the layer) -- what convert_hf_to_gguf.py writes.
-HF_NAMES: tuple[tuple[re.Pattern, str], ...] = tuple((re.compile(p + r"$"), g) for p, g in (
-    (r"(?:model\.)?embed_tokens\.weight", "token_embd.weight"),
-    (r"(?:bert\.)?embeddings\.word_embeddings\.weight", "token_embd.weight"),
-    (r"(?:bert\.)?embeddings\.position_embeddings\.weight", "position_embd.weight"),
-    (r"(?:bert\.)?embeddings\.token_type_embeddings\.weight", "token_types.weight"),
-    (r"(?:transformer\.)?wte\.weight", "token_embd.weight"),
-    (r"lm_head\.weight", "output.weight"),
-    (_LAYER + r"self_attn\.q_proj\.weight", "blk.{i}.attn_q.weight"),
-    (_LAYER + r"self_attn\.k_proj\.weight", "blk.{i}.attn_k.weight"),
-    (_LAYER + r"self_attn\.v_proj\.weight", "blk.{i}.attn_v.weight"),
-    (_LAYER + r"self_attn\.o_proj\.weight", "blk.{i}.attn_output.weight"),
-    (_LAYER + r"self_attn\.qkv_proj\.weight", "blk.{i}.attn_qkv.weight"),
-    (_LAYER + r"self_attention\.query_key_value\.weight", "blk.{i}.attn_qkv.weight"),
-    (_LAYER + r"mlp\.gate_proj\.weight", "blk.{i}.ffn_gate.weight"),
-    (_LAYER + r"mlp\.up_proj\.weight", "blk.{i}.ffn_up.weight"),
-    (_LAYER + r"mlp\.down_proj\.weight", "blk.{i}.ffn_down.weight"),
-    (_LAYER + r"attention\.self\.query\.weight", "blk.{i}.attn_q.weight"),
-    (_LAYER + r"attention\.self\.key\.weight", "blk.{i}.attn_k.weight"),
-    (_LAYER + r"attention\.self\.value\.weight", "blk.{i}.attn_v.weight"),
-    (_LAYER + r"attention\.output\.dense\.weight", "blk.{i}.attn_output.weight"),
-    (_LAYER + r"intermediate\.dense\.weight", "blk.{i}.ffn_up.weight"),
-    (_LAYER + r"output\.dense\.weight", "blk.{i}.ffn_down.weight"),
-    (_LAYER + r"[a-z_.]*(?:layernorm|layer_norm|norm|LayerNorm)\.weight", "blk.{i}.x_norm.weight"),
-    (r"(?:model\.)?norm\.weight", "output_norm.weight"),
-))
-
-
-def llama_name(name: str, source_kind: str) -> str:
-    """The name llama.cpp gives the tensor (GGUF sources: the name itself)."""
-    if source_kind == "gguf":
-        return name
-    for pattern, gguf_name in HF_NAMES:
-        m = pattern.fullmatch(name)
-        if m:
-            return gguf_name.format(i=m.group(1)) if m.groups() else gguf_name
-    return name
-
-
 def _layer(llama: str) -> int:
     m = re.match(r"blk\.(-?\d+)\.", llama)
     return int(m.group(1)) if m else -1
@@ -156,16 +119,28 @@ def n_dims(shape: Sequence[int]) -> int:
 # ---- the model facts the rules read ------------------------------------------------------
 @dataclass(frozen=True)
 class Model:
-    arch: str
+    arch: str  # llama.cpp's architecture name
     n_layer: int
     n_head: int
     n_head_kv: int
     n_expert: int
     has_imatrix: bool = False
+    row: Optional[_arch.Arch] = None  # the architecture table's row, when it has one
 
     @property
     def n_gqa(self) -> int:
         return self.n_head // self.n_head_kv if self.n_head_kv else 0
+
+    @property
+    def is_70b(self) -> bool:
+        """llama.cpp's LLM_TYPE_70B, which its attn_v rule reads: an 80-layer llama with GQA, or
+        an 80-layer qwen2 (``load_arch_hparams`` of each)."""
+        return self.n_layer == 80 and (self.arch == "qwen2" or (self.arch == "llama" and self.n_head != self.n_head_kv))
+
+
+def llama_name(name: str, source_kind: str, model: Optional[Model] = None) -> str:
+    """The name llama.cpp gives the tensor (GGUF sources: the name itself)."""
+    return _arch.gguf_name(name, source_kind, model.row if model is not None else None)
 
 
 def _first(v: Any, default: int = 0) -> int:
@@ -177,14 +152,21 @@ def _first(v: Any, default: int = 0) -> int:
 def model_facts(ckpt) -> Model:
     """arch, layers, heads and experts of a checkpoint (GGUF metadata or HF config)."""
     hp = ckpt.hyperparameters()
-    arch = (ckpt.architecture or "").lower()
+    row = None
     if ckpt.kind == "gguf":
-        n_expert = _first(ckpt.metadata.get(f"{ckpt.architecture}.expert_count"))
+        arch = (ckpt.architecture or "").lower()
+        n_expert = _first(ckpt.metadata.get(_arch.keys.gguf_key("n_expert", ckpt.architecture or "")))
+        row = _arch.ARCHITECTURES.get(arch)
     else:
-        cfg = getattr(ckpt, "config", None) or {}
-        n_expert = _first(cfg.get("num_local_experts", cfg.get("num_experts")))
+        cfg = _arch.text_config(getattr(ckpt, "config", None) or {})
+        n_expert = _first(_arch.keys.hf_get(cfg, "n_expert"))
+        try:
+            row = _arch.for_hf_config(cfg)
+        except BadInputError:  # outside the table (or refused by it): generic names, its own arch string
+            row = None
+        arch = row.gguf_arch if row is not None else (ckpt.architecture or "").lower()
     n_head = _first(hp.get("n_head"))
-    return Model(arch, _first(hp.get("n_layer")), n_head, _first(hp.get("n_head_kv"), n_head), n_expert)
+    return Model(arch, _first(hp.get("n_layer")), n_head, _first(hp.get("n_head_kv"), n_head), n_expert, row=row)
 
 
 # ---- the role rules of llama_tensor_get_type_impl, as tables -----------------------------
@@ -327,6 +309,8 @@ def _role_rule(cat: str, new: str, t: TensorInfo, mix: Mix, model: Model, tied: 
             words = _words(cat, where, new, mix)
         else:
             words = f"{cat}: {new} ({mix.name} default)"
+        if model.is_70b and new in ("Q3_K", "Q4_K"):  # 8 heads share each attn_v row
+            new, words = "Q5_K", f"{cat}: Q5_K (70B with GQA; {mix.name} rule)"
         if model.n_expert == 8:
             new, words = "Q8_0", f"{cat}: Q8_0 (8 experts; {mix.name} rule)"
         state["attn_v"] += 1
@@ -379,7 +363,7 @@ def choose(infos: Sequence[TensorInfo], source_kind: str, model: Model, mix: Mix
     """Each tensor's type under ``mix``, exactly as llama.cpp's quantizer chooses it."""
     opts = opts or Options()
     patterns = opts.compiled()
-    named = [(llama_name(t.name, source_kind), t) for t in infos]
+    named = [(llama_name(t.name, source_kind, model), t) for t in infos]
     order = sorted(named, key=lambda p: (_layer(p[0]), p[0]))
     tied = not any(ln == "output.weight" for ln, _ in named)
     state = {"attn_v": 0, "ffn_down": 0, "ffn_gate": 0, "ffn_up": 0,
@@ -466,18 +450,18 @@ def plan_choices(ckpt, infos: Sequence[TensorInfo], mix_name: str, opts: Optiona
         raise UnsupportedError(f"--quant {mix_name}: not a llama.cpp file type ({', '.join(MIXES)})")
     m = model_facts(ckpt)
     if has_imatrix:
-        m = Model(m.arch, m.n_layer, m.n_head, m.n_head_kv, m.n_expert, True)
+        m = Model(m.arch, m.n_layer, m.n_head, m.n_head_kv, m.n_expert, True, m.row)
     return choose(infos, ckpt.kind, m, mix, opts)
 
 
-def importance(imx, info: TensorInfo, source_kind: str, decision):
+def importance(imx, info: TensorInfo, source_kind: str, decision, model: Optional[Model] = None):
     """The imatrix row ``info`` is quantized with (None: none), checked as llama.cpp checks it:
     a missing entry quantizes without one; a size mismatch is an error except for token_embd."""
     from ..formats import blocks
 
     if imx is None or decision.action not in ("quantize", "requantize"):
         return None
-    ln = llama_name(info.name, source_kind)
+    ln = llama_name(info.name, source_kind, model)
     w = imx.weights.get(ln, imx.weights.get(info.name))
     if w is None:
         return None

@@ -160,6 +160,7 @@ def make_mix_plan(ckpt: Checkpoint, layout: str, quant: str, requant: Optional[s
 
         imx = imatrix_file.load(mix_options.imatrix)
     choices = mixes.plan_choices(ckpt, ckpt.tensors, quant, mix_options, has_imatrix=imx is not None)
+    facts = mixes.model_facts(ckpt) if imx is not None else None
     tensors = []
     for i, info in enumerate(policy.select(ckpt.tensors, include, exclude)):
         check_tensor_name(info.name, where=f"{ckpt.path}: tensor")
@@ -167,7 +168,7 @@ def make_mix_plan(ckpt: Checkpoint, layout: str, quant: str, requant: Optional[s
         specs, params = region_plan(d.layout, d.target_type, info)
         _, size = layout_regions(specs)
         tp = TensorPlan(i, info, d, layout, specs, size, params)
-        tp.importance = mixes.importance(imx, info, ckpt.kind, d)
+        tp.importance = mixes.importance(imx, info, ckpt.kind, d, facts)
         tensors.append(tp)
     return Plan(ckpt.kind, ckpt.path, layout, None, None, tensors, mix=mixes.get_mix(quant).name, imatrix=imx)
 

@@ -25,27 +25,13 @@ embedding lookups (token/position)      copied as stored (GGUF: same blocks), ``
 from __future__ import annotations
 
 import fnmatch
-import re
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from .. import repack
-from ..formats import qtypes
+from ..formats import arch, qtypes
 from ..formats.common import TensorInfo
 from ..formats.errors import BadInputError, UnsupportedError
-
-# Names of embedding lookups (rows are gathered by token id, not multiplied).
-_EMBEDDING_PATTERNS = [
-    re.compile(p)
-    for p in (
-        r"(^|\.)token_embd\.weight$",  # GGUF
-        r"(^|\.)(token_types|position_embd)\.weight$",
-        r"(^|\.)embed_tokens\.weight$",  # HF llama/qwen/gemma
-        r"(^|\.)(word|position|token_type)_embeddings\.weight$",  # HF BERT
-        r"(^|\.)wte\.weight$|(^|\.)wpe\.weight$",  # GPT-2
-        r"(^|\.)embed_positions\.weight$",
-    )
-]
 
 _FLOATS = (qtypes.F32, qtypes.F16, qtypes.BF16)
 
@@ -66,7 +52,7 @@ class Decision:
 def role_of(info: TensorInfo) -> str:
     if len(info.shape) <= 1:
         return "vector"
-    if any(p.search(info.name) for p in _EMBEDDING_PATTERNS):
+    if arch.is_embedding(info.name):
         return "embedding"
     if len(info.shape) > 2:
         return "tensor"

@@ -42,3 +42,28 @@ def render_result(result) -> str:
         shown = ", ".join(warned[:5]) + (f", ... and {len(warned) - 5} more" if len(warned) > 5 else "")
         out.append(f"WARNING: {len(warned)} tensor(s) quantized badly (see the ledger's WARNING): {shown}")
     return "\n".join(out)
+
+
+def render_gguf_ledger(ledger: list[dict[str, Any]]) -> str:
+    """A GGUF plan's ledger: each tensor's GGUF name, its source, its type and why."""
+    rows = []
+    for row in ledger:
+        typ = row["source_type"] if row["source_type"] == row["type"] else f"{row['source_type']}->{row['type']}"
+        note = "; ".join(x for x in (row.get("rule"), row.get("reason")) if x)
+        src = row["source"] if row["source"] != row["name"] else ""
+        rows.append((row["name"], src, "x".join(str(d) for d in row["shape"]), typ, note))
+    return table(rows, ("tensor", "from", "shape", "type", "ledger"))
+
+
+def render_gguf(result) -> str:
+    plan = result.plan
+    out = [render_gguf_ledger(plan.ledger()), ""]
+    what = f"mix {plan.mix}" if plan.mix else (f"--outtype {plan.outtype}" if plan.outtype else "as stored")
+    if result.path is None:
+        out.append(f"dry run: {len(plan.tensors)} tensors, {len(plan.kv)} key/values planned ({what}), "
+                   f"{human_bytes(plan.bytes_out)}; nothing written")
+    else:
+        out.append(f"wrote {result.path}: {plan.arch}, {len(plan.tensors)} tensors, {len(plan.kv)} key/values "
+                   f"({what}), {human_bytes(result.bytes)} in {result.seconds:.2f} s")
+    out.extend(f"WARNING: {w}" for w in plan.warnings)
+    return "\n".join(out)

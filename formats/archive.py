@@ -83,31 +83,47 @@ LARGE_RATIO = 64
 LARGE_FLOOR = 64 << 20
 
 
-def _check_bundle_for_pack(root: Path, out: Path) -> None:
+def structure_problems(b) -> list[tuple[str, str]]:
+    """The check :func:`pack` and :func:`unpack` run when given none: every file of the bundle
+    against its manifest (:meth:`Bundle.check_structure`, extra files included). The commands
+    pass verify's whole structure level (``panelpack.verify.gate``), which adds each tensor's
+    layout contract."""
+    return b.check_structure(hashes=True)
+
+
+def _check_bundle_for_pack(root: Path, out: Path, check, allow_extra: bool) -> list[str]:
     """pack ships only what verify's structure level would accept: a valid manifest, every
-    file present with its size and sha256, regions in bounds, no links (VerificationError)."""
+    file present with its size and digest, regions in bounds, no links, nothing unlisted
+    (VerificationError); returns the unlisted paths (``allow_extra``: left out, with a warning)."""
     from . import guard
-    from .bundle import Bundle
+    from .bundle import UNLISTED, Bundle, damage_message
     from .errors import VerificationError
 
     if not (root / "manifest.json").is_file():
         raise BadInputError("not a bundle directory (no manifest.json)", path=root)
     guard.check_disjoint(root, out, "the bundle", "the archive")
-    problems = Bundle(root).check_structure(hashes=True)
+    b = Bundle(root)
+    problems = (check or structure_problems)(b)
+    extra = [w for w, m in problems if m == UNLISTED]
+    if allow_extra:
+        problems = [(w, m) for w, m in problems if m != UNLISTED]
     if problems:
-        listed = "; ".join(f"{w}: {m}" for w, m in problems[:5])
-        more = f"; ... and {len(problems) - 5} more" if len(problems) > 5 else ""
-        raise VerificationError(f"{root}: not packing a damaged bundle ({len(problems)} problem(s): {listed}{more}); "
-                                "run `panelpack verify`")
+        raise VerificationError(damage_message(root, "packing", problems))
+    for p in extra:
+        log.warning("%s: %s is not listed in the manifest: left out of the archive", root, p)
+    return extra
 
 
 def pack(bundle_dir: str | os.PathLike, out: str | os.PathLike, force: bool = False,
-         level: int = 9, threads: int = -1) -> ArchiveResult:
-    """Write ``bundle_dir`` as a deterministic ``.tar.zst`` to ``out`` (atomically)."""
+         level: int = 9, threads: int = -1, check=None, allow_extra: bool = False) -> ArchiveResult:
+    """Write ``bundle_dir`` as a deterministic ``.tar.zst`` to ``out`` (atomically), after
+    ``check(bundle) -> [(where, problem)]`` (default :func:`structure_problems`) found nothing.
+    Files the manifest does not list are refused, or with ``allow_extra`` left out."""
     root = Path(bundle_dir)
-    _check_bundle_for_pack(root, Path(out))
+    extra = _check_bundle_for_pack(root, Path(out), check, allow_extra)
     out = atomic.check_target(out, force)
-    entries = _entries(root)
+    skip = {root / p.rstrip("/") for p in extra}
+    entries = [p for p in _entries(root) if not any(p == s or s in p.parents for s in skip)]
     threads = threads if threads != 0 else 1
     cctx = zstandard.ZstdCompressor(level=level, threads=threads, write_checksum=True)
     bytes_in = 0
@@ -158,27 +174,26 @@ def _size_rule(member: tarfile.TarInfo, declared: int, archive: Path, allow_larg
                           "(pass --allow-large if it is legitimate)", path=archive)
 
 
-def _verify_unpacked(tmp: Path, archive: Path) -> None:
-    """What unpack wrote must be a bundle whose files match its manifest (VerificationError)."""
-    from .bundle import Bundle
+def _verify_unpacked(tmp: Path, archive: Path, check) -> None:
+    """What unpack wrote must be a bundle that ``check`` accepts (VerificationError)."""
+    from .bundle import Bundle, damage_message
     from .errors import VerificationError
 
     if not (tmp / "manifest.json").is_file():
         raise FormatError("archive holds no manifest.json: not a bundle", path=archive)
     try:
-        problems = Bundle(tmp).check_structure(hashes=True)
+        problems = (check or structure_problems)(Bundle(tmp))
     except BadInputError as e:  # named after the archive, not the hidden temporary folder
         raise type(e)(f"the bundle inside: {e.detail}", path=archive) from None
     if problems:
-        listed = "; ".join(f"{w}: {m}" for w, m in problems[:5])
-        raise VerificationError(f"{archive}: the unpacked bundle does not match its manifest "
-                                f"({len(problems)} problem(s): {listed}); nothing written")
+        raise VerificationError(damage_message(archive, "unpacking", problems) + "; nothing written")
 
 
 def unpack(archive: str | os.PathLike, out: str | os.PathLike, force: bool = False,
-           allow_large: bool = False) -> ArchiveResult:
-    """Restore a ``.ppk.tar.zst`` into the folder ``out`` (atomically), checked against its
-    manifest; refuses size bombs (:data:`LARGE_RATIO`) unless ``allow_large``."""
+           allow_large: bool = False, check=None) -> ArchiveResult:
+    """Restore a ``.ppk.tar.zst`` into the folder ``out`` (atomically), checked by ``check``
+    (default :func:`structure_problems`) before it appears; refuses size bombs
+    (:data:`LARGE_RATIO`) unless ``allow_large``."""
     archive = Path(archive)
     _check_unpack_args(archive, Path(out), force)
     if not is_archive(archive):
@@ -211,7 +226,7 @@ def unpack(archive: str | os.PathLike, out: str | os.PathLike, force: bool = Fal
                             bytes_total += m.size
                         else:
                             raise FormatError(f"member {m.name!r} is not a regular file or folder", path=archive)
-            _verify_unpacked(tmp, archive)
+            _verify_unpacked(tmp, archive, check)
     except (tarfile.TarError, zstandard.ZstdError, EOFError) as e:
         raise FormatError(f"corrupt archive: {e}", path=archive) from None
     return ArchiveResult(out, files, bytes_total, bytes_total)

@@ -54,6 +54,9 @@ MANIFEST = "manifest.json"
 ALIGN = 64
 TENSOR_DIR = "tensors"
 SOURCE_DIR = "source"
+#: the bundle's signature (OpenSSF model-signing, a Sigstore bundle: docs/FORMAT.md, "Signature"),
+#: the one file a bundle may hold that its manifest does not list (it signs the manifest)
+SIGNATURE = "model.sig"
 
 # dtype names used in manifests -> numpy dtypes (little-endian, explicit)
 DTYPES: dict[str, str] = {
@@ -798,13 +801,35 @@ class Bundle:
         problems += [(n, "excluded at conversion, yet in the bundle") for n in sorted(have & excluded)]
         return problems
 
+    # -- files the manifest does not account for ------------------------------------------
+    def unlisted(self) -> list[str]:
+        """Paths in the bundle (POSIX, relative; a folder ends with ``/`` and is not entered)
+        that the manifest does not account for: anything but ``manifest.json``, the tensor
+        files, the source files it lists, their folders and :data:`SIGNATURE`. ``pack`` ships
+        only what the manifest lists, so these are refused (or, allowed, left out)."""
+        files = {MANIFEST, SIGNATURE} | {t.file for t in self.entries}
+        files |= {s["file"] for s in self.manifest.get("source_files", [])}
+        folders = {TENSOR_DIR, SOURCE_DIR} | {"/".join(f.split("/")[:i]) for f in files
+                                             for i in range(1, f.count("/") + 1)}
+        out: list[str] = []
+        for dirpath, dirnames, filenames in os.walk(self.path):
+            rel = Path(dirpath).relative_to(self.path).as_posix()
+            prefix = "" if rel == "." else rel + "/"
+            out.extend(prefix + d + "/" for d in dirnames if prefix + d not in folders)
+            dirnames[:] = sorted(d for d in dirnames if prefix + d in folders)
+            out.extend(prefix + f for f in filenames if prefix + f not in files)
+        return sorted(out)
+
     # -- structure check (verify level "structure") ----------------------------------------
-    def check_structure(self, hashes: bool = True) -> list[tuple[str, str]]:
-        """Problems with the files as ``(where, message)``; empty when all is well."""
+    def check_structure(self, hashes: bool = True, extra: bool = True) -> list[tuple[str, str]]:
+        """Problems with the files as ``(where, message)``; empty when all is well. ``extra``:
+        files the manifest does not list (:meth:`unlisted`) are problems too."""
         problems: list[tuple[str, str]] = []
         if self.manifest_problem:
             problems.append((MANIFEST, self.manifest_problem))
         problems.extend(self.completeness_problems())
+        if extra:
+            problems.extend((p, UNLISTED) for p in self.unlisted())
         sizes = {t.name: _file_size(self.file_path(t)) for t in self.tensors}  # None: not a file
         # the hashes of every well-sized file start at once on the hash threads (one file each);
         # the loop below collects them in manifest order
@@ -863,6 +888,17 @@ class Bundle:
         return problems
 
 
+def damage_message(path: str | os.PathLike, doing: str, problems: list[tuple[str, str]]) -> str:
+    """The one line a command that refuses a damaged bundle prints: the first problems as
+    verify lists them (names escaped: a hostile name cannot fake a line)."""
+    from .text import escape
+
+    listed = "; ".join(f"{escape(w)}: {escape(m)}" for w, m in problems[:3])
+    more = f"; ... and {len(problems) - 3} more" if len(problems) > 3 else ""
+    return (f"{escape(os.fspath(path))}: damaged bundle, not {doing} it ({len(problems)} problem(s): {listed}{more}); "
+            "`panelpack verify` lists them")
+
+
 def _file_size(path: Path) -> Optional[int]:
     """The size of the regular file at ``path``, or None when there is none (one stat)."""
     try:
@@ -871,6 +907,9 @@ def _file_size(path: Path) -> Optional[int]:
         return None
     return st.st_size if stat.S_ISREG(st.st_mode) else None
 
+
+#: the problem :meth:`Bundle.check_structure` reports for each path :meth:`Bundle.unlisted` finds
+UNLISTED = "not listed in the manifest (an extra file: pack would not ship it; verify --allow-extra warns instead)"
 
 _READ_CHUNK = 1 << 20  # bytes per read of a file being hashed: both hashes find them in L2
 

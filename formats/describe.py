@@ -9,6 +9,9 @@ The document (``format: "panelpack.inspect"``, ``version: 1``)::
 
     source           {kind: gguf|safetensors|hf, path, files: [{path, bytes}], bytes}
     architecture     "llama", "gemma3", "LlamaForCausalLM", ... or null
+    model            the architecture table's reading (formats/arch), from the headers:
+                     {row, runtime: "yes" or why not, cactus: family or why not,
+                     layers: [{kind, count, window, rope}]} or {row: null, runtime: why not}
     hyperparameters  llama.cpp names: n_layer, n_embd, n_head, n_head_kv, n_ff, n_ctx, n_vocab
     metadata         {count, ...}: GGUF: general.name, file_type (+ its name),
                      quantization_version, alignment and the array lengths;
@@ -82,6 +85,7 @@ def describe_checkpoint(ckpt: Checkpoint) -> dict[str, Any]:
         "version": DOC_VERSION,
         "source": {"kind": ckpt.kind, "path": ckpt.path, "files": files, "bytes": sum(f["bytes"] for f in files)},
         "architecture": ckpt.architecture,
+        "model": _model(ckpt),
         "hyperparameters": _jsonable({k: v for k, v in ckpt.hyperparameters().items() if v is not None}),
         "hyperparameter_problems": _hparam_problems(ckpt),
         "metadata": _METADATA.get(ckpt.kind, _generic_metadata)(ckpt),
@@ -95,6 +99,43 @@ def describe_checkpoint(ckpt: Checkpoint) -> dict[str, Any]:
         },
         "tensors": tensors,
     }
+
+
+def _model(ckpt: Checkpoint) -> dict[str, Any]:
+    """What the architecture table makes of the checkpoint (headers and 1-D RoPE factors only)."""
+    from . import arch
+    from .errors import BadInputError
+
+    config = getattr(ckpt, "config", None)
+    try:
+        if ckpt.kind == "gguf":
+            row = arch.for_gguf(ckpt.metadata)
+            names = {t.name for t in ckpt.tensors}
+            emb = next((t for t in ckpt.tensors if t.name == "token_embd.weight"), None)
+
+            def vector(name):
+                from . import blocks
+
+                info = ckpt.tensor(name)
+                return blocks.dequantize(ckpt.raw(name), info.type, info.n, info.k).reshape(-1)
+
+            hp = arch.from_gguf(ckpt.metadata, emb.shape[0] if emb is not None else 0, names, vector)
+        elif isinstance(config, Mapping) and config:
+            row = arch.for_hf_config(config)
+            hp = arch.from_hf_config(config)
+        else:
+            return {"row": None, "runtime": "no architecture to read (no GGUF metadata or config.json)"}
+    except BadInputError as e:
+        return {"row": None, "runtime": e.detail}
+    cactus: str = row.cactus_family or f"no ({row.cactus_refusal})"
+    groups: list[dict[str, Any]] = []
+    for L in hp.layers:
+        rope = L.rope.label if L.rope is not None else "none"
+        if groups and (groups[-1]["kind"], groups[-1]["window"], groups[-1]["rope"]) == (L.kind, L.window, rope):
+            groups[-1]["count"] += 1
+        else:
+            groups.append({"kind": L.kind, "count": 1, "window": L.window, "rope": rope})
+    return {"row": row.name, "runtime": "yes", "cactus": cactus, "layers": groups}
 
 
 def _hparam_problems(ckpt: Checkpoint) -> list[str]:
@@ -191,6 +232,14 @@ def render(doc: Mapping[str, Any]) -> str:
     if md.get("model_type") and md["model_type"] != arch:
         arch += f" (model_type {md['model_type']})"
     kv.append(("architecture", arch))
+    model = doc.get("model") or {}
+    if model.get("row"):
+        kinds = sorted({(g["kind"], g["window"], g["rope"]) for g in model.get("layers", [])})
+        layers = "; ".join(f"{k}{f' window {w}' if w else ''}, RoPE {r}" for k, w, r in kinds)
+        cactus = model["cactus"] if not str(model["cactus"]).startswith("no ") else "no family"
+        kv.append(("model", f"{model['row']} (runtime: {model['runtime']}; cactus: {cactus}): {layers}"))
+    elif model:
+        kv.append(("model", f"not run by the runtime: {model.get('runtime')}"))
     hp = doc.get("hyperparameters") or {}
     kv.append(("hyperparameters", "  ".join(f"{k}={v}" for k, v in hp.items()) or "none found"))
     for p in doc.get("hyperparameter_problems") or ():

@@ -65,7 +65,7 @@ __all__ = [
     "GGUFTensorRecord",
     "GGUFFile",
     "GGUFStreamWriter",
-    "open",
+    "open_file",
     "copy_gguf",
 ]
 
@@ -775,6 +775,8 @@ class GGUFFile(Checkpoint):
     def hyperparameters(self) -> dict[str, Any]:
         """llama.cpp's names: n_layer, n_embd, n_head, n_head_kv, n_ff, n_ctx, n_vocab, file_type,
         quantization_version (None when absent; per-layer arrays as lists)."""
+        from .arch import keys as arch_keys
+
         v = self._values
         arch = self.architecture or ""
 
@@ -782,20 +784,15 @@ class GGUFFile(Checkpoint):
             x = v.get(key)
             return x.tolist() if isinstance(x, GGUFArray) else x
 
-        n_head = get(f"{arch}.attention.head_count")
-        n_head_kv = get(f"{arch}.attention.head_count_kv")
+        out = {name: get(arch_keys.gguf_key(name, arch)) for name in arch_keys.INSPECT}
+        if out["n_head_kv"] is None:
+            out["n_head_kv"] = out["n_head"]  # llama.cpp's default
         tokens = v.get("tokenizer.ggml.tokens")
-        return {
-            "n_layer": get(f"{arch}.block_count"),
-            "n_embd": get(f"{arch}.embedding_length"),
-            "n_head": n_head,
-            "n_head_kv": n_head if n_head_kv is None else n_head_kv,  # llama.cpp's default
-            "n_ff": get(f"{arch}.feed_forward_length"),
-            "n_ctx": get(f"{arch}.context_length"),
-            "n_vocab": len(tokens) if isinstance(tokens, GGUFArray) else get(f"{arch}.vocab_size"),
-            "file_type": get("general.file_type"),
-            "quantization_version": get("general.quantization_version"),
-        }
+        if isinstance(tokens, GGUFArray):
+            out["n_vocab"] = len(tokens)
+        out["file_type"] = get("general.file_type")
+        out["quantization_version"] = get("general.quantization_version")
+        return out
 
     def _mapped(self) -> np.memmap:
         if self._map is None:
@@ -964,6 +961,10 @@ def _encode_array(value: Any, item_type: int | None, where: str, depth: int = 0)
             return head + (np.asarray(value) != 0).astype(np.uint8).tobytes()
         return head + _as_item_array(value, np.dtype(sc.dtype), VT(it).name.lower(), where).tobytes()
     if it == VT.STRING:
+        if isinstance(value, list) and all(type(x) is str for x in value):  # a vocabulary: one pass, no checks per item
+            raw = [x.encode("utf-8", "surrogateescape") for x in value]
+            pack = _U64.pack
+            return head + b"".join([pack(len(r)) + r for r in raw])
         return head + b"".join(_encode_string(x, where) for x in value)
     return head + b"".join(_encode_array(x, None, where, depth + 1) for x in value)
 

@@ -5,6 +5,9 @@
   ``tensors/00001-x.bin -> /etc/shadow`` cannot make ``verify``, ``export``, ``pack`` or
   ``inspect`` read (or ship) a file outside the bundle. (Checkpoint folders are different: a
   Hugging Face hub snapshot is made of symlinks into ``../../blobs``, and those are read.)
+* :func:`check_contained`: the files read from a checkpoint folder resolve inside it (or, for
+  a hub snapshot, into its repository's ``blobs/``): a side file linked to ``/etc/passwd`` is
+  refused by name, never copied into a bundle.
 * :func:`check_disjoint`: an output that is, contains or lies inside an input is refused
   (``convert hf -o hf --force`` would replace the checkpoint being read).
 * :func:`check_replaceable_bundle`: a folder a command may replace is a bundle (``demo -o
@@ -69,6 +72,23 @@ def _real(p: str | os.PathLike) -> Path:
 def _inside(a: Path, b: Path) -> bool:
     """``a`` is ``b`` or lies inside it."""
     return a == b or b in a.parents
+
+
+def check_contained(folder: str | os.PathLike, paths: list[str]) -> None:
+    """Refuse (:class:`FormatError`, naming the file) any of ``paths`` (files of a checkpoint
+    folder) that resolves outside the folder: a ``tokenizer.json -> /etc/passwd`` would
+    otherwise be copied into the bundle and shipped. A Hugging Face hub snapshot
+    (``.../snapshots/<rev>/``) may point into its own repository's ``blobs/``."""
+    root = _real(folder)
+    hub = _real(root.parent.parent / "blobs") if root.parent.name == "snapshots" else None
+    for p in paths:
+        real = _real(p)
+        if _inside(real, root) or (hub is not None and _inside(real, hub)):
+            continue
+        rel = os.path.relpath(os.path.abspath(p), os.path.abspath(folder))
+        raise FormatError(f"{rel} resolves to {real}, outside the checkpoint folder: refused (a symbolic link must not "
+                          "bring a file of this machine into the bundle; copy the file into the folder if it belongs "
+                          "to the model)", path=folder)
 
 
 def check_disjoint(source: str | os.PathLike, out: str | os.PathLike, source_what: str = "the source",

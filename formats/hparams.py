@@ -19,14 +19,13 @@ n_head_kv       at most n_head
 
 from __future__ import annotations
 
-import re
 from typing import Any, Iterable, Mapping
 
-NAMES = ("n_layer", "n_embd", "n_head", "n_head_kv", "n_ff", "n_ctx", "n_vocab")
-MAX_VALUE = 2**31 - 1
+from .arch import keys as _keys
+from .arch import names as _names
 
-_LAYER = re.compile(r"(?:^|\.)(?:blk|layers|layer|h)\.(\d{1,9})\.")
-_EMBEDDING = re.compile(r"(?:^|\.)(?:token_embd|embed_tokens|word_embeddings|wte)\.weight$")
+NAMES = _keys.INSPECT
+MAX_VALUE = 2**31 - 1
 
 
 def _is_int(v: Any) -> bool:
@@ -66,11 +65,11 @@ def problems(hp: Mapping[str, Any], tensors: Iterable[Any], raw: Mapping[str, tu
         else:
             valid[name] = v
     tensors = list(tensors)
-    layers = {int(m.group(1)) for t in tensors for m in [_LAYER.search(t.name)] if m}
+    layers = {int(m.group(1)) for t in tensors for m in [_names.LAYER_INDEX.search(t.name)] if m}
     n_layer = valid.get("n_layer")
     if _is_int(n_layer) and layers and n_layer != max(layers) + 1:
         out.append(f"n_layer is {n_layer} but the tensors hold layers 0 .. {max(layers)} ({max(layers) + 1})")
-    emb = [t for t in tensors if _EMBEDDING.search(t.name) and len(t.shape) == 2]
+    emb = [t for t in tensors if _names.TOKEN_EMBEDDING.search(t.name) and len(t.shape) == 2]
     n_embd = valid.get("n_embd")
     if _is_int(n_embd) and emb and emb[0].shape[-1] != n_embd:
         out.append(f"n_embd is {n_embd} but the token embedding {emb[0].name} has rows of {emb[0].shape[-1]}")
@@ -99,7 +98,5 @@ def check_checkpoint(ckpt: Any) -> list[str]:
     raw = None
     config = getattr(ckpt, "config", None)
     if isinstance(config, Mapping):
-        from .safetensors import HF_HPARAMS
-
-        raw = hf_raw_values(config, HF_HPARAMS)
+        raw = hf_raw_values(config, _keys.hf_table())
     return problems(ckpt.hyperparameters(), ckpt.tensors, raw, "config.json" if raw is not None else "metadata")

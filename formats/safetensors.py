@@ -65,7 +65,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from . import atomic, qtypes
+from . import atomic, guard, qtypes
 from .common import Checkpoint, TensorInfo
 from .errors import BadInputError, FormatError, UnsupportedError
 from .qtypes import GGMLType
@@ -514,18 +514,6 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgp
 _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
 _MAX_LISTED = 8  # names listed per problem in an error message
 
-#: HF config keys -> llama.cpp's hyperparameter names (first key present wins).
-HF_HPARAMS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("n_layer", ("num_hidden_layers", "n_layer", "num_layers")),
-    ("n_embd", ("hidden_size", "n_embd", "d_model")),
-    ("n_head", ("num_attention_heads", "n_head")),
-    ("n_head_kv", ("num_key_value_heads",)),
-    ("n_ff", ("intermediate_size", "n_inner", "ffn_dim")),
-    ("n_ctx", ("max_position_embeddings", "n_positions")),
-    ("n_vocab", ("vocab_size",)),
-)
-
-
 def _listing(names: Iterable[str], limit: int = _MAX_LISTED) -> str:
     names = list(names)
     shown = ", ".join(names[:limit])
@@ -618,6 +606,10 @@ class HFCheckpoint(Checkpoint):
         except OSError as e:
             raise BadInputError(f"cannot list: {e.strerror or e}", path=folder) from None
         files = [f for f in listing if not f.startswith(".") and os.path.isfile(os.path.join(folder, f))]
+        # every file read from the folder, before any is opened, must lie in it (a hub snapshot's
+        # may lie in its repository's blobs/): a link to a file of this machine is refused by name
+        side = _side_files(folder)
+        guard.check_contained(folder, [os.path.join(folder, f) for f in files] + side)
 
         self.index_file: str | None = None
         self.shards: list[SafetensorsFile] = []
@@ -669,7 +661,7 @@ class HFCheckpoint(Checkpoint):
             self.config = {}
         #: Non-weight files to carry into a bundle (config, tokenizer, ...): full paths under
         #: the folder, sorted; hidden files, ``*.safetensors``, indexes and pickles excluded.
-        self.side_files: list[str] = _side_files(folder)
+        self.side_files: list[str] = side
 
     # -- opening ----------------------------------------------------------------------------
     def _adopt(self, shards: list[SafetensorsFile], owner: dict[str, SafetensorsFile]) -> None:
@@ -697,6 +689,7 @@ class HFCheckpoint(Checkpoint):
         if unused:
             log.warning("%s: ignoring %s, not named by the index", folder, _listing(unused))
         missing_files = [s for s in referenced if not os.path.isfile(os.path.join(folder, s))]
+        guard.check_contained(folder, [os.path.join(folder, s) for s in referenced if s not in missing_files])
         by_shard = {s: SafetensorsFile(os.path.join(folder, s)) for s in referenced if s not in missing_files}
         owners: dict[str, list[str]] = {}
         for label, sf in by_shard.items():
@@ -772,8 +765,10 @@ class HFCheckpoint(Checkpoint):
     def hyperparameters(self) -> dict[str, Any]:
         """llama.cpp-style names from the HF config (absent keys are left out); ``n_head_kv``
         defaults to ``n_head`` as in llama.cpp when ``num_key_value_heads`` is not given."""
+        from .arch import keys as arch_keys
+
         out: dict[str, Any] = {}
-        for ours, keys in HF_HPARAMS:
+        for ours, keys in arch_keys.hf_table():
             v = _config_get(self.config, keys)
             if v is None and ours == "n_head_kv":
                 v = out.get("n_head")
@@ -815,7 +810,6 @@ __all__ = [
     "DTYPES",
     "PLAIN_TYPES",
     "MAX_HEADER_SIZE",
-    "HF_HPARAMS",
     "SafetensorsFile",
     "HFCheckpoint",
     "parse_file",

@@ -411,3 +411,16 @@ def rehash_entry(manifest: Mapping[str, Any], entry: dict, data: bytes) -> None:
         entry[dg.name] = dg.of_bytes(data)
     for r in entry["regions"].values():
         r[dg.name] = dg.of_bytes(data[r["offset"]:r["offset"] + r["bytes"]])
+
+
+def smallest_bundle(folder: str | os.PathLike, seed: int = 7) -> Path:
+    """The smallest real bundle: two tiny tensors (a Q8_0 matrix, an F32 norm) from a GGUF,
+    kept rowmajor (manifest, 2 tensor files, the GGUF header, layout and metadata side files)."""
+    from panelpack.convert import convert
+
+    d = Path(folder)
+    rng = np.random.default_rng(seed)
+    build_gguf(d / "s.gguf", {"blk.0.ffn_up.weight": ("Q8_0", random_blocks("Q8_0", 2, 32, rng)),
+                              "blk.0.attn_norm.weight": ("F32", rng.standard_normal(8).astype(np.float32))},
+               {"general.name": "s"})
+    return convert(d / "s.gguf", d / "s.ppk", layout="rowmajor").bundle

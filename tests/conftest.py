@@ -74,3 +74,68 @@ def minilm() -> Path:
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(20261129)
+
+
+@pytest.fixture(scope="session")
+def hf_models(tmp_path_factory):
+    """Every architecture's tiny random HF checkpoint with transformers' logits and greedy
+    tokens (tests/hf_models.py), built once per session in one child process."""
+    import hf_models as builders
+
+    builders.require()
+    return builders.build(tmp_path_factory.mktemp("hf_models"))
+
+
+# -- the two tiers (docs/DEVELOPING.md, "Tests") and the end of the run ----------------------------------------
+#: a test whose call takes longer than this belongs in the slow tier (``@pytest.mark.slow``);
+#: the summary lists the unmarked ones that do (a shared fixture's setup is not counted: it is
+#: paid once, by whichever test comes first)
+SLOW_HINT_SECONDS = 3.0
+_seconds: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report) -> None:
+    if report.when == "call":
+        _seconds[report.nodeid] = report.duration
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    slow_marked = {item.nodeid for item in getattr(config, "_panelpack_items", []) if item.get_closest_marker("slow")}
+    over = sorted(((s, n) for n, s in _seconds.items() if s > SLOW_HINT_SECONDS and n not in slow_marked), reverse=True)
+    if over:
+        terminalreporter.section("unmarked tests over %.0f s (mark them @pytest.mark.slow, or make them cheaper)"
+                                 % SLOW_HINT_SECONDS, sep="-")
+        for s, n in over[:20]:
+            terminalreporter.write_line(f"{s:6.1f} s  {n}")
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    config._panelpack_items = list(items)
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    session.config._panelpack_status = int(exitstatus)
+
+
+def _pytest_is_the_program() -> bool:
+    """``python -m pytest`` or the ``pytest`` script, not ``pytest.main()`` inside another program."""
+    import sys
+
+    main = getattr(sys.modules.get("__main__"), "__file__", "") or ""
+    return main.replace("\\", "/").endswith(("pytest/__main__.py", "/pytest", "/py.test"))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config) -> None:
+    """End the process once pytest is done (summary printed, every plugin unconfigured), without
+    the interpreter's teardown: freeing the compiled kernels of a whole run (numba's LLVM
+    modules, typing registries, a few million objects) one by one kept the process alive for
+    minutes after the summary. ``panelpack.launch.finish`` does what a normal exit does that
+    reaches outside the process (threads joined, atexit handlers, streams flushed) and ends it.
+    ``PANELPACK_FULL_EXIT=1`` keeps the normal exit."""
+    status = getattr(config, "_panelpack_status", None)
+    if status is None or os.environ.get("PANELPACK_FULL_EXIT") or not _pytest_is_the_program():
+        return
+    from panelpack.launch import finish
+
+    finish(status)

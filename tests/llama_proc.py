@@ -27,6 +27,18 @@ ref.close()
 json.dump(out, open(sys.argv[2], "w"))
 """
 
+_EMBED = """
+import json, sys
+import numpy as np
+from llama_cpp import Llama
+job = json.load(open(sys.argv[1]))
+llm = Llama(model_path=job["model"], embedding=True, n_ctx=512, n_batch=512, n_ubatch=512, n_threads=job["threads"],
+            verbose=False)
+out = [llm.embed(t) for t in job["texts"]]
+llm.close()
+np.save(sys.argv[2], np.array(out, np.float32))
+"""
+
 _LOGITS = """
 import json, sys
 import numpy as np
@@ -67,7 +79,28 @@ def tokenize(model: str | Path, texts: list[str], special: bool) -> list[list[in
                 lambda p: json.loads(p.read_text()))
 
 
-def logits(gguf_path, ids, threads: int = 2) -> np.ndarray:
-    """Drop-in for ``verify.runtime.evaluate.llama_cpp_logits``, run in its own process."""
-    return _run(_LOGITS, {"model": str(gguf_path), "ids": [int(i) for i in ids], "threads": threads},
-                "logits.npy", np.load)
+def embeddings(model: str | Path, texts: list[str], threads: int = 2) -> np.ndarray:
+    """llama.cpp's pooled embedding of each text (``Llama(embedding=True).embed``), float32 [n, dim]."""
+    return _run(_EMBED, {"model": str(model), "texts": texts, "threads": threads}, "emb.npy", np.load)
+
+
+_LOGITS_F32_KV = """
+import json, sys
+import numpy as np
+from llama_cpp import Llama
+job = json.load(open(sys.argv[1]))
+n = max(len(job["ids"]), 8)
+llm = Llama(model_path=job["model"], n_ctx=n, n_batch=n, n_ubatch=n, logits_all=True, n_threads=job["threads"],
+            verbose=False, type_k=0, type_v=0)  # GGML_TYPE_F32 keys and values
+llm.eval(job["ids"])
+np.save(sys.argv[2], np.array(llm.scores[:len(job["ids"])], np.float32))
+llm.close()
+"""
+
+
+def logits(gguf_path, ids, threads: int = 2, kv_f32: bool = False) -> np.ndarray:
+    """Drop-in for ``verify.runtime.evaluate.llama_cpp_logits``, run in its own process;
+    ``kv_f32``: llama.cpp with an f32 KV cache instead of its default f16 (so its own
+    rounding of keys and values does not blur a comparison of f32 logits)."""
+    return _run(_LOGITS_F32_KV if kv_f32 else _LOGITS,
+                {"model": str(gguf_path), "ids": [int(i) for i in ids], "threads": threads}, "logits.npy", np.load)

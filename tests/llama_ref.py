@@ -141,3 +141,26 @@ def tensors(path: str | Path) -> dict[str, tuple[str, bytes]]:
 
     with open_checkpoint(path) as ck:
         return {t.name: (t.type.name, ck.raw(t.name).tobytes()) for t in ck.tensors}
+
+
+def mix_differences(src: str | Path, tmp: Path, mix: str, params: dict | None = None, **options) -> tuple[list, int]:
+    """``convert --quant MIX`` (rowmajor) of ``src`` against ``llama_model_quantize`` with the
+    same mix: the tensors whose type or bytes differ, ``(name, ours, llama.cpp's, bytes equal)``,
+    and the number of tensors compared. ``options`` are ``mixes.Options`` fields, ``params``
+    llama.cpp's quantize parameters (and ``imatrix``, as :func:`quantize` takes it)."""
+    from panelpack import repack
+    from panelpack.convert import convert, mixes
+    from panelpack.formats.bundle import Bundle
+
+    want = tensors(quantize(src, tmp / f"{mix}.gguf", mix, **(params or {})))
+    res = convert(src, tmp / f"{mix}.ppk", layout="rowmajor", quant=mix, mix_options=mixes.Options(**options))
+    b = Bundle(res.bundle)
+    rm = repack.get("rowmajor")
+    bad = []
+    for t in res.plan.tensors:
+        wtype, wbytes = want[t.name]
+        ours = t.decision.target_type
+        raw = rm.unpack(b.regions(b.tensor(t.name)), t.info.n, t.info.k, ours).tobytes()
+        if ours.name != wtype or raw != wbytes:
+            bad.append((t.name, ours.name, wtype, raw == wbytes))
+    return bad, len(res.plan.tensors)

@@ -17,6 +17,7 @@ from panelpack.formats import atomic
 from panelpack.formats.errors import OutputError
 
 from builders import build_gguf, random_blocks
+from tiers import fast_only
 
 
 def _names(folder: Path) -> list[str]:
@@ -154,7 +155,7 @@ def small_bundle(tmp_path):
     return src, tmp_path / "s.ppk"
 
 
-@pytest.mark.parametrize("command", ["export", "pack"])
+@pytest.mark.parametrize("command", fast_only(["export", "pack"], {"pack"}))
 def test_sigkill_leaves_nothing_at_the_target_and_the_next_run_cleans_up(tmp_path, small_bundle, command):
     src, bundle = small_bundle
     outdir = tmp_path / "out"

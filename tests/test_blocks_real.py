@@ -98,6 +98,7 @@ def matmul_weights(f):
         yield info.name, (w if k % 256 == 0 else w.reshape(-1, 256))
 
 
+@pytest.mark.slow
 @needs_ggml
 def test_real_weights_quantize_like_ggml_sampled(model):
     _, f = model

@@ -13,6 +13,7 @@ import pytest
 
 from panelpack.convert import cactus as target
 from panelpack.formats import cactus, cq
+from panelpack.formats.arch import transforms
 from panelpack.formats.checkpoint import open_checkpoint
 from panelpack.formats.errors import BadInputError
 from panelpack.repack import cq4_panel
@@ -97,7 +98,7 @@ def test_cq4_panel_pack_matches_closed_form(rng):
         assert not pad.any()  # padded channels hold index 0
 
 
-def _permute(w, n_head):  # llama.cpp's converter: HF rows -> GGUF rows
+def _permute(w, n_head):  # llama.cpp's converter (LlamaModel.permute): HF rows -> GGUF rows
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
@@ -114,7 +115,7 @@ def test_gguf_source_dequantized_and_unpermuted(tmp_path):
     with open_checkpoint(g.path) as ck:
         info = ck.tensor("blk.0.attn_q.weight")
         gg = blocks.dequantize(ck.raw(info.name), info.type, info.n, info.k).reshape(info.shape)
-    q = target._unpermute_rope(gg, 4)
+    q = transforms.unpermute_rows(gg, 4)
     assert np.array_equal(_permute(q, 4), gg)
     d = cactus.read(out / "layer_0_attn_q.weights").dequantize()
     assert cq.relative_rmse(q, d) < 0.12
@@ -144,10 +145,11 @@ def test_rejects_unsupported_family(tmp_path):
     cfg = json.loads((folder / "config.json").read_text())
     cfg["model_type"] = "gpt2"
     (folder / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(BadInputError, match="supports"):
+    with pytest.raises(BadInputError, match="'gpt2' is not supported"):
         target.convert_cactus(folder, tmp_path / "o")
 
 
+@pytest.mark.slow
 @pytest.mark.real
 def test_smollm2_gguf_to_cactus_panels_verifies(smollm2, tmp_path):
     """The real SmolLM2 Q4_1 GGUF: dequantized, named, K = 576 matmuls fall back to FP16 as
@@ -204,3 +206,44 @@ def test_tokenizer_transformers_refuses_gets_no_files(tmp_path, caplog):
         target.convert_cactus(src, out)
     assert not (out / "vocab.txt").exists() and not (out / "special_tokens.json").exists()
     assert "eos_token is dict" in caplog.text
+
+
+def test_gemma3_family_factors_and_refusals(tmp_path):
+    """The gemma3 family moves a factor 16 between tensors (cactus's Gemma3Adapter and
+    save_tensor_with_header); architectures cactus has no family for are refused by name."""
+    import math
+
+    import decoder_ref as ref
+
+    spec = ref.RefSpec(128, 2, 1, 64, 256, 96, [ref.RefLayer(None)] * 2, norm_offset=1.0, qk_norm=True,
+                       post_norms=True, ffn_norm_name="pre_feedforward_layernorm", embed_scale=math.sqrt(128))
+    cfg = {"model_type": "gemma3_text", "architectures": ["Gemma3ForCausalLM"], "hidden_size": 128,
+           "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 64, "intermediate_size": 256,
+           "vocab_size": 96, "num_hidden_layers": 2, "sliding_window": 8}
+    w = ref.write(tmp_path / "g", spec, cfg)
+    r = target.convert_cactus(tmp_path / "g", tmp_path / "out", bits=4)
+    assert r.family == "gemma3" and target.check_folder(tmp_path / "out") == []
+    norm = cactus.read(tmp_path / "out" / "layer_0_input_norm.weights").dequantize()
+    src = w["model.layers.0.input_layernorm.weight"].astype(np.float32)
+    np.testing.assert_array_equal(norm, ((src + 1) / 16 - 1).astype(np.float16).astype(np.float32))
+    out_norm = cactus.read(tmp_path / "out" / "output_norm.weights").dequantize()
+    np.testing.assert_array_equal(out_norm, ((w["model.norm.weight"].astype(np.float32) + 1) * 16 - 1)
+                                  .astype(np.float16).astype(np.float32))
+    qn = cactus.read(tmp_path / "out" / "layer_0_attn_q_norm.weights").dequantize()
+    np.testing.assert_array_equal(qn, w["model.layers.0.self_attn.q_norm.weight"].astype(np.float16))
+    gate = cactus.read(tmp_path / "out" / "layer_0_ffn_gate.weights").dequantize()
+    assert cq.relative_rmse(16 * w["model.layers.0.mlp.gate_proj.weight"], gate) < 0.12
+    cfg_txt = (tmp_path / "out" / "config.txt").read_text()
+    assert "model_type=gemma3\n" in cfg_txt and "_sliding_window_pattern=6\n" in cfg_txt
+    rows = json.loads((tmp_path / "out" / "conversion_manifest.json").read_text())
+    assert [r["source_name"] for r in rows if r["output_file"] is None] == [
+        "model.embed_tokens.embed_scale", "model.rotary_emb.sliding_attention_inv_freq",
+        "model.rotary_emb.sliding_attention_original_inv_freq"]  # two layers: no full-attention layer
+    for mt, words in (("phi3", "no phi3 family"), ("mistral", "no mistral family"), ("smollm3", "no smollm3 family"),
+                      ("granite", "no granite family")):
+        (tmp_path / "g" / "config.json").write_text(json.dumps(dict(cfg, model_type=mt)))
+        with pytest.raises(BadInputError, match=words):
+            target.convert_cactus(tmp_path / "g", tmp_path / f"o-{mt}")
+    (tmp_path / "g" / "config.json").write_text(json.dumps(dict(cfg, model_type="qwen3", num_experts=4)))
+    with pytest.raises(BadInputError, match="mixture-of-experts"):
+        target.convert_cactus(tmp_path / "g", tmp_path / "o-moe")

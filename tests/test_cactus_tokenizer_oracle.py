@@ -13,6 +13,7 @@ from cactus_tokenizers import build_variants
 
 from panelpack.convert import cactus as target
 from panelpack.convert import cactus_tokenizer as ct
+from panelpack.formats import arch
 
 import cactus_peer
 
@@ -20,13 +21,17 @@ ENGINE_FILES = ("vocab.txt", "merges.txt", "special_tokens.json", "tokenizer_con
                 "tokenizer.json")
 
 
+
+#: every test here runs the peer (cactus-compute and transformers) in its own process: the slow tier
+pytestmark = pytest.mark.slow
+
 def ours(src, out):
     out.mkdir()
     for name in target.SIDE_FILES:  # as convert_cactus: the side files first
         if (src / name).is_file():
             shutil.copy2(src / name, out / name)
     mt = json.loads((src / "config.json").read_text())["model_type"]
-    return ct.write_tokenizer_files(src, out, mt, target.FAMILIES[mt])
+    return ct.write_tokenizer_files(src, out, mt, arch.for_hf_config({"model_type": mt}).cactus_family)
 
 
 def assert_same_tokenizer_files(theirs, mine):
@@ -53,6 +58,7 @@ def variants(tmp_path_factory):
                                   "qwen2-added-outside-vocab", "gpt2-defaults", "model-specific-tokens",
                                   "codellama-config-extras", "map-overrides-config", "codellama-specific-override",
                                   "llama3-like"])
+@pytest.mark.slow
 def test_tokenizer_files_equal_cactus(variants, name, tmp_path):
     d, v = variants
     written = ours(v[name], tmp_path / "ours")
@@ -109,6 +115,7 @@ def sentencepiece_folders(tmp_path_factory):
     return d
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["spm-bpe", "spm-unigram", "spm-bpe-config", "spm-qwen2"])
 def test_sentencepiece_tokenizer_files_equal_cactus(sentencepiece_folders, name, tmp_path):
     """What cactus writes where transformers can read the SentencePiece model (see
@@ -189,6 +196,7 @@ def assert_same_derived_files(theirs, mine, without=()):
         assert (theirs / name).read_bytes() == (mine / name).read_bytes(), name
 
 
+@pytest.mark.slow
 @pytest.mark.real
 def test_gguf_bpe_tokenizer_equals_cactus_on_its_hf_folder(smollm2, tmp_path):
     """The real SmolLM2 GGUF (byte-level BPE, 49152 tokens, 48900 merges): its tokenizer files

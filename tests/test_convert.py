@@ -122,15 +122,22 @@ def test_gguf_round_trip_byte_exact(tmp_path, tiny_gguf, layout):
     assert out.identical and sha(tmp_path / "back.gguf") == sha(tiny_gguf)
 
 
-def test_gguf_requant_reports_error_and_export_refuses(tmp_path, tiny_gguf):
+def test_gguf_requant_reports_error_and_exports_the_blocks_it_holds(tmp_path, tiny_gguf):
     res = convert(tiny_gguf, tmp_path / "t.ppk", layout="ggml-x8", requant="q4_0")
     led = _ledger(res)
     k = led["blk.0.attn_k.weight"]  # Q4_1: ggml-x8 does not take it
     assert (k["source_type"], k["type"], k["written"]) == ("Q4_1", "Q4_0", "ggml-x8")
     assert "re-quantized Q4_1 -> Q4_0" in k["reason"] and 0 < k["error"]["rel_rms"] < 0.5
-    with pytest.raises(BadInputError, match=r"blk.0.attn_k.weight: re-quantized Q4_1 -> Q4_0"):
-        export_gguf(res.bundle, tmp_path / "back.gguf")
-    assert not (tmp_path / "back.gguf").exists()
+    out = export_gguf(res.bundle, tmp_path / "back.gguf")  # the GGUF of the blocks the bundle holds
+    assert not out.identical and out.plan is not None
+    row = {r["name"]: r for r in out.plan.ledger()}["blk.0.attn_k.weight"]
+    assert (row["source_type"], row["type"], row["action"]) == ("Q4_1", "Q4_0", "requantize")
+    from panelpack.formats.gguf import GGUFFile
+
+    src, back = GGUFFile(tiny_gguf), GGUFFile(tmp_path / "back.gguf")
+    assert [t.name for t in back.tensors] == [t.name for t in src.tensors]  # the source's order (no mix)
+    assert back.tensor("blk.0.attn_k.weight").type.name == "Q4_0"
+    assert list(back.kv_infos) == list(src.kv_infos)
 
 
 def test_nonrestorable_layout_is_named(tmp_path, tiny_gguf):

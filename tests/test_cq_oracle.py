@@ -22,6 +22,10 @@ ORTHO_TOL = 4e-6  # the K-long float32 dot products of the orthogonal rotation (
 TIE_REPORT: dict = {}
 
 
+
+#: every test here runs the peer (cactus-compute and torch) in its own process: the slow tier
+pytestmark = pytest.mark.slow
+
 def _w(n, k, seed):
     rng = np.random.default_rng(seed)
     w = (rng.standard_normal((n, k)) * 0.02).astype(np.float32)
@@ -82,6 +86,7 @@ def oracle(tmp_path_factory):
     return d, cases
 
 
+@pytest.mark.slow
 def test_signs_and_permutation_match_torch(oracle):
     d, _ = oracle
     for seed, g in ((1234, 128), (0, 128), (7, 256), (99, 576)):

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from builders import tiny_llama_gguf
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -17,6 +19,7 @@ def _run(tmp_path, *args) -> str:
     return r.stdout
 
 
+@pytest.mark.slow
 def test_hf_example_and_runtime_reader(tmp_path):
     out = _run(tmp_path, EXAMPLES / "hf_to_panels.py")
     assert "largest quantization error" in out and (tmp_path / "tiny-llama.ppk" / "manifest.json").is_file()
@@ -24,6 +27,7 @@ def test_hf_example_and_runtime_reader(tmp_path):
     assert "region panels" in out and "ZT0: 00 00 00 00 01" in out and "y = W·x: (1, 500)" in out
 
 
+@pytest.mark.slow
 def test_gguf_example(tmp_path):
     tiny_llama_gguf(tmp_path / "t.gguf")
     out = _run(tmp_path, EXAMPLES / "convert_gguf.py", tmp_path / "t.gguf", tmp_path / "t.ppk")

@@ -20,6 +20,7 @@ from panelpack.formats.errors import BadInputError, FormatError
 
 import ggml_ref
 from builders import tiny_llama_gguf
+from tiers import fast_only
 
 needs_ggml = pytest.mark.skipif(not ggml_ref.available(), reason="libggml-python is not installed")
 WEIGHTED = tuple(t.lower for t in qtypes.QUANTIZABLE if t.quantized and t.name != "Q8_0")
@@ -54,7 +55,7 @@ def write_gguf_imatrix(path, entries: dict[str, np.ndarray], counts: dict[str, n
 
 
 @needs_ggml
-@pytest.mark.parametrize("name", WEIGHTED)
+@pytest.mark.parametrize("name", fast_only(WEIGHTED, {"q4_0"}))
 def test_weighted_quantize_equals_ggml(name, rng):
     for scale in (1e-3, 1.0, 1e3):
         x = (rng.standard_normal((5, 512)) * scale).astype(np.float32)
@@ -66,6 +67,7 @@ def test_weighted_quantize_equals_ggml(name, rng):
         assert np.array_equal(blocks.codec(name).quantize_weighted(x, w, parallel=True), got)
 
 
+@pytest.mark.slow
 @needs_ggml
 @settings(max_examples=60, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow])
@@ -105,6 +107,7 @@ def test_legacy_and_gguf_files(tmp_path, rng):
         imatrix.load(tmp_path / "bad.dat")
 
 
+@pytest.mark.slow
 @needs_ggml
 def test_convert_with_imatrix_equals_ggml_and_records_provenance(tmp_path, rng):
     src = tmp_path / "tiny.gguf"

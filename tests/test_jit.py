@@ -9,6 +9,7 @@ import sys
 import pytest
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("scipy") is None, reason="scipy is not installed: there is no probe to skip")
 def test_first_kernel_does_not_import_scipy_and_blas_still_works():
     # numba's array-math registry probes for BLAS by importing scipy.linalg (0.6 s) when the

@@ -9,11 +9,10 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from panelpack import repack
 from panelpack.cli import main
 from panelpack.convert import convert, mixes, plan
 from panelpack.convert.example import write_tiny_llama
-from panelpack.formats import qtypes
+from panelpack.formats import arch, qtypes
 from panelpack.formats.bundle import Bundle
 from panelpack.formats.common import TensorInfo
 from panelpack.formats.errors import BadInputError, UnsupportedError
@@ -144,13 +143,29 @@ def test_never_quantized():
 
 
 def test_hf_names():
-    assert mixes.llama_name("model.layers.3.self_attn.v_proj.weight", "hf") == "blk.3.attn_v.weight"
-    assert mixes.llama_name("model.layers.12.mlp.down_proj.weight", "hf") == "blk.12.ffn_down.weight"
-    assert mixes.llama_name("encoder.layer.2.attention.self.value.weight", "hf") == "blk.2.attn_v.weight"
-    assert mixes.llama_name("encoder.layer.2.output.dense.weight", "hf") == "blk.2.ffn_down.weight"
-    assert mixes.llama_name("model.embed_tokens.weight", "hf") == "token_embd.weight"
-    assert mixes.llama_name("lm_head.weight", "hf") == "output.weight"
-    assert mixes.llama_name("model.layers.0.input_layernorm.weight", "hf").endswith("_norm.weight")
+    assert arch.gguf_name("model.layers.3.self_attn.v_proj.weight", "hf") == "blk.3.attn_v.weight"
+    assert arch.gguf_name("model.layers.12.mlp.down_proj.weight", "hf") == "blk.12.ffn_down.weight"
+    assert arch.gguf_name("encoder.layer.2.attention.self.value.weight", "hf") == "blk.2.attn_v.weight"
+    assert arch.gguf_name("encoder.layer.2.output.dense.weight", "hf") == "blk.2.ffn_down.weight"
+    assert arch.gguf_name("model.embed_tokens.weight", "hf") == "token_embd.weight"
+    assert arch.gguf_name("lm_head.weight", "hf") == "output.weight"
+    assert arch.gguf_name("model.layers.0.input_layernorm.weight", "hf").endswith("_norm.weight")
+    # through an architecture's row: Phi-3's fused projections, Gemma's FFN norms
+    phi3, gemma3 = arch.get("phi3"), arch.get("gemma3")
+    assert arch.gguf_name("model.layers.2.mlp.gate_up_proj.weight", "hf", phi3) == "blk.2.ffn_up.weight"
+    assert arch.gguf_name("model.layers.2.self_attn.qkv_proj.weight", "hf", phi3) == "blk.2.attn_qkv.weight"
+    assert arch.gguf_name("model.layers.1.pre_feedforward_layernorm.weight", "hf", gemma3) == "blk.1.ffn_norm.weight"
+    assert arch.gguf_name("model.layers.1.post_attention_layernorm.weight", "hf", gemma3) == \
+        "blk.1.post_attention_norm.weight"
+
+
+def test_70b_attn_v_rule():
+    """llama.cpp's LLM_TYPE_70B (80-layer llama with GQA, 80-layer qwen2): attn_v Q4_K -> Q5_K."""
+    infos = [info(f"blk.{i}.attn_v.weight", (1024, 8192)) for i in range(80)]
+    for arch_name, heads, kv, want in (("llama", 64, 8, "Q5_K"), ("llama", 64, 64, "Q4_K"), ("qwen2", 64, 64, "Q5_K"),
+                                       ("phi3", 64, 8, "Q4_K")):
+        c = mixes.choose(infos, "gguf", mixes.Model(arch_name, 80, heads, kv, 0), mixes.MIXES["Q4_K_M"])
+        assert c["blk.10.attn_v.weight"].type.name == want, (arch_name, heads, kv)  # 10: not use_more_bits
 
 
 def test_tiny_hf_q4_k_m_no_q8_0_where_llama_cpp_picks_q5_0(tmp_path):
@@ -214,7 +229,13 @@ def test_requant_warns_when_it_changes_nothing(tmp_path):
 
 
 # ---- llama.cpp itself ------------------------------------------------------------------------
-needs_llama = pytest.mark.skipif(not llama_ref.available(), reason="llama-cpp-python (oracle-llama) is not installed")
+_llama_absent = pytest.mark.skipif(not llama_ref.available(), reason="llama-cpp-python (oracle-llama) is not installed")
+
+
+def needs_llama(test):
+    """llama.cpp's own quantizer, in a child process: skipped without it, and in the slow tier."""
+    return pytest.mark.slow(_llama_absent(test))
+
 
 #: the mixes compared with llama_model_quantize by default (all of them under -m slow)
 FAST_MIXES = ("Q4_K_M", "Q3_K_M", "Q2_K", "Q5_K_S", "Q4_0", "Q6_K")
@@ -233,19 +254,8 @@ def _compare_with_llama(src, tmp_path, mix, imatrix_entries=None, **opts):
 
         opts["imatrix"] = str(write_legacy(tmp_path / "m.imatrix", imatrix_entries, ncall=1))
         kw["imatrix"] = imatrix_entries
-    want = llama_ref.tensors(llama_ref.quantize(src, tmp_path / f"{mix}.gguf", mix, **kw))
-    res = convert(src, tmp_path / f"{mix}.ppk", layout="rowmajor", quant=mix, mix_options=mixes.Options(**opts))
-    b = Bundle(res.bundle)
-    rm = repack.get("rowmajor")
-    bad = []
-    for t in res.plan.tensors:
-        wtype, wbytes = want[t.name]
-        ours = t.decision.target_type
-        entry = b.tensor(t.name)
-        raw = rm.unpack(b.regions(entry), t.info.n, t.info.k, ours).tobytes()
-        if ours.name != wtype or raw != wbytes:
-            bad.append((t.name, ours.name, wtype, raw == wbytes))
-    assert not bad, f"{mix}: {len(bad)} of {len(res.plan.tensors)} tensors differ from llama.cpp, e.g. {bad[:5]}"
+    bad, n = llama_ref.mix_differences(src, tmp_path, mix, kw, **opts)
+    assert not bad, f"{mix}: {len(bad)} of {n} tensors differ from llama.cpp, e.g. {bad[:5]}"
 
 
 @pytest.mark.real

@@ -15,6 +15,7 @@ from panelpack.repack import _panel64_int8_kernels as I
 from panelpack.repack import panel64 as P
 
 from builders import random_blocks, run_without_jit
+from tiers import fast_only
 
 TYPES = sorted(I.TYPES)
 #: (n, blocks along K): one row, odd rows (the last channel pairs with a pad), a full
@@ -49,7 +50,7 @@ def test_panel64_dispatches_these_types_to_the_row_kernels():
         assert P._FAST_PACK[name] is P._pack_int8_rows and P._FAST_UNPACK[name] is P._unpack_int8_rows
 
 
-@pytest.mark.parametrize("qtype", TYPES)
+@pytest.mark.parametrize("qtype", fast_only(TYPES, {"Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q8_0"}))
 @pytest.mark.parametrize("n, nblk", SHAPES)
 def test_pack_and_unpack_give_the_reference_bytes(qtype, n, nblk, rng, kernels, monkeypatch):
     t, k, raw, ref = _case(qtype, n, nblk, rng)
@@ -62,7 +63,7 @@ def test_pack_and_unpack_give_the_reference_bytes(qtype, n, nblk, rng, kernels, 
     assert np.array_equal(P.unpack(ref, n, k, t), P.unpack_ref(ref, n, k, t))
 
 
-@pytest.mark.parametrize("qtype", TYPES)
+@pytest.mark.parametrize("qtype", fast_only(TYPES, {"Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q8_0"}))
 def test_any_run_length_gives_the_same_bytes(qtype, rng, kernels, monkeypatch):
     n = 67
     t, k, raw, ref = _case(qtype, n, 5, rng)
@@ -83,7 +84,7 @@ def test_unpack_of_arbitrary_panel_bytes_matches_the_reference(qtype, rng):
     assert np.array_equal(P.unpack(regions, n, k, qtype), P.unpack_ref(regions, n, k, qtype))
 
 
-@pytest.mark.parametrize("qtype", TYPES)
+@pytest.mark.parametrize("qtype", fast_only(TYPES, {"Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q8_0"}))
 def test_misaligned_preallocated_and_read_only_buffers(qtype, rng, kernels):
     n = 67
     t, k, raw, ref = _case(qtype, n, 3, rng)

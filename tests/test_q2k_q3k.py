@@ -99,6 +99,7 @@ def small_gguf(tmp_path_factory):
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mix, want", [("Q2_K", {"Q2_K", "Q3_K"}), ("Q3_K_M", {"Q3_K"})])
 def test_convert_then_verify_all(tmp_path, small_gguf, mix, want):
     out, report = tmp_path / "b.ppk", tmp_path / "report.json"

@@ -10,6 +10,8 @@ from panelpack.convert import quality
 from panelpack.formats import blocks as codecs
 from panelpack.formats import qtypes
 
+from tiers import fast_only
+
 
 @pytest.mark.parametrize("size", [quality.KERNEL_MIN_ELEMENTS, quality.KERNEL_MIN_ELEMENTS + 13, 1 << 20])
 def test_error_kernel_matches_reference(rng, size):
@@ -38,7 +40,7 @@ def _whole_formula(x_new, x_ref):
     return np.sqrt(np.mean(d[ok] ** 2)) / rms_ref, np.max(np.abs(d[ok]))
 
 
-@pytest.mark.parametrize("qtype", ["Q4_0", "Q6_K", "Q8_0"])
+@pytest.mark.parametrize("qtype", fast_only(["Q4_0", "Q6_K", "Q8_0"], {"Q4_0", "Q8_0"}))
 def test_chunked_stats_equal_the_whole_formula(rng, qtype):
     t = qtypes.BY_NAME[qtype]
     x = (rng.standard_normal((512, 512)) * 0.02).astype(np.float32)
@@ -87,6 +89,7 @@ def _same(a: float, b: float) -> bool:
     return (a == b and np.signbit(a) == np.signbit(b)) or (np.isnan(a) and np.isnan(b))
 
 
+@pytest.mark.slow
 def test_vector_error_kernel_gives_the_scalar_kernels_bits(rng):
     from panelpack.convert import _error_kernels as ek
 

@@ -252,6 +252,9 @@ def test_byte_level_splitters_match_the_codec_fields(rng):
 CASES = [(mod.NAME, t.name) for mod in repack.LAYOUTS.values() for t in sorted(mod.SOURCE_TYPES, key=lambda x: x.id)
          if t.name in QUANT]
 
+#: the cases that compile a layout's packers only for this test (slow tier; the others keep each layout fast)
+SLOW_CASES = {("ggml-x8", "Q4_0"), ("il8-nibble", "Q4_0")}
+
 
 @st.composite
 def shapes(draw, layout, qtype):
@@ -263,7 +266,8 @@ def shapes(draw, layout, qtype):
     return n, k, draw(st.integers(0, 2**32 - 1))
 
 
-@pytest.mark.parametrize("layout, qtype", CASES, ids=[f"{a}-{b}" for a, b in CASES])
+@pytest.mark.parametrize("layout, qtype", [pytest.param(*c, id=f"{c[0]}-{c[1]}", marks=(pytest.mark.slow,) if c in SLOW_CASES else ())
+                                           for c in CASES])
 def test_round_trip_and_dequantize_on_random_shapes(layout, qtype):
     mod = repack.get(layout)
 

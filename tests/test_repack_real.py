@@ -51,6 +51,7 @@ def test_smollm2_every_matrix_every_layout(smollm2):
     assert counts[("rowmajor", "Q4_1")] == 210
 
 
+@pytest.mark.slow
 def test_gemma_every_matrix_every_layout(gemma):
     counts = _check_file(gemma)
     for layout in ("panel64", "ggml-x8", "il8-nibble"):

@@ -18,6 +18,7 @@ from panelpack.verify import compiled as C
 from panelpack.verify import dispatch as D
 
 from builders import random_blocks, run_without_jit
+from tiers import fast_only
 
 
 @needs_avx2
@@ -70,7 +71,8 @@ def _every_kernel():
     return sorted(C.KERNELS)
 
 
-@pytest.mark.parametrize("row", _every_kernel(), ids=lambda r: f"{r[0]}-{r[1]}")
+@pytest.mark.parametrize("row", fast_only(_every_kernel(), {("rowmajor", "Q4_0"), ("panel64", "Q4_0")},
+                                         ids=lambda r: f"{r[0]}-{r[1]}"))
 def test_row_product_equals_checked_run(row, rng):
     """RowProduct's one nopython call == prep.run of dispatch.quantize_activations, for every
     compiled kernel, serial and parallel; what it cannot take goes the checked path."""
@@ -120,24 +122,29 @@ def test_row_product_without_jit():
 
 
 @pytest.mark.parametrize("pairs", [True, False])
-@pytest.mark.parametrize("bias", [True, False])
-def test_rope_into_cache_equals_the_numpy_steps(pairs, bias, rng):
-    """ops.rope_into_cache == Model._layer's numpy steps (split, += b, ops.rope, cache stores)."""
+@pytest.mark.parametrize("bias,norm,rot", [(True, False, 16), (False, False, 16), (False, True, 16), (True, True, 8)])
+def test_rope_into_cache_equals_the_numpy_steps(pairs, bias, norm, rot, rng):
+    """ops.rope_into_cache == Model._layer's numpy steps (split, += b, per-head RMSNorm, ops.rope on
+    the leading ``rot`` dimensions, cache stores), bit for bit."""
+    from panelpack.formats.arch.rope import Rope, default_inv_freq
     from panelpack.verify.runtime import ops
 
-    m, heads, kvh, d, pos0, cap = 2, 6, 2, 16, 5, 12
+    m, heads, kvh, d, pos0, cap, eps = 2, 6, 2, 16, 5, 12, 1e-6
     nq, nk = heads * d, kvh * d
     y = rng.standard_normal((m, nq + 2 * nk)).astype(np.float32)
     bq, bk, bv = (rng.standard_normal(n).astype(np.float32) if bias else np.zeros(0, np.float32) for n in (nq, nk, nk))
-    cos, sin = ops.rope_tables(np.arange(pos0, pos0 + m), d, 10000.0)
+    qn, kn = (rng.standard_normal(d).astype(np.float32) if norm else np.zeros(0, np.float32) for _ in range(2))
+    cos, sin = Rope(rot, tuple(default_inv_freq(10000.0, rot))).tables(np.arange(pos0, pos0 + m))
     q = np.empty((m, heads, d), np.float32)
     kt, vc = np.zeros((kvh, d, cap), np.float32), np.zeros((kvh, cap, d), np.float32)
-    ops.rope_into_cache(y, nq, nk, bq, bk, bv, cos, sin, pairs, pos0, q, kt, vc)
+    ops.rope_into_cache(y, nq, nk, bq, bk, bv, qn, kn, eps, cos, sin, pairs, pos0, q, kt, vc)
     q0, k0, v0 = (p.copy() for p in np.split(y, [nq, nq + nk], axis=1))
     if bias:
         q0, k0, v0 = q0 + bq, k0 + bk, v0 + bv
-    q0 = ops.rope(q0.reshape(m, heads, d), cos, sin, pairs)
-    k0 = ops.rope(k0.reshape(m, kvh, d), cos, sin, pairs)
+    q0, k0 = q0.reshape(m, heads, d), k0.reshape(m, kvh, d)
+    if norm:
+        q0, k0 = ops.rms_norm(q0, qn, eps), ops.rms_norm(k0, kn, eps)
+    q0, k0 = ops.rope(q0, cos, sin, pairs), ops.rope(k0, cos, sin, pairs)
     kt0, vc0 = np.zeros_like(kt), np.zeros_like(vc)
     kt0[:, :, pos0:pos0 + m] = k0.transpose(1, 2, 0)
     vc0[:, pos0:pos0 + m] = v0.reshape(m, kvh, d).transpose(1, 0, 2)
@@ -187,6 +194,7 @@ def test_half_factors_same_bits(qname, rng):
         assert C.with_half_factors(bad) is bad
 
 
+@pytest.mark.slow
 def test_the_parallel_row_product_is_a_parallel_loop():
     """_row_parallel's tile loop compiles to one numba parallel loop (with the tile count
     computed inside ``prange(...)`` numba once left it serial, with only a warning)."""

@@ -13,8 +13,10 @@ import pytest
 
 from panelpack.convert import convert
 from panelpack.convert.example import write_tiny_llama
+from panelpack.formats import arch
+from panelpack.formats.arch import rope as arch_rope
 from panelpack.formats.errors import BadInputError, UnsupportedError
-from panelpack.verify.runtime import Model, arch, ops
+from panelpack.verify.runtime import Model, ops
 from panelpack.verify.runtime.evaluate import Comparison, default_text, evaluate
 
 REPO = Path(__file__).resolve().parents[1]
@@ -78,7 +80,7 @@ def test_rope_conventions_agree_under_the_gguf_permutation(rng):
     d = 16
     x = rng.standard_normal((3, 2, d), dtype=np.float32)
     perm = np.arange(d).reshape(2, d // 2).T.reshape(-1)  # [0, 8, 1, 9, ...]: halves -> pairs
-    cos, sin = ops.rope_tables(np.arange(3) + 5, d, 10000.0)
+    cos, sin = arch_rope.from_hf({"rope_theta": 10000.0}, d, 64, "t").tables(np.arange(3) + 5)
     halves = ops.rope(x, cos, sin, pairs=False)
     pairs = ops.rope(x[..., perm], cos, sin, pairs=True)
     assert np.array_equal(pairs, halves[..., perm])
@@ -119,7 +121,7 @@ def test_comparison_figures():
 # =============================================================================================
 def test_unknown_architecture_refused_by_name():
     with pytest.raises(UnsupportedError, match="'mamba' is not supported"):
-        arch.from_gguf({"general.architecture": "mamba"}, 10)
+        arch.from_gguf({"general.architecture": "mamba"}, 10, [])
     with pytest.raises(UnsupportedError, match="not supported"):
         arch.from_hf_config({"model_type": "gpt_neox", "hidden_size": 8})
 
@@ -130,15 +132,16 @@ def test_gemma3_pattern_and_bases():
             "gemma3.attention.key_length": 256, "gemma3.attention.value_length": 256,
             "gemma3.feed_forward_length": 2048, "gemma3.rope.freq_base": 1e6,
             "gemma3.attention.sliding_window": 512}
-    hp = arch.from_gguf(meta, 262144)
-    assert [hp.is_sliding(i) for i in range(12)] == [True] * 5 + [False] + [True] * 5 + [False]
-    assert hp.layer_rope_base(0) == 10000.0 and hp.layer_rope_base(5) == 1e6
-    assert hp.attn_scale == pytest.approx(1 / 16) and hp.norm_offset == 0.0 and not hp.rope_pairs
+    hp = arch.from_gguf(meta, 262144, [])
+    assert [hp.layers[i].window > 0 for i in range(12)] == [True] * 5 + [False] + [True] * 5 + [False]
+    assert hp.layers[0].rope.base == pytest.approx(10000.0) and hp.layers[5].rope.base == pytest.approx(1e6)
+    assert hp.layers[0].attn_scale == pytest.approx(1 / 16) and hp.norm_offset == 0.0 and not hp.rope_pairs
     cfg = {"model_type": "gemma3_text", "hidden_size": 640, "num_hidden_layers": 18, "num_attention_heads": 4,
            "num_key_value_heads": 1, "head_dim": 256, "intermediate_size": 2048, "vocab_size": 262144,
            "query_pre_attn_scalar": 64, "sliding_window": 512, "rope_theta": 1e6, "rope_local_base_freq": 1e4}
     hf = arch.from_hf_config(cfg)
-    assert hf.norm_offset == 1.0 and hf.attn_scale == pytest.approx(1 / 8) and hf.layer_rope_base(0) == 1e4
+    assert hf.norm_offset == 1.0 and hf.layers[0].attn_scale == pytest.approx(1 / 8)
+    assert hf.layers[0].rope.base == pytest.approx(1e4)
 
 
 # =============================================================================================
@@ -225,6 +228,7 @@ def _cli(*args, timeout=600):
                           timeout=timeout, cwd=REPO.parent)
 
 
+@pytest.mark.slow
 def test_cli_eval_generate_and_refusal(tiny, tmp_path):
     r = _cli("eval", str(tiny["q4_k"]), "--json", "--text", str(_tiny_text(tmp_path)))
     assert r.returncode == 0, r.stderr
@@ -237,8 +241,20 @@ def test_cli_eval_generate_and_refusal(tiny, tmp_path):
     convert(tiny["src"], bad, layout="rowmajor", quant="q4_0")
     cfg = bad / "source" / "config.json"
     cfg.write_text(json.dumps(dict(json.loads(cfg.read_text()), model_type="mamba", architectures=["MambaLM"])))
+    _rehash_side_file(bad, "source/config.json")  # a consistent bundle: the structure check passes it
     r = _cli("eval", str(bad))
     assert r.returncode == 2 and "'mamba' is not supported" in r.stderr and "Traceback" not in r.stderr
+
+
+def _rehash_side_file(bundle, rel):
+    """Record an edited side file's sha256 in the manifest and reseal it."""
+    from panelpack.formats.bundle import manifest_text, sha256_file
+
+    m = json.loads((bundle / "manifest.json").read_text())
+    for s in m["source_files"]:
+        if s["file"] == rel:
+            s["sha256"], s["bytes"] = sha256_file(bundle / rel), (bundle / rel).stat().st_size
+    (bundle / "manifest.json").write_text(manifest_text(m))
 
 
 def _tiny_text(tmp_path):
@@ -432,7 +448,7 @@ def test_gemma3_hf_f32_path_matches_reference(tmp_path):
     ids = [2, 17, 250, 3, 99, 5, 140, 7, 8, 200]  # longer than the window of 4
     want = _gemma3_reference(cfg, {n: _bf16_to_f64(b) for n, b in bits.items()}, ids)
     m = Model.open(folder, "f32")
-    assert m.hp.is_sliding(0) and not m.hp.is_sliding(5) and m.hp.norm_offset == 1.0
+    assert m.hp.layers[0].window == 4 and m.hp.layers[5].window == 0 and m.hp.norm_offset == 1.0
     got = m.logits(ids, chunk=4)
     np.testing.assert_allclose(got, want, rtol=0, atol=3e-5 * np.abs(want).max())
 
@@ -471,3 +487,16 @@ def test_eval_chunk_bounds_the_logits_per_call():
 
     assert eval_chunk(49152) == 256 and eval_chunk(262144) == 64 and eval_chunk(10 ** 7) == 64
     assert eval_chunk(32) == 256
+
+
+@pytest.mark.real
+def test_smollm2_first_layer_on_its_gguf_is_bit_identical(smollm2):
+    """The fast tier's real model on the runtime path (tests/test_runtime_real.py, whole models,
+    is slow): SmolLM2's GGUF, its first layer, a short prompt: the compiled kernels give the
+    standard dispatch's logits bit for bit."""
+    std = Model.open(smollm2, "standard", n_layer=1)
+    ids = std.tokenizer.encode("The capital of France is")
+    assert len(ids) >= 5
+    a = Model.open(smollm2, "compiled", n_layer=1).logits(ids)
+    b = std.logits(ids)
+    assert a.shape == (len(ids), std.n_vocab) and np.array_equal(a.view(np.uint32), b.view(np.uint32))

@@ -54,7 +54,7 @@ def test_smollm2_interleaved_layouts_bit_identical(smollm2, tmp_path, layout):
 def test_gemma_panel64_bit_identical(gemma_p64):
     rep = _identical(gemma_p64)
     m = Model.open(gemma_p64, n_layer=1)
-    assert m.hp.arch.name == "gemma3" and m.hp.is_sliding(0) and m.layers[0].post_ffn_norm is not None
+    assert m.hp.arch.name == "gemma3" and m.hp.layers[0].window > 0 and m.layers[0].post_ffn_norm is not None
     assert 5 < rep.comparison.perplexity < 200
 
 

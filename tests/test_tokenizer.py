@@ -35,6 +35,7 @@ def test_round_trip(vocabs, name):
         assert tok.decode(ids) == text, (name, text)
 
 
+@pytest.mark.slow
 @pytest.mark.real
 @pytest.mark.parametrize("name", ["smollm2", "gemma"])
 @pytest.mark.parametrize("special", [False, True])

@@ -221,6 +221,7 @@ def test_cli_exit_codes(tmp_path, bundle, gguf_bundle):
 
 
 # -- real checkpoints ---------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.real
 @pytest.mark.parametrize("which", ["smollm2", "gemma"])
 def test_real_bundles_agree_sampled(request, tmp_path, which):
@@ -229,6 +230,16 @@ def test_real_bundles_agree_sampled(request, tmp_path, which):
     rep = bundle_check.verify(b, level="all", sample=1)
     assert rep.ok, rep.render()
     assert rep.counts()["AGREE"] == {"smollm2": 210, "gemma": 126}[which]
+
+
+@pytest.mark.real
+def test_real_layer_agrees(smollm2, tmp_path):
+    """The fast tier's real model on the verify path: SmolLM2's first layer (its seven Q4_1
+    matrices in panel64 and its norms), every level."""
+    b = convert(smollm2, tmp_path / "r.ppk", include=["blk.0.*"]).bundle
+    rep = bundle_check.verify(b, level="all", sample=1)
+    assert rep.ok, rep.render()
+    assert rep.counts()["AGREE"] == 7
 
 
 @pytest.mark.real

@@ -156,6 +156,7 @@ def _cold_child(tmp_path, mode: str) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="the helper needs two CPUs")
 def test_cold_kernels_compile_in_the_helper_and_load_here(tmp_path):
     got = _cold_child(tmp_path, "helper")

@@ -22,6 +22,8 @@ Kernel paths (the ledger's ``path`` column):
 ``il8.gemm``                the 8-row interleaved kernel (``ggml-x8``, ``il8-*``)
 ``compiled.<layout>``       the fast compiled kernel, all rows (``compiled.panel64.avx2``: the
                             AVX2 variant of the panel64 nibble kernel, where numba targets AVX2)
+``native.<kernel>@<where>`` a C kernel of ``verify/native`` (``--native``) on the sampled rows, where
+                            it ran: ``native.sme2.gemv@qemu-11.1``, ``native.avx2.il8@host``
 ==========================  ===============================================================
 
 Emulated leaves run on ``sample`` sampled super-blocks (64 rows each); compiled kernels on
@@ -50,10 +52,12 @@ import numpy as np
 
 from .. import repack
 from ..formats import archive
-from ..formats.bundle import Bundle, TensorEntry, dtype_name, hash_async
+from ..formats import signature as _signature
+from ..formats.bundle import UNLISTED, Bundle, TensorEntry, hash_async
 from ..formats.compile_meter import CompileMeter
 from ..formats.errors import BadInputError
-from ..formats.text import table
+from ..formats.text import escape, table
+from . import gate
 
 LEVELS = ("structure", "lossless", "agreement", "all")
 _RUNS = {"structure": ("structure",), "lossless": ("structure", "lossless"),
@@ -120,14 +124,18 @@ class Report:
     tensors: list[TensorVerdict]
     problems: list[tuple[str, str]]  # structure problems not tied to one tensor
     seconds: float = 0.0
+    native: Optional[str] = None  # the C kernels' line (verify/native): what ran, or SKIPPED(why)
     compiled_kernels: int = 0  # kernels numba compiled (not in its on-disk cache) during the run
     compile_seconds: float = 0.0  # the wall time those compilations took (and the wait for a helper's)
     helper_kernels: int = 0  # of compiled_kernels, those a helper process compiled alongside
     helper_seconds: float = 0.0  # the helper's own compile time (verify/precompile.py)
+    warnings: list[tuple[str, str]] = field(default_factory=list)  # e.g. unlisted files with --allow-extra
+    signature: Optional[_signature.SignatureStatus] = None  # None: not looked at (a cactus folder)
 
     @property
     def ok(self) -> bool:
-        return not self.problems and all(t.ok for t in self.tensors)
+        return (not self.problems and all(t.ok for t in self.tensors)
+                and (self.signature is None or self.signature.ok))
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -138,10 +146,12 @@ class Report:
 
     def to_json(self) -> dict[str, Any]:
         return {"bundle": self.bundle, "ok": self.ok, "levels": list(self.levels), "seed": self.seed,
-                "sample": self.sample, "seconds": round(self.seconds, 3), "counts": self.counts(),
+                "sample": self.sample, "seconds": round(self.seconds, 3), "counts": self.counts(), "native": self.native,
                 "compiled": {"kernels": self.compiled_kernels, "seconds": round(self.compile_seconds, 3),
                              "helper_kernels": self.helper_kernels, "helper_seconds": round(self.helper_seconds, 3)},
                 "problems": [{"where": w, "problem": p} for w, p in self.problems],
+                "warnings": [{"where": w, "warning": p} for w, p in self.warnings],
+                "signature": self.signature.to_json() if self.signature is not None else None,
                 "tensors": [t.to_json() for t in self.tensors]}
 
     def render(self) -> str:
@@ -152,9 +162,15 @@ class Report:
         lines = [table(rows, ("tensor", "layout", "type", "kernel paths", "verdict", "err vs f64"), right=(5,))]
         for t in self.tensors:
             for p in t.problems:
-                lines.append(f"MISMATCH {t.name}: {p}")
+                lines.append(f"MISMATCH {escape(t.name)}: {escape(p)}")
         for where, p in self.problems:
-            lines.append(f"PROBLEM {where}: {p}")
+            lines.append(f"PROBLEM {escape(where)}: {escape(p)}")
+        for where, p in self.warnings:
+            lines.append(f"WARNING {escape(where)}: {escape(p)}")
+        if self.native:
+            lines.append(f"native: {self.native}")
+        if self.signature is not None:
+            lines.append(self.signature.render())
         if self.compiled_kernels:
             helper = (f"; {self.helper_kernels} of them in a helper process alongside, {self.helper_seconds:.1f} s there"
                       if self.helper_kernels else "")
@@ -183,33 +199,11 @@ def open_any(path: str | os.PathLike) -> Iterator[Bundle]:
     if not archive.is_archive(p):
         raise BadInputError("neither a bundle directory nor a .ppk.tar.zst archive", path=p)
     with tempfile.TemporaryDirectory(prefix="panelpack-verify-") as tmp:
-        archive.unpack(p, Path(tmp) / "bundle.ppk")
+        archive.unpack(p, Path(tmp) / "bundle.ppk", check=_no_check)  # verify reports what is wrong itself
         yield Bundle(Path(tmp) / "bundle.ppk")
 
 
-# =========================================================================================
-# structure
-# =========================================================================================
-def _check_layout_contract(t: TensorEntry) -> list[str]:
-    """The regions and params the manifest lists are exactly those the layout writes."""
-    try:
-        lay = repack.get(t.layout)
-    except BadInputError as e:
-        return [e.detail]
-    qt = t.qtype
-    n, k = t.nk
-    why = lay.refuse(qt, n, k)
-    if why:
-        return [f"layout {t.layout} cannot hold this tensor: {why}"]
-    want = [(r.name, dtype_name(r.dtype), [int(s) for s in r.shape]) for r in lay.plan(qt, n, k)]
-    have = [(name, r.dtype, list(r.shape)) for name, r in t.regions.items()]
-    if want != have:
-        return [f"regions {have} are not what layout {t.layout} writes for {qt.name} [{n}, {k}]: {want}"]
-    params = lay.params(qt, n, k)
-    bad = [key for key, v in params.items() if t.params.get(key) != v]
-    if bad:
-        key = bad[0]
-        return [f"param {key!r} is {t.params.get(key)!r}, layout {t.layout} says {params[key]!r}"]
+def _no_check(b: Bundle) -> list[tuple[str, str]]:
     return []
 
 
@@ -284,7 +278,8 @@ def _sample_superblocks(n: int, sample: int, rng: np.random.Generator) -> np.nda
 
 
 def _agreement(b: Bundle, t: TensorEntry, blocks: Optional[np.ndarray], v: TensorVerdict,
-               rng: np.random.Generator, sample: int, svl_bits: int, numpy_std: bool = False) -> None:
+               rng: np.random.Generator, sample: int, svl_bits: int, numpy_std: bool = False,
+               native=None) -> None:
     from . import compiled, dispatch, leaves
     from .registry import Sample
 
@@ -329,6 +324,8 @@ def _agreement(b: Bundle, t: TensorEntry, blocks: Optional[np.ndarray], v: Tenso
     for i, x in enumerate(xs):
         m = x.shape[0]
         a, da = dispatch.quantize_activations(x)
+        native_x = (_NativeRunner(native, layout, regions, n, k, qt, t.params, sb_pick, rows_pick, a, da)
+                    if native is not None else None)
         sampled = sampled_x[i]
         if sampled and sub is None:
             sub = _sampled_kernels(layout, regions, blocks, rows_pick, sb_pick, k, qt)
@@ -374,7 +371,7 @@ def _agreement(b: Bundle, t: TensorEntry, blocks: Optional[np.ndarray], v: Tenso
             P_std = None
         # --- the runtime kernels and the layout's declared readers --------------------------
         sample_ = Sample(layout, regions, qt, n, k, dict(t.params), a, da, A, sb_pick, rows_pick, svl_bits)
-        for runner in runners:
+        for runner in runners + ([native_x] if native_x is not None else []):
             for path, P_r, y_r, rows in runner.run(sample_):
                 _add_path(v, path)
                 for what, got, want, at_ in _path_pairs(path, P_r, y_r, rows, P_std, P_pick, y_all, rows_pick):
@@ -391,6 +388,34 @@ def _agreement(b: Bundle, t: TensorEntry, blocks: Optional[np.ndarray], v: Tenso
         v.levels["agreement"] = f"ok (standard dispatch on the unpacked blocks only: layout {layout} has no reader of its own)"
     else:
         v.levels["agreement"] = "ok"
+
+
+class _NativeRunner:
+    """The C kernels of ``verify/native`` (``--native``) as one more runner: the sampled rows'
+    regions (a smaller tensor of the same layout) through every kernel the session has for the
+    layout; a kernel the driver refuses is a failed check."""
+
+    def __init__(self, session, layout: str, regions, n: int, k: int, qt, params, sbs, rows, a, da):
+        """Submit the runs now (the driver works while the Python paths run); ``run`` collects."""
+        from . import native
+
+        self.session, self.pending = session, []
+        if layout in native.KERNELS:
+            part, nrows = native.sample_rows(layout, regions, n, sbs, rows)
+            self.pending = session.submit(layout, part, nrows, k, qt, params, a, da)
+
+    def run(self, s) -> list:
+        from . import native
+
+        try:
+            got = self.session.collect(self.pending)
+        except native.NativeError as e:
+            raise _NativeFailed(str(e)) from None
+        return [(path, P, y, s.rows) for path, P, y in got]
+
+
+class _NativeFailed(Exception):
+    """A native kernel could not run on a tensor (reported as that tensor's problem)."""
 
 
 def _standard(blocks: np.ndarray, n: int, k: int, qt, numpy_std: bool):
@@ -491,21 +516,39 @@ def _add_path(v: TensorVerdict, p: str) -> None:
 # the entry point
 # =========================================================================================
 def verify(path: str | os.PathLike, level: str = "all", seed: int = 0, sample: int = 2,
-           svl_bits: int = 512, names: Optional[list[str]] = None, progress=None) -> Report:
-    """Run the verification ``level`` on a bundle directory or ``.ppk.tar.zst`` archive."""
+           svl_bits: int = 512, names: Optional[list[str]] = None, progress=None,
+           native: Optional[str] = None, allow_extra: bool = False, signed_by: Optional[str | os.PathLike] = None,
+           identity: Optional[str] = None, issuer: Optional[str] = None) -> Report:
+    """Run the verification ``level`` on a bundle directory or ``.ppk.tar.zst`` archive.
+
+    ``native`` (``auto``, ``qemu``, ``host``) also runs the C kernels of ``verify/native`` on the
+    sampled rows of every tensor they read (docs/NATIVE.md), at the agreement level; when they
+    cannot run at all, :class:`~panelpack.formats.errors.UnsupportedError` says what is missing
+    (exit 2). Without it, level ``all`` reports a ``native: SKIPPED(...)`` line saying why.
+
+    Files the manifest does not list fail it (``allow_extra``: a warning each). ``signed_by``
+    (a PEM public key or trust-anchor certificates) or a Sigstore ``identity`` + ``issuer``:
+    the bundle's signature must hold (formats/signature.py); without them the report says
+    whether the bundle is signed and whom the signature names, unchecked."""
+    trust = {"signed_by": signed_by, "identity": identity, "issuer": issuer}
     from .cq_check import is_cactus_folder, verify_cactus  # a cactus folder (convert --target cactus)
 
     if is_cactus_folder(path):
+        if any(v is not None for v in trust.values()):
+            raise BadInputError("a cactus folder carries no signature (sign the bundle it came from)", path=path)
         return verify_cactus(path, level, seed, sample, names, progress)
     if level not in _RUNS:
         raise BadInputError(f"unknown level {level!r} (known: {', '.join(LEVELS)})")
     runs = _RUNS[level]
+    if native is not None and "agreement" not in runs:
+        raise BadInputError(f"--native runs at the agreement level (--level agreement or all), not {level!r}")
     t0 = time.perf_counter()
     helpers: list = []
     # the structure level builds no kernel: no meter, whose listener would import numba (~0.4 s)
     with (CompileMeter() if runs != _RUNS["structure"] else nullcontext(CompileMeter())) as meter:
         try:
-            report = _verify_bundle(path, runs, seed, sample, svl_bits, names, progress, t0, helpers)
+            report = _verify_bundle(path, runs, seed, sample, svl_bits, names, progress, t0, helpers, native,
+                                    allow_extra, trust)
         finally:
             for h in helpers:
                 h.close()
@@ -522,31 +565,59 @@ def verify(path: str | os.PathLike, level: str = "all", seed: int = 0, sample: i
 
 
 def _verify_bundle(path, runs, seed: int, sample: int, svl_bits: int, names, progress, t0: float,
-                   helpers: list) -> Report:
-    with open_any(path) as b:
-        problems: list[tuple[str, str]] = []
-        by_tensor: dict[str, list[str]] = {}
-        for where, msg in b.check_structure(hashes=True):
-            by_tensor.setdefault(where, []).append(msg)
-        verdicts = []
-        tensors = b.tensors if names is None else [b.tensor(nm) for nm in names]
-        numpy_std = "agreement" in runs and _numpy_standard_job(tensors)
-        _start_helper(tensors, runs, numpy_std, helpers)
-        if progress is not None and hasattr(progress, "start"):
-            progress.start(len(tensors))
-        for i, t in enumerate(tensors):
-            led = t.ledger
-            v = TensorVerdict(t.name, t.layout, t.type, led.get("requested") or t.layout, led.get("reason"))
-            v.problems.extend(f"structure: {m}" for m in by_tensor.pop(t.name, []))
-            v.problems.extend(f"structure: {m}" for m in _check_layout_contract(t))
-            v.levels["structure"] = "failed" if v.problems else "ok"
-            if not v.problems:
-                rng = np.random.default_rng([seed, i])
-                blocks = _lossless(b, t, v) if "lossless" in runs else None
-                if "agreement" in runs and not v.problems:
-                    _agreement(b, t, blocks, v, rng, sample, svl_bits, numpy_std)
-            verdicts.append(v)
-            if progress is not None:
-                progress(v)
-        problems.extend((w, m) for w, ms in by_tensor.items() for m in ms)
-        return Report(str(path), runs, seed, sample, verdicts, problems, time.perf_counter() - t0)
+                   helpers: list, native: Optional[str] = None, allow_extra: bool = False,
+                   trust: Optional[dict] = None) -> Report:
+    if native is None:
+        with open_any(path) as b:
+            report = _verify_open(b, path, runs, seed, sample, svl_bits, names, progress, t0, helpers, None,
+                                  allow_extra, trust or {})
+        if runs == _RUNS["all"]:
+            from .native import not_requested
+
+            report.native = not_requested()
+        return report
+    from .native import Session
+
+    with Session(native, strict=True) as session, open_any(path) as b:
+        report = _verify_open(b, path, runs, seed, sample, svl_bits, names, progress, t0, helpers, session,
+                              allow_extra, trust or {})
+        report.native = session.summary()
+        report.seconds = time.perf_counter() - t0
+    return report
+
+
+def _verify_open(b: Bundle, path, runs, seed: int, sample: int, svl_bits: int, names, progress, t0: float,
+                 helpers: list, session, allow_extra: bool, trust: dict) -> Report:
+    problems: list[tuple[str, str]] = []
+    by_tensor: dict[str, list[str]] = {}
+    for where, msg in b.check_structure(hashes=True, extra=not allow_extra):
+        by_tensor.setdefault(where, []).append(msg)
+    warnings = [(p, UNLISTED) for p in b.unlisted()] if allow_extra else []
+    sig = _signature.check(b.path, **trust) if any(v is not None for v in trust.values()) else _signature.status(b.path)
+    verdicts = []
+    tensors = b.tensors if names is None else [b.tensor(nm) for nm in names]
+    numpy_std = "agreement" in runs and _numpy_standard_job(tensors)
+    _start_helper(tensors, runs, numpy_std, helpers)
+    if progress is not None and hasattr(progress, "start"):
+        progress.start(len(tensors))
+    for i, t in enumerate(tensors):
+        led = t.ledger
+        v = TensorVerdict(t.name, t.layout, t.type, led.get("requested") or t.layout, led.get("reason"))
+        v.problems.extend(f"structure: {m}" for m in by_tensor.pop(t.name, []))
+        v.problems.extend(f"structure: {m}" for m in gate.layout_contract(t))
+        v.levels["structure"] = "failed" if v.problems else "ok"
+        if not v.problems:
+            rng = np.random.default_rng([seed, i])
+            blocks = _lossless(b, t, v) if "lossless" in runs else None
+            if "agreement" in runs and not v.problems:
+                try:
+                    _agreement(b, t, blocks, v, rng, sample, svl_bits, numpy_std, session)
+                except _NativeFailed as e:
+                    v.problems.append(str(e))
+        verdicts.append(v)
+        if progress is not None:
+            progress(v)
+    problems.extend((w, m) for w, ms in by_tensor.items() for m in ms)
+    problems.extend(gate.model_problems(b))  # completeness against the architecture (formats/arch)
+    return Report(str(path), runs, seed, sample, verdicts, problems, time.perf_counter() - t0,
+                  warnings=warnings, signature=sig)

@@ -29,7 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from ...formats.errors import BadInputError, UnsupportedError
+from ...formats.errors import BadInputError
+from ...formats.text import escape
 from .model import Model
 
 REFERENCES = ("standard", "f32", "llama.cpp")
@@ -120,6 +121,7 @@ class EvalReport:
     ref_paths: list[str] = field(default_factory=list)
     seconds: float = 0.0
     must_be_identical: bool = False
+    note: str = ""  # e.g. the text was cut to the model's context
 
     @property
     def ok(self) -> bool:
@@ -130,12 +132,14 @@ class EvalReport:
         return {"bundle": self.bundle, "against": self.against, "kernels": self.kernels, "tokens": self.tokens,
                 "perplexity": c.perplexity, "perplexity_ref": c.perplexity_ref, "mean_kl": c.mean_kl,
                 "top1_agreement_pct": c.top1, "max_abs_dlogit": c.max_abs, "bit_identical": c.identical,
-                "paths": self.paths, "ref_paths": self.ref_paths, "seconds": self.seconds, "ok": self.ok}
+                "paths": self.paths, "ref_paths": self.ref_paths, "seconds": self.seconds, "ok": self.ok,
+                "note": self.note}
 
     def render(self) -> str:
         c = self.comparison
         lines = [
-            f"{self.bundle}: {self.tokens} tokens, kernels {self.kernels} ({', '.join(self.paths)})",
+            f"{escape(self.bundle)}: {self.tokens} tokens{f' ({self.note})' if self.note else ''}, kernels "
+            f"{self.kernels} ({', '.join(self.paths)})",
             f"  perplexity        {c.perplexity:.4f}   ({self.against}: {c.perplexity_ref:.4f})",
             f"  against {self.against}: mean KL {c.mean_kl:.3g}, top-1 agreement {c.top1:.2f}%, "
             f"max |dlogit| {c.max_abs:.3g}, bit-identical {'yes' if c.identical else 'no'}",
@@ -150,48 +154,50 @@ class EvalReport:
 # reference runs
 # =============================================================================================
 def llama_cpp_logits(gguf_path, ids, threads: int = 2) -> np.ndarray:
-    """Logits ``[len(ids), V]`` of llama.cpp on a GGUF file (llama-cpp-python)."""
-    try:
-        from llama_cpp import Llama
-    except ImportError:
-        raise UnsupportedError("--against llama.cpp needs llama-cpp-python "
-                               "(pip install 'panelpack[oracle-llama]')") from None
-    ids = [int(i) for i in ids]
-    # llama.cpp as it runs by default (f16 KV cache), all positions in one batch
-    llm = Llama(model_path=str(gguf_path), n_ctx=max(len(ids), 8), n_batch=max(len(ids), 8),
-                n_ubatch=max(len(ids), 8), logits_all=True, n_threads=threads, verbose=False)
-    try:
-        llm.eval(ids)
-        return np.array(llm.scores[:len(ids)], np.float32)
-    finally:
-        llm.close()
+    """Logits ``[len(ids), V]`` of llama.cpp on a GGUF file (llama-cpp-python), computed in a
+    child process (``llama_peer``: a crash there is a one-line error here)."""
+    from .llama_peer import logits
+
+    return logits(gguf_path, ids, threads)
 
 
-def _ids_for(model: Model, text: str | None, tokens: int | None, ids=None) -> np.ndarray:
+def _ids_for(model: Model, text: str | None, tokens: int | None, ids=None) -> tuple[np.ndarray, str]:
+    """The token ids to run, and a note when they are not the whole text: a text longer than the
+    model's context runs its first ``n_ctx`` tokens (``--tokens`` beyond it is refused)."""
     if ids is None:
         ids = model.tokenizer.encode(default_text() if text is None else text)
     ids = np.asarray(ids, np.int64)
+    n_ctx = model.hp.n_ctx
+    note = ""
     if tokens is not None:
         if tokens < 2:
             raise BadInputError("--tokens must be at least 2")
+        if tokens > n_ctx:
+            raise BadInputError(f"--tokens {tokens} exceeds the model's context of {n_ctx} tokens")
         if ids.size < tokens:
             raise BadInputError(f"the text has {ids.size} tokens, fewer than --tokens {tokens}")
         ids = ids[:tokens]
+    elif ids.size > n_ctx:
+        note = f"the first {n_ctx} of the text's {ids.size} tokens (the model's context)"
+        ids = ids[:n_ctx]
     if ids.size < 2:
         raise BadInputError("the text must have at least 2 tokens")
-    return ids
+    return ids, note
 
 
 def evaluate(bundle, text: str | None = None, tokens: int | None = None, against: str = "standard",
              kernels: str = "compiled", source=None, ids=None, chunk: int | None = None,
-             n_layer: int | None = None) -> EvalReport:
-    """Run ``text`` (default: the shipped text) through ``bundle`` and compare with ``against``."""
+             n_layer: int | None = None, progress=None) -> EvalReport:
+    """Run ``text`` (default: the shipped text) through ``bundle`` and compare with ``against``.
+
+    The bundle is checked first (verify's structure level: a damaged bundle raises
+    VerificationError). ``progress(done, total)``: called with the positions run so far."""
     if against not in REFERENCES:
         raise BadInputError(f"unknown reference {against!r} (choose from {', '.join(REFERENCES)})")
     t0 = time.perf_counter()
     model = Model.open(bundle, kernels, n_layer=n_layer)
     try:
-        ids = _ids_for(model, text, tokens, ids)
+        ids, note = _ids_for(model, text, tokens, ids)
         chunk = eval_chunk(model.n_vocab) if chunk is None else chunk
         targets = np.append(ids[1:], -1)
         cmp = Comparison()
@@ -204,17 +210,25 @@ def evaluate(bundle, text: str | None = None, tokens: int | None = None, against
             ref_paths = ["llama.cpp"]
             for s, lg in zip(range(0, ids.size, chunk), model.logits_chunks(ids, chunk)):
                 cmp.add(lg, ref[s:s + lg.shape[0]], targets[s:s + lg.shape[0]])
+                _tick(progress, s + lg.shape[0], ids.size)
         else:
-            ref_model = Model.open(source if (against == "f32" and source is not None) else bundle,
-                                   "standard" if against == "standard" else "f32", n_layer=n_layer)
+            ref_src = source if (against == "f32" and source is not None) else bundle
+            ref_model = Model.open(ref_src, "standard" if against == "standard" else "f32", n_layer=n_layer,
+                                   check=ref_src is not bundle)  # (the bundle was checked just above)
             try:
                 ref_paths = ref_model.paths()
                 pairs = zip(model.logits_chunks(ids, chunk), ref_model.logits_chunks(ids, chunk))
                 for s, (lg, rg) in zip(range(0, ids.size, chunk), pairs):
                     cmp.add(lg, rg, targets[s:s + lg.shape[0]])
+                    _tick(progress, s + lg.shape[0], ids.size)
             finally:
                 ref_model.close()
         return EvalReport(str(bundle), against, kernels, int(ids.size), cmp, model.paths(), ref_paths,
-                          time.perf_counter() - t0, must_be_identical=(against == "standard"))
+                          time.perf_counter() - t0, must_be_identical=(against == "standard"), note=note)
     finally:
         model.close()
+
+
+def _tick(progress, done: int, total: int) -> None:
+    if progress is not None:
+        progress(done, total)

@@ -1,24 +1,29 @@
 """The reference runtime's decoder: a :class:`Model` runs a bundle (or a checkpoint) token by token.
 
-``Model.open(path, kernels="compiled")`` reads the hyperparameters (GGUF metadata or
-``config.json``, :mod:`.arch`), builds one :class:`~.weights.Linear` per matrix on the chosen
-kernel path and keeps a KV cache. ``forward(tokens)`` appends tokens to the cache and returns
-their logits (f32 ``[M, n_vocab]``); ``logits(tokens)`` starts from an empty cache;
-``generate(prompt, n)`` yields new token ids (greedy, or sampled with a temperature and seed).
+``Model.open(path, kernels="compiled")`` reads the hyperparameters through the architecture
+table (:mod:`panelpack.formats.arch`: GGUF metadata or ``config.json``, a
+:class:`~panelpack.formats.arch.LayerSpec` per layer), builds one
+:class:`~.weights.Linear` per matrix on the chosen kernel path and keeps a KV cache.
+``forward(tokens)`` appends tokens to the cache and returns their logits (f32
+``[M, n_vocab]``); ``logits(tokens)`` starts from an empty cache; ``generate(prompt, n)``
+yields new token ids (greedy, or sampled with a temperature and seed).
 
 One layer, f32 activations throughout (``q8`` marks the activations quantized per docs/FORMAT.md §3
-once and shared by the matrices that read the same input)::
+once and shared by the matrices that read the same input; the blocks in brackets exist where
+the architecture row and the checkpoint have them)::
 
+    x = embed(ids)·embed_scale                 (√n_embd: Gemma; embedding_multiplier: Granite)
     h = RMSNorm(x)·w_attn                      (+1 on w for HF Gemma)
-    q, k, v = Wq·h (+bq), Wk·h (+bk), Wv·h (+bv)        q8(h) shared
-    q, k = RMSNorm per head (Gemma 3)
-    q, k = RoPE(pos, base of the layer)        pairs or halves, see arch.py
+    q, k, v = Wq·h [+bq], Wk·h [+bk], Wv·h [+bv]       q8(h) shared; one fused Wqkv (Phi-3)
+    [q, k = RMSNorm per head]                  (Qwen3, Gemma 3)
+    q, k = RoPE(pos) of the layer's kind       on the leading rotated dims; none in NoPE layers
     a = softmax(scale·q·kᵀ, causal [, window]) · v
-    o = Wo·a ;  o = RMSNorm(o)·w_post_attn (Gemma 3) ;  x = x + o
+    o = Wo·a [+bo] ; [o = RMSNorm(o)·w_post_attn] ;  x = x + o·residual_scale
     h = RMSNorm(x)·w_ffn
-    f = Wd·(act(Wg·h) ⊙ Wu·h)                  q8(h) shared ; act silu | gelu_tanh
-    f = RMSNorm(f)·w_post_ffn (Gemma 3) ;      x = x + f
-    logits = Wout·(RMSNorm(x)·w_out)           Wout = the embedding when tied
+    f = Wd·(act(Wg·h [+bg]) ⊙ (Wu·h [+bu])) [+bd]      q8(h) shared; one fused Wgate_up (Phi-3)
+    [f = RMSNorm(f)·w_post_ffn] ;              x = x + f·residual_scale
+    logits = Wout·(RMSNorm(x)·w_out) / logit_scale ; [cap·tanh(logits/cap)]
+                                               Wout = the embedding when tied
 """
 
 from __future__ import annotations
@@ -28,35 +33,44 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from ...formats.errors import BadInputError
-from . import arch as _arch
+from ...formats import arch as _arch
+from ...formats.errors import BadInputError, UnsupportedError
 from . import ops
 from .weights import Embedding, Linear, WeightSource, linear, nk, open_source, stacked, vector
 
 DEFAULT_CHUNK = 64  # tokens per forward call in logits()
-_NONE = np.zeros(0, np.float32)  # "no bias" for ops.rope_into_cache
+_NONE = np.zeros(0, np.float32)  # "none" for ops.rope_into_cache's optional vectors
 
 
 @dataclass
 class Layer:
-    q: Linear
-    k: Linear
-    v: Linear
+    spec: _arch.LayerSpec
     o: Linear
-    gate: Linear
-    up: Linear
     down: Linear
     attn_norm: np.ndarray
     ffn_norm: np.ndarray
+    q: Linear | None = None  # separate q/k/v (None when the checkpoint stores them fused)
+    k: Linear | None = None
+    v: Linear | None = None
+    qkv: Linear | None = None  # q, k, v in one product: fused in the checkpoint, or stacked
+    gate: Linear | None = None
+    up: Linear | None = None
+    gate_up: Linear | None = None
     q_bias: np.ndarray | None = None
     k_bias: np.ndarray | None = None
     v_bias: np.ndarray | None = None
+    o_bias: np.ndarray | None = None
+    gate_bias: np.ndarray | None = None
+    up_bias: np.ndarray | None = None
+    down_bias: np.ndarray | None = None
     q_norm: np.ndarray | None = None
     k_norm: np.ndarray | None = None
     post_attn_norm: np.ndarray | None = None
     post_ffn_norm: np.ndarray | None = None
-    qkv: Linear | None = None  # q, k, v stacked (weights.stacked), when they can be
-    gate_up: Linear | None = None
+
+    def linears(self) -> list[Linear]:
+        return [x for x in (self.q, self.k, self.v, self.qkv, self.o, self.gate, self.up, self.gate_up, self.down)
+                if x is not None]
 
 
 @dataclass
@@ -68,15 +82,15 @@ class KVCache:
     v: list[np.ndarray] = field(default_factory=list)
     length: int = 0
 
-    def reserve(self, n_layer: int, need: int, heads: int, dim: int) -> None:
+    def reserve(self, layers: Sequence[_arch.LayerSpec], need: int) -> None:
         have = self.k[0].shape[2] if self.k else 0
         if need <= have:
             return
         cap = max(need, 2 * have, 64)
         n = self.length
-        for i in range(n_layer):
-            k = np.zeros((heads, dim, cap), np.float32)
-            v = np.zeros((heads, cap, dim), np.float32)
+        for i, L in enumerate(layers):
+            k = np.zeros((L.n_head_kv, L.head_dim, cap), np.float32)
+            v = np.zeros((L.n_head_kv, cap, L.head_dim_v), np.float32)
             if i < len(self.k):
                 k[:, :, :n] = self.k[i][:, :, :n]
                 v[:, :n] = self.v[i][:, :n]
@@ -98,6 +112,12 @@ def _matmuls(lins: Sequence[Linear], x: np.ndarray) -> list[np.ndarray]:
     return [lin(x, q) for lin in lins]
 
 
+def _unknown_layer_tensors(hp: _arch.Hyper, names: Sequence[str]) -> list[str]:
+    """Per-layer tensors that are none of the architecture's roles (experts, towers, ...)."""
+    return sorted(n for n in names
+                  if _arch.layer_index(n) is not None and _arch.role_of(hp.arch, n, hp.naming) is None)
+
+
 class Model:
     """A decoder model on one kernel path (see :mod:`.weights` for the paths)."""
 
@@ -105,21 +125,25 @@ class Model:
                  fuse: bool = True):
         self.source = source
         self.kernels = kernels
-        hf = source.kind == "hf"
-        if hf:
-            hp = _arch.from_hf_config(source.config)
+        if source.kind == "hf":
+            hp = _arch.from_hf_config(source.config or {})
         else:
             emb_entry, _ = source.get("token_embd.weight")
-            hp = _arch.from_gguf(source.meta, nk(emb_entry)[0])
+            hp = _arch.from_gguf(source.meta or {}, nk(emb_entry)[0], source.names(),
+                                 lambda n: vector(*source.get(n)))
+        unknown = _unknown_layer_tensors(hp, source.names())
+        if unknown:
+            more = f" and {len(unknown) - 4} more" if len(unknown) > 4 else ""
+            raise UnsupportedError(f"{hp.arch.name}: tensors the runtime does not run: {', '.join(unknown[:4])}{more}")
         if n_layer is not None:  # a truncated model (tests of the slow emulated paths)
             if not 1 <= n_layer <= hp.n_layer:
                 raise BadInputError(f"n_layer must be 1..{hp.n_layer}, got {n_layer}")
-            hp = _replace(hp, n_layer=n_layer)
+            hp = hp.truncated(n_layer)
         self.hp = hp
-        name = hp.arch.name
+        a = hp.arch
 
         def tn(role, i=None):
-            return _arch.tensor_name(role, i, hf, name)
+            return _arch.tensor_name(a, role, i, hp.naming)
 
         def lin(role, i=None):
             n = tn(role, i)
@@ -127,51 +151,54 @@ class Model:
             return linear(n, e, r, kernels)
 
         def stack(roles, i):
-            return stacked("+".join(roles), [source.get(tn(r, i)) for r in roles], kernels)
+            return stacked("+".join(roles), [source.get(tn(r, i)) for r in roles], kernels) if fuse else None
 
-        def vec(role, i=None, offset=0.0, optional=False):
-            n = tn(role, i)
-            if optional and not source.has(n):
+        def vec(role, i=None):
+            if not hp.has(role):
                 return None
-            e, r = source.get(n)
-            v = vector(e, r)
-            return v + np.float32(offset) if offset else v
+            v = vector(*source.get(tn(role, i)))
+            off = hp.norm_offset if role.endswith("norm") else 0.0
+            return v + np.float32(off) if off else v
 
-        off = hp.norm_offset
         e, r = source.get(tn("embed"))
         self.embed = Embedding(e, r)
         if self.embed.k != hp.n_embd:
             raise BadInputError(f"embedding has {self.embed.k} columns, the model's n_embd is {hp.n_embd}")
-        self.out_norm = vec("out_norm", offset=off)
-        self.output = lin("output") if source.has(tn("output")) else linear(tn("embed"), e, r, kernels)
-        a = hp.arch
+        self.out_norm = vec("out_norm")
+        self.output = linear(tn("embed"), e, r, kernels) if hp.tied else lin("output")
         self.layers: list[Layer] = []
-        for i in range(hp.n_layer):
-            self.layers.append(Layer(
-                q=lin("q", i), k=lin("k", i), v=lin("v", i), o=lin("o", i),
-                gate=lin("gate", i), up=lin("up", i), down=lin("down", i),
-                attn_norm=vec("attn_norm", i, off), ffn_norm=vec("ffn_norm", i, off),
-                q_bias=vec("q_bias", i, optional=True) if a.qkv_bias else None,
-                k_bias=vec("k_bias", i, optional=True) if a.qkv_bias else None,
-                v_bias=vec("v_bias", i, optional=True) if a.qkv_bias else None,
-                q_norm=vec("q_norm", i, off) if a.qk_norm else None,
-                k_norm=vec("k_norm", i, off) if a.qk_norm else None,
-                post_attn_norm=vec("post_attn_norm", i, off) if a.post_norms else None,
-                post_ffn_norm=vec("post_ffn_norm", i, off) if a.post_norms else None,
-                qkv=stack(("q", "k", "v"), i) if fuse else None,
-                gate_up=stack(("gate", "up"), i) if fuse else None,
-            ))
+        for i, spec in enumerate(hp.layers):
+            L = Layer(spec=spec, o=lin("o", i), down=lin("down", i), attn_norm=vec("attn_norm", i),
+                      ffn_norm=vec("ffn_norm", i))
+            if hp.has("qkv"):
+                L.qkv = lin("qkv", i)
+            else:
+                L.q, L.k, L.v = lin("q", i), lin("k", i), lin("v", i)
+                L.qkv = stack(("q", "k", "v"), i)
+            if hp.has("gate_up"):
+                L.gate_up = lin("gate_up", i)
+            else:
+                L.gate, L.up = lin("gate", i), lin("up", i)
+                L.gate_up = stack(("gate", "up"), i)
+            for role in ("q_bias", "k_bias", "v_bias", "o_bias", "gate_bias", "up_bias", "down_bias",
+                         "q_norm", "k_norm", "post_attn_norm", "post_ffn_norm"):
+                setattr(L, role, vec(role, i))
+            self.layers.append(L)
         self.n_vocab = self.output.n
-        self.act = ops.ACTIVATIONS[a.activation]
+        self.act = ops.ACTIVATIONS[hp.activation]
         self.cache = KVCache()
         self._tokenizer = None
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
-    def open(cls, path, kernels: str = "compiled", n_layer: int | None = None, fuse: bool = True) -> "Model":
+    def open(cls, path, kernels: str = "compiled", n_layer: int | None = None, fuse: bool = True,
+             check: bool = True) -> "Model":
         """A bundle directory or a checkpoint (GGUF file, HF folder) on the given kernel path;
-        ``fuse``: stack q/k/v and gate/up where they can be (``weights.stacked``)."""
-        return cls(open_source(path), kernels, n_layer, fuse)
+        ``fuse``: stack q/k/v and gate/up where they can be (``weights.stacked``). A bundle is
+        checked first (``check``: verify's structure level; a damaged one raises
+        :class:`~panelpack.formats.errors.VerificationError`); pass ``check=False`` only for a
+        bundle just checked."""
+        return cls(open_source(path, check), kernels, n_layer, fuse)
 
     @property
     def tokenizer(self):
@@ -186,9 +213,7 @@ class Model:
 
     def paths(self) -> list[str]:
         """The kernel paths this model's matrices run (sorted, distinct)."""
-        lins = [self.output] + [getattr(L, f) for L in self.layers
-                                for f in ("q", "k", "v", "o", "gate", "up", "down", "qkv", "gate_up")
-                                if getattr(L, f) is not None]
+        lins = [self.output] + [lin for L in self.layers for lin in L.linears()]
         return sorted({lin.path for lin in lins})
 
     def close(self) -> None:
@@ -208,45 +233,57 @@ class Model:
         m, pos0 = ids.size, self.cache.length
         if pos0 + m > hp.n_ctx:
             raise BadInputError(f"{pos0 + m} positions exceed the model's context of {hp.n_ctx} tokens")
-        self.cache.reserve(hp.n_layer, pos0 + m, hp.n_head_kv, hp.head_dim)
+        self.cache.reserve(hp.layers, pos0 + m)
         x = self.embed(ids)
-        if hp.arch.embed_scale_sqrt:
-            x = x * np.float32(np.sqrt(np.float32(hp.n_embd)))
+        if hp.embed_scale != 1.0:
+            x = x * np.float32(hp.embed_scale)
         positions = np.arange(pos0, pos0 + m)
-        tables = {}
+        tables: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        none = (np.zeros((m, 0), np.float32), np.zeros((m, 0), np.float32))
         for i, L in enumerate(self.layers):
-            base = hp.layer_rope_base(i)
-            if base not in tables:
-                tables[base] = ops.rope_tables(positions, hp.head_dim, base)
-            cos, sin = tables[base]
+            rope = L.spec.rope
+            if rope is None:
+                cos, sin = none
+            else:
+                if id(rope) not in tables:
+                    tables[id(rope)] = rope.tables(positions)
+                cos, sin = tables[id(rope)]
             x = self._layer(i, L, x, pos0, cos, sin)
         h = ops.rms_norm(x[-1:] if last_only else x, self.out_norm, hp.eps)
-        return self.output(h)
+        logits = self.output(h)
+        if hp.logit_scale != 1.0:
+            logits = logits / np.float32(hp.logit_scale)
+        if hp.final_softcap:
+            cap = np.float32(hp.final_softcap)
+            logits = np.tanh(logits / cap) * cap
+        return logits
 
     def _layer(self, i, L: Layer, x, pos0, cos, sin):
-        hp = self.hp
+        hp, s = self.hp, L.spec
         m = x.shape[0]
         h = ops.rms_norm(x, L.attn_norm, hp.eps)
         kt, vc = self.cache.k[i], self.cache.v[i]
-        if m == 1 and L.qkv is not None and L.q_norm is None and L.v.n == L.k.n:  # a decoded token
-            q = np.empty((m, hp.n_head, hp.head_dim), np.float32)
-            biases = (_NONE if b is None else b for b in (L.q_bias, L.k_bias, L.v_bias))
-            ops.rope_into_cache(L.qkv(h), L.q.n, L.k.n, *biases, cos, sin, hp.rope_pairs, pos0, q, kt, vc)
+        if m == 1 and L.qkv is not None and s.head_dim_v == s.head_dim:  # a decoded token: one pass
+            q = np.empty((m, s.n_head, s.head_dim), np.float32)
+            vecs = (_NONE if b is None else b for b in (L.q_bias, L.k_bias, L.v_bias, L.q_norm, L.k_norm))
+            ops.rope_into_cache(L.qkv(h), s.q_dim, s.kv_dim, *vecs, float(hp.eps), cos, sin, hp.rope_pairs, pos0,
+                                q, kt, vc)
             return self._layer_rest(i, L, x, pos0, q, kt, vc)
         if L.qkv is not None:
             y = L.qkv(h)
-            q, k, v = np.split(y, [L.q.n, L.q.n + L.k.n], axis=1)
+            q, k, v = np.split(y, [s.q_dim, s.q_dim + s.kv_dim], axis=1)
             q, k, v = q.copy(), k.copy(), v.copy()
         else:
             q, k, v = _matmuls((L.q, L.k, L.v), h)
         for t, b in ((q, L.q_bias), (k, L.k_bias), (v, L.v_bias)):
             if b is not None:
                 t += b
-        q = q.reshape(m, hp.n_head, hp.head_dim)
-        k = k.reshape(m, hp.n_head_kv, hp.head_dim)
-        v = v.reshape(m, hp.n_head_kv, hp.head_dim)
+        q = q.reshape(m, s.n_head, s.head_dim)
+        k = k.reshape(m, s.n_head_kv, s.head_dim)
+        v = v.reshape(m, s.n_head_kv, s.head_dim_v)
         if L.q_norm is not None:
             q = ops.rms_norm(q, L.q_norm, hp.eps)
+        if L.k_norm is not None:
             k = ops.rms_norm(k, L.k_norm, hp.eps)
         q = ops.rope(q, cos, sin, hp.rope_pairs)
         k = ops.rope(k, cos, sin, hp.rope_pairs)
@@ -256,26 +293,33 @@ class Model:
 
     def _layer_rest(self, i, L: Layer, x, pos0, q, kt, vc):
         """The layer from attention on (q rotated, this chunk's k and v in the cache)."""
-        hp = self.hp
+        hp, s = self.hp, L.spec
         m = x.shape[0]
-        window = hp.sliding_window if hp.is_sliding(i) else 0
-        a = ops.attention(q, kt, vc, pos0, hp.attn_scale, window)
-        o = L.o(a.reshape(m, hp.n_head * hp.head_dim))
+        a = ops.attention(q, kt, vc, pos0, s.attn_scale, s.window)
+        o = L.o(a.reshape(m, s.n_head * s.head_dim_v))
+        if L.o_bias is not None:
+            o += L.o_bias
         if L.post_attn_norm is not None:
             o = ops.rms_norm(o, L.post_attn_norm, hp.eps)
-        x = x + o
+        x = x + (o * np.float32(hp.residual_scale) if hp.residual_scale != 1.0 else o)
         h = ops.rms_norm(x, L.ffn_norm, hp.eps)
         if L.gate_up is not None:
             gu = L.gate_up(h)
-            g, u = gu[:, :L.gate.n], gu[:, L.gate.n:]  # np.split's views, without its cost
+            g, u = gu[:, :s.n_ff], gu[:, s.n_ff:]  # np.split's views, without its cost
         else:
             g, u = _matmuls((L.gate, L.up), h)
+        if L.gate_bias is not None:
+            g = g + L.gate_bias
+        if L.up_bias is not None:
+            u = u + L.up_bias
         f = L.down(self.act(g) * u)
+        if L.down_bias is not None:
+            f += L.down_bias
         if L.post_ffn_norm is not None:
             f = ops.rms_norm(f, L.post_ffn_norm, hp.eps)
         if i == len(self.layers) - 1:
             self.cache.length = pos0 + m
-        return x + f
+        return x + (f * np.float32(hp.residual_scale) if hp.residual_scale != 1.0 else f)
 
     def logits_chunks(self, tokens, chunk: int = DEFAULT_CHUNK) -> Iterator[np.ndarray]:
         """From an empty cache, the logits of ``tokens`` ``chunk`` positions at a time."""
@@ -292,10 +336,23 @@ class Model:
     def generate(self, prompt, n: int = 32, temp: float = 0.0, seed: int = 0,
                  stop: Sequence[int] | None = None) -> Iterator[int]:
         """Yield up to ``n`` new token ids after ``prompt`` (ids, or text for the model's
-        tokenizer); greedy when ``temp`` is 0, else sampled from ``softmax(logits / temp)``."""
+        tokenizer); greedy when ``temp`` is 0, else sampled from ``softmax(logits / temp)``.
+        The options and the prompt are checked here, before the first token is asked for."""
+        if not (isinstance(temp, (int, float)) and np.isfinite(temp) and temp >= 0):
+            raise BadInputError(f"the temperature must be a finite number >= 0, got {temp!r}")
+        if not (isinstance(seed, (int, np.integer)) and seed >= 0):
+            raise BadInputError(f"the seed must be an integer >= 0, got {seed!r}")
+        if isinstance(prompt, str):
+            try:
+                prompt.encode("utf-8")
+            except UnicodeEncodeError:  # bytes that were not UTF-8 (a shell argument), as lone surrogates
+                raise BadInputError("the prompt is not valid UTF-8 text") from None
         ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
         if not ids:
             raise BadInputError("the prompt is empty")
+        return self._generate(ids, n, temp, seed, stop)
+
+    def _generate(self, ids, n, temp, seed, stop) -> Iterator[int]:
         stops = set(self.hp.eos_ids if stop is None else stop)
         rng = np.random.default_rng(seed)
         self.reset()
@@ -314,9 +371,3 @@ def _pick(logits: np.ndarray, temp: float, rng: np.random.Generator) -> int:
     z = logits.astype(np.float64) / temp
     p = np.exp(z - z.max())
     return int(rng.choice(p.size, p=p / p.sum()))
-
-
-def _replace(hp, **kw):
-    from dataclasses import replace
-
-    return replace(hp, **kw)

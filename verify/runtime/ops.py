@@ -7,10 +7,11 @@ for one query) with the numpy reference :func:`attention_ref` beside it; its sof
 ``e^x`` from :func:`exp_nonpositive` (a vectorising expf, checked against ``np.exp``). The rest
 is plain numpy, one vectorised pass each.
 
-RoPE (``theta_i = pos · base^(-2i/d)``), two conventions::
+RoPE (the angles come from :class:`panelpack.formats.arch.rope.Rope`), on the leading ``r``
+dimensions of each head (``r`` = 2·cos.shape[1]; the rest pass through), two conventions::
 
     pairs  (GGUF llama):   (x[2i], x[2i+1])      -> (x0·cos − x1·sin, x0·sin + x1·cos)
-    halves (HF, NeoX):     (x[i],  x[i + d/2])   -> the same rotation
+    halves (HF, NeoX):     (x[i],  x[i + r/2])   -> the same rotation
 """
 
 from __future__ import annotations
@@ -42,26 +43,22 @@ def rms_norm_ref(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
     return (x * scale[..., None]) * w
 
 
-def rope_tables(positions: np.ndarray, dim: int, base: float) -> tuple[np.ndarray, np.ndarray]:
-    """``cos, sin`` f32 ``[M, dim/2]`` for the given positions."""
-    inv = base ** (-np.arange(0, dim, 2, dtype=np.float64) / dim)
-    ang = np.asarray(positions, np.float64)[:, None] * inv[None, :]
-    return np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
-
-
 def rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, pairs: bool) -> np.ndarray:
-    """Rotate ``x`` f32 ``[M, H, D]`` in place-free form (returns a new array)."""
+    """Rotate the leading ``2·cos.shape[1]`` dimensions of each head of ``x`` f32 ``[M, H, D]``
+    (the rest pass through; ``cos``/``sin`` ``[M, 0]``: no rotation); returns a new array."""
+    half = cos.shape[1]
+    out = x.copy()
+    if half == 0:
+        return out
     c, s = cos[:, None, :], sin[:, None, :]
-    out = np.empty_like(x)
     if pairs:
-        x0, x1 = x[..., 0::2], x[..., 1::2]
-        out[..., 0::2] = x0 * c - x1 * s
-        out[..., 1::2] = x0 * s + x1 * c
+        x0, x1 = x[..., 0:2 * half:2], x[..., 1:2 * half:2]
+        out[..., 0:2 * half:2] = x0 * c - x1 * s
+        out[..., 1:2 * half:2] = x0 * s + x1 * c
     else:
-        h = x.shape[-1] // 2
-        x0, x1 = x[..., :h], x[..., h:]
-        out[..., :h] = x0 * c - x1 * s
-        out[..., h:] = x0 * s + x1 * c
+        x0, x1 = x[..., :half], x[..., half:2 * half]
+        out[..., :half] = x0 * c - x1 * s
+        out[..., half:2 * half] = x0 * s + x1 * c
     return out
 
 
@@ -82,37 +79,56 @@ def _rms_norm_kernel(x, w, eps, out):
             out[r, i] = (x[r, i] * scale) * w[i]
 
 
-@lazy_njit(types.void(_F2, types.int64, types.int64, _F1, _F1, _F1, _F2, _F2, types.boolean, types.int64,
-                      types.float32[:, :, ::1], types.float32[:, :, ::1], types.float32[:, :, ::1]), cache=True)
-def rope_into_cache(y, nq, nk, bq, bk, bv, cos, sin, pairs, pos0, q, kt, vc):
+@lazy_njit(inline="always")
+def _head_norm(t, off, d, w, eps):
+    """:func:`rms_norm` of ``t[off:off + d]`` in place (the same f32 steps as its kernel)."""
+    acc = 0.0
+    for i in range(d):
+        v = np.float64(t[off + i])
+        acc += v * v
+    scale = np.float32(1.0 / np.sqrt(acc / d + eps))
+    for i in range(d):
+        t[off + i] = (t[off + i] * scale) * w[i]
+
+
+@lazy_njit(types.void(_F2, types.int64, types.int64, _F1, _F1, _F1, _F1, _F1, types.float64, _F2, _F2,
+                      types.boolean, types.int64, types.float32[:, :, ::1], types.float32[:, :, ::1],
+                      types.float32[:, :, ::1]), cache=True)
+def rope_into_cache(y, nq, nk, bq, bk, bv, qn, kn, eps, cos, sin, pairs, pos0, q, kt, vc):
     """A layer's stacked q/k/v product ``y [M, nq + 2·nk]`` (heads of ``D`` = ``q.shape[2]``) to
     attention's inputs in one pass: ``+ b`` where a bias has elements (``bq``, ``bk``, ``bv``;
-    size 0: none), :func:`rope` on q and k, rotated q into ``q [M, H, D]``, rotated k into the
-    key cache ``kt[:, :, pos0 + m]`` and v into ``vc[:, pos0 + m]``. The same f32 operations, in
-    the same order, as the numpy steps of ``Model._layer`` (split, ``+= b``, :func:`rope`, the
-    cache stores): the same bits (tested)."""
+    size 0: none), the per-head RMSNorm where a norm weight has elements (``qn``, ``kn``, with
+    ``eps``), :func:`rope` on the leading ``2·cos.shape[1]`` dimensions of q and k heads,
+    rotated q into ``q [M, H, D]``, rotated k into the key cache ``kt[:, :, pos0 + m]`` and v
+    into ``vc[:, pos0 + m]``. The same f32 operations, in the same order, as the numpy steps of
+    ``Model._layer`` (split, ``+= b``, :func:`rms_norm`, :func:`rope`, the cache stores): the
+    same bits (tested)."""
     d = q.shape[2]
-    half = d // 2
+    half = cos.shape[1]
+    t = np.empty(d, np.float32)
     for m in range(y.shape[0]):
         for part in range(2):  # q, then k
             base = 0 if part == 0 else nq
             b = bq if part == 0 else bk
+            w = qn if part == 0 else kn
             heads = nq // d if part == 0 else nk // d
             for h in range(heads):
+                for i in range(d):
+                    x = y[m, base + h * d + i]
+                    t[i] = x + b[h * d + i] if b.size else x
+                if w.size:
+                    _head_norm(t, 0, d, w, eps)
                 for i in range(half):
                     j0, j1 = (2 * i, 2 * i + 1) if pairs else (i, i + half)
-                    x0 = y[m, base + h * d + j0]
-                    x1 = y[m, base + h * d + j1]
-                    if b.size:
-                        x0 = x0 + b[h * d + j0]
-                        x1 = x1 + b[h * d + j1]
+                    x0, x1 = t[j0], t[j1]
                     c, s = cos[m, i], sin[m, i]
-                    r0 = x0 * c - x1 * s
-                    r1 = x0 * s + x1 * c
+                    t[j0] = x0 * c - x1 * s
+                    t[j1] = x0 * s + x1 * c
+                for i in range(d):
                     if part == 0:
-                        q[m, h, j0], q[m, h, j1] = r0, r1
+                        q[m, h, i] = t[i]
                     else:
-                        kt[h, j0, pos0 + m], kt[h, j1, pos0 + m] = r0, r1
+                        kt[h, i, pos0 + m] = t[i]
         for h in range(nk // d):
             for i in range(d):
                 v = y[m, nq + nk + h * d + i]
@@ -130,7 +146,7 @@ def gelu_tanh(x: np.ndarray) -> np.ndarray:
     return np.float32(0.5) * x * (np.float32(1) + np.tanh(_GELU_C * (x + np.float32(0.044715) * x * x * x)))
 
 
-#: gated FFN activation by name (ArchSpec.activation)
+#: gated FFN activation by name (Hyper.activation)
 ACTIVATIONS = {"silu": silu, "gelu_tanh": gelu_tanh}
 
 

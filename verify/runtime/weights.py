@@ -55,6 +55,10 @@ class WeightSource:
     def has(self, name: str) -> bool:
         raise NotImplementedError
 
+    def names(self) -> list[str]:
+        """Every tensor name."""
+        raise NotImplementedError
+
     def get(self, name: str) -> tuple[Any, Mapping[str, np.ndarray]]:
         raise NotImplementedError
 
@@ -67,12 +71,18 @@ def _decode_metadata(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 class BundleSource(WeightSource):
-    """A bundle directory (see FORMAT.md §5)."""
+    """A bundle directory (see FORMAT.md §5), checked first (``check``: verify's structure
+    level, :func:`panelpack.verify.gate.require_sound`; a damaged bundle is not run)."""
 
-    def __init__(self, path):
+    def __init__(self, path, check: bool = True):
         from ...formats.bundle import open_bundle
 
-        self.bundle = open_bundle(path)
+        if check:
+            from ..gate import require_sound
+
+            self.bundle = require_sound(path, "running")
+        else:
+            self.bundle = open_bundle(path)
         self.path = Path(path)
         m = self.bundle.manifest
         src = m.get("source", {})
@@ -94,6 +104,9 @@ class BundleSource(WeightSource):
 
     def has(self, name):
         return name in self.bundle._by_name
+
+    def names(self):
+        return [t.name for t in self.bundle.tensors]
 
     def get(self, name):
         t = self.bundle.tensor(name)
@@ -139,6 +152,9 @@ class CheckpointSource(WeightSource):
     def has(self, name):
         return name in self._by_name
 
+    def names(self):
+        return list(self._by_name)
+
     def get(self, name):
         ti = self._by_name.get(name)
         if ti is None:
@@ -154,11 +170,12 @@ class CheckpointSource(WeightSource):
         self.ckpt.close()
 
 
-def open_source(path) -> WeightSource:
-    """A bundle directory (has ``manifest.json``) or a checkpoint (GGUF, safetensors, HF folder)."""
+def open_source(path, check: bool = True) -> WeightSource:
+    """A bundle directory (has ``manifest.json``; ``check``: verify's structure level first) or a
+    checkpoint (GGUF, safetensors, HF folder)."""
     p = Path(path)
     if p.is_dir() and (p / "manifest.json").is_file():
-        return BundleSource(p)
+        return BundleSource(p, check)
     if not p.exists():
         raise BadInputError("no such file or folder", path=p)
     return CheckpointSource(p)

@@ -1,0 +1,199 @@
+"""The cactus folder's ``config.txt`` / ``hf_config.json``, and what each cactus family does to
+tensors: the facts of cactus-compute 2.2.2's converter that are about its adapter families
+(``cactus/convert/model_adapters``), keyed by family; the architecture facts come from
+:mod:`panelpack.formats.arch`.
+
+``config.txt`` is ``{**transformers' config dict, **the runtime keys, model_type=<family>}``,
+``key=value`` sorted (scalars and lists only). transformers 5.5.4's dict is the config.json
+overlaid on :data:`COMMON_DEFAULTS` and the row's ``hf_defaults``, with the keys its config
+class derives (:func:`hf_config_dict`): ``num_key_value_heads``, ``head_dim``, ``layer_types``,
+``rope_parameters`` (one dict, or one per layer type for Gemma 3), Gemma 3's
+``_sliding_window_pattern``. Not reproduced: transformers' stray top-level ``rope_type`` /
+``rope_theta`` in a Gemma 3 ``rope_parameters`` when its layers are all of one kind.
+
+Family transforms (:data:`FAMILY_SCALES`, :func:`fp16_values`): the ``gemma3`` adapter keeps the
+engine's f16 activations in range by moving a factor 16 between tensors: CQ norms of
+``ffn_gate``/``ffn_up`` x16 and of ``token_embeddings`` /16 (the file's ``scale_factor``); FP16
+fallbacks: the layer norms ``(w + 1)/16 - 1``, ``output_norm`` ``(w + 1)·16 - 1``, ``ffn_gate``/
+``ffn_up`` x16, ``token_embeddings`` /16 (``save_tensor_with_header``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+
+from ..formats import arch as _arch
+
+TRANSFORMERS_VERSION = "5.5.4"
+
+# transformers 5.5.4's expansion of a config.json (``PretrainedConfig.to_dict``): these common
+# keys, then each model type's defaults (the architecture row's hf_defaults). config.json wins.
+COMMON_DEFAULTS: dict[str, Any] = {
+    "chunk_size_feed_forward": 0, "id2label": {"0": "LABEL_0", "1": "LABEL_1"}, "is_encoder_decoder": False,
+    "label2id": {"LABEL_0": 0, "LABEL_1": 1}, "output_attentions": False, "output_hidden_states": False,
+    "pad_token_id": None, "problem_type": None, "return_dict": True, "transformers_version": TRANSFORMERS_VERSION,
+    "dtype": None, "tie_word_embeddings": False,
+}
+
+_GEMMA_SCALE = 16.0
+_GEMMA_LAYER_NORMS = ("input_norm", "post_attn_norm", "pre_ffn_norm", "post_ffn_norm")
+
+
+def _base_name(out: str) -> str:
+    base = out.removesuffix(".weights").removesuffix(".bias")
+    parts = base.split("_", 2)
+    return parts[2] if len(parts) == 3 and parts[0] == "layer" and parts[1].isdigit() else base
+
+
+def _gemma3_scale(out: str) -> float:
+    base = _base_name(out)
+    return _GEMMA_SCALE if base in ("ffn_gate", "ffn_up") else 1.0 / _GEMMA_SCALE if base == "token_embeddings" else 1.0
+
+
+#: family -> the factor a CQ file's norms are multiplied by, from its file name (cactus's
+#: adapter ``scale_factor``; 1.0 for the families without one)
+FAMILY_SCALES = {"gemma3": _gemma3_scale}
+
+
+def scale_factor(family: str, out: str) -> float:
+    f = FAMILY_SCALES.get(family)
+    return f(out) if f else 1.0
+
+
+def fp16_values(family: str, out: str, w: np.ndarray) -> np.ndarray:
+    """The values an FP16 fallback file of ``family`` stores for ``w`` (f32)."""
+    if family != "gemma3":
+        return w
+    one, s = np.float32(1.0), np.float32(_GEMMA_SCALE)
+    if any(x in out for x in _GEMMA_LAYER_NORMS):
+        return (w + one) / s - one
+    if out == "output_norm.weights":
+        return (w + one) * s - one
+    if any(x in out for x in ("ffn_gate", "ffn_up")):
+        return w * s
+    if out == "token_embeddings.weights":
+        return w / s
+    return w
+
+
+def hf_config_dict(config: dict[str, Any], source: str, row: _arch.Arch) -> dict[str, Any]:
+    """The config dict transformers 5.5.4 produces for a ``config.json`` of ``row``."""
+    raw = {("dtype" if k == "torch_dtype" else k): v for k, v in config.items()}
+    d: dict[str, Any] = {"_name_or_path": source, **COMMON_DEFAULTS, **row.hf_defaults}
+    rope_keys = {"rope_theta", "rope_scaling", "rope_parameters", *row.hf_theta_keys.values()}
+    d.update({k: v for k, v in raw.items() if k not in rope_keys})
+    if d.get("num_key_value_heads") is None:
+        d["num_key_value_heads"] = d.get("num_attention_heads")
+    if d.get("head_dim") is None and "head_dim" in row.hf_defaults:
+        d["head_dim"] = int(d["hidden_size"]) // int(d["num_attention_heads"])
+    n = int(d["num_hidden_layers"])
+    if row.layer_rule == "qwen":
+        if not d.get("use_sliding_window"):
+            d["sliding_window"] = None
+        if d.get("layer_types") is None:
+            sw, mwl = d.get("sliding_window"), int(d.get("max_window_layers", 28))
+            d["layer_types"] = ["sliding_attention" if sw is not None and i >= mwl else "full_attention" for i in range(n)]
+    elif row.layer_rule == "every_nth":
+        pattern = raw.get("sliding_window_pattern", row.swa_pattern)
+        d["_sliding_window_pattern"] = raw.get("_sliding_window_pattern", pattern)
+        if d.get("layer_types") is None:
+            d["layer_types"] = ["sliding_attention" if (i + 1) % int(pattern) else "full_attention" for i in range(n)]
+    kinds = d.get("layer_types") or ["full_attention"]
+    per = _arch.hf_rope_parameters({**d, **raw}, row, kinds)
+    d["rope_parameters"] = per if row.rope_scaling_kinds is not None else next(iter(per.values()))
+    return d
+
+
+def runtime_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The runtime keys cactus's converter derives (its ``extract_base_config``)."""
+    def get(*keys, default=None):
+        for k in keys:
+            if cfg.get(k) is not None:
+                return cfg[k]
+        return default
+
+    rope = cfg.get("rope_parameters") or {}
+    rope_theta = cfg.get("rope_theta", rope.get("rope_theta") if isinstance(rope, dict) else None)
+    if rope_theta is None:
+        rope_theta = 10000.0
+    partial = cfg.get("partial_rotary_factor", rope.get("partial_rotary_factor") if isinstance(rope, dict) else None)
+    topk = get("num_experts_per_tok", "moe_top_k", "num_top_experts", "top_k_experts", default=0) or 0
+    dst = get("decoder_start_token_id", "bos_token_id", default=0)
+    hidden = get("hidden_size", "hidden_dim", default=0)
+    out = {
+        "vocab_size": get("vocab_size", default=0),
+        "hidden_dim": hidden,
+        "num_layers": int(get("num_hidden_layers", "num_layers", default=0) or 0),
+        "attention_heads": get("num_attention_heads", default=0),
+        "attention_kv_heads": get("num_key_value_heads", "num_attention_heads", default=0),
+        "ffn_intermediate_dim": get("intermediate_size", "n_inner", default=0),
+        "context_length": get("max_position_embeddings", "max_sequence_length", default=0),
+        "rope_theta": rope_theta,
+        "attention_head_dim": int(get("head_dim", default=int(hidden) // max(1, int(get("num_attention_heads", default=1))))),
+        "layer_norm_eps": get("layer_norm_eps", "layer_norm_epsilon", "rms_norm_eps", "norm_eps", default=1e-6),
+        "decoder_start_token_id": int(dst or 0),
+        "num_experts": get("num_experts", default=0) or 0,
+        "num_shared_experts": get("num_shared_experts", default=0),
+        "num_top_experts": topk,
+        "num_experts_per_tok": topk,
+        "moe_every_n_layers": get("moe_every_n_layers", default=0),
+    }
+    if partial is not None:
+        out["partial_rotary_factor"] = float(partial)
+    lt = cfg.get("layer_types")
+    if isinstance(lt, (list, tuple)) and lt:
+        out["layer_types"] = list(lt)
+    return out
+
+
+def model_buffers(row: _arch.Arch, hf: dict[str, Any]) -> list[tuple[str, tuple[int, ...], str]]:
+    """The transformers model buffers cactus's manifest lists as ignored rows, in its order:
+    ``(name, shape, torch dtype)`` (Gemma's embedding scale; the rotary frequencies, one pair
+    per layer type where transformers keeps one RoPE per type)."""
+    out: list[tuple[str, tuple[int, ...], str]] = []
+    if row.embed_scale_sqrt:
+        out.append(("model.embed_tokens.embed_scale", (), "torch.float16"))  # the model loads in f16
+    head_dim = int(hf.get("head_dim") or int(hf["hidden_size"]) // int(hf["num_attention_heads"]))
+    rp = hf.get("rope_parameters") or {}
+    if row.rope_scaling_kinds is not None:
+        for kind in sorted(set(hf.get("layer_types") or [])):
+            half = _arch.rope.rotary_dim(head_dim, rp.get(kind, {}).get("partial_rotary_factor"), row.name) // 2
+            out += [(f"model.rotary_emb.{kind}_inv_freq", (half,), "torch.float32"),
+                    (f"model.rotary_emb.{kind}_original_inv_freq", (half,), "torch.float32")]
+    else:
+        half = _arch.rope.rotary_dim(head_dim, rp.get("partial_rotary_factor"), row.name) // 2
+        out += [("model.rotary_emb.inv_freq", (half,), "torch.float32"),
+                ("model.rotary_emb.original_inv_freq", (half,), "torch.float32")]
+    return out
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (list, tuple)):
+        return ",".join(str(x) for x in v)
+    return str(v)
+
+
+def config_txt(config: dict[str, Any]) -> str:
+    """``key=value`` lines, keys sorted; only str/int/float/bool/list values (cactus's format)."""
+    return "".join(f"{k}={_fmt(config[k])}\n" for k in sorted(config)
+                   if isinstance(config[k], (str, int, float, bool, list, tuple)))
+
+
+def family_of(row: _arch.Arch) -> str:
+    """cactus's adapter family for the architecture, or the refusal by name."""
+    from ..formats.errors import UnsupportedError
+
+    if row.cactus_family is None:
+        supported = sorted(a.name for a in _arch.ARCHITECTURES.values() if a.cactus_family)
+        raise UnsupportedError(f"{row.name}: {row.cactus_refusal or 'no cactus family'}; the cactus target takes "
+                               f"{', '.join(supported)}")
+    return row.cactus_family
+
+
+def role_component(role: Optional[str]) -> str:
+    """cactus's component of a tensor (``embedding`` for the embedding and the output head)."""
+    return "embedding" if role in ("embed", "output") else "language"

@@ -1,0 +1,181 @@
+"""An independent f64 decoder in plain numpy (HF conventions), the fast-tier reference of the
+runtime's architecture blocks, and tiny numpy-built HF checkpoints to run it on.
+
+Everything the model does is spelled out by the test in a :class:`RefSpec` (per-layer RoPE
+frequencies and rotated dims, windows, scales, which blocks exist): nothing is read through
+``panelpack.formats.arch``, so a wrong row or a wrong config reading shows as a difference.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from panelpack.convert.example import f32_to_bf16_bits
+from panelpack.formats.safetensors import save_file
+
+
+@dataclass
+class RefLayer:
+    inv_freq: np.ndarray | None  # None: no RoPE
+    window: int = 0
+    scale: float = 0.0  # q.k multiplier
+    attn_factor: float = 1.0  # cos/sin multiplier
+
+
+@dataclass
+class RefSpec:
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    ff: int
+    vocab: int
+    layers: list[RefLayer]
+    eps: float = 1e-6
+    norm_offset: float = 0.0  # Gemma: x·(1 + w)
+    act: str = "silu"
+    qk_norm: bool = False
+    post_norms: bool = False  # Gemma's post-attention / post-FFN norms
+    fused: bool = False  # Phi-3's qkv_proj and gate_up_proj
+    qkv_bias: bool = False
+    tied: bool = True
+    embed_scale: float = 1.0
+    residual_scale: float = 1.0
+    logit_scale: float = 1.0
+    softcap: float = 0.0
+    ffn_norm_name: str = "post_attention_layernorm"
+    extra: dict = field(default_factory=dict)
+
+
+def tensor_shapes(s: RefSpec) -> dict[str, tuple[int, ...]]:
+    h, d, q, kv, f = s.hidden, s.head_dim, s.heads * s.head_dim, s.kv_heads * s.head_dim, s.ff
+    out = {"model.embed_tokens.weight": (s.vocab, h), "model.norm.weight": (h,)}
+    if not s.tied:
+        out["lm_head.weight"] = (s.vocab, h)
+    for i in range(len(s.layers)):
+        p = f"model.layers.{i}."
+        out.update({p + "input_layernorm.weight": (h,), p + f"{s.ffn_norm_name}.weight": (h,),
+                    p + "self_attn.o_proj.weight": (h, q), p + "mlp.down_proj.weight": (h, f)})
+        if s.fused:
+            out.update({p + "self_attn.qkv_proj.weight": (q + 2 * kv, h), p + "mlp.gate_up_proj.weight": (2 * f, h)})
+        else:
+            out.update({p + "self_attn.q_proj.weight": (q, h), p + "self_attn.k_proj.weight": (kv, h),
+                        p + "self_attn.v_proj.weight": (kv, h), p + "mlp.gate_proj.weight": (f, h),
+                        p + "mlp.up_proj.weight": (f, h)})
+        if s.qkv_bias:
+            out.update({p + "self_attn.q_proj.bias": (q,), p + "self_attn.k_proj.bias": (kv,),
+                        p + "self_attn.v_proj.bias": (kv,)})
+        if s.qk_norm:
+            out.update({p + "self_attn.q_norm.weight": (d,), p + "self_attn.k_norm.weight": (d,)})
+        if s.post_norms:
+            out.update({p + "post_attention_layernorm.weight": (h,), p + "post_feedforward_layernorm.weight": (h,)})
+    return out
+
+
+def write(folder: Path, spec: RefSpec, config: dict, seed: int = 0) -> dict[str, np.ndarray]:
+    """A bf16 HF checkpoint of random weights for ``spec`` with ``config.json`` = ``config``;
+    returns the weights as f64 (the bf16 values)."""
+    rng = np.random.default_rng(seed)
+    bits = {}
+    for name, shape in tensor_shapes(spec).items():
+        if len(shape) == 1:
+            base = 0.0 if (spec.norm_offset or "bias" in name) else 1.0
+            v = base + rng.normal(0, 0.2, shape)
+        elif "embed" in name:
+            v = rng.normal(0, 0.3, shape)
+        else:
+            v = rng.normal(0, 1.0 / np.sqrt(shape[1]), shape)
+        bits[name] = f32_to_bf16_bits(v.astype(np.float32))
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(config))
+    save_file({n: ("BF16", b) for n, b in bits.items()}, folder / "model.safetensors")
+    return {n: (np.asarray(b, np.uint32) << 16).view(np.float32).astype(np.float64) for n, b in bits.items()}
+
+
+def forward(s: RefSpec, w: dict[str, np.ndarray], ids) -> np.ndarray:
+    """Logits f64 ``[len(ids), vocab]``."""
+    T, nh, nkv, d = len(ids), s.heads, s.kv_heads, s.head_dim
+
+    def rms(x, g):
+        return x / np.sqrt((x * x).mean(-1, keepdims=True) + s.eps) * (s.norm_offset + g)
+
+    def rot(x, L: RefLayer):
+        if L.inv_freq is None:
+            return x
+        r = 2 * len(L.inv_freq)
+        ang = np.arange(T)[:, None] * L.inv_freq[None]
+        cos = np.cos(np.concatenate([ang, ang], 1)) * L.attn_factor
+        sin = np.sin(np.concatenate([ang, ang], 1)) * L.attn_factor
+        xr, xp = x[..., :r], x[..., r:]
+        x1, x2 = xr[..., : r // 2], xr[..., r // 2:]
+        return np.concatenate([xr * cos[:, None] + np.concatenate([-x2, x1], -1) * sin[:, None], xp], -1)
+
+    def act(x):
+        if s.act == "silu":
+            return x / (1 + np.exp(-x))
+        return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+
+    x = w["model.embed_tokens.weight"][ids] * s.embed_scale
+    for i, L in enumerate(s.layers):
+        p = f"model.layers.{i}."
+        a = rms(x, w[p + "input_layernorm.weight"])
+        if s.fused:
+            qkv = a @ w[p + "self_attn.qkv_proj.weight"].T
+            q, k, v = np.split(qkv, [nh * d, nh * d + nkv * d], 1)
+        else:
+            q, k, v = (a @ w[p + f"self_attn.{n}_proj.weight"].T for n in "qkv")
+        if s.qkv_bias:
+            q, k, v = (t + w[p + f"self_attn.{n}_proj.bias"] for t, n in zip((q, k, v), "qkv"))
+        q, k, v = q.reshape(T, nh, d), k.reshape(T, nkv, d), v.reshape(T, nkv, d)
+        if s.qk_norm:
+            q, k = rms(q, w[p + "self_attn.q_norm.weight"]), rms(k, w[p + "self_attn.k_norm.weight"])
+        q, k = rot(q, L), rot(k, L)
+        out = np.zeros((T, nh, d))
+        tt = np.arange(T)
+        mask = tt[None, :] > tt[:, None]
+        if L.window:
+            mask |= tt[:, None] - tt[None, :] >= L.window
+        for hh in range(nh):
+            sc = q[:, hh] @ k[:, hh // (nh // nkv)].T * L.scale
+            sc[mask] = -np.inf
+            pr = np.exp(sc - sc.max(1, keepdims=True))
+            out[:, hh] = (pr / pr.sum(1, keepdims=True)) @ v[:, hh // (nh // nkv)]
+        o = out.reshape(T, nh * d) @ w[p + "self_attn.o_proj.weight"].T
+        if s.post_norms:
+            o = rms(o, w[p + "post_attention_layernorm.weight"])
+        x = x + o * s.residual_scale
+        a = rms(x, w[p + f"{s.ffn_norm_name}.weight"])
+        if s.fused:
+            g, u = np.split(a @ w[p + "mlp.gate_up_proj.weight"].T, 2, 1)
+        else:
+            g, u = a @ w[p + "mlp.gate_proj.weight"].T, a @ w[p + "mlp.up_proj.weight"].T
+        fo = (act(g) * u) @ w[p + "mlp.down_proj.weight"].T
+        if s.post_norms:
+            fo = rms(fo, w[p + "post_feedforward_layernorm.weight"])
+        x = x + fo * s.residual_scale
+    head = w["model.embed_tokens.weight"] if s.tied else w["lm_head.weight"]
+    logits = rms(x, w["model.norm.weight"]) @ head.T / s.logit_scale
+    return np.tanh(logits / s.softcap) * s.softcap if s.softcap else logits
+
+
+def inv_freq(base: float, dim: int) -> np.ndarray:
+    return base ** (-np.arange(0, dim, 2, dtype=np.float64) / dim)
+
+
+def llama3_divisors(base, dim, factor, low, high, orig):
+    """llama.cpp's convert_hf_to_gguf.py LlamaModel.generate_extra_tensors, as a loop."""
+    out = []
+    for fr in inv_freq(base, dim):
+        wl = 2 * np.pi / fr
+        if wl < orig / high:
+            out.append(1.0)
+        elif wl > orig / low:
+            out.append(factor)
+        else:
+            sm = (orig / wl - low) / (high - low)
+            out.append(1 / ((1 - sm) / factor + sm))
+    return np.array(out)

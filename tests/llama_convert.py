@@ -1,0 +1,106 @@
+"""llama.cpp's own HF -> GGUF converter, the reference of the tests that compare GGUFs.
+
+``convert_hf_to_gguf.py`` (with its ``conversion/`` package and the ``gguf-py`` it was written
+against) comes from the llama-cpp-python 0.3.36 source distribution that ``.ci/run`` already
+builds the wheel from; ``.ci/run`` unpacks those three pieces into
+``$PANELPACK_DATA_CACHE/llama-convert-0.3.36`` and exports ``PANELPACK_LLAMA_CONVERT``. The
+converter imports torch and transformers, so it runs in a child process of this interpreter
+(the ``oracle-cactus`` extra installs them), with its own gguf-py first on ``PYTHONPATH`` (the
+installed ``gguf`` may be another release). Tests skip cleanly where any piece is absent.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+VERSION = "0.3.36"
+
+
+def converter_dir() -> Path | None:
+    """The folder holding ``convert_hf_to_gguf.py``, ``conversion/`` and ``gguf-py/``, or None."""
+    explicit = os.environ.get("PANELPACK_LLAMA_CONVERT")
+    cache = Path(os.environ.get("PANELPACK_DATA_CACHE", Path.home() / ".cache" / "panelpack"))
+    for d in ([Path(explicit)] if explicit else []) + [cache / f"llama-convert-{VERSION}"]:
+        if (d / "convert_hf_to_gguf.py").is_file() and (d / "gguf-py" / "gguf").is_dir() and (d / "conversion").is_dir():
+            return d
+    return None
+
+
+def vocab_dir() -> Path | None:
+    """llama.cpp's vocabulary-only GGUFs (``models/ggml-vocab-*.gguf`` of the same source
+    distribution; ``.ci/run`` unpacks them beside the converter), or None."""
+    d = converter_dir()
+    return d / "models" if d is not None and (d / "models" / "ggml-vocab-llama-bpe.gguf").is_file() else None
+
+
+def missing() -> str | None:
+    """Why the reference converter cannot run here (None: it can)."""
+    if converter_dir() is None:
+        return (f"llama.cpp's convert_hf_to_gguf.py is not unpacked (set PANELPACK_LLAMA_CONVERT, "
+                f"or run .ci/run, which unpacks it from the llama-cpp-python {VERSION} sdist)")
+    for mod in ("torch", "transformers", "sentencepiece"):
+        if importlib.util.find_spec(mod) is None:
+            return f"convert_hf_to_gguf.py needs {mod} (pip install -e '.[oracle-cactus]')"
+    return None
+
+
+def require() -> Path:
+    """Skip the calling test unless the reference converter can run; its folder."""
+    import pytest
+
+    why = missing()
+    if why:
+        pytest.skip(why)
+    d = converter_dir()
+    assert d is not None
+    return d
+
+
+def convert(hf_dir: str | Path, out: str | Path, outtype: str = "f32", *extra: str, timeout: float = 900) -> Path:
+    """Run ``convert_hf_to_gguf.py HF_DIR --outtype OUTTYPE --outfile OUT [extra...]``; the GGUF's path.
+
+    Raises AssertionError with the converter's output tail when it fails.
+    """
+    d = require()
+    env = dict(os.environ, PYTHONPATH=str(d / "gguf-py"), PYTHONWARNINGS="ignore", OMP_NUM_THREADS="2")
+    cmd = [sys.executable, str(d / "convert_hf_to_gguf.py"), str(hf_dir), "--outtype", outtype, "--outfile", str(out),
+           *extra]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=str(d))
+    if r.returncode != 0 or not Path(out).is_file():
+        raise AssertionError(f"convert_hf_to_gguf.py failed ({r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}")
+    return Path(out)
+
+
+_BATCH = """
+import json, sys
+sys.argv = ["convert_hf_to_gguf.py"]
+import convert_hf_to_gguf as c
+import os
+for job in json.load(open(os.environ["PANELPACK_CONVERT_JOBS"])):
+    sys.argv = ["convert_hf_to_gguf.py", job["src"], "--outtype", job["outtype"], "--outfile", job["out"]]
+    c.main()
+"""
+
+
+def convert_batch(jobs: list[tuple[str | Path, str | Path, str]], timeout: float = 1800) -> list[Path]:
+    """:func:`convert` for several ``(hf_dir, out_gguf, outtype)`` in one child process (one
+    torch import for all of them); the GGUFs' paths."""
+    import json
+    import tempfile
+
+    d = require()
+    with tempfile.TemporaryDirectory(prefix="panelpack-convert-") as tmp:
+        spec = Path(tmp) / "jobs.json"
+        spec.write_text(json.dumps([{"src": str(s), "out": str(o), "outtype": t} for s, o, t in jobs]))
+        env = dict(os.environ, PYTHONPATH=f"{d}{os.pathsep}{d / 'gguf-py'}", PYTHONWARNINGS="ignore",
+                   OMP_NUM_THREADS="2", PANELPACK_CONVERT_JOBS=str(spec))
+        r = subprocess.run([sys.executable, "-c", _BATCH], capture_output=True, text=True, timeout=timeout, env=env,
+                           cwd=str(d))
+    missing_out = [o for _, o, _ in jobs if not Path(o).is_file()]
+    if r.returncode != 0 or missing_out:
+        raise AssertionError(f"convert_hf_to_gguf.py failed ({r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}")
+    return [Path(o) for _, o, _ in jobs]

@@ -1,0 +1,96 @@
+"""Every architecture of the table through llama.cpp (slow tier): the tiny checkpoints of
+tests/hf_models.py converted by llama.cpp's own ``convert_hf_to_gguf.py`` (one child process for
+all of them), then
+
+* the runtime on the F32 and F16 GGUFs against llama.cpp's logits (llama.cpp with an f32 KV
+  cache: its default f16 one alone moves logits by ~5e-3, past the margin below): mean KL
+  <= 1e-5, the same top-1 wherever llama.cpp's top-2 margin exceeds 1e-3;
+* the runtime on the F32 GGUF against transformers on the HF folder (the GGUF route: Llama 3's
+  ``rope_freqs.weight``, Gemma's stored ``1 + w``, the permuted q/k rows, Phi-3's LongRoPE
+  factors), within 1e-3 of the largest logit; Mistral and Phi-3 over their first WINDOW
+  positions only: llama.cpp runs no window for either (GGUF ``llama`` has no key; llama.cpp
+  disables Phi-3's), and the runtime on a GGUF follows llama.cpp;
+* the runtime (compiled kernels, int8 activations) on the Q8_0 GGUF against llama.cpp: the
+  same top-1 wherever llama.cpp's top-2 margin exceeds 0.1, top-1 >= 85% overall, KL <= 2e-3.
+  The issue's 99% overall is not met: two int8-activation runtimes carry independent rounding
+  noise (docs/RUNTIME.md, "Against llama.cpp"); on these random models it flips the 0-7 of 64
+  positions whose margin is under 0.1 (measured 89-100%, KL <= 1.3e-3, median margin 0.23-0.53);
+* ``--quant Q4_K_M`` on the F16 GGUF: the same type and the same bytes as
+  ``llama_model_quantize``, tensor for tensor.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from panelpack.verify.runtime import Model
+
+import hf_models as hm
+import llama_convert
+import llama_proc
+import llama_ref
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def ggufs(hf_models, tmp_path_factory):
+    llama_convert.require()
+    llama_proc.require()
+    d = tmp_path_factory.mktemp("arch_gguf")
+    kinds = ("f32", "f16", "q8_0")
+    llama_convert.convert_batch([(hf_models[a].folder, d / f"{a}-{t}.gguf", t) for a in hm.ARCHES for t in kinds])
+    return {(a, t): d / f"{a}-{t}.gguf" for a in hm.ARCHES for t in kinds}
+
+
+def _kl(ref: np.ndarray, run: np.ndarray) -> float:
+    p = ref.astype(np.float64) - ref.max(1, keepdims=True)
+    p = np.exp(p) / np.exp(p).sum(1, keepdims=True)
+    q = run.astype(np.float64) - run.max(1, keepdims=True)
+    lq = q - np.log(np.exp(q).sum(1, keepdims=True))
+    return float((p * (np.log(np.maximum(p, 1e-300)) - lq)).sum(1).mean())
+
+
+def _same_top1_where_clear(ref, run, margin):
+    top = np.sort(ref, 1)
+    clear = top[:, -1] - top[:, -2] > margin
+    return clear, bool(np.array_equal(run.argmax(1)[clear], ref.argmax(1)[clear]))
+
+
+@pytest.mark.parametrize("arch", hm.ARCHES)
+@pytest.mark.parametrize("kind", ["f32", "f16"])
+def test_float_gguf_against_llama_cpp_and_transformers(hf_models, ggufs, arch, kind):
+    m = hf_models[arch]
+    g = ggufs[(arch, kind)]
+    want = llama_proc.logits(g, m.ids, kv_f32=True)
+    model = Model.open(g, "f32")
+    assert model.hp.arch.name == model.hp.arch.gguf_arch or arch == "mistral"
+    got = model.logits(m.ids, chunk=16)
+    assert _kl(want, got) <= 1e-5, (arch, _kl(want, got))
+    clear, same = _same_top1_where_clear(want, got, 1e-3)
+    assert same and clear.sum() >= 48, arch
+    if kind == "f32":
+        n = hm.WINDOW if arch in ("mistral", "phi3") else hm.TOKENS
+        rel = np.abs(got[:n] - m.logits[:n]).max() / np.abs(m.logits[:n]).max()
+        assert rel <= 1e-3, (arch, rel)
+
+
+@pytest.mark.parametrize("arch", hm.ARCHES)
+def test_q8_0_gguf_against_llama_cpp(hf_models, ggufs, arch):
+    m = hf_models[arch]
+    g = ggufs[(arch, "q8_0")]
+    want = llama_proc.logits(g, m.ids)
+    model = Model.open(g)
+    assert any("compiled" in p for p in model.paths())
+    got = model.logits(m.ids)
+    clear, same = _same_top1_where_clear(want, got, 0.1)
+    top1 = float((got.argmax(1) == want.argmax(1)).mean())
+    assert same and top1 >= 0.85 and _kl(want, got) <= 2e-3, (arch, top1, _kl(want, got))
+
+
+@pytest.mark.parametrize("arch", hm.ARCHES)
+def test_q4_k_m_equals_llama_model_quantize(ggufs, arch, tmp_path):
+    src = ggufs[(arch, "f16")]
+    bad, n = llama_ref.mix_differences(src, tmp_path, "Q4_K_M")
+    assert not bad, f"{arch}: {len(bad)} of {n} tensors differ from llama.cpp: {bad[:5]}"

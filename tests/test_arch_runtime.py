@@ -1,0 +1,126 @@
+"""The runtime's architecture blocks against an independent f64 numpy decoder (tests/decoder_ref.py),
+one tiny numpy-built checkpoint per family, fast tier: Llama 3 RoPE scaling read from a 5.x
+``rope_parameters`` (the silent-wrong-logits bug), Gemma 3's per-layer-type RoPE and final
+softcap in both config forms, Phi-3's fused projections with partial rotary, LongRoPE and a
+window, Qwen3's q/k norms, SmolLM3's layers without RoPE, Granite's multipliers, Mistral's
+window on every layer; the decode kernel bit-identical with the prefill path on each."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from panelpack.convert import convert
+from panelpack.formats.errors import UnsupportedError
+from panelpack.verify.runtime import Model
+
+import decoder_ref as ref
+from decoder_ref import RefLayer, RefSpec
+
+IDS = [1, 17, 40, 3, 88, 5, 63, 7, 8, 90, 12, 33, 71, 2, 50, 9, 44, 21, 60, 11]  # 20 > every window
+H, NH, NKV, D, FF, V = 64, 4, 2, 16, 96, 96
+BASE = dict(hidden_size=H, num_attention_heads=NH, num_key_value_heads=NKV, head_dim=D, intermediate_size=FF,
+            vocab_size=V, rms_norm_eps=1e-6, max_position_embeddings=256)
+
+
+def _spec(layers, **kw) -> RefSpec:
+    return RefSpec(H, NH, NKV, D, FF, V, layers, **kw)
+
+
+def _check(tmp_path, spec: RefSpec, config: dict, rtol: float = 3e-5, name: str = "m") -> Model:
+    w = ref.write(tmp_path / name, spec, config)
+    want = ref.forward(spec, w, IDS)
+    m = Model.open(tmp_path / name, "f32")
+    got = m.logits(IDS, chunk=7)
+    np.testing.assert_allclose(got, want, rtol=0, atol=rtol * np.abs(want).max())
+    return m
+
+
+def test_llama3_rope_scaling_from_5x_rope_parameters(tmp_path):
+    """A transformers 5 config has no rope_theta: RoPE lives in rope_parameters. The runtime
+    once assumed base 10000 and no scaling here (silently wrong logits)."""
+    rp = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0, "low_freq_factor": 1.0,
+          "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+    inv = ref.inv_freq(5e5, D) / ref.llama3_divisors(5e5, D, 32.0, 1.0, 4.0, 64)
+    layers = [RefLayer(inv, scale=D ** -0.5) for _ in range(2)]
+    cfg = dict(BASE, model_type="llama", num_hidden_layers=2, tie_word_embeddings=True, rope_parameters=rp)
+    m = _check(tmp_path, _spec(layers), cfg)
+    assert "llama3" in m.hp.layers[0].rope.label
+
+
+@pytest.mark.parametrize("form", ["5.x", "4.x"])
+def test_gemma3_rope_per_layer_type_and_softcap(tmp_path, form):
+    """Gemma 3 in both config forms: 5.x rope_parameters per layer type (linear scaling on the
+    full layers), 4.x rope_theta + rope_local_base_freq + rope_scaling (which only the full
+    layers take); (1 + w) norms, sqrt(n_embd) embedding scale, query_pre_attn_scalar, windows,
+    final_logit_softcapping."""
+    full, slide = ref.inv_freq(1e6, D) / 4.0, ref.inv_freq(1e4, D)
+    pattern = [True, False, True]  # sliding, full, sliding
+    layers = [RefLayer(slide if s else full, window=4 if s else 0, scale=8 ** -0.5) for s in pattern]
+    spec = _spec(layers, norm_offset=1.0, act="gelu_tanh", qk_norm=True, post_norms=True,
+                 ffn_norm_name="pre_feedforward_layernorm", embed_scale=math.sqrt(H), softcap=5.0)
+    cfg = dict(BASE, model_type="gemma3_text", num_hidden_layers=3, query_pre_attn_scalar=8, sliding_window=4,
+               final_logit_softcapping=5.0, layer_types=["sliding_attention" if s else "full_attention" for s in pattern])
+    if form == "5.x":
+        cfg["rope_parameters"] = {"full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 1e6},
+                                  "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}
+    else:
+        cfg.update(rope_theta=1e6, rope_local_base_freq=1e4, rope_scaling={"rope_type": "linear", "factor": 4.0})
+    _check(tmp_path, spec, cfg)
+
+
+def test_phi3_fused_partial_longrope_window(tmp_path):
+    short = [1.0 + 0.25 * i for i in range(6)]  # 12 of 16 dims rotated: 6 pairs
+    orig, max_pos = 64, 256
+    att = math.sqrt(1 + math.log(max_pos / orig) / math.log(orig))
+    layers = [RefLayer(ref.inv_freq(1e4, 12) / np.array(short), window=6, scale=D ** -0.5, attn_factor=att)
+              for _ in range(2)]
+    rs = {"type": "longrope", "short_factor": short, "long_factor": [2 * x for x in short]}  # 4.x "type" spelling
+    cfg = dict(BASE, model_type="phi3", num_hidden_layers=2, tie_word_embeddings=False, sliding_window=6,
+               partial_rotary_factor=0.75, rope_theta=1e4, rope_scaling=rs, original_max_position_embeddings=orig)
+    m = _check(tmp_path, _spec(layers, fused=True, tied=False), cfg)
+    assert m.hp.layers[0].rope.dim == 12 and m.layers[0].q is None and m.layers[0].qkv is not None
+    with pytest.raises(UnsupportedError, match="past the 64 positions"):  # the long factors are not run
+        m.logits(list(range(1, 70)) + [1], chunk=64)
+
+
+def test_qwen3_qk_norm_smollm3_nope_granite_multipliers_mistral_window(tmp_path):
+    inv = ref.inv_freq(1e6, D)
+    scale = D ** -0.5
+    cases = {
+        "qwen3": (_spec([RefLayer(inv, scale=scale)] * 2, qk_norm=True),
+                  dict(model_type="qwen3", num_hidden_layers=2, tie_word_embeddings=True, rope_theta=1e6)),
+        "smollm3": (_spec([RefLayer(ref.inv_freq(2e6, D), scale=scale)] * 3 + [RefLayer(None, scale=scale)]),
+                    dict(model_type="smollm3", num_hidden_layers=4)),  # default theta 2e6, NoPE every 4th
+        "granite": (_spec([RefLayer(inv, scale=0.03)] * 2, embed_scale=12.0, residual_scale=0.22, logit_scale=8.0,
+                          tied=False),
+                    dict(model_type="granite", num_hidden_layers=2, rope_theta=1e6, embedding_multiplier=12.0,
+                         attention_multiplier=0.03, residual_multiplier=0.22, logits_scaling=8.0)),
+        "mistral": (_spec([RefLayer(inv, window=5, scale=scale)] * 2, tied=False),
+                    dict(model_type="mistral", num_hidden_layers=2, rope_theta=1e6, sliding_window=5)),
+        "qwen2": (_spec([RefLayer(inv, window=5, scale=scale), RefLayer(inv, scale=scale)], qkv_bias=True),
+                  dict(model_type="qwen2", num_hidden_layers=2, tie_word_embeddings=True, rope_theta=1e6,
+                       use_sliding_window=True, sliding_window=5, layer_types=["sliding_attention", "full_attention"])),
+    }
+    for name, (spec, cfg) in cases.items():
+        _check(tmp_path, spec, dict(BASE, **cfg), name=name)
+
+
+@pytest.mark.parametrize("kind", ["qwen3", "phi3", "smollm3"])
+def test_decode_kernel_bit_identical_with_prefill(tmp_path, kind):
+    """Decoded tokens take ops.rope_into_cache (q/k norms, partial rotation, NoPE layers in
+    one pass); prefill takes the numpy steps: the same bits, on the compiled path."""
+    cfg = {"qwen3": dict(model_type="qwen3", num_hidden_layers=2, tie_word_embeddings=True),
+           "phi3": dict(model_type="phi3", num_hidden_layers=2, partial_rotary_factor=0.5, tie_word_embeddings=False),
+           "smollm3": dict(model_type="smollm3", num_hidden_layers=4)}[kind]
+    spec = RefSpec(H, NH, NKV, 32, FF, V, [RefLayer(None)] * cfg["num_hidden_layers"], qk_norm=kind == "qwen3",
+                   fused=kind == "phi3", tied=cfg.get("tie_word_embeddings", True))  # k/v rows: whole panels
+    ref.write(tmp_path / kind, spec, dict(BASE, head_dim=32, **cfg))
+    b = convert(tmp_path / kind, tmp_path / f"{kind}.ppk", layout="panel64", quant="q8_0").bundle
+    m = Model.open(b)
+    assert m.layers[0].qkv is not None
+    whole = m.logits(IDS, chunk=len(IDS))
+    steps = m.logits(IDS, chunk=1)
+    assert np.array_equal(whole.view(np.uint32), steps.view(np.uint32))

@@ -1,0 +1,260 @@
+"""The architecture table (formats/arch): rows well formed, names HF <-> GGUF <-> cactus, every
+config form transformers writes, refusals by name, RoPE frequencies against independent
+formulas, the tensors a model implies. Fast tier (no torch)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from panelpack.formats import arch
+from panelpack.formats.arch import rope
+from panelpack.formats.errors import BadInputError, UnsupportedError
+
+import decoder_ref as ref
+
+SMALL = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=96, vocab_size=128,
+             num_hidden_layers=4)
+
+
+def cfg(model_type, **kw):
+    return dict(SMALL, model_type=model_type, **kw)
+
+
+# ---- the rows --------------------------------------------------------------------------------------
+def test_rows_names_unique_and_round_trip():
+    for a in arch.ARCHITECTURES.values():
+        for naming in ("hf", "gguf", "cactus"):
+            names = [a.name_of(r, naming) for r in a.roles if a.name_of(r, naming)]
+            assert len(names) == len(set(names)), (a.name, naming)
+        for role in a.roles:
+            layer = 3 if arch.ROLES[role].per_layer else None
+            g = arch.tensor_name(a, role, layer, "gguf")
+            h = arch.tensor_name(a, role, layer, "hf")
+            assert arch.role_of(a, g, "gguf") == (role, layer)
+            if h:
+                assert arch.translate_name(a, h, "hf", "gguf") == g and arch.translate_name(a, g, "gguf", "hf") == h
+        assert a.cactus_family or a.cactus_refusal, a.name
+
+
+def test_every_row_reads_its_transformers_defaults():
+    """A config with only the required keys reads for every row (the row's defaults fill it)."""
+    for a in arch.ARCHITECTURES.values():
+        hp = arch.from_hf_config(cfg(a.hf_model_types[0]))
+        assert hp.arch is a and hp.n_layer == 4 and all(L.head_dim > 0 for L in hp.layers)
+
+
+def test_register_refuses_a_clash():
+    row = arch.get("llama")
+    with pytest.raises(ValueError, match="already belong to llama"):
+        arch.register(arch.Arch("llama2", "llama", row.hf_model_types, (), row.roles))
+
+
+# ---- config forms ------------------------------------------------------------------------------------
+def _freqs(hp):
+    return [None if L.rope is None else (L.rope.dim, np.round(np.asarray(L.rope.inv_freq), 12).tolist(),
+                                          L.rope.attn_factor) for L in hp.layers]
+
+
+@pytest.mark.parametrize("model_type,old,new", [
+    ("llama", dict(rope_theta=5e5, rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                                  "high_freq_factor": 4.0, "original_max_position_embeddings": 64}),
+     dict(rope_parameters={"rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0, "low_freq_factor": 1.0,
+                           "high_freq_factor": 4.0, "original_max_position_embeddings": 64})),
+    ("qwen3", dict(rope_theta=1e6, rope_scaling={"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32}),
+     dict(rope_parameters={"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0,
+                           "original_max_position_embeddings": 32})),
+    ("gemma3_text", dict(rope_theta=1e6, rope_local_base_freq=1e4, rope_scaling={"rope_type": "linear", "factor": 8.0}),
+     dict(rope_parameters={"full_attention": {"rope_type": "linear", "rope_theta": 1e6, "factor": 8.0},
+                           "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}})),
+    ("phi3", dict(rope_theta=1e4, partial_rotary_factor=0.5, original_max_position_embeddings=32,
+                  rope_scaling={"type": "su", "short_factor": [1, 2, 3, 4], "long_factor": [1, 1, 1, 1]}),
+     dict(original_max_position_embeddings=32, rope_parameters={
+         "rope_type": "longrope", "rope_theta": 1e4, "partial_rotary_factor": 0.5, "short_factor": [1, 2, 3, 4],
+         "long_factor": [1, 1, 1, 1], "original_max_position_embeddings": 32})),
+])
+def test_4x_and_5x_config_forms_read_the_same(model_type, old, new):
+    a = arch.from_hf_config(cfg(model_type, max_position_embeddings=128, **old))
+    b = arch.from_hf_config(cfg(model_type, max_position_embeddings=128, **new))
+    assert _freqs(a) == _freqs(b)
+    assert all(L.rope.label != "default" for L in a.layers if L.rope is not None)
+
+
+def test_layer_layouts():
+    g = arch.from_hf_config(cfg("gemma3_text", num_hidden_layers=12, sliding_window=8))
+    assert [L.kind for L in g.layers] == (["sliding_attention"] * 5 + ["full_attention"]) * 2
+    assert g.layers[0].rope.base == pytest.approx(1e4) and g.layers[5].rope.base == pytest.approx(1e6)
+    g2 = arch.from_hf_config(cfg("gemma3_text", sliding_window=8, sliding_window_pattern=2))
+    assert [L.window for L in g2.layers] == [8, 0, 8, 0]
+    q = arch.from_hf_config(cfg("qwen2", use_sliding_window=True, sliding_window=8, max_window_layers=2))
+    assert [L.window for L in q.layers] == [0, 0, 8, 8]
+    q_off = arch.from_hf_config(cfg("qwen2", use_sliding_window=False, sliding_window=8, max_window_layers=2))
+    assert [L.window for L in q_off.layers] == [0, 0, 0, 0]
+    m = arch.from_hf_config(cfg("mistral", sliding_window=8))
+    assert [L.window for L in m.layers] == [8] * 4
+    assert [L.window for L in arch.from_hf_config(cfg("mistral")).layers] == [4096] * 4  # transformers' default
+    s = arch.from_hf_config(cfg("smollm3", num_hidden_layers=8))
+    assert [L.rope is None for L in s.layers] == [False, False, False, True] * 2
+    assert s.layers[0].rope.base == pytest.approx(2e6)  # SmolLM3's default theta
+    s2 = arch.from_hf_config(cfg("smollm3", no_rope_layers=[1, 0, 1, 1], use_sliding_window=True, sliding_window=8))
+    assert [L.rope is None for L in s2.layers] == [False, True, False, False]
+    assert [L.window for L in s2.layers] == [0, 8, 0, 0]  # its NoPE layer slides
+
+
+def test_gguf_reading():
+    meta = {"general.architecture": "phi3", "phi3.block_count": 2, "phi3.embedding_length": 64,
+            "phi3.attention.head_count": 4, "phi3.attention.head_count_kv": [2, 1], "phi3.feed_forward_length": 96,
+            "phi3.rope.dimension_count": 8,  # llama.cpp's converter writes no rope.scaling.type for Phi-3
+            "phi3.rope.scaling.original_context_length": 32, "phi3.rope.scaling.attn_factor": 1.2,
+            "phi3.attention.sliding_window": 8, "phi3.context_length": 128}
+    short = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
+    names = ["rope_factors_short.weight", "rope_factors_long.weight", "output.weight"]
+    hp = arch.from_gguf(meta, 100, names, lambda n: short if "short" in n else short * 0 + 9)
+    assert [L.n_head_kv for L in hp.layers] == [2, 1] and hp.layers[0].rope.dim == 8
+    np.testing.assert_allclose(hp.layers[0].rope.inv_freq, ref.inv_freq(1e4, 8) / short)
+    assert hp.layers[0].rope.attn_factor == pytest.approx(1.2) and hp.layers[0].rope.max_positions == 32
+    assert [L.window for L in hp.layers] == [0, 0]  # llama.cpp disables Phi-3's window; so does the runtime
+    assert not hp.tied and "longrope" in hp.flags
+    llama = {"general.architecture": "llama", "llama.block_count": 1, "llama.embedding_length": 64,
+             "llama.attention.head_count": 4, "llama.feed_forward_length": 96, "llama.rope.freq_base": 5e5}
+    div = ref.llama3_divisors(5e5, 16, 8.0, 1.0, 4.0, 64)
+    hp = arch.from_gguf(llama, 100, ["rope_freqs.weight"], lambda n: div.astype(np.float32))
+    np.testing.assert_allclose(hp.layers[0].rope.inv_freq, ref.inv_freq(5e5, 16) / div.astype(np.float32))
+    assert hp.rope_pairs and hp.tied and hp.layers[0].n_head_kv == 4
+
+
+# ---- refusals ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("config,words", [
+    (cfg("llama", rope_parameters={"rope_type": "proportional", "rope_theta": 1e4}), "RoPE type 'proportional'"),
+    (cfg("qwen3", rope_parameters={"rope_type": "default", "rope_theta": 1e4, "mrope_section": [8, 8, 8]}), "mrope"),
+    (cfg("gemma3_text", attn_logit_softcapping=50.0), "attention-logit softcapping"),
+    (cfg("gemma3_text", use_bidirectional_attention=True), "bidirectional attention"),
+    (cfg("llama", hidden_act="gelu"), "activation 'gelu'"),
+    (cfg("qwen3", num_experts=8), "mixture-of-experts"),
+    (cfg("qwen3_moe"), "mixture-of-experts"),
+    (cfg("lfm2"), "short-convolution"),
+    ({"model_type": "gemma3", "architectures": ["Gemma3ForConditionalGeneration"], "text_config": cfg("gemma3_text"),
+      "vision_config": {"hidden_size": 8}}, "vision tower"),
+    (cfg("qwen2", layer_types=["full_attention", "conv", "full_attention", "full_attention"]), "layer 1 is 'conv'"),
+    (cfg("phi3", partial_rotary_factor=0.01), "partial_rotary_factor"),
+])
+def test_unsupported_settings_refused_by_name(config, words):
+    with pytest.raises(UnsupportedError, match=words):
+        arch.from_hf_config(config)
+
+
+def test_bad_values_are_bad_input():
+    with pytest.raises(BadInputError, match="num_hidden_layers"):
+        arch.from_hf_config(cfg("llama", num_hidden_layers=-1))
+    with pytest.raises(BadInputError, match="rope_theta"):
+        arch.from_hf_config(cfg("llama", rope_parameters={"rope_type": "default", "rope_theta": "big"}))
+    with pytest.raises(BadInputError, match="short_factor"):
+        arch.from_hf_config(cfg("phi3", rope_parameters={"rope_type": "longrope", "rope_theta": 1e4,
+                                                         "short_factor": [1.0], "long_factor": [1.0]}))
+
+
+# ---- RoPE -----------------------------------------------------------------------------------------------
+def test_rope_frequencies_against_independent_formulas():
+    d = 32
+    lin = rope.from_hf({"rope_type": "linear", "rope_theta": 1e4, "factor": 4.0}, d, 128, "t")
+    np.testing.assert_allclose(lin.inv_freq, ref.inv_freq(1e4, d) / 4)
+    l3 = rope.from_hf({"rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0, "low_freq_factor": 1.0,
+                       "high_freq_factor": 4.0, "original_max_position_embeddings": 64}, d, 128, "t")
+    np.testing.assert_allclose(l3.inv_freq, ref.inv_freq(5e5, d) / ref.llama3_divisors(5e5, d, 8.0, 1.0, 4.0, 64))
+    # YaRN, the paper's ramp written out (truncated correction range, beta_fast 32, beta_slow 1)
+    y = rope.from_hf({"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0, "original_max_position_embeddings": 64},
+                     d, 256, "t")
+    lo = math.floor(d * math.log(64 / (32 * 2 * math.pi)) / (2 * math.log(1e4)))
+    hi = math.ceil(d * math.log(64 / (1 * 2 * math.pi)) / (2 * math.log(1e4)))
+    want = []
+    for i, f in enumerate(ref.inv_freq(1e4, d)):
+        keep = 1 - min(1.0, max(0.0, (i - max(lo, 0)) / (min(hi, d - 1) - max(lo, 0))))
+        want.append(f * keep + f / 4 * (1 - keep))
+    np.testing.assert_allclose(y.inv_freq, want)
+    assert y.attn_factor == pytest.approx(0.1 * math.log(4) + 1)
+    dyn = rope.from_hf({"rope_type": "dynamic", "rope_theta": 1e4, "factor": 2.0}, d, 128, "t")
+    np.testing.assert_allclose(dyn.inv_freq, ref.inv_freq(1e4, d))  # up to max_position_embeddings
+    assert dyn.max_positions == 128
+
+
+def test_rope_tables_and_partial_rotation():
+    r = rope.from_hf({"rope_type": "default", "rope_theta": 100.0, "partial_rotary_factor": 0.5}, 8, 16, "t")
+    assert r.dim == 4 and r.base == pytest.approx(100.0)
+    cos, sin = r.tables(np.array([0, 3]))
+    assert cos.shape == (2, 2) and np.allclose(cos[0], 1) and np.allclose(sin[1], np.sin(3 * ref.inv_freq(100, 4)))
+
+
+# ---- tensors --------------------------------------------------------------------------------------------
+def test_expected_tensors_and_problems():
+    hp = arch.from_hf_config(cfg("phi3", num_hidden_layers=2, tie_word_embeddings=False))
+    want = arch.expected_tensors(hp)
+    assert want["model.layers.1.self_attn.qkv_proj.weight"][0] == (64 + 2 * 32, 64)
+    assert want["model.layers.0.mlp.gate_up_proj.weight"][0] == (192, 64) and "lm_head.weight" in want
+    gg = arch.expected_tensors(hp, "gguf")
+    assert gg["blk.0.ffn_up.weight"][0] == (192, 64) and "rope_factors_long.weight" not in gg
+    shapes = {n: s for n, (s, _) in want.items()}
+    assert arch.tensor_problems(hp, shapes) == []
+    shapes.pop("model.norm.weight")
+    shapes["model.layers.0.self_attn.qkv_proj.weight"] = (10, 64)
+    shapes["model.layers.0.mlp.experts.0.weight"] = (4, 4)
+    probs = arch.tensor_problems(hp, shapes)
+    assert any("model.norm.weight is missing" in p for p in probs)
+    assert any("qkv_proj.weight has shape (10, 64), the hyperparameters imply (128, 64)" in p for p in probs)
+    assert any("not part of phi3: model.layers.0.mlp.experts.0.weight" in p for p in probs)
+
+
+def test_inspect_shows_the_tables_reading(tmp_path):
+    import json
+
+    from panelpack.formats.describe import describe, render
+    from panelpack.formats.safetensors import save_file
+
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(cfg("smollm3", num_hidden_layers=4)))
+    save_file({"model.embed_tokens.weight": ("F32", np.zeros((128, 64), np.float32))}, folder / "model.safetensors")
+    doc = describe(folder)
+    assert doc["model"]["row"] == "smollm3" and doc["model"]["cactus"].startswith("no (")
+    assert [g["count"] for g in doc["model"]["layers"]] == [3, 1] and doc["model"]["layers"][1]["rope"] == "none"
+    assert "smollm3 (runtime: yes; cactus: no family)" in render(doc)
+    (folder / "config.json").write_text(json.dumps(cfg("qwen3", num_experts=8)))
+    doc = describe(folder)
+    assert doc["model"]["row"] is None and "mixture-of-experts" in doc["model"]["runtime"]
+    assert "not run by the runtime: qwen3: mixture-of-experts" in render(doc)
+
+
+def test_a_new_row_is_enough(tmp_path):
+    """A throwaway architecture whose blocks exist (a Llama under another model_type) is one
+    register() call: the runtime runs it, inspect reads it, the mixes name its tensors, the
+    cactus target refuses it by the row's words. No other edit."""
+    from panelpack.convert import cactus as target
+    from panelpack.convert import mixes
+    from panelpack.formats.describe import describe
+    from panelpack.verify.runtime import Model
+
+    llama = arch.get("llama")
+    row = arch.Arch("tinyllama", "llama", ("tiny_llama_test",), ("TinyLlamaTestForCausalLM",), llama.roles,
+                    gguf_permuted=True, gguf_transforms=llama.gguf_transforms, hf_defaults=llama.hf_defaults,
+                    cactus_refusal="a test row has no cactus family")
+    arch.register(row)
+    try:
+        spec = ref.RefSpec(64, 4, 2, 16, 96, 96, [ref.RefLayer(ref.inv_freq(1e4, 16), scale=0.25)] * 2)
+        config = dict(SMALL, model_type="tiny_llama_test", num_hidden_layers=2, head_dim=16, vocab_size=96,
+                      tie_word_embeddings=True)
+        w = ref.write(tmp_path / "m", spec, config)
+        got = Model.open(tmp_path / "m", "f32").logits([1, 5, 9, 2])
+        want = ref.forward(spec, w, [1, 5, 9, 2])
+        np.testing.assert_allclose(got, want, rtol=0, atol=3e-5 * np.abs(want).max())
+        assert describe(tmp_path / "m")["model"]["row"] == "tinyllama"
+        from panelpack.formats.checkpoint import open_checkpoint
+
+        with open_checkpoint(tmp_path / "m") as ck:
+            facts = mixes.model_facts(ck)
+        assert facts.arch == "llama" and mixes.llama_name("model.layers.1.mlp.up_proj.weight", "hf", facts) == \
+            "blk.1.ffn_up.weight"
+        with pytest.raises(UnsupportedError, match="a test row has no cactus family"):
+            target.convert_cactus(tmp_path / "m", tmp_path / "c")
+    finally:
+        arch.unregister("tinyllama")

@@ -1,0 +1,108 @@
+"""Every architecture of the table against transformers 5.5.4's own forward pass (slow tier).
+
+tests/hf_models.py builds each family's tiny random checkpoint from transformers' config class
+(bf16 safetensors, its blocks switched on) and runs transformers on it in one child process.
+Asserted per architecture, on the f32 path (f32 weights, f32 activations):
+
+* max |Δlogit| <= 1e-3 of max |logit| over TOKENS (64) positions, and the same top-1 wherever
+  transformers' top-2 margin exceeds 1e-3;
+* greedy ``generate`` with the KV cache gives transformers' greedy ``generate`` tokens;
+* the compiled kernels on a Q8_0 panel64 bundle of the same checkpoint: bit-identical with
+  the standard dispatch, close to transformers (quantization error, bounded loosely).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from panelpack.convert import convert
+from panelpack.verify.runtime import Model
+from panelpack.verify.runtime.evaluate import evaluate
+
+import hf_models as hm
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("arch", hm.ARCHES)
+def test_f32_logits_and_greedy_generate_match_transformers(hf_models, arch):
+    m = hf_models[arch]
+    model = Model.open(m.folder, "f32")
+    assert model.hp.arch.name == arch
+    got = model.logits(m.ids, chunk=16)
+    want = m.logits
+    assert got.shape == want.shape == (hm.TOKENS, hm.VOCAB)
+    rel = np.abs(got - want).max() / np.abs(want).max()
+    assert rel <= 1e-3, (arch, rel)
+    top2 = np.sort(want, axis=1)[:, -2:]
+    clear = top2[:, 1] - top2[:, 0] > 1e-3
+    assert clear.sum() >= 48 and np.array_equal(got.argmax(1)[clear], want.argmax(1)[clear]), arch
+    gen = list(model.generate(m.ids[:hm.PROMPT], n=hm.GENERATE, stop=()))
+    assert gen == m.generated, (arch, gen, m.generated)
+
+
+@pytest.mark.parametrize("arch", hm.ARCHES)
+def test_compiled_q8_0_bundle(hf_models, arch, tmp_path):
+    m = hf_models[arch]
+    b = convert(m.folder, tmp_path / "b.ppk", layout="panel64", quant="q8_0").bundle
+    rep = evaluate(b, ids=m.ids, against="standard")
+    assert rep.comparison.identical and rep.ok, rep.render()
+    got = Model.open(b).logits(m.ids)
+    assert np.abs(got - m.logits).max() <= 0.1 * np.abs(m.logits).max(), arch
+    assert (got.argmax(1) == m.logits.argmax(1)).mean() >= 0.85, arch
+
+
+@pytest.mark.parametrize("arch", hm.ARCHES)
+def test_every_kernel_path_bit_identical(hf_models, arch, tmp_path):
+    """A Q4_0 panel64 bundle of each architecture: compiled, standard, emulated SME2 and NEON
+    give the same bits (one layer, prefill of 3 tokens then one decoded token: every block of
+    the family runs on every path)."""
+    m = hf_models[arch]
+    b = convert(m.folder, tmp_path / "b.ppk", layout="panel64", quant="q4_0").bundle
+    ids = m.ids[:3]
+    want = None
+    for kern in ("compiled", "standard", "emulated-sme2", "emulated-neon"):
+        model = Model.open(b, kern, n_layer=1)
+        got = np.concatenate([model.logits(ids, chunk=3), model.forward([m.ids[3]])])
+        if want is None:
+            want = got
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (arch, kern)
+
+
+def test_cli_eval_generate_and_refusals(hf_models, tmp_path):
+    """The CLI on a Qwen3 bundle (from the GGUF llama.cpp's converter writes, whose tokenizer the
+    runtime reads: the tiny HF folders carry a tokenizer.model only) and on a config the runtime
+    refuses (exit 2, one line, no traceback)."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    import llama_convert
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "panelpack", *map(str, args)], capture_output=True, text=True,
+                              timeout=900)
+
+    m = hf_models["qwen3"]
+    g = llama_convert.convert(m.folder, tmp_path / "q.gguf", "f16")
+    b = convert(g, tmp_path / "q.ppk", layout="panel64", requant="q8_0").bundle
+    text = tmp_path / "t.txt"
+    text.write_text("The quick brown fox jumps over the lazy dog. " * 8)
+    r = cli("eval", b, "--json", "--text", text, "--tokens", 32)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["tokens"] == 32 and doc["bit_identical"] is True
+    r = cli("generate", b, "--prompt", "The quick brown", "-n", "4")
+    assert r.returncode == 0 and r.stdout.startswith("The quick brown"), r.stderr
+    moe = tmp_path / "moe"
+    shutil.copytree(m.folder, moe)
+    cfg = json.loads((moe / "config.json").read_text())
+    (moe / "config.json").write_text(json.dumps(dict(cfg, model_type="qwen3_moe", architectures=["Qwen3MoeForCausalLM"])))
+    r = cli("eval", moe, "--text", text, "--tokens", 8)
+    assert r.returncode == 2 and "mixture-of-experts" in r.stderr and "Traceback" not in r.stderr
+    r = cli("convert", moe, "-o", tmp_path / "c", "--target", "cactus", "--quant", "cq4")
+    assert r.returncode == 2 and "mixture-of-experts" in r.stderr
+    r = cli("convert", moe, "-o", tmp_path / "p.ppk", "--layout", "panel64", "--quant", "q8_0")  # plain repacking: any
+    assert r.returncode == 0, r.stderr
