@@ -198,9 +198,9 @@ def machine_line() -> str:
             f"load average {loadavg()}")
 
 
-# the checkpoint locators the tests use (tests/conftest.py)
+# the checkpoint locators the tests use (tests/checkpoints.py: no pytest needed)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from conftest import gemma_path, smollm2_path  # noqa: E402,F401  (bench_verify imports them from here)
+from checkpoints import gemma_path, smollm2_path  # noqa: E402,F401  (bench_verify imports them from here)
 
 
 def warm_page_cache(path: Path) -> None:

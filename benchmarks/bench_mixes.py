@@ -33,8 +33,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-import conftest  # noqa: E402
-
+import checkpoints  # noqa: E402
 import llama_ref  # noqa: E402
 
 LLAMA = """
@@ -84,7 +83,7 @@ def main() -> None:
     ap.add_argument("--no-bytecode-cache", action="store_true",
                     help="keep the caller's PYTHONDONTWRITEBYTECODE (a checkout then compiles its sources every run)")
     a = ap.parse_args()
-    src = conftest.smollm2_path() if a.model == "smollm2" else conftest.gemma_path()
+    src = checkpoints.smollm2_path() if a.model == "smollm2" else checkpoints.gemma_path()
     if src is None or not llama_ref.available():
         sys.exit("needs the real checkpoint and llama-cpp-python (oracle-llama)")
     work = Path(tempfile.mkdtemp(prefix="bench-mixes-"))

@@ -83,7 +83,7 @@ def bench_describe(path: str, runs: int) -> None:
 
 
 def main() -> None:
-    from conftest import gemma_path, minilm_dir, smollm2_path
+    from checkpoints import gemma_path, minilm_dir, smollm2_path
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=7)
