@@ -209,6 +209,79 @@ def test_int8_group_dot_against_numpy_reference(rng):
 
 
 @needs_avx2
+def test_int8_group_dot16_against_numpy_reference(rng):
+    """The G = 16 int8 group dot (panel64 Q6_K, Q2_K, Q3_K), the same bounds as G = 32's."""
+    from numba import njit
+
+    @njit
+    def call(w, woff, a, aoff, acc):
+        _simd.int8_group_dot16(w, woff, a, aoff, acc)
+
+    w = rng.integers(-127, 128, 5 * 1024 + 9).astype(np.int8).view(np.uint8)
+    a = rng.integers(-128, 128, 200, dtype=np.int8)
+    cases = [(w, woff, a, aoff) for woff, aoff in ((0, 0), (1024 + 3, 8), (3 * 1024 + 9, 176))]
+    for code in (127, -127):
+        cases += [(np.full(1024, code, np.int8).view(np.uint8), 0, np.full(16, v, np.int8), 0) for v in (-128, 127)]
+    for wb, woff, ab, aoff in cases:
+        acc = np.full(70, -1, np.int32)
+        call(wb, woff, ab, aoff, acc)
+        assert np.array_equal(acc[:64], _simd.int8_group_dot_ref(wb, woff, ab, aoff, 16)), (woff, aoff)
+        assert np.all(acc[64:] == -1)
+
+
+@needs_avx2
+def test_q6_k_block_dot_against_references(rng):
+    """One Q6_K super-block's 16 group sums read in place: against the numpy statement of ggml's
+    element order, and that against the codec's own codes (to_fields)."""
+    from numba import njit
+
+    @njit
+    def call(w, woff, a, aoff, acc):
+        _simd.q6_k_block_dot(w, woff, a, aoff, acc)
+
+    t = qtypes.get("Q6_K")
+    assert t.type_size == _simd.Q6_K_BLOCK
+    blocks = random_blocks("Q6_K", 3, 256, rng).reshape(-1)
+    codes = B.to_fields(blocks.reshape(3, -1), t, 3, 256)["codes"].astype(np.int64)
+    a = rng.integers(-128, 128, 600, dtype=np.int8)
+    for r, aoff in ((0, 0), (1, 17), (2, 344)):
+        acc = np.full(20, -1, np.int32)
+        call(blocks, r * 210, a, aoff, acc)
+        ref = _simd.q6_k_block_dot_ref(blocks, r * 210, a, aoff)
+        assert np.array_equal(ref, (codes[r] * a[aoff:aoff + 256]).reshape(16, 16).sum(axis=1))
+        assert np.array_equal(acc[:16], ref) and np.all(acc[16:] == -1), (r, aoff)
+    worst = np.full(210, 0xFF, np.uint8)  # every code 63 against a = -128 and 127: the int16 bound
+    for v in (-128, 127):
+        acc = np.zeros(16, np.int32)
+        call(worst, 0, np.full(256, v, np.int8), 0, acc)
+        assert np.all(acc == 63 * 16 * v)
+
+
+@needs_avx2
+@pytest.mark.parametrize("qname", fast_only(["Q6_K", "Q5_0", "Q5_1", "Q5_K", "Q2_K", "Q3_K"], {"Q6_K"}))
+def test_avx2_and_portable_int8_panel_kernels_agree(qname, rng):
+    """panel64 int8 panels through the AVX2 group dot == the portable column tile, bit for bit,
+    with activations at -128 and codes at both ends of their range."""
+    import dataclasses
+
+    n, k = 136, 512
+    t = qtypes.get(qname)
+    f = B.to_fields(random_blocks(qname, n, k, rng), t, n, k)
+    f["codes"] = np.where(rng.random(f["codes"].shape) < 0.3, 0, (1 << t.code_bits) - 1).astype(f["codes"].dtype)
+    blocks = B.from_fields(f, t, n, k)
+    prep = C.prepare("panel64", ref_pack_panel64(blocks, n, k, qname), n, k, qname)
+    assert prep.spec.kernel is C._INT8_PANEL_TILES_AVX2[t.group] and prep.spec.path == "compiled.panel64.avx2"
+    portable = dataclasses.replace(prep, spec=dataclasses.replace(prep.spec, kernel=C._tile_panel64_int8))
+    x = rng.standard_normal((3, k)).astype(np.float32)
+    x[1] *= 1e3
+    a, da = D.quantize_activations(x)
+    a[2, :40] = -128
+    for p_fast, p_port in zip(prep.run(a, da), portable.run(a, da)):
+        assert np.array_equal(np.asarray(p_fast).view(np.uint32), np.asarray(p_port).view(np.uint32))
+    assert np.array_equal(prep.run(a, da)[0], D.standard_partials(blocks, n, k, qname, a)[0])
+
+
+@needs_avx2
 @pytest.mark.parametrize("qname", fast_only(["Q4_0", "Q4_1", "Q4_K"], {"Q4_0"}))
 def test_avx2_and_portable_nibble_kernels_agree(qname, rng):
     import dataclasses
@@ -229,10 +302,11 @@ def test_avx2_and_portable_nibble_kernels_agree(qname, rng):
 
 
 @needs_avx2
-@pytest.mark.parametrize("qname", fast_only(["Q4_0", "Q4_1", "Q4_K", "Q8_0"], {"Q4_0", "Q8_0"}))
+@pytest.mark.parametrize("qname", fast_only(["Q4_0", "Q4_1", "Q4_K", "Q8_0", "Q6_K"], {"Q4_0", "Q8_0", "Q6_K"}))
 def test_avx2_and_portable_rowmajor_kernels_agree(qname, rng):
     """rowmajor rows through the AVX2 tiles (4-bit: the nibble kernel; Q8_0: the int8 kernel,
-    whose tiles holding a code of -128 fall back to the row partials) == the portable row tile."""
+    whose tiles holding a code of -128 fall back to the row partials; Q6_K: super-blocks read in
+    place below 4 activation rows) == the portable row tile."""
     import dataclasses
 
     n, k = 136, 512

@@ -89,12 +89,30 @@ def nibble_group_dot_ref(w: np.ndarray, woff: int, a: np.ndarray, aoff: int) -> 
 INT8_GROUP_BYTES = GROUP * CHANNELS
 
 
-def int8_group_dot_ref(w: np.ndarray, woff: int, a: np.ndarray, aoff: int) -> np.ndarray:
-    """int64 [64]: ``Σ_kk w(c, kk)·a[aoff + kk]`` over one int8 scratch group (numpy)."""
-    g = np.asarray(w[woff:woff + INT8_GROUP_BYTES], np.uint8).view(np.int8).astype(np.int64)
-    codes = g.reshape(KG_BLOCKS, CHANNELS, 4)  # [q][c][j] = w(c, 4q + j)
-    av = np.asarray(a[aoff:aoff + GROUP], np.int64).reshape(KG_BLOCKS, 4)
+def int8_group_dot_ref(w: np.ndarray, woff: int, a: np.ndarray, aoff: int, group: int = GROUP) -> np.ndarray:
+    """int64 [64]: ``Σ_kk w(c, kk)·a[aoff + kk]`` over one int8 group of ``group`` K (numpy)."""
+    kg = group // 4
+    g = np.asarray(w[woff:woff + group * CHANNELS], np.uint8).view(np.int8).astype(np.int64)
+    codes = g.reshape(kg, CHANNELS, 4)  # [q][c][j] = w(c, 4q + j)
+    av = np.asarray(a[aoff:aoff + group], np.int64).reshape(kg, 4)
     return np.einsum("qcj,qj->c", codes, av)
+
+
+# ---- Q6_K super-blocks read in place (rowmajor Q6_K rows, M < 4) -----------------------------
+Q6_K_BLOCK = 210  # ggml's block_q6_K: ql[128] qh[64] scales i8[16] d f16
+
+
+def q6_k_block_dot_ref(w: np.ndarray, woff: int, a: np.ndarray, aoff: int) -> np.ndarray:
+    """int64 [16]: the group sums of :func:`q6_k_block_dot` (numpy, from ggml's element order)."""
+    blk = np.asarray(w[woff:woff + 192], np.uint8).astype(np.int64)
+    ql, qh = blk[:128], blk[128:192]
+    q = np.empty(256, np.int64)
+    for h in range(2):
+        for g in range(4):
+            lo = ql[64 * h + 32 * (g % 2):64 * h + 32 * (g % 2) + 32]
+            lo = lo & 15 if g < 2 else lo >> 4
+            q[128 * h + 32 * g:128 * h + 32 * g + 32] = lo | (((qh[32 * h:32 * h + 32] >> (2 * g)) & 3) << 4)
+    return (q * np.asarray(a[aoff:aoff + 256], np.int64)).reshape(16, 16).sum(axis=1)
 
 
 # ---- int8 rows x int8 activations (rowmajor Q8_0 rows read in place, M < 4) ------------------
@@ -171,42 +189,108 @@ def _build():
 
         return sig, codegen
 
+    def int8_group_dot_of(kg_blocks: int):
+        """The int8 group dot for groups of ``4·kg_blocks`` K (8: G = 32, the Q8_0 scratch and the
+        G = 32 int8 panels; 4: G = 16, Q6_K, Q2_K and Q3_K panels)."""
+
+        @intrinsic
+        def int8_group_dot(typingctx, w, woff, a, aoff, acc):
+            """``acc[0:64] = Σ_kk w(c, kk)·a[aoff + kk]`` (int32) for the int8 group at byte
+            ``woff`` of ``w`` (uint8, 1-D; byte ``256q + 4c + j`` = code of channel ``c`` at K
+            offset ``4q + j``: the panel64 int8 layout, and the rowmajor Q8_0 scratch tile) against
+            ``a`` (int8, 1-D, natural order). Per kg-block ``q`` and 8 channels::
+
+                x   = 32 code bytes (8 channels x 4 K)     p = a[4q .. 4q+3] x 8 (one 4-byte broadcast)
+                |p| · sign(x, p)  by vpmaddubsw  -> 16 int16 pair sums;  vpmaddwd with 1 -> 8 int32
+
+            Exactness: needs no code equal to -128 (the caller checks; vpsignb cannot negate it).
+            Then |sign(x, p)| <= 127 and |p| <= 128, so a pair sum is at most 2·128·127 = 32512 and
+            vpmaddubsw never saturates; the int32 sums are exact. No bounds checks: the caller's
+            geometry guarantees ``woff + 256·kg_blocks <= len(w)``, ``aoff + 4·kg_blocks <= len(a)``,
+            ``len(acc) >= 64``."""
+            sig = types.void(w, woff, a, aoff, acc)
+
+            def codegen(context, builder, signature, args):
+                wbase, abase, cd = pointers(context, builder, signature, args)
+                maddubs = llvm_fn(builder, v16i16, [v32i8, v32i8], "llvm.x86.avx2.pmadd.ub.sw")
+                maddwd = llvm_fn(builder, v8i32, [v16i16, v16i16], "llvm.x86.avx2.pmadd.wd")
+                psign = llvm_fn(builder, v32i8, [v32i8, v32i8], "llvm.x86.avx2.psign.b")
+                ones = ir.Constant(v16i16, [1] * 16)
+                splat = ir.Constant(v8i32, [0] * 8)
+                accs = [None] * (CHANNELS // 8)
+                for q in range(kg_blocks):
+                    p4 = builder.bitcast(builder.gep(abase, [ir.Constant(i64, 4 * q)]), i32.as_pointer())
+                    vec = builder.insert_element(ir.Constant(v8i32, None), builder.load(p4, align=1),
+                                                 ir.Constant(i32, 0))
+                    pat = builder.bitcast(builder.shuffle_vector(vec, ir.Constant(v8i32, None), splat), v32i8)
+                    absp = builder.call(psign, [pat, pat])  # |p| (as unsigned bytes: -128 -> 128)
+                    for s in range(CHANNELS // 8):
+                        at = builder.gep(wbase, [ir.Constant(i64, q * 4 * CHANNELS + 32 * s)])
+                        x = builder.load(builder.bitcast(at, v32i8.as_pointer()), align=1)
+                        t = builder.call(maddwd, [builder.call(maddubs, [absp, builder.call(psign, [x, pat])]), ones])
+                        accs[s] = t if accs[s] is None else builder.add(accs[s], t)
+                for s in range(CHANNELS // 8):
+                    dst = builder.bitcast(builder.gep(cd, [ir.Constant(i64, 8 * s)]), v8i32.as_pointer())
+                    builder.store(accs[s], dst, align=4)
+                return context.get_dummy_value()
+
+            return sig, codegen
+
+        return int8_group_dot
+
+    int8_group_dot = int8_group_dot_of(KG_BLOCKS)
+    int8_group_dot16 = int8_group_dot_of(KG_BLOCKS // 2)
+
     @intrinsic
-    def int8_group_dot(typingctx, w, woff, a, aoff, acc):
-        """``acc[0:64] = Σ_kk w(c, kk)·a[aoff + kk]`` (int32) for the int8 scratch group at byte
-        ``woff`` of ``w`` (uint8, 1-D; byte ``256q + 4c + j`` = code of channel ``c`` at K offset
-        ``4q + j``) against ``a`` (int8, 1-D, natural order). Per kg-block ``q`` and 8 channels::
+    def q6_k_block_dot(typingctx, w, woff, a, aoff, acc):
+        """``acc[0:16] = Σ_{i<16} q(16j + i)·a[aoff + 16j + i]`` (int32) for ``j < 16``: the 16
+        group sums of one Q6_K super-block's raw 6-bit codes ``q`` (0..63; the signed code is
+        ``q - 32``), read in place from the block at byte ``woff`` of ``w`` (uint8, 1-D; ggml's
+        ``block_q6_K``: ``ql[128] qh[64] scales[16] d``), against ``a`` (int8, 1-D, natural
+        order). Per half ``h`` and quarter ``g`` (32 elements ``128h + 32g + l``, the two groups
+        ``8h + 2g`` and ``8h + 2g + 1``)::
 
-            x   = 32 code bytes (8 channels x 4 K)     p = a[4q .. 4q+3] x 8 (one 4-byte broadcast)
-            |p| · sign(x, p)  by vpmaddubsw  -> 16 int16 pair sums;  vpmaddwd with 1 -> 8 int32
+            ql0 = ql[64h ..], ql1 = ql[64h + 32 ..], qh = qh[32h ..]        (32 bytes each)
+            q   = (ql0 & 15 | ql1 & 15 | ql0 >> 4 | ql1 >> 4)[g] | ((qh >> 2g) & 3) << 4
+            vpmaddubsw(q, a[128h + 32g ..]) -> 16 int16;  vpmaddwd with 1 -> 8 int32
+                (lanes 0-3: group 8h + 2g, lanes 4-7: group 8h + 2g + 1)
+            two levels of vphaddd over g = 0..3, then lanes (0 4 1 5 2 6 3 7) -> groups 8h .. 8h+7
 
-        Exactness: needs no code equal to -128 (the caller checks; vpsignb cannot negate it).
-        Then |sign(x, p)| <= 127 and |p| <= 128, so a pair sum is at most 2·128·127 = 32512 and
-        vpmaddubsw never saturates; the int32 sums are exact. No bounds checks: the caller's
-        geometry guarantees ``woff + 2048 <= len(w)``, ``aoff + 32 <= len(a)``, ``len(acc) >= 64``."""
+        Exactness: a pair sum is at most 2·63·128 = 16128 (vpmaddubsw never saturates, whatever
+        the activations, -128 included); the int32 sums are exact. No bounds checks: the caller
+        guarantees ``woff + 192 <= len(w)``, ``aoff + 256 <= len(a)``, ``len(acc) >= 16``."""
         sig = types.void(w, woff, a, aoff, acc)
 
         def codegen(context, builder, signature, args):
             wbase, abase, cd = pointers(context, builder, signature, args)
             maddubs = llvm_fn(builder, v16i16, [v32i8, v32i8], "llvm.x86.avx2.pmadd.ub.sw")
             maddwd = llvm_fn(builder, v8i32, [v16i16, v16i16], "llvm.x86.avx2.pmadd.wd")
-            psign = llvm_fn(builder, v32i8, [v32i8, v32i8], "llvm.x86.avx2.psign.b")
+            phadd = llvm_fn(builder, v8i32, [v8i32, v8i32], "llvm.x86.avx2.phadd.d")
             ones = ir.Constant(v16i16, [1] * 16)
-            splat = ir.Constant(v8i32, [0] * 8)
-            accs = [None] * (CHANNELS // 8)
-            for q in range(KG_BLOCKS):
-                p4 = builder.bitcast(builder.gep(abase, [ir.Constant(i64, 4 * q)]), i32.as_pointer())
-                vec = builder.insert_element(ir.Constant(v8i32, None), builder.load(p4, align=1), ir.Constant(i32, 0))
-                pat = builder.bitcast(builder.shuffle_vector(vec, ir.Constant(v8i32, None), splat), v32i8)
-                absp = builder.call(psign, [pat, pat])  # |p| (as unsigned bytes: -128 -> 128)
-                for s in range(CHANNELS // 8):
-                    at = builder.gep(wbase, [ir.Constant(i64, q * 4 * CHANNELS + 32 * s)])
-                    x = builder.load(builder.bitcast(at, v32i8.as_pointer()), align=1)
-                    t = builder.call(maddwd, [builder.call(maddubs, [absp, builder.call(psign, [x, pat])]), ones])
-                    accs[s] = t if accs[s] is None else builder.add(accs[s], t)
-            for s in range(CHANNELS // 8):
-                dst = builder.bitcast(builder.gep(cd, [ir.Constant(i64, 8 * s)]), v8i32.as_pointer())
-                builder.store(accs[s], dst, align=4)
+            low4, three = ir.Constant(v32i8, [15] * 32), ir.Constant(v32i8, [3] * 32)
+
+            def load(base, at):
+                return builder.load(builder.bitcast(builder.gep(base, [ir.Constant(i64, at)]), v32i8.as_pointer()),
+                                    align=1)
+
+            def shift(x, by, op):
+                return x if by == 0 else op(x, ir.Constant(v32i8, [by] * 32))
+
+            for h in range(2):
+                ql0, ql1, qh = load(wbase, 64 * h), load(wbase, 64 * h + 32), load(wbase, 128 + 32 * h)
+                sums = []
+                for g in range(4):
+                    ql = ql0 if g % 2 == 0 else ql1
+                    lo = builder.and_(ql, low4) if g < 2 else shift(ql, 4, builder.lshr)
+                    hi = shift(builder.and_(shift(qh, 2 * g, builder.lshr), three), 4, builder.shl)
+                    q = builder.or_(lo, hi)
+                    pairs = builder.call(maddubs, [q, load(abase, 128 * h + 32 * g)])
+                    sums.append(builder.call(maddwd, [pairs, ones]))
+                quad = builder.call(phadd, [builder.call(phadd, [sums[0], sums[1]]),
+                                            builder.call(phadd, [sums[2], sums[3]])])
+                out = builder.shuffle_vector(quad, ir.Constant(v8i32, None), ir.Constant(v8i32, [0, 4, 1, 5, 2, 6, 3, 7]))
+                dst = builder.bitcast(builder.gep(cd, [ir.Constant(i64, 8 * h)]), v8i32.as_pointer())
+                builder.store(out, dst, align=4)
             return context.get_dummy_value()
 
         return sig, codegen
@@ -276,7 +360,7 @@ def _build():
 
         return sig, codegen
 
-    return nibble_group_dot, int8_group_dot, int8_rows_dot, f16_lanes
+    return nibble_group_dot, int8_group_dot, int8_group_dot16, q6_k_block_dot, int8_rows_dot, f16_lanes
 
 
 def _target_has_f16c() -> bool:
@@ -290,6 +374,7 @@ def _target_has_f16c() -> bool:
 
 
 #: the intrinsics (callable from numba code only), or None where they cannot run
-nibble_group_dot, int8_group_dot, int8_rows_dot, f16_lanes = _build() if AVAILABLE else (None, None, None, None)
+(nibble_group_dot, int8_group_dot, int8_group_dot16, q6_k_block_dot, int8_rows_dot,
+ f16_lanes) = _build() if AVAILABLE else (None,) * 6
 #: f16_lanes compiles to vcvtph2ps (F16C; every AVX2 CPU we know has it, checked anyway)
 F16_LANES = AVAILABLE and _target_has_f16c()

@@ -739,9 +739,77 @@ if _simd.AVAILABLE:
             _rows_portable(codes, tw, t, a, A, s_t, o_t, da, kind, group, P, y, want_p, want_y)
             return
         _int8_scratch_dots(scratch, t, a, A, s_t, o_t, da, kind, group, n, P, y, want_p, want_y, 0)
+
+    _q6_k_block_dot = _simd.q6_k_block_dot
+    _Q6_K_BLOCK = _simd.Q6_K_BLOCK
+
+    @njit(cache=True)
+    def _tile_rowmajor_q6_k_avx2(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
+        # rowmajor Q6_K. Below SCRATCH_MIN_ROWS activation rows (a decoded token: a tied output
+        # matrix) each super-block's 16 group sums of the raw codes q are read in place
+        # (_simd.q6_k_block_dot), less off·A (c = q - off, off = geom[2] = 32): the exact int32
+        # partials of the portable row tile, which runs from there (one decode of the tile's codes
+        # shared by the activation rows).
+        tw = _tile_width(n, t)
+        k = a.shape[1]
+        if a.shape[0] >= SCRATCH_MIN_ROWS:
+            wt = _tile_view(w, TILE * t, tw, geom[1], geom[0] // geom[1])
+            codes = np.zeros((TILE, geom[1], k // geom[1]), np.int16)
+            for r in range(tw):
+                _row_q6_k(wt, r, codes)
+            _rows_portable(codes, tw, t, a, A, s_t, o_t, da, kind, group, P, y, want_p, want_y)
+            return
+        ng = s_t.shape[1]
+        row_bytes = geom[0]
+        off = np.int32(geom[2])
+        af = a.reshape(-1)
+        pt = np.zeros((a.shape[0], ng, TILE), np.int32)  # lanes past tw stay 0
+        acc = np.empty(16, np.int32)
+        first = TILE * t * row_bytes
+        for m in range(a.shape[0]):
+            for r in range(tw):
+                for j in range(geom[1]):
+                    _q6_k_block_dot(w, first + r * row_bytes + j * _Q6_K_BLOCK, af, m * k + 256 * j, acc)
+                    for i in range(16):
+                        pt[m, 16 * j + i, r] = acc[i] - off * A[m, 16 * j + i]
+        _rows_finish(pt, tw, t, A, s_t, o_t, da, kind, group, P, y, want_p, want_y)
+
+    _int8_group_dot32 = _simd.int8_group_dot
+    _int8_group_dot16 = _simd.int8_group_dot16
+
+    def _int8_panel_avx2_tile(g16: bool):
+        """panel64 int8 panels (``c = code - code_offset``, |c| < 128: every int8 type but Q8_0)
+        through _simd's int8 group dot, read in place: the panel bytes of a group are already its
+        operand (byte ``256q + 4c + j`` = code of channel ``c`` at K ``4q + j``). ``g16``: groups of
+        16 K (Q6_K, Q2_K, Q3_K), else 32. The same exact int32 partials as _tile_panel64_int8."""
+
+        @njit(cache=True)
+        def tile(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
+            ng = s_t.shape[1]
+            tw = _tile_width(n, t)
+            k = a.shape[1]
+            af = a.reshape(-1)
+            acc = np.empty(TILE, np.int32)
+            yt = np.zeros((a.shape[0], TILE), np.float32)
+            for g in range(ng):
+                k0 = g * group
+                base = (t * ng + g) * (group * TILE)  # 64 bytes per K of a 64-channel int8 tile
+                for m in range(a.shape[0]):
+                    if g16:
+                        _int8_group_dot16(w, base, af, m * k + k0, acc)
+                    else:
+                        _int8_group_dot32(w, base, af, m * k + k0, acc)
+                    _group_done(acc, t, g, m, tw, 0, A, s_t, o_t, da, kind, k0, P, yt, want_p, want_y)
+            _tile_done(yt, t, tw, y, want_y)
+
+        return tile
+
+    _INT8_PANEL_TILES_AVX2 = {16: _int8_panel_avx2_tile(True), 32: _int8_panel_avx2_tile(False)}
 else:
     _row_tile_nibble_avx2 = None
     _tile_rowmajor_q8_0_avx2 = None
+    _tile_rowmajor_q6_k_avx2 = None
+    _INT8_PANEL_TILES_AVX2 = {}
 
 
 # the driver: one parallel loop over tiles for every table row; the tile function comes in as a
@@ -861,7 +929,7 @@ _ROW_TILES = {t: _row_tile(dec) for t, dec in (
 #: rowmajor 4-bit types (G = 32) where numba targets AVX2: the nibble tile of each decoder
 _ROW_TILES_AVX2 = {} if _row_tile_nibble_avx2 is None else {
     **{t: _row_tile_nibble_avx2(dec) for t, dec in (("Q4_0", _row_q4_0), ("Q4_1", _row_q4_1), ("Q4_K", _row_q4_k))},
-    "Q8_0": _tile_rowmajor_q8_0_avx2}
+    "Q8_0": _tile_rowmajor_q8_0_avx2, "Q6_K": _tile_rowmajor_q6_k_avx2}
 
 
 def _nibble_tile(t):
@@ -881,6 +949,10 @@ def panel64_kernel(layout: str, t) -> KernelSpec | None:
         return KernelSpec(layout, t.name, tile, panel64_code_bytes, panel64_scale_arrays,
                           _geom_offset(t.code_offset), 15, activations=order, variant=variant)
     # int8 panels hold c = code - code_offset
+    fast = _INT8_PANEL_TILES_AVX2.get(t.group) if _signed_code_max(t) < 128 else None
+    if fast is not None:  # through the AVX2 int8 group dot (_int8_panel_avx2_tile)
+        return KernelSpec(layout, t.name, fast, panel64_code_bytes, panel64_scale_arrays, _geom_offset(0),
+                          _signed_code_max(t), variant="avx2")
     return KernelSpec(layout, t.name, _tile_panel64_int8, panel64_code_bytes, panel64_scale_arrays,
                       _geom_offset(0), _signed_code_max(t))
 
@@ -897,6 +969,9 @@ def rowmajor_kernel(layout: str, t) -> KernelSpec | None:
     if fast is not None and t.code_bits == 4:  # through the AVX2 nibble kernel (_row_tile_nibble_avx2)
         return KernelSpec(layout, t.name, fast, _rowmajor_bytes, _rowmajor_scales, _geom_rows_offset, 15,
                           activations=_simd.pair_order, variant="avx2")
+    if fast is not None and t.name == "Q6_K":  # super-blocks read in place (_tile_rowmajor_q6_k_avx2)
+        return KernelSpec(layout, t.name, fast, _rowmajor_bytes, _rowmajor_scales, _geom_rows_offset,
+                          _signed_code_max(t), variant="avx2")
     if fast is not None:  # Q8_0 through the AVX2 int8 kernel (_tile_rowmajor_q8_0_avx2)
         return KernelSpec(layout, t.name, fast, _rowmajor_bytes, _rowmajor_scales, _geom_rows,
                           _signed_code_max(t), variant="avx2")
