@@ -59,6 +59,19 @@ def test_attention_serial_equals_parallel(rng):
         assert np.array_equal(ops.attention(q[m:m + 1], kt, vt, 20 + m, 0.25, 7), batch[m:m + 1])
 
 
+def test_attention_of_one_query_on_the_threads_same_bits(rng, monkeypatch):
+    """A decoded token with many heads x positions runs its heads in parallel
+    (ops.SERIAL_ATTENTION_WORK): the same bits as on the calling thread."""
+    kt = rng.standard_normal((2, 16, 40), dtype=np.float32)
+    vt = rng.standard_normal((2, 40, 16), dtype=np.float32)
+    q = rng.standard_normal((1, 4, 16), dtype=np.float32)
+    for window in (0, 7):
+        serial = ops.attention(q, kt, vt, 30, 0.25, window)
+        monkeypatch.setattr(ops, "SERIAL_ATTENTION_WORK", 0)
+        assert np.array_equal(ops.attention(q, kt, vt, 30, 0.25, window), serial)
+        monkeypatch.undo()
+
+
 def test_attention_is_causal(rng):
     q = rng.standard_normal((1, 2, 8), dtype=np.float32)
     kc = rng.standard_normal((6, 1, 8), dtype=np.float32)

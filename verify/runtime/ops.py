@@ -254,14 +254,23 @@ def _attention_serial(q, kt, vc, length, pos0, scale, window, out):
         _attend_job(q, kt, vc, length, pos0, scale, window, job, out)
 
 
-SERIAL_QUERIES = 1  # at most this many query rows run serially
+SERIAL_QUERIES = 1  # at most this many query rows run serially ...
+#: ... unless their heads read at least this many cached key and value elements (H · D · positions):
+#: a decoded token of SmolLM2 (9 heads of 64) stays on the calling thread up to ~450 positions, one
+#: of Qwen3-0.6B (16 heads of 128) or Phi-3-mini (32 of 96) splits its heads over the threads from
+#: ~130 and ~90 (measured: docs/BENCHMARKS.md, issue 29)
+SERIAL_ATTENTION_WORK = 1 << 18
 
 
 def attention(q: np.ndarray, kt: np.ndarray, vc: np.ndarray, pos0: int, scale: float, window: int = 0) -> np.ndarray:
     """``q`` f32 ``[M, H, D]``; key cache ``kt [Hkv, D, cap]``, value cache ``vc [Hkv, cap, D]``
-    holding positions ``0 .. pos0 + M - 1`` -> ``[M, H, D]``."""
+    holding positions ``0 .. pos0 + M - 1`` -> ``[M, H, D]``. Every (query, head) pair is computed
+    on its own, so which kernel runs (serial, parallel) never changes the bits."""
     out = np.empty(q.shape, np.float32)
-    kernel = _attention_serial if q.shape[0] <= SERIAL_QUERIES else _attention_kernel
+    m_rows, heads, d = q.shape
+    span = pos0 + m_rows if window <= 0 else min(pos0 + m_rows, window)
+    serial = m_rows <= SERIAL_QUERIES and heads * d * span < SERIAL_ATTENTION_WORK
+    kernel = _attention_serial if serial else _attention_kernel
     kernel(np.ascontiguousarray(q, np.float32), kt, vc, int(pos0 + q.shape[0]), int(pos0),
            np.float32(scale), int(window), out)
     return out
