@@ -263,11 +263,12 @@ class Model:
         m = x.shape[0]
         h = ops.rms_norm(x, L.attn_norm, hp.eps)
         kt, vc = self.cache.k[i], self.cache.v[i]
-        if m == 1 and L.qkv is not None and s.head_dim_v == s.head_dim:  # a decoded token: one pass
+        if m == 1 and s.head_dim_v == s.head_dim:  # a decoded token: q/k/v to attention in one pass
+            # (q, k, v in one product where they stack; else three, side by side: the same bits)
+            y = L.qkv(h) if L.qkv is not None else np.concatenate(_matmuls((L.q, L.k, L.v), h), axis=1)
             q = np.empty((m, s.n_head, s.head_dim), np.float32)
             vecs = (_NONE if b is None else b for b in (L.q_bias, L.k_bias, L.v_bias, L.q_norm, L.k_norm))
-            ops.rope_into_cache(L.qkv(h), s.q_dim, s.kv_dim, *vecs, float(hp.eps), cos, sin, hp.rope_pairs, pos0,
-                                q, kt, vc)
+            ops.rope_into_cache(y, s.q_dim, s.kv_dim, *vecs, float(hp.eps), cos, sin, hp.rope_pairs, pos0, q, kt, vc)
             return self._layer_rest(i, L, x, pos0, q, kt, vc)
         if L.qkv is not None:
             y = L.qkv(h)
