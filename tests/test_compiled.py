@@ -306,7 +306,7 @@ def test_avx2_and_portable_nibble_kernels_agree(qname, rng):
 def test_avx2_and_portable_rowmajor_kernels_agree(qname, rng):
     """rowmajor rows through the AVX2 tiles (4-bit: the nibble kernel; Q8_0: the int8 kernel,
     whose tiles holding a code of -128 fall back to the row partials; Q6_K: super-blocks read in
-    place below 4 activation rows) == the portable row tile."""
+    place, activation row by row) == the portable row tile."""
     import dataclasses
 
     n, k = 136, 512
@@ -321,7 +321,7 @@ def test_avx2_and_portable_rowmajor_kernels_agree(qname, rng):
     assert prep.spec.kernel is C._ROW_TILES_AVX2[qname] and prep.spec.path == "compiled.rowmajor.avx2"
     portable = dataclasses.replace(prep, geom=C._geom_rows(prep.qtype, n, k), spec=dataclasses.replace(
         prep.spec, kernel=C._ROW_TILES[qname], activations=None))
-    x = rng.standard_normal((3, k)).astype(np.float32)
+    x = rng.standard_normal((5 if qname == "Q6_K" else 3, k)).astype(np.float32)  # Q6_K: M >= 4 too
     x[1] *= 1e3
     a, da = D.quantize_activations(x)
     a[2, :40] = -128
