@@ -261,6 +261,7 @@ def main() -> None:
     ap.add_argument("--decode", type=int, default=64)
     ap.add_argument("--eval", type=int, default=512, dest="eval_tokens", help="eval tokens (0: skip the eval runs)")
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--eval-runs", type=int, default=None, help="timed eval processes (default: --runs)")
     ap.add_argument("--no-llama", action="store_true", help="our figures only")
     args = ap.parse_args()
 
@@ -318,8 +319,9 @@ def main() -> None:
     argv = ["-m", "panelpack", "eval", str(bundle), "--tokens", str(args.eval_tokens),
             "--threads", str(args.threads), "--json"]
     run_process([sys.executable, *argv], env=env).check("panelpack eval")  # warm-up
-    walls = [run_process([sys.executable, *argv], env=env).check("panelpack eval").wall for _ in range(args.runs)]
-    print(f"panelpack eval --tokens {args.eval_tokens} --threads {args.threads} (whole process, median of {args.runs}): "
+    runs = args.eval_runs or args.runs
+    walls = [run_process([sys.executable, *argv], env=env).check("panelpack eval").wall for _ in range(runs)]
+    print(f"panelpack eval --tokens {args.eval_tokens} --threads {args.threads} (whole process, median of {runs}): "
           f"{fmt_s(statistics.median(walls))} s; runs {', '.join(fmt_s(w) for w in walls)} s; load {loadavg()}")
 
 
