@@ -156,13 +156,21 @@ def parallel_quantize(range_kernel, block: int, chunk: int = CHUNK_BLOCKS):
     return quantize_parallel
 
 
+@lazy_njit(cache=True, error_model="numpy")
+def sum_squares(x):
+    """``sum x[i]*x[i]`` in order, in f32 (ggml's ``sum_x2`` / ``sumx2``)."""
+    s = np.float32(0)
+    for i in range(x.size):
+        s = s + x[i] * x[i]
+    return s
+
+
 def weighted_rows(block_kernel, qk: int, type_size: int):
     """The row kernel of an importance-weighted quantizer from its block kernel:
     ``rows(x, qw, out, r0, r1, k)`` quantizes rows ``[r0, r1)`` of the flat ``x`` (rows of
     ``k``) with the weights ``qw[k]``, calling ``block_kernel(xb, qb, blk, sigma2, iscr, fscr)``
     per block of ``qk`` values (``sigma2``: the row's ``sum x^2 / k``, which the 32-element
     types use; scratch ``iscr`` int32 ``[4, 256]`` and ``fscr`` f32 ``[4, 32]``)."""
-    from ._kquant import sum_squares
 
     @lazy_njit(numba.void(RO_F32, RO_F32, numba.uint8[::1], numba.int64, numba.int64, numba.int64),
                cache=True, error_model="numpy", tag=_tag(block_kernel))
@@ -494,19 +502,3 @@ def declare(namespace: dict, qtype: GGMLType, plan=None, *, dequantize_range=Non
         quantize_ref.__doc__ = f"numpy reference of {name} ``quantize`` (ggml's scalar loop), packed by ``from_fields``."
         namespace["quantize_ref"] = quantize_ref
         namespace["QUANTIZE_REF_IS_NUMPY"] = True  # all numpy: a small job may run it instead (formats/engine.py)
-
-
-@lazy_njit(numba.void(readonly("u1", 2), readonly("i8", 2), readonly("u4", 2), readonly("u4", 2), readonly("u4", 2),
-                      numba.uint32[:, ::1]), cache=True)
-def gather_field(b2, byte, shift, mask, dst, out):
-    """A bit plan's gather of one field (``_bits.BlockPlan.to_fields``' numpy loop is the
-    reference): ``out[blk, i] = OR_j ((b2[blk, byte[i, j]] >> shift[i, j]) & mask[i, j]) << dst[i, j]``
-    over the parts j of element i (padding parts have mask 0)."""
-    count, parts = byte.shape
-    for blk in range(b2.shape[0]):
-        row = b2[blk]
-        for i in range(count):
-            v = np.uint32(0)
-            for j in range(parts):
-                v |= ((np.uint32(row[byte[i, j]]) >> shift[i, j]) & mask[i, j]) << dst[i, j]
-            out[blk, i] = v
