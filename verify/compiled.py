@@ -49,8 +49,8 @@ import numpy as np
 from numba import config, njit, types
 
 from .. import repack
+from ..formats import _numba_internals, qtypes
 from ..formats import blocks as _blocks
-from ..formats import qtypes
 from ..formats.errors import BadInputError, UnsupportedError
 from ..repack import panel64 as _panel64
 from . import _simd
@@ -329,38 +329,10 @@ def _compiled(tile: Callable):
         else:
             log.debug("compiling (or loading from numba's cache) %s", tile.__name__)
             tile.compile(_TSIG.args)
-            wap_class = _typed_wap_class()
+            wap_class = _numba_internals.typed_wap_class()
             wap = tile if wap_class is None else wap_class(tile.overloads[_TSIG.args])
         _READY[tile] = wap
     return wap
-
-
-_WAP_CLASS: list = []
-
-
-def _typed_wap_class():
-    """numba's ``CompileResultWAP`` with its numba type computed once (None if numba lacks it).
-
-    The driver's dispatcher types every argument on every call; for a ``CompileResultWAP`` that
-    means rebuilding its signature and FunctionType, about 25 us a call (measured), more than a
-    small tile's work. The subclass registers a ``typeof`` that returns the stored type.
-    """
-    if not _WAP_CLASS:
-        try:  # numba-internal (checked on 0.59-0.68); the dispatcher itself also works
-            from numba.core.types.function_type import CompileResultWAP
-        except ImportError:  # pragma: no cover - depends on the numba release
-            _WAP_CLASS.append(None)
-        else:
-            from numba.extending import typeof_impl
-
-            class TypedWAP(CompileResultWAP):
-                def __init__(self, cres):
-                    super().__init__(cres)
-                    self.numba_type = types.FunctionType(self.signature())
-
-            typeof_impl.register(TypedWAP)(lambda val, c: val.numba_type)
-            _WAP_CLASS.append(TypedWAP)
-    return _WAP_CLASS[0]
 
 
 def spec(layout: str, qtype) -> KernelSpec:

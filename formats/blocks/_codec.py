@@ -10,6 +10,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from .. import _numba_internals
 from .._jit import RO_F32, RO_U8, RO_U16, lazy_njit, readonly
 from ..errors import BadInputError
 from ..qtypes import GGMLType
@@ -90,19 +91,10 @@ def type_loop(template, namespace: dict, qtype: GGMLType, signature, name: str):
     ``inline_jit`` block body, are module globals, which numba inlines; the block geometry
     (``_TYPE_SIZE``, ``_BLOCK_SIZE``, set here) is a compile-time constant; and numba caches the
     kernel beside the type module, invalidated when that file changes."""
-    import sys
-    import types
-
     namespace.setdefault("_TYPE_SIZE", qtype.type_size)
     namespace.setdefault("_BLOCK_SIZE", qtype.block_size)
     namespace.setdefault("block_scratch", block_scratch)
-    # a code object has its own qualname only from Python 3.11 (``co_qualname``); on 3.10 the
-    # function's ``__qualname__`` (set below on every version) is the only one
-    qualname = {"co_qualname": name} if sys.version_info >= (3, 11) else {}
-    code = template.__code__.replace(co_filename=namespace["__file__"], co_name=name, **qualname)
-    fn = types.FunctionType(code, namespace, name)
-    fn.__qualname__ = name
-    fn.__module__ = namespace["__name__"]
+    fn = _numba_internals.rehome(template, namespace, name)
     return lazy_njit(signature, cache=True, error_model="numpy")(fn)
 
 
