@@ -230,3 +230,21 @@ def test_cli_choices_come_from_the_registries(tmp_path, tiny_hf, registered):
     assert r.exit_code == 0, r.output
     r = run(main, ["convert", str(tiny_hf), "-o", str(tmp_path / "d.ppk"), "--layout", "panel32"])
     assert r.exit_code == 2 and "panel32" in r.output
+
+
+def test_cli_targets_outtypes_references_and_kernel_paths_come_from_their_registries(monkeypatch):
+    from panelpack import convert as convert_pkg
+    from panelpack.convert import gguf_out
+    from panelpack.verify.runtime import evaluate, weights
+
+    run = CliRunner().invoke
+    flat = "".join(run(main, ["convert", "--help"]).output.split())
+    assert f"[{'|'.join(convert_pkg.TARGETS)}]" in flat and f"[{'|'.join(gguf_out.OUTTYPE_CHOICES)}]" in flat
+    flat = "".join(run(main, ["eval", "--help"]).output.split())
+    assert f"[{'|'.join(evaluate.REFERENCES)}]" in flat
+    assert f"[{'|'.join(p for p in weights.KERNEL_PATHS if p != 'f32')}]" in flat  # f32 is a reference only
+    # read when used, not copied at import: a path added to the registry is a choice at once
+    monkeypatch.setattr(weights, "KERNEL_PATHS", (*weights.KERNEL_PATHS, "test-path"))
+    assert "test-path" in run(main, ["generate", "--help"]).output
+    r = run(main, ["eval", "nowhere.ppk", "--kernels", "nope"])
+    assert r.exit_code == 2 and "test-path" in r.output
