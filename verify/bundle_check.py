@@ -62,9 +62,6 @@ _FULL_P_BYTES = 256 << 20  # all-rows partials larger than this are compared on 
 #: M·N·K above which the larger activation batch runs the compiled kernels (reference and
 #: layout) on the sampled super-blocks only; M = 1 always runs them on every row
 _FULL_WORK = 1 << 28
-#: layouts whose regions all lead with the 64-row super-block axis, so the sampled super-blocks
-#: are a tensor of the same layout (and whose runtime paths all run on the sampled rows)
-_SUPERBLOCK_MAJOR = frozenset({repack.panel64.NAME})
 _SANITY_ELEMENTS = 64 << 20  # weights beyond this skip the f64 sanity error
 
 log = logging.getLogger(__name__)
@@ -203,7 +200,7 @@ def _agreement(b: Bundle, t: TensorEntry, blocks: Optional[np.ndarray], v: Tenso
     # a large batch on a large matrix runs the compiled kernels on the sampled super-blocks
     # (M = 1 runs them on every row): the emulated leaves' rows, at a fraction of the work
     sampled_x = [x.shape[0] > 1 and x.shape[0] * n * k > _FULL_WORK and blocks is not None and prep is not None
-                 and layout in _SUPERBLOCK_MAJOR and rows_pick.size < n for x in xs]
+                 and ver.superblock_major and rows_pick.size < n for x in xs]
     y64s = (_f64_products(layout, regions, n, k, qt, xs, [sb_pick if s_ else None for s_ in sampled_x])
             if n * k <= _SANITY_ELEMENTS else None)
     sub: Optional[tuple] = None  # (reference, layout kernel) on the sampled super-blocks, made once
@@ -358,7 +355,7 @@ def _f64_products(layout: str, regions, n: int, k: int, qt, xs: list[np.ndarray]
 def _sampled_kernels(layout: str, regions, blocks: np.ndarray, rows: np.ndarray, sbs: np.ndarray, k: int, qt):
     """The standard reference and the layout's compiled kernel prepared on the sampled
     super-blocks ``sbs`` alone (their real ``rows``): a smaller tensor of the same layout, whose
-    regions are the super-blocks' slices of each region (``_SUPERBLOCK_MAJOR``)."""
+    regions are the super-blocks' slices of each region (the registry's ``superblock_major``)."""
     from . import compiled, leaves
 
     part = leaves.sb_regions(regions, sbs)

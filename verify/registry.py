@@ -10,7 +10,15 @@ says, per layout name, which of the verifier's **own** byte readers run on it:
 * ``runners``: the emulated runtime paths (SME2/NEON leaves on panels, the interleaved GEMM,
   or the readers a layout module declares itself, below), each a :class:`Runner`;
 * ``regions_are_blocks``: the layout's regions are the standard blocks themselves (rowmajor),
-  so the standard dispatch reads the layout's own bytes and their sha256 is the lossless proof.
+  so the standard dispatch reads the layout's own bytes and their sha256 is the lossless proof;
+* ``row_reader``: a class ``(regions, n, k, qtype)`` with ``rows(r0, r1, out)``, f32 rows straight
+  from the layout's bytes (``verify/lossless.py``), so the lossless comparison and the f64 sanity
+  read a big tensor in row chunks; without one, the layout's ``dequantize`` in one piece;
+* ``superblock_major``: every region leads with the 64-row super-block axis, so the sampled
+  super-blocks are a tensor of the same layout (and all its runtime paths run on those rows);
+* ``stack_rows``: the compiled kernel computes each output row on its own, in units of this
+  many rows, so matrices reading the same input stack into one product when each N is a whole
+  number of units (the runtime's q/k/v and gate/up, ``verify/runtime/weights.stacked``).
 
 Every geometry fact a reader needs (region names, byte sizes, channels per panel) is read from
 the layout module's ``plan()`` and constants, never restated. The readers never call a layout's
@@ -103,6 +111,9 @@ class LayoutVerifier:
     runners: tuple[Runner, ...] = ()
     regions_are_blocks: bool = False
     origin: str = "verify"  # "verify" (this table), "VERIFY hooks" (the layout module), "none"
+    row_reader: Optional[Callable[..., Any]] = None  # (regions, n, k, t) -> lossless.Panel64Reader-like
+    superblock_major: bool = False
+    stack_rows: Optional[int] = None
 
     def kernel_spec(self, t: qtypes.GGMLType):
         """The compiled kernel for type ``t`` on this layout, or None."""
@@ -163,8 +174,9 @@ def _interleaved(mod, kernel: str, form: str) -> LayoutVerifier:
 
 #: layout NAME -> how the verifier reads it. The only table in verify/ keyed by layout.
 VERIFIERS: dict[str, LayoutVerifier] = {v.name: v for v in (
-    LayoutVerifier(rowmajor.NAME, _named("compiled", "rowmajor_kernel"), regions_are_blocks=True),
-    LayoutVerifier(panel64.NAME, _named("compiled", "panel64_kernel"), runners=(PANEL_LEAVES,)),
+    LayoutVerifier(rowmajor.NAME, _named("compiled", "rowmajor_kernel"), regions_are_blocks=True, stack_rows=1),
+    LayoutVerifier(panel64.NAME, _named("compiled", "panel64_kernel"), runners=(PANEL_LEAVES,),
+                   row_reader=_named("lossless", "Panel64Reader"), superblock_major=True, stack_rows=panel64.CHANNELS),
     _interleaved(ggml_x8, "x8_kernel", "x8_form"),
     _interleaved(il8_nibble, "il8_nibble_kernel", "il8_nibble_form"),
     _interleaved(il8_int8, "il8_int8_kernel", "il8_int8_form"),
@@ -211,6 +223,24 @@ def _known(layout: str) -> Optional[LayoutVerifier]:
         return verifier(layout)
     except UnsupportedError:  # not a layout name
         return None
+
+
+def row_reader(layout: str) -> Optional[Callable[..., Any]]:
+    """The lossless row reader of ``layout`` (see the module docstring), or None."""
+    v = _known(layout)
+    return None if v is None else v.row_reader
+
+
+def superblock_major(layout: str) -> bool:
+    """Whether every region of ``layout`` leads with the 64-row super-block axis."""
+    v = _known(layout)
+    return v is not None and v.superblock_major
+
+
+def stack_rows(layout: str) -> Optional[int]:
+    """The row unit in which ``layout``'s compiled products stack (None: they do not)."""
+    v = _known(layout)
+    return None if v is None else v.stack_rows
 
 
 def kernel_spec(layout: str, qtype):

@@ -35,6 +35,7 @@ from ... import repack
 from ...formats import blocks as _blocks
 from ...formats import qtypes
 from ...formats.errors import BadInputError
+from .. import registry
 from ..tensors import dequantized, nk, standard_blocks, vector  # noqa: F401  (vector: model.py reads it here)
 
 KERNEL_PATHS = ("compiled", "standard", "emulated-sme2", "emulated-neon", "f32")
@@ -291,9 +292,6 @@ def _emulated_linear(name, entry, regions, which) -> Linear:
 
 #: layouts whose regions all start with the row (super-block) axis, and the row multiple that
 #: keeps every part's rows in whole units when matrices are stacked
-_STACKABLE = {"panel64": 64, "rowmajor": 1}
-
-
 def stacked(name: str, parts, kernels: str) -> Linear | None:
     """Matrices that read the same input stacked into one (q/k/v; gate/up), or None when they
     cannot be: the compiled path only, same layout, type and K, each N a whole number of the
@@ -303,7 +301,7 @@ def stacked(name: str, parts, kernels: str) -> Linear | None:
     if kernels != "compiled" or len(parts) < 2:
         return None
     e0 = parts[0][0]
-    unit = _STACKABLE.get(e0.layout)
+    unit = registry.stack_rows(e0.layout)
     if unit is None or not _has_integer_form(e0):
         return None
     k0 = nk(e0)[1]
