@@ -54,7 +54,7 @@ def rehome(template: Callable, namespace: dict, name: str) -> types.FunctionType
     (``co_filename``, which numba's cache locator and source stamp read) and this name
     (``co_name``; ``co_qualname`` from Python 3.11, the function's ``__qualname__`` on every
     version)."""
-    qualname = {"co_qualname": name} if sys.version_info >= (3, 11) else {}
+    qualname: dict[str, Any] = {"co_qualname": name} if sys.version_info >= (3, 11) else {}
     code = template.__code__.replace(co_filename=namespace["__file__"], co_name=name, **qualname)
     fn = types.FunctionType(code, namespace, name)
     fn.__qualname__ = name
@@ -174,7 +174,7 @@ def compile_listener(on_start: Callable[[Any], None], on_end: Callable[[Any], No
     try:
         from numba.core import event
 
-        base = event.Listener
+        base: Any = event.Listener
     except Exception:  # noqa: BLE001 - numba's event API moved: nothing to listen to
         yield False
         return
