@@ -50,6 +50,8 @@ log = logging.getLogger(__name__)
 F32, F16, BF16, Q8_0 = qtypes.F32, qtypes.F16, qtypes.BF16, qtypes.Q8_0
 #: ``--outtype`` -> (type of the matrices, llama_ftype written as general.file_type)
 OUTTYPES: dict[str, tuple[qtypes.GGMLType, int]] = {"f32": (F32, 0), "f16": (F16, 1), "bf16": (BF16, 32), "q8_0": (Q8_0, 7)}
+#: what ``--outtype`` takes: those, or ``auto`` (convert_hf_to_gguf.py's: the source's own float type)
+OUTTYPE_CHOICES = (*OUTTYPES, "auto")
 #: the most common tensor type -> llama_ftype, as llama.cpp's loader guesses a file type
 GUESSED_FTYPE = {"F32": 0, "F16": 1, "BF16": 32, "Q4_0": 2, "Q4_1": 3, "Q5_0": 8, "Q5_1": 9, "Q8_0": 7,
                  "Q2_K": 10, "Q3_K": 12, "Q4_K": 15, "Q5_K": 17, "Q6_K": 18}

@@ -331,12 +331,13 @@ def test_mapped_and_written_tensor_files_are_the_same(tmp_path, tiny_gguf, monke
     import types
 
     from panelpack.formats import bundle as B
+    from panelpack.formats import bundle_writer
 
     a = Bundle(convert(tiny_gguf, tmp_path / "a.ppk").bundle)
     if unmappable == "mmap fails":  # a file system that cannot map files: the writes take over
         def no_map(*args, **kw):
             raise OSError(errno.ENODEV, "No such device")
-        monkeypatch.setattr(B, "mmap", types.SimpleNamespace(mmap=no_map))
+        monkeypatch.setattr(bundle_writer, "mmap", types.SimpleNamespace(mmap=no_map))
     else:
         monkeypatch.setattr(B.BundleWriter, "MAPS", False)
     b = Bundle(convert(tiny_gguf, tmp_path / "b.ppk").bundle)

@@ -34,7 +34,9 @@ import numpy as np
 from ... import repack
 from ...formats import blocks as _blocks
 from ...formats import qtypes
-from ...formats.errors import BadInputError, UnsupportedError
+from ...formats.errors import BadInputError
+from .. import registry
+from ..tensors import dequantized, nk, standard_blocks, vector  # noqa: F401  (vector: model.py reads it here)
 
 KERNEL_PATHS = ("compiled", "standard", "emulated-sme2", "emulated-neon", "f32")
 
@@ -184,38 +186,6 @@ def open_source(path, check: bool = True) -> WeightSource:
 # =============================================================================================
 # tensors as arrays
 # =============================================================================================
-def nk(entry) -> tuple[int, int]:
-    shape = entry.shape
-    if len(shape) == 1:
-        return 1, int(shape[0])
-    if len(shape) != 2:
-        raise UnsupportedError(f"tensor {entry.name!r} has {len(shape)} dimensions; the runtime takes 1-D and 2-D")
-    return int(shape[0]), int(shape[1])
-
-
-def standard_blocks(entry, regions) -> np.ndarray:
-    """The standard (row-major GGUF) blocks of a tensor, ``uint8 [n, row_bytes]``."""
-    n, k = nk(entry)
-    lay = repack.get(entry.layout)
-    if not lay.invertible(entry.type):
-        raise UnsupportedError(f"tensor {entry.name!r}: layout {entry.layout} is not invertible for "
-                               f"{entry.type}; its standard blocks cannot be restored")
-    return lay.unpack(regions, n, k, entry.type)
-
-
-def dequantized(entry, regions) -> np.ndarray:
-    """The tensor's values as f32 ``[n, k]`` (bit-identical with the codec, any layout)."""
-    n, k = nk(entry)
-    if entry.layout == "rowmajor":
-        return _blocks.dequantize(np.asarray(regions["blocks"]), entry.type, n, k)
-    return np.asarray(repack.get(entry.layout).dequantize(regions, n, k, entry.type), np.float32)
-
-
-def vector(entry, regions) -> np.ndarray:
-    """A 1-D tensor (norm weight, bias) as f32 ``[k]``."""
-    return np.ascontiguousarray(dequantized(entry, regions).reshape(-1), np.float32)
-
-
 class Embedding:
     """Token rows gathered from row-major blocks and decoded by the type's codec."""
 
@@ -322,9 +292,6 @@ def _emulated_linear(name, entry, regions, which) -> Linear:
 
 #: layouts whose regions all start with the row (super-block) axis, and the row multiple that
 #: keeps every part's rows in whole units when matrices are stacked
-_STACKABLE = {"panel64": 64, "rowmajor": 1}
-
-
 def stacked(name: str, parts, kernels: str) -> Linear | None:
     """Matrices that read the same input stacked into one (q/k/v; gate/up), or None when they
     cannot be: the compiled path only, same layout, type and K, each N a whole number of the
@@ -334,7 +301,7 @@ def stacked(name: str, parts, kernels: str) -> Linear | None:
     if kernels != "compiled" or len(parts) < 2:
         return None
     e0 = parts[0][0]
-    unit = _STACKABLE.get(e0.layout)
+    unit = registry.stack_rows(e0.layout)
     if unit is None or not _has_integer_form(e0):
         return None
     k0 = nk(e0)[1]
