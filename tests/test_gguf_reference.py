@@ -24,15 +24,12 @@ import hf_models
 import llama_convert
 import llama_proc
 import llama_ref
-import tiers
 
 pytestmark = pytest.mark.slow
 
 ARCHS = hf_models.ARCHES
 OUTTYPES = ("f32", "f16", "bf16", "q8_0")
 MIXES = ("Q4_0", "Q4_K_M", "Q5_K_M", "Q6_K")
-# the architecture x outtype and architecture x mix products are sampled in CI (_matrix below):
-# MiniLM runs every outtype and mix
 
 #: a varied corpus (tokenization and logits): ASCII, code, digits, whitespace runs, accents, CJK,
 #: emoji, special tokens
@@ -82,22 +79,15 @@ def _same(ours: Path, ref: Path) -> None:
     assert not diffs, "\n".join(diffs)
 
 
-def _matrix(always: tuple[str, ...], rotated: tuple[str, ...]) -> list[tuple[str, str]]:
-    """(arch, kind) cases: every arch with each of ``always`` (the references other tests make
-    anyway), and one of ``rotated`` in turn, so that each kind meets several architectures;
-    ``PANELPACK_EXHAUSTIVE=1`` (tests/tiers.py): the whole product."""
-    if tiers.EXHAUSTIVE:
-        return [(a, k) for a in ARCHS for k in always + rotated]
-    return [(a, k) for i, a in enumerate(ARCHS) for k in always + (rotated[i % len(rotated)],)]
-
-
-@pytest.mark.parametrize(("arch", "outtype"), _matrix(("f32", "bf16"), ("f16", "q8_0")))
+@pytest.mark.parametrize("outtype", OUTTYPES)
+@pytest.mark.parametrize("arch", ARCHS)
 def test_outtype_equals_the_converter(refs, models, tmp_path, arch, outtype):
     r = refs(arch, models[arch])
     _same(to_gguf(r.folder, tmp_path / "ours.gguf", outtype=outtype).path, r.outtype(outtype))
 
 
-@pytest.mark.parametrize(("arch", "mix"), _matrix(("Q4_K_M",), ("Q4_0", "Q5_K_M", "Q6_K")))
+@pytest.mark.parametrize("mix", MIXES)
+@pytest.mark.parametrize("arch", ARCHS)
 def test_mix_equals_converter_then_quantizer(refs, models, tmp_path, arch, mix):
     """The bf16 checkpoints through --outtype bf16 (no rounding before the quantizer), then the mix."""
     r = refs(arch, models[arch])

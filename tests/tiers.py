@@ -4,12 +4,12 @@ test in the slow tier and keep a cheap few in the README's fast one."""
 from __future__ import annotations
 
 import os
-from typing import Any, Collection, Iterable, Sequence
+from typing import Any, Collection, Iterable
 
 import pytest
 
-#: ``PANELPACK_EXHAUSTIVE=1`` widens the slow tier's largest sweeps from a spread sample to every
-#: case (docs/DEVELOPING.md, "Tests"): CI runs the sample, a release check runs it all.
+#: ``PANELPACK_EXHAUSTIVE=1`` widens the slow tier's largest sweep from a sample to every case
+#: (docs/DEVELOPING.md, "Tests"): CI runs the sample, a release check runs it all.
 EXHAUSTIVE = os.environ.get("PANELPACK_EXHAUSTIVE", "") == "1"
 
 
@@ -22,13 +22,3 @@ def fast_only(values: Iterable[Any], keep: Collection[Any], ids=None) -> list:
         out.append(pytest.param(v, marks=marks, id=ids(v) if callable(ids) else None))
     return out
 
-
-def spread(values: Sequence[Any], every: int) -> list:
-    """Every ``every``-th of ``values`` (the first and the last included), or all of them under
-    ``PANELPACK_EXHAUSTIVE=1``: a sample that still reaches both ends of a sweep."""
-    if EXHAUSTIVE or every <= 1 or len(values) <= 2:
-        return list(values)
-    picked = list(values[::every])
-    if picked[-1] is not values[-1]:
-        picked.append(values[-1])
-    return picked
