@@ -36,7 +36,9 @@ through transformers, reproduced by ``cactus_tokenizer.py`` from the source's ow
 files (GGUF sources: from the tokenizer metadata, as for the HF folder it stands for), and so
 is the ``tokenizer.json`` transformers re-serialises (not for byte-level GGUF tokenizers: their
 pre-tokenizer is only named in GGUF). Not reproduced: cactus's ``hessian_metadata.json``
-(timings of a calibration that does not run).
+(timings of a calibration that does not run), and the order of Gemma 3's per-layer-type RoPE
+buffer rows in ``conversion_manifest.json``: transformers registers them in the order of a Python
+set of the layer types, which varies with the process's hash seed; panelpack lists them sorted.
 """
 
 from __future__ import annotations
