@@ -213,8 +213,12 @@ def _stopped_mid_write(tmp_path: Path, n_tensors: int):
     _big_gguf(src, n_tensors)
     out = tmp_path / f"out{n_tensors}" / "big.ppk"
     out.parent.mkdir()
+    # SIGINT as a terminal's Ctrl-C finds it: a shell without job control starts background
+    # commands (CI's, this one's parent perhaps) with SIGINT ignored, and Python, like any
+    # program, keeps an inherited SIG_IGN: the conversion would rightly run on to its end
     proc = subprocess.Popen([sys.executable, "-m", "panelpack", "convert", str(src), "-o", str(out), "--no-progress"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 120
     while time.time() < deadline:  # wait until it is writing tensors
         partial = [p for p in out.parent.iterdir() if ".partial-" in p.name]
