@@ -1,7 +1,7 @@
 """The architecture table: what panelpack knows of each decoder architecture, in one place.
 
 One row (:class:`~.spec.Arch`) per architecture, a module per family (``llama.py``: llama,
-mistral, smollm3, granite; ``qwen.py``: qwen2, qwen3; ``gemma.py``: gemma3; ``phi.py``: phi3),
+mistral, smollm3, granite; ``qwen.py``: qwen2, qwen3; ``gemma.py``: gemma3; ``phi.py``: phi3; ``lfm2.py``: lfm2),
 registered in :data:`ARCHITECTURES`. Around the rows:
 
 * :mod:`.names`: the tensor roles with their HF, GGUF and cactus names and shapes;
@@ -25,7 +25,7 @@ import functools
 import re
 from typing import Any, Iterable, Mapping
 
-from . import gemma, keys, llama, names, phi, qwen, rope, transforms
+from . import gemma, keys, lfm2, llama, names, phi, qwen, rope, transforms
 from .hyper import KINDS, REFUSED, Hyper, LayerSpec, expected_tensors, gguf_arch, hf_arch, hf_rope_parameters, tensor_problems, text_config
 from .hyper import from_gguf as _from_gguf
 from .hyper import from_hf_config as _from_hf_config
@@ -97,7 +97,7 @@ def _patterns(arch: str, naming: str) -> tuple[tuple[re.Pattern, str], ...]:
     return tuple(out)
 
 
-for _row in (*llama.ROWS, *qwen.ROWS, *gemma.ROWS, *phi.ROWS):
+for _row in (*llama.ROWS, *qwen.ROWS, *gemma.ROWS, *phi.ROWS, *lfm2.ROWS):
     register(_row)
 
 
