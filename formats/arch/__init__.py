@@ -85,6 +85,26 @@ def from_gguf(meta: Mapping[str, Any], n_vocab: int, tensor_names: Iterable[str]
     return _from_gguf(meta, n_vocab, tensor_names, ARCHITECTURES, vector)
 
 
+def hf_derived_hparams(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """``n_head_kv`` and ``n_ff`` as the model runs them, for the rows that derive them from
+    ``config.json`` rather than state them (LFM2: no KV heads in its convolution layers, the FFN
+    width computed from ``intermediate_size``): one value, or a list where layers differ, as a
+    GGUF holds them. Empty for every other row, and for a config the table cannot read."""
+    from ..errors import BadInputError
+
+    try:
+        row = for_hf_config(cfg)
+        if row.hf_n_ff is None and row.layer_rule != "conv":
+            return {}
+        hp = from_hf_config(cfg)
+    except (BadInputError, KeyError, TypeError, ValueError):
+        return {}
+    out: dict[str, Any] = {}
+    for name, vals in (("n_head_kv", [L.n_head_kv for L in hp.layers]), ("n_ff", [L.n_ff for L in hp.layers])):
+        out[name] = vals[0] if len(set(vals)) == 1 else vals
+    return out
+
+
 # ---- names ---------------------------------------------------------------------------------------
 @functools.lru_cache(maxsize=None)
 def _patterns(arch: str, naming: str) -> tuple[tuple[re.Pattern, str], ...]:
@@ -151,7 +171,7 @@ def layer_index(name: str) -> int | None:
 __all__ = [
     "ARCHITECTURES", "Arch", "CONDITIONS", "GGUF_TRANSFORMS", "Hyper", "KINDS", "LAYER_RULES", "LayerSpec",
     "REFUSED", "ROLES", "Role", "expected_tensors", "for_gguf", "for_hf_config", "from_gguf", "from_hf_config",
-    "get", "gguf_name", "hf_rope_parameters", "is_embedding", "keys", "layer_index", "names", "register",
+    "get", "gguf_name", "hf_derived_hparams", "hf_rope_parameters", "is_embedding", "keys", "layer_index", "names", "register",
     "role_of", "rope", "tensor_name", "tensor_problems", "text_config", "transforms", "translate_name",
     "unregister",
 ]
