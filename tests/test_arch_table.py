@@ -148,6 +148,26 @@ def test_lfm2_tensors_per_layer_kind_and_gguf_reading():
                         "llama.feed_forward_length": 96}, 100, [], None)
 
 
+def test_lfm2_convolution_kernel_kept_as_stored_by_the_policy():
+    """The short-convolution kernel (HF 3-D, GGUF 2-D of a few taps) is a ``kernel``: copied
+    as stored, row-major, whatever the quantization asked; its neighbours are matrices."""
+    from panelpack.convert import policy
+    from panelpack.formats import qtypes
+    from panelpack.formats.common import TensorInfo
+
+    def info(name, shape, t):
+        return TensorInfo(name, shape, t, 0, int(np.prod(shape)) * 4, "x")
+
+    for name, shape, kind, t in (("model.layers.0.conv.conv.weight", (384, 1, 3), "hf", qtypes.BF16),
+                                 ("blk.0.shortconv.conv.weight", (384, 3), "gguf", qtypes.F32)):
+        d = policy.decide(info(name, shape, t), kind, "panel64", qtypes.Q8_0, qtypes.Q8_0)
+        assert (d.role, d.action, d.layout, d.target_type) == ("kernel", "copy", "rowmajor", t), name
+        assert "convolution kernel" in d.reason
+    d = policy.decide(info("blk.0.shortconv.in_proj.weight", (1152, 384), qtypes.F32), "gguf", "panel64", None,
+                      qtypes.Q8_0)
+    assert (d.role, d.action, d.layout) == ("matmul", "quantize", "panel64")
+
+
 def test_gguf_reading():
     meta = {"general.architecture": "phi3", "phi3.block_count": 2, "phi3.embedding_length": 64,
             "phi3.attention.head_count": 4, "phi3.attention.head_count_kv": [2, 1], "phi3.feed_forward_length": 96,

@@ -163,6 +163,12 @@ def is_embedding(name: str) -> bool:
     return any(p.search(name) for p in names.EMBEDDING_PATTERNS)
 
 
+def is_conv_kernel(name: str) -> bool:
+    """Whether a tensor name is a convolution kernel (LFM2's short convolution: a per-channel
+    filter of a few taps, kept as stored by every layout)."""
+    return any(p.search(name) for p in names.CONV_KERNEL_PATTERNS)
+
+
 def layer_index(name: str) -> int | None:
     m = names.LAYER_INDEX.search(name)
     return int(m.group(1)) if m else None
@@ -171,7 +177,7 @@ def layer_index(name: str) -> int | None:
 __all__ = [
     "ARCHITECTURES", "Arch", "CONDITIONS", "GGUF_TRANSFORMS", "Hyper", "KINDS", "LAYER_RULES", "LayerSpec",
     "REFUSED", "ROLES", "Role", "expected_tensors", "for_gguf", "for_hf_config", "from_gguf", "from_hf_config",
-    "get", "gguf_name", "hf_derived_hparams", "hf_rope_parameters", "is_embedding", "keys", "layer_index", "names", "register",
-    "role_of", "rope", "tensor_name", "tensor_problems", "text_config", "transforms", "translate_name",
+    "get", "gguf_name", "hf_derived_hparams", "hf_rope_parameters", "is_conv_kernel", "is_embedding", "keys",
+    "layer_index", "names", "register", "role_of", "rope", "tensor_name", "tensor_problems", "text_config", "transforms", "translate_name",
     "unregister",
 ]

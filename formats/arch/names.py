@@ -122,6 +122,12 @@ EMBEDDING_PATTERNS = tuple(re.compile(p) for p in (
     r"(^|\.)wte\.weight$|(^|\.)wpe\.weight$",  # GPT-2
     r"(^|\.)embed_positions\.weight$",
 ))
+#: convolution kernels (per-channel filters, not matrix products), any architecture: LFM2's
+#: short convolution (HF ``conv.conv.weight`` [d, 1, L], GGUF ``shortconv.conv.weight`` [d, L])
+CONV_KERNEL_PATTERNS = tuple(re.compile(p) for p in (
+    r"(^|\.)shortconv\.conv\.weight$",
+    r"(^|\.)layers\.\d+\.conv\.conv\.weight$",
+))
 #: the token embedding (the one whose rows are n_embd wide), any architecture
 TOKEN_EMBEDDING = re.compile(r"(?:^|\.)(?:token_embd|embed_tokens|word_embeddings|wte)\.weight$")
 #: the layer index in a tensor name (GGUF ``blk.N.``, HF ``layers.N.`` / ``layer.N.`` / ``h.N.``)
