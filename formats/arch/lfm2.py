@@ -20,6 +20,10 @@ F32 at every ``--outtype`` (and ``llama_model_quantize`` never quantizes it). In
 layer pattern is the per-layer ``head_count_kv`` array: 0 marks a convolution layer.
 ``conv_bias`` (biases on the three convolution tensors, false in every released model) is
 refused by name, as are ``lfm2_moe`` and the vision-language ``lfm2_vl``.
+
+cactus-compute's ``lfm2`` family names the convolution tensors ``layer_{i}_conv_in_proj``,
+``layer_{i}_conv_depthwise`` and ``layer_{i}_conv_out_proj``, and writes the kernel as INT8
+with one f16 scale per channel (``formats/cactus.depthwise_int8_file_bytes``).
 """
 
 from __future__ import annotations
@@ -67,8 +71,8 @@ LFM2 = Arch(
                  "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": True, "conv_bias": False,
                  "conv_L_cache": 3, "block_multiple_of": 256, "block_ffn_dim_multiplier": 1.0,
                  "block_auto_adjust_ff_dim": True, "full_attn_idxs": None, "layer_types": None},
-    gguf_converter="LFM2Model",
-    cactus_refusal="the cactus target does not write LFM2's convolution layers yet",
+    gguf_transforms={"conv": ("squeeze_1",)},
+    gguf_converter="LFM2Model", cactus_family="lfm2",
 )
 
 ROWS = (LFM2,)

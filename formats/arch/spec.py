@@ -35,6 +35,8 @@ GGUF_TRANSFORMS = {
     "permute_k": "the same over n_head_kv heads",
     "plus_one": "w + 1 stored (HF computes x·(1 + w); Gemma3Model.norm_shift)",
     "vocab_rows": "rows past the tokenizer's vocabulary dropped (Gemma3Model)",
+    "squeeze_1": "HF [d, 1, L] stored [d, L]: the unit axis squeezed (LFM2Model.modify_tensors: ggml's "
+                 "ssm_conv takes a 2-D kernel)",
 }
 
 #: layer-layout rules for configs without ``layer_types`` (see :mod:`.hyper`)
