@@ -1,7 +1,8 @@
 """The cactus output target: a folder the cactus engine loads, as cactus's own converter
 (cactus-compute 2.2.2, ``python -m cactus.convert convert --bits N``) writes it, without torch,
 for every architecture of :mod:`panelpack.formats.arch` that has a cactus family
-(``cactus_family``: llama -> ``generic``, qwen2/qwen3 -> ``qwen``, gemma3 -> ``gemma3``); the
+(``cactus_family``: llama -> ``generic``, qwen2/qwen3 -> ``qwen``, gemma3 -> ``gemma3``, lfm2 ->
+``lfm2``); the
 others are refused by name (cactus's converter would fall back to its ``qwen`` family with a
 warning, and its engine would run them wrong), as are MoE experts and vision/audio towers.
 
@@ -13,7 +14,8 @@ What goes in the folder (the tables below are the facts, read from cactus's conv
 * one tensor file per tensor, named by the architecture row's cactus names
   (``token_embeddings.weights``, ``layer_{i}_attn_q.weights``, ..., ``output_weight.weights``;
   the family's factors of ``cactus_config.py`` applied: Gemma 3's x16 / /16); the policy of
-  :func:`tensor_policy`: norms and biases FP16; K not a multiple of 128 -> FP16; embedding and
+  :func:`tensor_policy`: norms and biases FP16; LFM2's depthwise convolution kernel INT8 (one
+  scale per channel); K not a multiple of 128 -> FP16; embedding and
   output head -> orthogonal CQ4 (INTERLEAVED_4ROW when N % 4 == 0 and K % 32 == 0); the rest
   CQn Hadamard, round-to-nearest (no calibration data), INTERLEAVED_4ROW when N % 4 == 0;
   with ``panels`` the CQ4 Hadamard weights are written as ``NAME.cq4p.weights`` instead;
