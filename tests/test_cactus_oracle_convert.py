@@ -5,7 +5,8 @@ cactus-compute 2.2.2's own converter on the same checkpoint (skipped when the or
 installed).
 
 Expected, and asserted: every file cactus writes is present with identical bytes, except
-* LFM2's depthwise convolution kernels (INT8, a scale per channel): identical bytes;
+* LFM2's depthwise convolution kernels (INT8, a scale per channel): identical bytes; cactus's own
+  reader (``qdq``) reads every LFM2 file to the values panelpack's reader gives;
 * CQ Hadamard files: header and every metadata field identical; indices identical except
   counted near-ties (each within ``cq.ROTATION_TOL`` of a decision midpoint, recomputed here);
 * orthogonal CQ4 files (embeddings, output head): header, codebook, input scale and norms
@@ -98,13 +99,19 @@ def test_folder_matches_cactus_converter(converted, arch):
     if arch == "lfm2":  # the convolution kernels: INT8 files, equal bytes (checked above), readable
         conv = [n for n in their_files if n.endswith("_conv_depthwise.weights")]
         assert len(conv) == 2 and all((theirs / n).read_bytes() == (ours / n).read_bytes() for n in conv)
-        cactus_peer.run([{"op": "qdq", "path": str(ours / n), "out": str(ours.parent / f"{n}.npz")} for n in conv],
-                        ours.parent)  # cactus's own reader
+        files = sorted(n for n in our_files if n.endswith(".weights"))
+        qdq = ours.parent / "qdq"
+        qdq.mkdir(exist_ok=True)
+        cactus_peer.run([{"op": "qdq", "path": str(ours / n), "out": str(qdq / f"{n}.npz")} for n in files],
+                        ours.parent)  # cactus's own reader, on every file
+        for n in files:  # it reads the values ours does
+            got = cactus.read(ours / n).dequantize()
+            theirs_values = np.load(qdq / f"{n}.npz")["w"].reshape(got.shape)
+            assert np.abs(theirs_values - got).max() <= 1e-6 * max(np.abs(got).max(), 1e-30), n
         for n in conv:
             got = cactus.read(ours / n).array()
             want = source[next(r["source_name"] for r in target_rows(ours) if r["output_file"] == n)]
             assert got.shape == want.shape and np.abs(got - want).max() <= np.abs(want).max() / 127 * 0.51 + 1e-6
-            assert np.array_equal(np.load(ours.parent / f"{n}.npz")["w"].reshape(got.shape), got), n
 
 
 def target_rows(folder):
