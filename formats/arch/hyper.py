@@ -13,7 +13,10 @@ naming it; nothing is defaulted that the checkpoint states.
 
 Everything may vary per layer (a :class:`LayerSpec` each: kind, heads, head size, FFN width,
 window, RoPE or none, q·k scale): GGUF per-layer arrays (``head_count_kv``,
-``feed_forward_length``), RoPE per layer kind.
+``feed_forward_length``), RoPE per layer kind. A layer's kind is full or sliding attention, or
+LFM2's short convolution (``conv``: no KV heads, no RoPE; ``layer_types`` / ``full_attn_idxs`` in
+``config.json``, a zero in GGUF's ``head_count_kv``), among the kinds its row allows
+(``Arch.layer_kinds``).
 """
 
 from __future__ import annotations

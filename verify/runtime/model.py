@@ -281,7 +281,8 @@ class Model:
         m = x.shape[0]
         h = ops.rms_norm(x, L.attn_norm, hp.eps)
         if L.conv is not None:
-            return self._ffn(L, x + self._short_conv(i, L, h))
+            o = self._short_conv(i, L, h)
+            return self._ffn(L, x + (o * np.float32(hp.residual_scale) if hp.residual_scale != 1.0 else o))
         kt, vc = self.cache.k[i], self.cache.v[i]
         if m == 1 and L.qkv is not None and s.head_dim_v == s.head_dim:  # a decoded token: one pass
             q = np.empty((m, s.n_head, s.head_dim), np.float32)
