@@ -281,3 +281,29 @@ def test_lfm2_family_convolution_layers(tmp_path):
     assert rows["layer_0_conv_depthwise.weights"]["precision"] == "INT8"
     assert rows["layer_0_conv_depthwise.weights"]["fallback_reason"] == "depthwise conv tensor"
     assert rows["output_norm.weights"]["component"] == "embedding"
+
+
+def test_lfm2_from_gguf_writes_the_hf_routes_tensor_files(tmp_path, monkeypatch):
+    """An LFM2 GGUF (the F32 file LFM2Model writes: the kernel squeezed to [d, L]) gives the same
+    tensor files as its HF folder: the kernel back to [d, 1, L], every name and policy the same."""
+    from dataclasses import replace
+
+    from panelpack.convert import gguf_arch, to_gguf
+
+    import gguf_tiny
+    import llama_convert
+
+    monkeypatch.setitem(gguf_arch.CONVERTERS, "LFM2Model",
+                        replace(gguf_arch.CONVERTERS["LFM2Model"], vocab=llama_convert.WRITER_VOCAB["LFM2Model"]))
+    hf = gguf_tiny.folder(tmp_path / "hf", "lfm2", hidden=128)
+    g = to_gguf(hf, tmp_path / "m.gguf", outtype="f32").path
+    a = target.convert_cactus(hf, tmp_path / "from-hf", bits=4)
+    b = target.convert_cactus(g, tmp_path / "from-gguf", bits=4)
+    files = sorted(p.name for p in (tmp_path / "from-hf").iterdir() if p.name.endswith(".weights"))
+    assert "layer_0_conv_depthwise.weights" in files and "layer_1_attn_q.weights" in files
+    assert files == sorted(p.name for p in (tmp_path / "from-gguf").iterdir() if p.name.endswith(".weights"))
+    for n in files:
+        assert (tmp_path / "from-hf" / n).read_bytes() == (tmp_path / "from-gguf" / n).read_bytes(), n
+    assert a.family == b.family == "lfm2" and target.check_folder(tmp_path / "from-gguf") == []
+    txt = (tmp_path / "from-gguf" / "config.txt").read_text()
+    assert "layer_types=conv,full_attention\n" in txt and "conv_L_cache=3\n" in txt
