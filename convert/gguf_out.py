@@ -60,6 +60,7 @@ QUANTIZATION_VERSION = 2
 #: GGUF tensors the converter always writes in F32 (name regexes; ``{i}`` layers)
 KEPT_F32 = tuple(re.compile(p) for p in (
     r"position_embd\.weight", r"token_types\.weight", r"blk\.\d+\.ffn_gate_inp\.weight",
+    r"blk\.\d+\.shortconv\.conv\.weight",
     r"blk\.\d+\.ffn_gate_inp_shexp\.weight", r"blk\.\d+\.ssm_conv1d\.weight", r"blk\.\d+\.shortconv\.conv\.weight",
 ))
 #: the general.* keys that say where a file came from rather than what it is (docs/CONVERT.md)
@@ -284,7 +285,9 @@ def plan_hf(ckpt, outtype: Optional[str] = None, quant: Optional[str] = None,
     kv = hf_kv(folder, w, ftype, n_params, early=early)
     plan = GGUFPlan(kv, tensors, w.gguf, "hf", str(folder), outtype=outtype)
     if mix is not None:
-        model = mixes.Model(w.gguf, int(kv.get(f"{w.gguf}.block_count", 0)), *w.heads, 0)
+        kv_heads = kv.get(f"{w.gguf}.attention.head_count_kv", w.heads[1])  # per layer (LFM2): layer 0's, as llama.cpp
+        n_kv = int(kv_heads[0] if isinstance(kv_heads, (list, tuple)) else kv_heads)
+        model = mixes.Model(w.gguf, int(kv.get(f"{w.gguf}.block_count", 0)), w.heads[0], n_kv, 0)
         apply_mix(plan, mix, model, mix_options)
     return plan
 

@@ -480,7 +480,9 @@ class HFCheckpoint(Checkpoint):
 
     def hyperparameters(self) -> dict[str, Any]:
         """llama.cpp-style names from the HF config (absent keys are left out); ``n_head_kv``
-        defaults to ``n_head`` as in llama.cpp when ``num_key_value_heads`` is not given."""
+        defaults to ``n_head`` as in llama.cpp when ``num_key_value_heads`` is not given;
+        ``n_head_kv`` and ``n_ff`` as the model runs them where the architecture table derives
+        them (``arch.hf_derived_hparams``: LFM2's per-layer KV heads, its computed FFN width)."""
         from .arch import keys as arch_keys
 
         out: dict[str, Any] = {}
@@ -490,6 +492,9 @@ class HFCheckpoint(Checkpoint):
                 v = out.get("n_head")
             if v is not None:
                 out[ours] = v
+        from . import arch  # the rows that derive per-layer values (LFM2's convolution layers)
+
+        out.update(arch.hf_derived_hparams(self.config))
         return out
 
     def close(self) -> None:

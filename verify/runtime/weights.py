@@ -34,7 +34,7 @@ import numpy as np
 from ... import repack
 from ...formats import blocks as _blocks
 from ...formats import qtypes
-from ...formats.errors import BadInputError
+from ...formats.errors import BadInputError, UnsupportedError
 from .. import registry
 from ..tensors import dequantized, nk, standard_blocks, vector  # noqa: F401  (vector: model.py reads it here)
 
@@ -162,7 +162,8 @@ class CheckpointSource(WeightSource):
         if ti is None:
             raise BadInputError(f"no tensor named {name!r}", path=self.path)
         shape = [int(d) for d in ti.shape]
-        n, k = (shape[0], shape[1]) if len(shape) == 2 else (1, shape[-1])
+        k = shape[-1] if shape else 1
+        n = int(np.prod(shape[:-1], dtype=np.int64)) if len(shape) > 1 else 1  # rows: every dim but the last
         raw = np.asarray(self.ckpt.raw(name)).reshape(-1)
         t = qtypes.get(ti.type.name if hasattr(ti.type, "name") else ti.type)
         entry = CheckpointEntry(name, tuple(shape), t.name, "rowmajor", {"layout": "rowmajor", "n": n, "k": k})
@@ -186,6 +187,23 @@ def open_source(path, check: bool = True) -> WeightSource:
 # =============================================================================================
 # tensors as arrays
 # =============================================================================================
+def conv_kernel(entry, regions, d: int, taps: int) -> np.ndarray:
+    """A short convolution's depthwise kernel as f32 ``[taps, d]`` (``w[j]`` multiplies the input
+    ``taps - 1 - j`` rows back): HF's ``Conv1d`` weight ``[d, 1, taps]`` or llama.cpp's squeezed
+    ``[d, taps]``, in any float type, kept row-major by every layout (``policy``: never a panel)."""
+    shape = tuple(int(x) for x in entry.shape)
+    if shape not in ((d, 1, taps), (d, taps)):
+        raise BadInputError(f"tensor {entry.name!r} has shape {shape}; a short-convolution kernel of {d} channels "
+                            f"and length {taps} is [{d}, 1, {taps}] (HF) or [{d}, {taps}] (GGUF)")
+    if entry.layout != "rowmajor":
+        raise UnsupportedError(f"tensor {entry.name!r}: a short-convolution kernel in layout {entry.layout}; "
+                               f"the runtime reads it row-major")
+    raw = np.asarray(regions["blocks"]).reshape(-1)
+    t = qtypes.get(entry.type)
+    w = _blocks.dequantize(raw.reshape(d, t.row_bytes(taps)), entry.type, d, taps)
+    return np.ascontiguousarray(np.asarray(w, np.float32).reshape(d, taps).T)
+
+
 class Embedding:
     """Token rows gathered from row-major blocks and decoded by the type's codec."""
 
