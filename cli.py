@@ -261,10 +261,10 @@ def _install_sigterm() -> None:
 @click.option("--force", is_flag=True, help="Replace OUT if it exists.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (for pipelines).")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
-@click.option("--target", type=click.Choice(["bundle", "cactus", "gguf"]), default=None,
+@click.option("--target", type=choices.TARGET, default=None,
               help="bundle (default) | cactus: a folder the cactus engine loads (--quant cq1..cq4) | gguf: "
                    "the GGUF llama.cpp's converter and quantizer write (the default when OUT ends in .gguf).")
-@click.option("--outtype", default=None, type=click.Choice(["f32", "f16", "bf16", "q8_0", "auto"], case_sensitive=False),
+@click.option("--outtype", default=None, type=choices.OUTTYPE,
               help="GGUF output from an HF folder: the type of its matrices, as convert_hf_to_gguf.py --outtype "
                    "(default auto; with a --quant mix the source's own float type, the quantizer's input).")
 @click.option("--cactus-panels", is_flag=True, help="cactus target: CQ4 matmul weights as .cq4p.weights panels.")
@@ -526,9 +526,6 @@ def demo(out, source, layout, quant, verify_level, no_verify):
                "Llama is random, so on a real model (e.g. a SmolLM2 bundle) they show the numbers that matter")
 
 
-_KERNEL_CHOICES = ("compiled", "standard", "emulated-sme2", "emulated-neon")
-
-
 def _set_threads(threads):
     if threads:
         import numba
@@ -562,9 +559,9 @@ class _EvalProgress:
 @click.argument("bundle", type=click.Path(exists=False))
 @click.option("--text", "text_file", type=click.Path(), default=None, help="Text file to run (default: the shipped text).")
 @click.option("--tokens", type=click.IntRange(2, None), default=None, help="Only the first N tokens of the text.")
-@click.option("--against", type=click.Choice(("standard", "f32", "llama.cpp")), default="standard", show_default=True,
+@click.option("--against", type=choices.AGAINST, default="standard", show_default=True,
               help="Reference run: the standard blocks (must be bit-identical), dequantized f32 weights, or llama.cpp.")
-@click.option("--kernels", type=click.Choice(_KERNEL_CHOICES), default="compiled", show_default=True,
+@click.option("--kernels", type=choices.KERNELS, default="compiled", show_default=True,
               help="Kernel path of the bundle run.")
 @click.option("--source", type=click.Path(), default=None,
               help="The original checkpoint: the f32 reference's weights, the GGUF llama.cpp runs.")
@@ -602,7 +599,7 @@ def eval_cmd(bundle, text_file, tokens, against, kernels, source, threads, as_js
 @click.option("-n", "n_tokens", type=click.IntRange(1, None), default=32, show_default=True, help="Tokens to generate.")
 @click.option("--temp", type=click.FloatRange(0, None), default=0.0, show_default=True, help="Sampling temperature (0: greedy).")
 @click.option("--seed", type=click.IntRange(0, None), default=0, show_default=True, help="Sampling seed (>= 0).")
-@click.option("--kernels", type=click.Choice(_KERNEL_CHOICES), default="compiled", show_default=True)
+@click.option("--kernels", type=choices.KERNELS, default="compiled", show_default=True)
 @click.option("--threads", type=click.IntRange(1, 256), default=None, help="Kernel threads (default: all cores).")
 @command
 def generate(bundle, prompt, n_tokens, temp, seed, kernels, threads):

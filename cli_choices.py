@@ -3,7 +3,10 @@
 ``--layout`` lists ``repack.LAYOUTS``, ``--quant``/``--requant`` the quantizable types of the
 type registry (``convert.policy.QUANT_CHOICES``), llama.cpp's mixes (``convert.mixes.MIXES``)
 and the CQ codes (``convert.cactus.QUANTS``), ``--level`` the verifier's ``LEVELS``, ``--digest``
-the bundle digests (``formats.digests.DIGESTS``). A
+the bundle digests (``formats.digests.DIGESTS``), ``--target`` what convert writes
+(``convert.TARGETS``), ``--outtype`` the GGUF writer's (``convert.gguf_out.OUTTYPE_CHOICES``),
+``--against`` the evaluator's references (``verify.runtime.evaluate.REFERENCES``) and
+``--kernels`` the runtime's kernel paths (``verify.runtime.weights.KERNEL_PATHS``). A
 registry is imported only when click first needs its names (parsing that option, or rendering
 that command's help), so ``panelpack --help`` stays as cheap as before.
 """
@@ -20,11 +23,11 @@ class RegistryChoice(click.Choice):
     layout registered at run time is a choice too). Case-insensitive; ``_`` and ``-`` are the
     same when ``dashes`` (as :func:`panelpack.repack.get` reads layout names)."""
 
-    def __init__(self, names: Callable[[], Sequence[str]], dashes: bool = False) -> None:
+    def __init__(self, names: Callable[[], Sequence[str]], dashes: bool = False, case_sensitive: bool = False) -> None:
         # no super().__init__: it would read the names now
         self._names = names
         self._dashes = dashes
-        self.case_sensitive = False
+        self.case_sensitive = case_sensitive
 
     @property
     def choices(self) -> tuple[str, ...]:  # type: ignore[override]
@@ -85,3 +88,36 @@ LEVEL = RegistryChoice(_levels)
 NATIVE = RegistryChoice(_native_modes)
 DEMO_LEVEL = RegistryChoice(_demo_levels)
 DIGEST = RegistryChoice(_digests)
+
+
+def _targets() -> tuple[str, ...]:
+    from panelpack.convert import TARGETS
+
+    return TARGETS
+
+
+def _outtypes() -> tuple[str, ...]:
+    from panelpack.convert.gguf_out import OUTTYPE_CHOICES
+
+    return OUTTYPE_CHOICES
+
+
+def _references() -> tuple[str, ...]:
+    from panelpack.verify.runtime.evaluate import REFERENCES
+
+    return REFERENCES
+
+
+def _run_paths() -> tuple[str, ...]:
+    """The kernel paths a bundle's own run takes: the runtime's, but ``f32`` (the dequantized
+    weights, no integer kernel), which is the ``--against f32`` reference's."""
+    from panelpack.verify.runtime.weights import KERNEL_PATHS
+
+    return tuple(p for p in KERNEL_PATHS if p != "f32")
+
+
+# (case-sensitive, as the literal lists they replace were)
+TARGET = RegistryChoice(_targets, case_sensitive=True)
+OUTTYPE = RegistryChoice(_outtypes)
+AGAINST = RegistryChoice(_references, case_sensitive=True)
+KERNELS = RegistryChoice(_run_paths, case_sensitive=True)

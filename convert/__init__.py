@@ -20,7 +20,12 @@ from ..formats.checkpoint import open_checkpoint
 from .pipeline import Progress, TensorResult, run
 from .plan import Plan, make_plan
 
-__all__ = ["convert", "plan", "ConvertResult", "Progress", "Plan", "export", "to_gguf"]
+__all__ = ["convert", "plan", "ConvertResult", "Progress", "Plan", "export", "to_gguf", "TARGETS"]
+
+#: what ``panelpack convert`` writes (``--target``): a bundle (the default), a folder the cactus
+#: engine loads (``convert/cactus.py``), or the GGUF llama.cpp's converter and quantizer write
+#: (``to_gguf``; also chosen by an output name ending in ``.gguf``)
+TARGETS = ("bundle", "cactus", "gguf")
 
 
 @dataclass

@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from numba.core import config
+from numba import config
 
+from ..formats import _numba_internals
 from ..formats._jit import RO_F32, inline_jit, lazy_njit
 
 LANES = 8
@@ -71,8 +72,9 @@ def error_sums_scalar(x_new, x_ref):
 def _build_lane_sums():
     from llvmlite import ir
     from numba import types
-    from numba.core import cgutils
     from numba.extending import intrinsic
+
+    cgutils = _numba_internals.cgutils()
 
     f32, f64, i64 = ir.FloatType(), ir.DoubleType(), ir.IntType(64)
     v8f, v8d = ir.VectorType(f32, LANES), ir.VectorType(f64, LANES)
@@ -91,7 +93,7 @@ def _build_lane_sums():
 
             pn, pr, pa = data(0), data(1), data(3)
             pav = builder.bitcast(pa, v8d.as_pointer())
-            fabs = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v8d, [v8d]), "llvm.fabs.v8f64")
+            fabs = _numba_internals.llvm_function(builder, ir.FunctionType(v8d, [v8d]), "llvm.fabs.v8f64")
             slots = []
             for s in range(3):  # the accumulators live in registers for the loop (mem2reg)
                 slot = cgutils.alloca_once(builder, v8d)

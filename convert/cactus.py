@@ -1,7 +1,8 @@
 """The cactus output target: a folder the cactus engine loads, as cactus's own converter
 (cactus-compute 2.2.2, ``python -m cactus.convert convert --bits N``) writes it, without torch,
 for every architecture of :mod:`panelpack.formats.arch` that has a cactus family
-(``cactus_family``: llama -> ``generic``, qwen2/qwen3 -> ``qwen``, gemma3 -> ``gemma3``); the
+(``cactus_family``: llama -> ``generic``, qwen2/qwen3 -> ``qwen``, gemma3 -> ``gemma3``, lfm2 ->
+``lfm2``); the
 others are refused by name (cactus's converter would fall back to its ``qwen`` family with a
 warning, and its engine would run them wrong), as are MoE experts and vision/audio towers.
 
@@ -13,7 +14,8 @@ What goes in the folder (the tables below are the facts, read from cactus's conv
 * one tensor file per tensor, named by the architecture row's cactus names
   (``token_embeddings.weights``, ``layer_{i}_attn_q.weights``, ..., ``output_weight.weights``;
   the family's factors of ``cactus_config.py`` applied: Gemma 3's x16 / /16); the policy of
-  :func:`tensor_policy`: norms and biases FP16; K not a multiple of 128 -> FP16; embedding and
+  :func:`tensor_policy`: norms and biases FP16; LFM2's depthwise convolution kernel INT8 (one
+  scale per channel); K not a multiple of 128 -> FP16; embedding and
   output head -> orthogonal CQ4 (INTERLEAVED_4ROW when N % 4 == 0 and K % 32 == 0); the rest
   CQn Hadamard, round-to-nearest (no calibration data), INTERLEAVED_4ROW when N % 4 == 0;
   with ``panels`` the CQ4 Hadamard weights are written as ``NAME.cq4p.weights`` instead;
@@ -36,7 +38,9 @@ through transformers, reproduced by ``cactus_tokenizer.py`` from the source's ow
 files (GGUF sources: from the tokenizer metadata, as for the HF folder it stands for), and so
 is the ``tokenizer.json`` transformers re-serialises (not for byte-level GGUF tokenizers: their
 pre-tokenizer is only named in GGUF). Not reproduced: cactus's ``hessian_metadata.json``
-(timings of a calibration that does not run).
+(timings of a calibration that does not run), and the order of Gemma 3's per-layer-type RoPE
+buffer rows in ``conversion_manifest.json``: transformers registers them in the order of a Python
+set of the layer types, which varies with the process's hash seed; panelpack lists them sorted.
 """
 
 from __future__ import annotations
@@ -82,13 +86,13 @@ def cactus_name(hf_name: str, row: _arch.Arch) -> tuple[Optional[str], str, bool
     out = _arch.translate_name(row, hf_name, "hf", "cactus") if hit else None
     if out is None:
         return None, "language", False
-    return out, ccfg.role_component(hit[0] if hit else None), True
+    return out, ccfg.component_of(hf_name, out), True
 
 
 @dataclass(frozen=True)
 class Policy:
     action: str            # convert | fallback | ignored
-    precision: str         # CQn | FP16 | none
+    precision: str         # CQn | FP16 | INT8 | none
     bits: Optional[int]
     rotation: str          # hadamard | orthogonal | none
     interleaved: bool
@@ -97,11 +101,14 @@ class Policy:
 
 
 def tensor_policy(out: Optional[str], component: str, shape: tuple[int, ...], bits: int) -> Policy:
-    """cactus's per-tensor rule for the llama family (its ``policy_for_tensor``)."""
+    """cactus's per-tensor rule for the families the target writes (its ``policy_for_tensor``;
+    LFM2's depthwise convolution kernel: INT8, one scale per channel)."""
     if out is None:
         return Policy("ignored", "none", None, "none", False, False, "no output filename")
     if "norm" in out.lower():
         return Policy("fallback", "FP16", None, "none", False, False, "norm tensor")
+    if "conv_depthwise.weights" in out and len(shape) == 3 and shape[1] == 1:
+        return Policy("fallback", "INT8", 8, "none", False, False, "depthwise conv tensor")
     if out.endswith(".bias") or ".bias." in out:
         return Policy("fallback", "FP16", None, "none", False, False, "bias tensor")
     if len(shape) != 2:
@@ -153,7 +160,7 @@ def _gguf_config(ckpt, row: _arch.Arch, hp: _arch.Hyper) -> dict[str, Any]:
     if "rope_freqs" in hp.flags or "longrope" in hp.flags:
         raise UnsupportedError("GGUF RoPE scaling written as tensors (rope_freqs.weight, rope_factors_*) has no "
                                "config.json form here; convert the HF folder to the cactus target instead")
-    L0 = hp.layers[0]
+    L0 = next((L for L in hp.layers if L.mixer == "attention"), hp.layers[0])  # LFM2: layer 0 may be a convolution
     full = next((L for L in hp.layers if L.kind == "full_attention"), L0)
     config: dict[str, Any] = {
         "architectures": [row.hf_architectures[0]], "model_type": row.hf_model_types[0],
@@ -171,6 +178,10 @@ def _gguf_config(ckpt, row: _arch.Arch, hp: _arch.Hyper) -> dict[str, Any]:
             config["rope_local_base_freq"] = float(slide.rope.base)
         config["query_pre_attn_scalar"] = round(L0.attn_scale ** -2, 6)
         config["final_logit_softcapping"] = hp.final_softcap or None
+    if row.layer_rule == "conv":  # LFM2: the layer pattern, the kernel, the FFN width as stored
+        config.update(layer_types=[L.kind for L in hp.layers], conv_L_cache=hp.conv_l, conv_bias=False,
+                      norm_eps=config.pop("rms_norm_eps"), block_auto_adjust_ff_dim=False)
+        config.pop("head_dim")
     md = ckpt.metadata
     for k, key in (("bos_token_id", "tokenizer.ggml.bos_token_id"), ("eos_token_id", "tokenizer.ggml.eos_token_id")):
         if md.get(key) is not None:
@@ -203,6 +214,9 @@ def _gguf_sources(ckpt) -> tuple[list[SourceTensor], dict[str, Any], _arch.Arch]
             continue
         steps = row.gguf_transforms.get(hit[0], ()) if hit else ()
         spec = hp.layers[hit[1] if hit and hit[1] is not None else 0]
+        shape = tuple(info.shape)
+        if "squeeze_1" in steps:  # LFM2's kernel: HF's [d, 1, L]
+            shape = (shape[0], 1, shape[-1])
 
         def load(info=info, steps=steps, spec=spec):
             t = info.type
@@ -219,13 +233,15 @@ def _gguf_sources(ckpt) -> tuple[list[SourceTensor], dict[str, Any], _arch.Arch]
                     a = transforms.unpermute_rows(a, spec.n_head_kv)
                 elif step == "plus_one":
                     a = transforms.minus_one(a)
+                elif step == "squeeze_1":
+                    a = transforms.unsqueeze_1(a)
             return a
 
         undone = [x for x in steps if x != "vocab_rows"]
         note = f"dequantized from {info.type.name}" + (
             " (q/k rows back in HF order)" if any(x.startswith("permute") for x in undone) else
             " (1 + w back to w)" if "plus_one" in undone else "")
-        out.append(SourceTensor(hf, tuple(info.shape), "torch.float32", info.type.name, load, note))
+        out.append(SourceTensor(hf, shape, "torch.float32", info.type.name, load, note))
     out.sort(key=lambda s: s.hf_name)
     return out, config, row
 
@@ -261,6 +277,11 @@ def _write_tensor(path: Path, st: SourceTensor, pol: Policy, panels: bool, famil
     """Quantize/convert one tensor into ``path``'s folder; returns (file name, ledger extras)."""
     w = st.load()
     extra: dict[str, Any] = {}
+    if pol.action == "fallback" and pol.precision == "INT8":
+        path.write_bytes(cfile.depthwise_int8_file_bytes(w))
+        back = cfile.read(path).array()
+        extra["relative_rmse"] = round(cq.relative_rmse(w.reshape(w.shape[0], -1), back.reshape(w.shape[0], -1)), 6)
+        return path.name, extra
     if pol.action == "fallback":
         path.write_bytes(cfile.fp16_file_bytes(ccfg.fp16_values(family, path.name, w)))
         return path.name, extra
@@ -326,7 +347,7 @@ def convert_cactus(source: str | os.PathLike, out: str | os.PathLike, bits: int 
         mt = str(config.get("model_type", "")).lower()
         family = ccfg.family_of(row)
         hf = hf_config_dict(config, src, row)
-        merged = {**hf, **runtime_config(hf), "model_type": family}
+        merged = {**hf, **runtime_config(hf, family), "model_type": family}
         result = CactusResult(Path(out), family, bits, panels)
         with atomic_dir(out, force=force) as tmp:
             top = os.path.abspath(src)

@@ -81,6 +81,9 @@ def fp16_values(family: str, out: str, w: np.ndarray) -> np.ndarray:
 def hf_config_dict(config: dict[str, Any], source: str, row: _arch.Arch) -> dict[str, Any]:
     """The config dict transformers 5.5.4 produces for a ``config.json`` of ``row``."""
     raw = {("dtype" if k == "torch_dtype" else k): v for k, v in config.items()}
+    for old, new in row.hf_aliases.items():  # transformers pops the older key (LFM2's tie_embedding)
+        if old in raw:
+            raw[new] = raw.pop(old)
     d: dict[str, Any] = {"_name_or_path": source, **COMMON_DEFAULTS, **row.hf_defaults}
     rope_keys = {"rope_theta", "rope_scaling", "rope_parameters", *row.hf_theta_keys.values()}
     d.update({k: v for k, v in raw.items() if k not in rope_keys})
@@ -100,14 +103,34 @@ def hf_config_dict(config: dict[str, Any], source: str, row: _arch.Arch) -> dict
         d["_sliding_window_pattern"] = raw.get("_sliding_window_pattern", pattern)
         if d.get("layer_types") is None:
             d["layer_types"] = ["sliding_attention" if (i + 1) % int(pattern) else "full_attention" for i in range(n)]
-    kinds = d.get("layer_types") or ["full_attention"]
+    elif row.layer_rule == "conv" and d.get("layer_types") is None:  # LFM2 (Lfm2Config.__post_init__)
+        idxs = d.get("full_attn_idxs")
+        d["full_attn_idxs"] = idxs = list(range(n)) if idxs is None else idxs
+        d["layer_types"] = ["full_attention" if i in idxs else "conv" for i in range(n)]
+    kinds = [k for k in d.get("layer_types") or ["full_attention"] if k != "conv"] or ["full_attention"]
     per = _arch.hf_rope_parameters({**d, **raw}, row, kinds)
     d["rope_parameters"] = per if row.rope_scaling_kinds is not None else next(iter(per.values()))
     return d
 
 
-def runtime_config(cfg: dict[str, Any]) -> dict[str, Any]:
-    """The runtime keys cactus's converter derives (its ``extract_base_config``)."""
+def _lfm2_runtime(cfg: dict[str, Any]) -> dict[str, Any]:
+    """cactus's ``extract_lfm2_config`` (its MoE keys at their dense values for ``lfm2``)."""
+    return {"layer_types": list(cfg.get("layer_types") or []), "conv_L_cache": cfg.get("conv_L_cache", 0),
+            "moe_intermediate_size": int(cfg.get("moe_intermediate_size", 0)),
+            "num_dense_layers": int(cfg.get("num_dense_layers", 0)),
+            "num_experts_per_tok": int(cfg.get("num_experts_per_tok", 0) or 0),
+            "norm_topk_prob": bool(cfg.get("norm_topk_prob", False)),
+            "use_expert_bias": bool(cfg.get("use_expert_bias", False)),
+            "routed_scaling_factor": float(cfg.get("routed_scaling_factor", 1.0))}
+
+
+#: family -> the runtime keys its adapter adds over the base ones (``runtime_config`` overrides)
+FAMILY_RUNTIME = {"lfm2": _lfm2_runtime}
+
+
+def runtime_config(cfg: dict[str, Any], family: Optional[str] = None) -> dict[str, Any]:
+    """The runtime keys cactus's converter derives (its ``extract_base_config``, then the
+    family's own: :data:`FAMILY_RUNTIME`)."""
     def get(*keys, default=None):
         for k in keys:
             if cfg.get(k) is not None:
@@ -145,6 +168,11 @@ def runtime_config(cfg: dict[str, Any]) -> dict[str, Any]:
     lt = cfg.get("layer_types")
     if isinstance(lt, (list, tuple)) and lt:
         out["layer_types"] = list(lt)
+    if cfg.get("conv_L_cache") is not None:
+        out["conv_L_cache"] = int(cfg["conv_L_cache"])
+    extra = FAMILY_RUNTIME.get(family or "")
+    if extra:
+        out.update(extra(cfg))
     return out
 
 
@@ -194,6 +222,12 @@ def family_of(row: _arch.Arch) -> str:
     return row.cactus_family
 
 
-def role_component(role: Optional[str]) -> str:
-    """cactus's component of a tensor (``embedding`` for the embedding and the output head)."""
-    return "embedding" if role in ("embed", "output") else "language"
+#: the words that make a text decoder's tensor cactus's ``embedding`` component, in its HF name or
+#: its file name (cactus's ``component_for_name``: LFM2's final ``model.embedding_norm`` is one)
+EMBEDDING_WORDS = ("embed", "token_embedding", "lm_head", "output_weight")
+
+
+def component_of(hf_name: str, out: Optional[str]) -> str:
+    """cactus's component of a text decoder's tensor: ``embedding`` or ``language``."""
+    joined = f"{hf_name} {out or ''}".lower()
+    return "embedding" if any(w in joined for w in EMBEDDING_WORDS) else "language"

@@ -50,6 +50,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from .cactus_tokenizer_types import FLAG_KEYS, Resolved, TokenizerSpec  # noqa: F401  (FLAG_KEYS: re-exported)
+
 log = logging.getLogger(__name__)
 
 VERY_LARGE_INTEGER = 1000000000000000019884624838656
@@ -123,32 +125,6 @@ the tokenizer config falls back to the plain backend)."""
 
 class Unloadable(Exception):
     """transformers would refuse this tokenizer (so cactus writes no tokenizer files)."""
-
-
-@dataclass
-class TokenizerSpec:
-    """A tokenizer as transformers reads it from an HF folder: ``tokenizer.json``'s model and
-    added tokens, ``tokenizer_config.json``, ``special_tokens_map.json``, the chat template file."""
-
-    vocab: dict[str, int]
-    merges: list[tuple[str, str]]
-    added: list[tuple[int, str]]
-    normalizer: Any = None
-    decoder: Any = None
-    byte_fallback: bool = False
-    config: dict = field(default_factory=dict)
-    special_map: dict = field(default_factory=dict)
-    chat_file: Optional[str] = None
-    model_type: str = ""
-    has_config_file: bool = False
-    spm_extras: Optional[list[str]] = None
-    """SentencePiece sources: the control and user-defined pieces (else None)."""
-    spm_plain: frozenset = frozenset()
-    """Of those, the user-defined ones (added as not special, as the extractor does)."""
-    source_json: Optional[dict] = None
-    """The source ``tokenizer.json`` as parsed (None: there is none)."""
-    added_flags: dict[int, dict] = field(default_factory=dict)
-    """``single_word``/``lstrip``/``rstrip``/``normalized``/``special`` of ``added`` tokens, by id."""
 
 
 def _load(path: Path) -> Optional[dict]:
@@ -294,9 +270,6 @@ def tokenizer_class(spec: TokenizerSpec) -> str:
     return named
 
 
-FLAG_KEYS = ("single_word", "lstrip", "rstrip", "normalized", "special")
-
-
 def added_token_flags(d: Optional[dict] = None) -> dict:
     """An ``AddedToken``'s flags from its serialized form (``tokenizers``' defaults where absent:
     ``normalized`` = not ``special``); None: a token transformers adds as special itself."""
@@ -314,30 +287,6 @@ def _token(value: Any, key: str) -> Optional[str]:
     if isinstance(value, dict) and value.get("__type") == "AddedToken" and isinstance(value.get("content"), str):
         return value["content"]
     raise Unloadable(f"{key} is {type(value).__name__}, not a string or an AddedToken")
-
-
-@dataclass
-class Resolved:
-    """The tokenizer object cactus sees, after transformers has loaded and saved it."""
-
-    vocab: dict[str, int]
-    merges: list[tuple[str, str]]
-    added: dict[int, str]  # the saved tokenizer.json's added tokens
-    specials: dict[str, Optional[str]]
-    normalizer: Any
-    decoder: Any
-    byte_fallback: bool
-    max_length: Any
-    chat_template: Optional[str]
-    class_name: str = ""
-    flags: dict[int, dict] = field(default_factory=dict)
-    """The saved ``tokenizer.json``'s added-token flags, by id."""
-
-    def token_id(self, tok: str) -> Optional[int]:
-        for i, t in self.added.items():
-            if t == tok:
-                return i
-        return self.vocab.get(tok)
 
 
 def _resolve(spec: TokenizerSpec) -> Resolved:

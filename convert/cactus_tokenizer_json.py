@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Optional
 
-from .cactus_tokenizer import FLAG_KEYS, Resolved, TokenizerSpec
+from .cactus_tokenizer_types import FLAG_KEYS, Resolved, TokenizerSpec
 
 QWEN2_SPLIT = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 """Qwen2Tokenizer's split pattern (transformers' ``PRETOKENIZE_REGEX``)."""

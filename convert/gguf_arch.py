@@ -30,7 +30,7 @@ import numpy as np
 from ..formats import arch
 from ..formats.arch import transforms
 from ..formats.errors import BadInputError, UnsupportedError
-from ..formats.gguf_kv import KVList
+from ..formats.gguf_kv import VT, KVList
 
 #: tensors the converter never writes (anywhere in the name)
 ALWAYS_SKIPPED = (".attention.masked_bias", ".attention.bias", ".rotary_emb.inv_freq")
@@ -84,6 +84,9 @@ def hf_hparams(cfg: Mapping[str, Any], defaults: Mapping[str, Any], rope_default
 def base_params(kv: KVList, a: str, hp: Mapping[str, Any], file_type: int) -> None:
     """``TextModel.set_gguf_parameters``: the keys every architecture writes, in order."""
     kv.add(f"{a}.block_count", int(_find(hp, ("n_layers", "num_hidden_layers", "n_layer", "num_layers"))))
+    kv_heads = _find(hp, ("num_key_value_heads", "n_kv_heads"))
+    if isinstance(kv_heads, (list, tuple)):  # one per layer (LFM2): gguf-py writes an INT32 array
+        hp = {k: v for k, v in hp.items() if k not in ("num_key_value_heads", "n_kv_heads")}
     for key, names in ((f"{a}.context_length", ("max_position_embeddings", "n_ctx", "n_positions", "max_length",
                                                 "max_sequence_length", "model_max_length")),
                        (f"{a}.embedding_length", ("hidden_size", "n_embd", "dim")),
@@ -94,6 +97,8 @@ def base_params(kv: KVList, a: str, hp: Mapping[str, Any], file_type: int) -> No
         v = _find(hp, names)
         if v is not None:
             kv.add(key, v)
+    if isinstance(kv_heads, (list, tuple)):
+        kv.add(f"{a}.attention.head_count_kv", [int(x) for x in kv_heads], VT.ARRAY, VT.INT32)
     if hp.get("is_causal") is False:
         kv.add(f"{a}.attention.causal", False)
     rope = hp["_rope"]
@@ -237,6 +242,43 @@ def _phi3_params(kv: KVList, a: str, hp: Mapping[str, Any], folder: Path, file_t
     kv.add(f"{a}.attention.sliding_window", hp.get("sliding_window") or 0)
 
 
+def lfm2_layer_types(hp: Mapping[str, Any]) -> list[str]:
+    """LFM2's layer pattern as AutoConfig gives it: ``layer_types``, else from ``full_attn_idxs``."""
+    lt = hp.get("layer_types")
+    if isinstance(lt, list):
+        return lt
+    n = int(hp["num_hidden_layers"])
+    idxs = hp.get("full_attn_idxs")
+    idxs = list(range(n)) if idxs is None else idxs
+    return ["full_attention" if i in idxs else "conv" for i in range(n)]
+
+
+def lfm2_ff_dim(hp: Mapping[str, Any]) -> int:
+    """LFM2Model._add_feed_forward_length: llama.cpp's rule (the round-up to block_multiple_of
+    whenever it adjusts; transformers rounds up only with a multiplier: formats/arch/lfm2.py)."""
+    ff = int(_find(hp, ("block_ff_dim", "intermediate_size")))
+    if hp.get("block_auto_adjust_ff_dim", True):
+        ff = int(2 * ff / 3)
+        mult = hp.get("block_ffn_dim_multiplier", 1.0)
+        if mult is not None:
+            ff = int(mult * ff)
+        step = int(hp.get("block_multiple_of", 256))
+        ff = step * ((ff + step - 1) // step)
+    return ff
+
+
+def _lfm2_params(kv: KVList, a: str, hp: Mapping[str, Any], folder: Path, file_type: int) -> None:
+    """LFM2Model: KV heads per layer (0 in a convolution layer), the common keys, then
+    vocab_size, shortconv.l_cache, norm_eps again and its FFN width (keys keep their places)."""
+    n_kv = hp.get("num_key_value_heads", 8)
+    per_layer = [n_kv if t != "conv" else 0 for t in lfm2_layer_types(hp)]
+    base_params(kv, a, {**hp, "num_key_value_heads": per_layer}, file_type)
+    kv.add(f"{a}.vocab_size", hp["vocab_size"])
+    kv.add(f"{a}.shortconv.l_cache", hp["conv_L_cache"])
+    kv.add(f"{a}.attention.layer_norm_rms_epsilon", hp["norm_eps"])
+    kv.add(f"{a}.feed_forward_length", lfm2_ff_dim(hp))
+
+
 def _bert_params(kv: KVList, a: str, hp: Mapping[str, Any], folder: Path, file_type: int) -> None:
     base_params(kv, a, hp, file_type)
     kv.add(f"{a}.attention.causal", False)
@@ -356,6 +398,7 @@ CONVERTERS: dict[str, Converter] = {
     "Qwen3Model": Converter(_qwen_params, ("spm", "gpt2")),
     "Gemma3Model": Converter(_gemma3_params, ("spm", "gpt2"), vocab_after=_gemma3_vocab_suffix),
     "Phi3MiniModel": Converter(_phi3_params, ("phi3",), _phi3_generated),
+    "LFM2Model": Converter(_lfm2_params, ("gpt2",)),
     "BertModel": Converter(_bert_params, ("bert",)),
 }
 
@@ -408,12 +451,16 @@ class Transform:
     permute: int = 0  # llama's q/k rows: the head count of the permutation (0: none)
     shift: float = 0.0  # Gemma's norms: written as shift + w
     rows: Optional[int] = None  # Gemma's token_embd: the rows kept (the tokenizer's vocabulary)
+    squeeze: bool = False  # LFM2's convolution kernel: [d, 1, L] written [d, L] (the same bytes)
 
     @property
     def identity(self) -> bool:
+        """Whether the bytes pass unchanged (a squeezed axis changes the shape only)."""
         return not self.permute and not self.shift and self.rows is None
 
     def shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        if self.squeeze:
+            shape = (shape[0], shape[-1])
         return shape if self.rows is None else (self.rows,) + shape[1:]
 
     def notes(self) -> list[str]:
@@ -424,6 +471,8 @@ class Transform:
             out.append(f"stored as {self.shift:g} + w (Gemma norms)")
         if self.rows is not None:
             out.append(f"rows past the tokenizer's {self.rows} tokens dropped")
+        if self.squeeze:
+            out.append("[d, 1, L] convolution kernel written [d, L] (LFM2Model)")
         return out
 
     def rows_of(self, x: np.ndarray) -> np.ndarray:
@@ -433,6 +482,8 @@ class Transform:
         return transforms.permute_rows(x, self.permute) if self.permute else x
 
     def values(self, x: np.ndarray) -> np.ndarray:
+        if self.squeeze:
+            x = transforms.squeeze_1(x)
         x = self.rows_of(x)
         return x + x.dtype.type(self.shift) if self.shift else x
 
@@ -479,7 +530,7 @@ class Writer:
         shift = 1.0 if "plus_one" in todo else 0.0
         cut = self.n_vocab_rows if "vocab_rows" in todo and self.n_vocab_rows is not None \
             and self.n_vocab_rows < shape[0] else None
-        return Transform(permute, shift, cut)
+        return Transform(permute, shift, cut, "squeeze_1" in todo)
 
 
 def writer_for(cfg: Mapping[str, Any]) -> Writer:

@@ -50,6 +50,8 @@ log = logging.getLogger(__name__)
 F32, F16, BF16, Q8_0 = qtypes.F32, qtypes.F16, qtypes.BF16, qtypes.Q8_0
 #: ``--outtype`` -> (type of the matrices, llama_ftype written as general.file_type)
 OUTTYPES: dict[str, tuple[qtypes.GGMLType, int]] = {"f32": (F32, 0), "f16": (F16, 1), "bf16": (BF16, 32), "q8_0": (Q8_0, 7)}
+#: what ``--outtype`` takes: those, or ``auto`` (convert_hf_to_gguf.py's: the source's own float type)
+OUTTYPE_CHOICES = (*OUTTYPES, "auto")
 #: the most common tensor type -> llama_ftype, as llama.cpp's loader guesses a file type
 GUESSED_FTYPE = {"F32": 0, "F16": 1, "BF16": 32, "Q4_0": 2, "Q4_1": 3, "Q5_0": 8, "Q5_1": 9, "Q8_0": 7,
                  "Q2_K": 10, "Q3_K": 12, "Q4_K": 15, "Q5_K": 17, "Q6_K": 18}
@@ -58,6 +60,7 @@ QUANTIZATION_VERSION = 2
 #: GGUF tensors the converter always writes in F32 (name regexes; ``{i}`` layers)
 KEPT_F32 = tuple(re.compile(p) for p in (
     r"position_embd\.weight", r"token_types\.weight", r"blk\.\d+\.ffn_gate_inp\.weight",
+    r"blk\.\d+\.shortconv\.conv\.weight",
     r"blk\.\d+\.ffn_gate_inp_shexp\.weight", r"blk\.\d+\.ssm_conv1d\.weight", r"blk\.\d+\.shortconv\.conv\.weight",
 ))
 #: the general.* keys that say where a file came from rather than what it is (docs/CONVERT.md)
@@ -282,7 +285,9 @@ def plan_hf(ckpt, outtype: Optional[str] = None, quant: Optional[str] = None,
     kv = hf_kv(folder, w, ftype, n_params, early=early)
     plan = GGUFPlan(kv, tensors, w.gguf, "hf", str(folder), outtype=outtype)
     if mix is not None:
-        model = mixes.Model(w.gguf, int(kv.get(f"{w.gguf}.block_count", 0)), *w.heads, 0)
+        kv_heads = kv.get(f"{w.gguf}.attention.head_count_kv", w.heads[1])  # per layer (LFM2): layer 0's, as llama.cpp
+        n_kv = int(kv_heads[0] if isinstance(kv_heads, (list, tuple)) else kv_heads)
+        model = mixes.Model(w.gguf, int(kv.get(f"{w.gguf}.block_count", 0)), w.heads[0], n_kv, 0)
         apply_mix(plan, mix, model, mix_options)
     return plan
 

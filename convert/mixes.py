@@ -431,7 +431,8 @@ def decide(info: TensorInfo, choice: Choice, layout: str):
     if role != "matmul":
         why = None if layout == "rowmajor" else {
             "embedding": "embedding lookup: runtimes gather its rows, kept row-major",
-            "vector": "not a matrix: kept row-major", "tensor": "not a matrix: kept row-major"}[role]
+            "vector": "not a matrix: kept row-major", "tensor": "not a matrix: kept row-major",
+            "kernel": "convolution kernel, not a matrix: kept row-major"}[role]
         reason = "; ".join(x for x in (lossy, why) if x) or None
         return Decision(role, action, target, "rowmajor", reason, rule=choice.rule)
     refusal = repack.get(layout).refuse(target, info.n, info.k)

@@ -11,6 +11,8 @@ tensor                                  what is written
 ======================================  ==============================================
 1-D (norms, biases), scalars            copied as stored, ``rowmajor``
 embedding lookups (token/position)      copied as stored (GGUF: same blocks), ``rowmajor``
+convolution kernels (LFM2)              copied as stored, ``rowmajor`` (HF [d, 1, L] as
+                                        3-D, GGUF [d, L] F32: never quantized, as llama.cpp)
 3-D and larger                          copied as stored, ``rowmajor``
 2-D float, HF, ``--quant T``            quantized to T, then the requested layout
   K not a multiple of T's block         T = Q4_K and K % 32 == 0: Q8_0 instead;
@@ -41,7 +43,7 @@ QUANT_CHOICES = tuple(t.lower for t in qtypes.QUANTIZABLE)
 
 @dataclass(frozen=True)
 class Decision:
-    role: str  # "matmul", "embedding", "vector", "tensor"
+    role: str  # "matmul", "embedding", "vector", "kernel", "tensor"
     action: str  # "repack", "quantize", "requantize", "copy"
     target_type: qtypes.GGMLType  # the type of the blocks written
     layout: str  # layout written
@@ -54,6 +56,8 @@ def role_of(info: TensorInfo) -> str:
         return "vector"
     if arch.is_embedding(info.name):
         return "embedding"
+    if arch.is_conv_kernel(info.name):
+        return "kernel"
     if len(info.shape) > 2:
         return "tensor"
     return "matmul"
@@ -89,6 +93,8 @@ def decide(info: TensorInfo, source_kind: str, layout: str, quant: Optional[qtyp
         why = {
             "vector": f"{len(info.shape)}-D tensor (norm, bias or scalar): kept as stored",
             "embedding": "embedding lookup: runtimes gather its rows, kept row-major as stored",
+            "kernel": f"convolution kernel {list(info.shape)} (a few taps per channel, not a matrix product): "
+                      f"kept as stored, row-major",
             "tensor": f"{len(info.shape)}-D tensor: panels are defined for 2-D matrices, kept as stored",
         }[role]
         return Decision(role, "copy", st, "rowmajor", None if layout == "rowmajor" else why)

@@ -20,7 +20,7 @@ import functools
 import threading
 from typing import Any, Callable
 
-from . import engine
+from . import _numba_internals, engine
 
 _lock = threading.RLock()  # re-entrant: compiling a kernel may resolve the lazy kernels it calls
 
@@ -37,10 +37,8 @@ def cached_on_disk(fn: Callable) -> bool:
     try:
         import os
 
-        from numba.core.caching import FunctionCache
-
-        return os.path.exists(FunctionCache(fn)._cache_file._index_path)
-    except Exception:  # noqa: BLE001 - a numba internal moved
+        return os.path.exists(_numba_internals.cache_index_path(fn))
+    except Exception:  # noqa: BLE001 - a numba internal moved (tests/test_numba_internals.py says which)
         return True
 
 
@@ -73,19 +71,11 @@ def _skip_blas_probe() -> None:
     global _probe_skipped
     import sys
 
-    if _probe_skipped or "numba.np.arraymath" in sys.modules or "scipy.linalg" in sys.modules:
+    if _probe_skipped or _numba_internals.ARRAYMATH_MODULE in sys.modules or "scipy.linalg" in sys.modules:
         _probe_skipped = True
         return
     _probe_skipped = True
-    key = "scipy.linalg.cython_blas"
-    sys.modules[key] = None  # type: ignore[assignment]  # "import scipy.linalg.cython_blas" raises ImportError
-    try:
-        import numba.np.arraymath  # noqa: F401
-    except Exception:  # noqa: BLE001 - a numba internal moved: numba loads it itself, as before
-        pass
-    finally:
-        if key in sys.modules and sys.modules[key] is None:
-            del sys.modules[key]
+    _numba_internals.load_arraymath_without_blas_probe()
 
 
 class LazyKernel:
@@ -251,7 +241,6 @@ def _build_prefetch(write: int):
     Arm); no effect on any value, and harmless on any address (a prefetch never faults). A no-op
     Python function when numba's JIT is disabled."""
     from llvmlite import ir
-    from numba.core import cgutils
     from numba.extending import intrinsic
 
     if _numba.config.DISABLE_JIT:
@@ -265,7 +254,7 @@ def _build_prefetch(write: int):
         def codegen(context, builder, signature, args):
             data = context.make_array(signature.args[0])(context, builder, args[0]).data
             i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
-            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
+            fn = _numba_internals.llvm_function(builder, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
                                                 "llvm.prefetch.p0i8")
             p = builder.bitcast(builder.gep(data, [args[1]]), i8p)
             builder.call(fn, [p, ir.Constant(i32, write), ir.Constant(i32, 3), ir.Constant(i32, 1)])

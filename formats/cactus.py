@@ -26,6 +26,11 @@ norms multiplied by ``f`` (so the dequantization is unchanged), and the norms ar
 **FP16 files**: flags 0, precision 1, dims = the shape, scales 0, group 0/0,
 ``original_n = dims[0]``, data = f16 values row-major.
 
+**Depthwise INT8 files** (LFM2's short-convolution kernel ``[C, 1, K]``): flags 1 (scales),
+precision 0, dims ``(C, 1, K)``, group ``K`` x 1 group, ``original_n = C``; metadata = one
+f16 scale per channel ``max|w_c| / 127`` (at least 1e-10), data = int8 ``round(w / scale)``
+(half to even, clipped to -128..127) ``[C][K]``.
+
 The index packings (the data region) are drawn next to each packer below. Writers return
 bytes (:func:`cq_file_bytes`, :func:`fp16_file_bytes`, :func:`cq4p_file_bytes`) and write
 through :mod:`.atomic` (:func:`write_file`); :func:`read` parses and validates any of them.
@@ -58,6 +63,7 @@ PRECISION_CQ = {1: 3, 2: 4, 3: 5, 4: 6}
 """CQ bits -> header precision."""
 BITS_OF_PRECISION = {v: k for k, v in PRECISION_CQ.items()}
 
+FLAG_HAS_SCALES = 1 << 0  # INT8 files: a scale per group in the metadata
 FLAG_ORTHOGONAL = 1 << 1
 FLAG_INTERLEAVED_4ROW = 1 << 2
 FLAG_PANELS = 1 << 5
@@ -295,6 +301,22 @@ def fp16_file_bytes(array: np.ndarray) -> bytes:
     return head + data
 
 
+def depthwise_int8_file_bytes(w: np.ndarray) -> bytes:
+    """A depthwise convolution kernel ``[C, 1, K]`` (f32) as cactus's grouped INT8 file (see the
+    module doc; cactus's ``save_depthwise_conv_int8_with_header``, the same f32 steps)."""
+    a = np.asarray(w, np.float32)
+    if a.ndim != 3 or a.shape[1] != 1 or a.shape[2] < 1:
+        raise BadInputError(f"a depthwise INT8 file holds a [C, 1, K] kernel, got shape {a.shape}")
+    c, _, k = a.shape
+    rows = a.reshape(c, k)
+    scales = np.maximum(np.max(np.abs(rows), axis=1, keepdims=True) / np.float32(127.0), np.float32(1e-10))
+    q = np.clip(np.round(rows / scales), -128, 127).astype(np.int8)
+    blob = scales.reshape(-1).astype(np.float16).tobytes()
+    data = q.tobytes()
+    head = header_bytes(FLAG_HAS_SCALES, (c, 1, k), PRECISION_INT8, len(data), len(blob), k, 1, c)
+    return _assemble(head, blob, data)
+
+
 # ---- the CQ4 panel file (*.cq4p.weights) ------------------------------------------------------
 
 def int8_codebook(cb16: np.ndarray) -> np.ndarray:
@@ -426,7 +448,13 @@ class CactusTensorFile:
         return bool(self.header.flags & FLAG_ORTHOGONAL)
 
     def array(self) -> np.ndarray:
-        """FP16/FP32 files: the values, in the header's shape."""
+        """FP16/FP32 files: the values, in the header's shape; depthwise INT8 files: their
+        dequantized values ``int8 · scale16`` (f32)."""
+        if self.kind == "int8" and self.header.ndim == 3 and self.header.num_groups == 1:
+            c, _, k = self.shape
+            scales = np.frombuffer(self.blob.tobytes(), dtype="<f2", count=c).astype(np.float32)
+            q = np.frombuffer(self.data.tobytes(), dtype=np.int8, count=c * k).reshape(c, k)
+            return (q.astype(np.float32) * scales[:, None]).reshape(self.shape)
         if self.kind not in ("fp16", "fp32"):
             raise BadInputError(f"{self.path}: {self.kind} file has no plain array")
         dt = np.float16 if self.kind == "fp16" else np.float32
@@ -506,7 +534,7 @@ class CactusTensorFile:
     def dequantize(self, indices: Optional[np.ndarray] = None) -> np.ndarray:
         """f32 ``[N, K]``: ``(cb16[idx] @ R^T) * norm16 / input_scale16``, from the stored values
         (the same numbers cactus's ``qdq`` reader computes)."""
-        if self.kind in ("fp16", "fp32"):
+        if self.kind in ("fp16", "fp32", "int8"):
             return self.array().astype(np.float32)
         m = self.metadata()
         t = self.cq(indices)
@@ -540,10 +568,12 @@ def read(path: str | os.PathLike) -> CactusTensorFile:
     kinds = {PRECISION_FP16: "fp16", PRECISION_FP32: "fp32", PRECISION_INT8: "int8"}
     if h.precision in kinds:
         kind = kinds[h.precision]
-        if kind != "int8":
-            want = math.prod(h.shape) * (2 if kind == "fp16" else 4)
-            if h.data_bytes != want:
-                raise BadInputError(f"{p}: {kind} data is {h.data_bytes} bytes, shape {h.shape} needs {want}")
+        want = math.prod(h.shape) * {"fp16": 2, "fp32": 4, "int8": 1}[kind]
+        if h.data_bytes != want:
+            raise BadInputError(f"{p}: {kind} data is {h.data_bytes} bytes, shape {h.shape} needs {want}")
+        if kind == "int8" and h.scales_bytes != 2 * h.original_n * h.num_groups:
+            raise BadInputError(f"{p}: int8 scales are {h.scales_bytes} bytes, {h.original_n} rows x "
+                                f"{h.num_groups} groups need {2 * h.original_n * h.num_groups}")
     elif h.precision in BITS_OF_PRECISION:
         kind = "cq"
         if h.ndim != 2:

@@ -21,6 +21,8 @@ import threading
 import time
 from contextlib import ExitStack
 
+from . import _numba_internals
+
 _OURS = __name__.split(".")[0] + "."  # "panelpack."
 
 
@@ -44,7 +46,7 @@ class CompileMeter:
 
     def on_end(self, event) -> None:
         with self._lock:
-            disp = (event.data or {}).get("dispatcher")
+            disp = _numba_internals.compiled_dispatcher(event)
             fn = getattr(disp, "py_func", None)
             module = getattr(fn, "__module__", "") or ""
             if module.startswith(_OURS):
@@ -55,25 +57,7 @@ class CompileMeter:
                 self.seconds += time.perf_counter() - self._t0
 
     def __enter__(self) -> "CompileMeter":
-        try:
-            from numba.core import event
-
-            listener_base = event.Listener
-        except Exception:  # noqa: BLE001 - numba's event API moved: no figures, no failure
-            return self
-        meter = self
-
-        class _Listener(listener_base):  # numba checks the type of what it is given
-            def on_start(self, event):
-                meter.on_start(event)
-
-            def on_end(self, event):
-                meter.on_end(event)
-
-        try:
-            self._stack.enter_context(event.install_listener("numba:compile", _Listener()))
-        except Exception:  # noqa: BLE001
-            pass
+        self._stack.enter_context(_numba_internals.compile_listener(self.on_start, self.on_end))
         return self
 
     def __exit__(self, *exc) -> None:

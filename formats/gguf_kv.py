@@ -59,7 +59,7 @@ KEY_TYPES: dict[str, tuple[VT, VT | None]] = {
     "{arch}.attention.layer_norm_epsilon": (F32, None),
     "{arch}.attention.layer_norm_rms_epsilon": (F32, None),
     "{arch}.attention.causal": (BOOL, None), "{arch}.attention.sliding_window": (U32, None),
-    "{arch}.attention.scale": (F32, None),
+    "{arch}.attention.scale": (F32, None), "{arch}.shortconv.l_cache": (U32, None),
     "{arch}.rope.dimension_count": (U32, None), "{arch}.rope.freq_base": (F32, None),
     "{arch}.rope.freq_base_swa": (F32, None), "{arch}.rope.scaling.type": (STR, None),
     "{arch}.rope.scaling.factor": (F32, None), "{arch}.rope.scaling.original_context_length": (U32, None),

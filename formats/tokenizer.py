@@ -44,7 +44,7 @@ PRE_TOKENIZERS: dict[str, tuple[str, ...]] = {
     "gpt2": (_GPT2,), "default": (_GPT2,), "mpt": (_GPT2,), "olmo": (_GPT2,),
     "smollm": (r"\p{N}", _GPT2), "starcoder": (r"\p{N}", _GPT2), "refact": (r"\p{N}", _GPT2),
     "codeshell": (r"\p{N}", _GPT2), "command-r": (r"\p{N}", _GPT2),
-    "llama3": (_LLAMA3,), "llama-bpe": (_LLAMA3,), "dbrx": (_LLAMA3,), "smaug-bpe": (_LLAMA3,),
+    "llama3": (_LLAMA3,), "llama-bpe": (_LLAMA3,), "dbrx": (_LLAMA3,), "smaug-bpe": (_LLAMA3,), "lfm2": (_LLAMA3,),
     "qwen2": (_QWEN2,), "stablelm2": (_QWEN2,),
 }
 
@@ -60,7 +60,10 @@ EOG_TEXTS = frozenset({
 _NORMAL_S_MARKERS = frozenset({"<|tool_response>", "<|plamo:eos|>"})
 
 #: pre-tokenizers whose words that are whole tokens skip the merges (llama.cpp ``ignore_merges``)
-IGNORE_MERGES = frozenset({"llama3", "llama-bpe", "dbrx", "smaug-bpe"})
+IGNORE_MERGES = frozenset({"llama3", "llama-bpe", "dbrx", "smaug-bpe", "lfm2"})
+#: pre-tokenizers llama.cpp adds BOS for when the GGUF has no tokenizer.ggml.add_bos_token
+#: (``llama_vocab::impl::load``; its llama-bpe family sets it too, not reproduced here yet)
+ADD_BOS_BY_DEFAULT = frozenset({"lfm2"})
 
 
 def _byte_table() -> dict[int, str]:
@@ -360,7 +363,8 @@ def from_gguf_metadata(meta: Mapping[str, Any]) -> Tokenizer:
         pre=str(meta.get("tokenizer.ggml.pre", "default")),
         bos_id=opt_int("tokenizer.ggml.bos_token_id"), eos_id=opt_int("tokenizer.ggml.eos_token_id"),
         unk_id=opt_int("tokenizer.ggml.unknown_token_id"),
-        add_bos=bool(meta.get("tokenizer.ggml.add_bos_token", model == "llama")),
+        add_bos=bool(meta.get("tokenizer.ggml.add_bos_token",
+                              model == "llama" or meta.get("tokenizer.ggml.pre") in ADD_BOS_BY_DEFAULT)),
         add_space_prefix=bool(meta.get("tokenizer.ggml.add_space_prefix", model == "llama")),
     )
 

@@ -1,5 +1,5 @@
-"""An independent f64 decoder in plain numpy (HF conventions), the fast-tier reference of the
-runtime's architecture blocks, and tiny numpy-built HF checkpoints to run it on.
+"""An independent f64 decoder in plain numpy (HF conventions; LFM2's names and short-convolution
+layers too), the fast-tier reference of the runtime's architecture blocks, and tiny numpy-built HF checkpoints to run it on.
 
 Everything the model does is spelled out by the test in a :class:`RefSpec` (per-layer RoPE
 frequencies and rotated dims, windows, scales, which blocks exist): nothing is read through
@@ -24,6 +24,7 @@ class RefLayer:
     window: int = 0
     scale: float = 0.0  # q.k multiplier
     attn_factor: float = 1.0  # cos/sin multiplier
+    conv: int = 0  # > 0: an LFM2 short-convolution layer of this kernel length (no attention)
 
 
 @dataclass
@@ -48,7 +49,24 @@ class RefSpec:
     logit_scale: float = 1.0
     softcap: float = 0.0
     ffn_norm_name: str = "post_attention_layernorm"
+    lfm2: bool = False  # LFM2's tensor names (operator_norm, out_proj, feed_forward.w1/w3/w2, ...)
     extra: dict = field(default_factory=dict)
+
+
+#: LFM2's spellings of the Llama names above (applied by :func:`name`)
+LFM2_NAMES = (("input_layernorm", "operator_norm"), ("post_attention_layernorm", "ffn_norm"),
+              ("self_attn.o_proj", "self_attn.out_proj"), ("self_attn.q_norm", "self_attn.q_layernorm"),
+              ("self_attn.k_norm", "self_attn.k_layernorm"), ("mlp.gate_proj", "feed_forward.w1"),
+              ("mlp.up_proj", "feed_forward.w3"), ("mlp.down_proj", "feed_forward.w2"),
+              ("model.norm.", "model.embedding_norm."))
+
+
+def name(s: RefSpec, n: str) -> str:
+    """A tensor's name in the spec's naming (Llama's, or LFM2's)."""
+    if s.lfm2:
+        for a, b in LFM2_NAMES:
+            n = n.replace(a, b)
+    return n
 
 
 def tensor_shapes(s: RefSpec) -> dict[str, tuple[int, ...]]:
@@ -56,10 +74,16 @@ def tensor_shapes(s: RefSpec) -> dict[str, tuple[int, ...]]:
     out = {"model.embed_tokens.weight": (s.vocab, h), "model.norm.weight": (h,)}
     if not s.tied:
         out["lm_head.weight"] = (s.vocab, h)
-    for i in range(len(s.layers)):
+    for i, L in enumerate(s.layers):
         p = f"model.layers.{i}."
         out.update({p + "input_layernorm.weight": (h,), p + f"{s.ffn_norm_name}.weight": (h,),
-                    p + "self_attn.o_proj.weight": (h, q), p + "mlp.down_proj.weight": (h, f)})
+                    p + "mlp.down_proj.weight": (h, f)})
+        if L.conv:
+            out.update({p + "conv.in_proj.weight": (3 * h, h), p + "conv.conv.weight": (h, 1, L.conv),
+                        p + "conv.out_proj.weight": (h, h), p + "mlp.gate_proj.weight": (f, h),
+                        p + "mlp.up_proj.weight": (f, h)})
+            continue
+        out[p + "self_attn.o_proj.weight"] = (h, q)
         if s.fused:
             out.update({p + "self_attn.qkv_proj.weight": (q + 2 * kv, h), p + "mlp.gate_up_proj.weight": (2 * f, h)})
         else:
@@ -73,7 +97,7 @@ def tensor_shapes(s: RefSpec) -> dict[str, tuple[int, ...]]:
             out.update({p + "self_attn.q_norm.weight": (d,), p + "self_attn.k_norm.weight": (d,)})
         if s.post_norms:
             out.update({p + "post_attention_layernorm.weight": (h,), p + "post_feedforward_layernorm.weight": (h,)})
-    return out
+    return {name(s, n): shape for n, shape in out.items()}
 
 
 def write(folder: Path, spec: RefSpec, config: dict, seed: int = 0) -> dict[str, np.ndarray]:
@@ -88,7 +112,7 @@ def write(folder: Path, spec: RefSpec, config: dict, seed: int = 0) -> dict[str,
         elif "embed" in name:
             v = rng.normal(0, 0.3, shape)
         else:
-            v = rng.normal(0, 1.0 / np.sqrt(shape[1]), shape)
+            v = rng.normal(0, 1.0 / np.sqrt(np.prod(shape[1:])), shape)
         bits[name] = f32_to_bf16_bits(v.astype(np.float32))
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(json.dumps(config))
@@ -119,35 +143,19 @@ def forward(s: RefSpec, w: dict[str, np.ndarray], ids) -> np.ndarray:
             return x / (1 + np.exp(-x))
         return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
 
+    w = {n: w[name(s, n)] for n in tensor_shapes(RefSpec(**{**s.__dict__, "lfm2": False}))}  # Llama names below
     x = w["model.embed_tokens.weight"][ids] * s.embed_scale
     for i, L in enumerate(s.layers):
         p = f"model.layers.{i}."
         a = rms(x, w[p + "input_layernorm.weight"])
-        if s.fused:
-            qkv = a @ w[p + "self_attn.qkv_proj.weight"].T
-            q, k, v = np.split(qkv, [nh * d, nh * d + nkv * d], 1)
+        if L.conv:  # B, C, x streams; depthwise causal convolution of B·x; gated by C
+            bb, cc, xx = np.split(a @ w[p + "conv.in_proj.weight"].T, 3, 1)
+            bx = np.concatenate([np.zeros((L.conv - 1, bb.shape[1])), bb * xx])  # zeros before the first row
+            kern = w[p + "conv.conv.weight"][:, 0, :]  # [h, L]: the last tap multiplies the current row
+            y = np.stack([(bx[t:t + L.conv] * kern.T).sum(0) for t in range(T)])
+            x = x + (cc * y) @ w[p + "conv.out_proj.weight"].T * s.residual_scale
         else:
-            q, k, v = (a @ w[p + f"self_attn.{n}_proj.weight"].T for n in "qkv")
-        if s.qkv_bias:
-            q, k, v = (t + w[p + f"self_attn.{n}_proj.bias"] for t, n in zip((q, k, v), "qkv"))
-        q, k, v = q.reshape(T, nh, d), k.reshape(T, nkv, d), v.reshape(T, nkv, d)
-        if s.qk_norm:
-            q, k = rms(q, w[p + "self_attn.q_norm.weight"]), rms(k, w[p + "self_attn.k_norm.weight"])
-        q, k = rot(q, L), rot(k, L)
-        out = np.zeros((T, nh, d))
-        tt = np.arange(T)
-        mask = tt[None, :] > tt[:, None]
-        if L.window:
-            mask |= tt[:, None] - tt[None, :] >= L.window
-        for hh in range(nh):
-            sc = q[:, hh] @ k[:, hh // (nh // nkv)].T * L.scale
-            sc[mask] = -np.inf
-            pr = np.exp(sc - sc.max(1, keepdims=True))
-            out[:, hh] = (pr / pr.sum(1, keepdims=True)) @ v[:, hh // (nh // nkv)]
-        o = out.reshape(T, nh * d) @ w[p + "self_attn.o_proj.weight"].T
-        if s.post_norms:
-            o = rms(o, w[p + "post_attention_layernorm.weight"])
-        x = x + o * s.residual_scale
+            x = x + _attention(s, w, p, a, L, T, nh, nkv, d, rms, rot) * s.residual_scale
         a = rms(x, w[p + f"{s.ffn_norm_name}.weight"])
         if s.fused:
             g, u = np.split(a @ w[p + "mlp.gate_up_proj.weight"].T, 2, 1)
@@ -160,6 +168,35 @@ def forward(s: RefSpec, w: dict[str, np.ndarray], ids) -> np.ndarray:
     head = w["model.embed_tokens.weight"] if s.tied else w["lm_head.weight"]
     logits = rms(x, w["model.norm.weight"]) @ head.T / s.logit_scale
     return np.tanh(logits / s.softcap) * s.softcap if s.softcap else logits
+
+
+def _attention(s: RefSpec, w, p, a, L: RefLayer, T, nh, nkv, d, rms, rot):
+    """One attention block's output (before the residual)."""
+    if s.fused:
+        qkv = a @ w[p + "self_attn.qkv_proj.weight"].T
+        q, k, v = np.split(qkv, [nh * d, nh * d + nkv * d], 1)
+    else:
+        q, k, v = (a @ w[p + f"self_attn.{n}_proj.weight"].T for n in "qkv")
+    if s.qkv_bias:
+        q, k, v = (t + w[p + f"self_attn.{n}_proj.bias"] for t, n in zip((q, k, v), "qkv"))
+    q, k, v = q.reshape(T, nh, d), k.reshape(T, nkv, d), v.reshape(T, nkv, d)
+    if s.qk_norm:
+        q, k = rms(q, w[p + "self_attn.q_norm.weight"]), rms(k, w[p + "self_attn.k_norm.weight"])
+    q, k = rot(q, L), rot(k, L)
+    out = np.zeros((T, nh, d))
+    tt = np.arange(T)
+    mask = tt[None, :] > tt[:, None]
+    if L.window:
+        mask |= tt[:, None] - tt[None, :] >= L.window
+    for hh in range(nh):
+        sc = q[:, hh] @ k[:, hh // (nh // nkv)].T * L.scale
+        sc[mask] = -np.inf
+        pr = np.exp(sc - sc.max(1, keepdims=True))
+        out[:, hh] = (pr / pr.sum(1, keepdims=True)) @ v[:, hh // (nh // nkv)]
+    o = out.reshape(T, nh * d) @ w[p + "self_attn.o_proj.weight"].T
+    if s.post_norms:
+        o = rms(o, w[p + "post_attention_layernorm.weight"])
+    return o
 
 
 def inv_freq(base: float, dim: int) -> np.ndarray:

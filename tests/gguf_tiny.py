@@ -58,6 +58,7 @@ EXTRA = {
              "rope_parameters": {"rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 0.5,
                                  "short_factor": [1.0 + 0.1 * i for i in range(4)],
                                  "long_factor": [1.0 + 0.5 * i for i in range(4)]}},
+    "lfm2": {"full_attn_idxs": [1], "norm_eps": 1e-6, "conv_L_cache": 3},  # a convolution layer, then attention
     "granite": {"embedding_multiplier": 12.0, "attention_multiplier": 0.0625, "residual_multiplier": 0.25,
                 "logits_scaling": 4.0},
 }

@@ -4,7 +4,7 @@ logits and greedy tokens for them: the reusable builders of the architecture tes
 Each checkpoint (:data:`SPECS`) comes from transformers' own config class with a small
 shape: a width not a multiple of 256 (``hidden_size`` 384: Q4_K falls back, CQ's 128-groups
 fit), GQA (6 query heads, 2 KV heads), 3 layers (Gemma 3: 6, its sliding pattern; SmolLM3: 4,
-its NoPE layer), the family's own blocks switched on (Llama 3 RoPE scaling, LongRoPE with
+its NoPE layer; LFM2: 4, convolution and attention alternating), the family's own blocks switched on (Llama 3 RoPE scaling, LongRoPE with
 partial rotary, sliding windows of 16 positions, Granite's multipliers, Gemma's final
 softcap), every parameter redrawn from a seeded normal, stored as bf16 safetensors by
 ``save_pretrained``, with a SentencePiece ``tokenizer.model`` (:func:`train_tokenizer`,
@@ -86,6 +86,9 @@ SPECS: dict[str, Spec] = {s.arch: s for s in (
     Spec("phi3", "Phi3Config", dict(_COMMON, tie_word_embeddings=False, sliding_window=WINDOW,
                                     max_position_embeddings=131072, original_max_position_embeddings=4096,
                                     rope_parameters=_longrope(24)), seed=7),
+    Spec("lfm2", "Lfm2Config", dict({k: v for k, v in _COMMON.items() if k != "rms_norm_eps"}, num_hidden_layers=4,
+                                    norm_eps=1e-5, full_attn_idxs=[1, 3], conv_L_cache=3, tie_word_embeddings=True,
+                                    rope_parameters={"rope_type": "default", "rope_theta": 1e6}), seed=9),
     Spec("granite", "GraniteConfig", dict(_COMMON, tie_word_embeddings=True, embedding_multiplier=12.0,
                                           attention_multiplier=0.0078125, residual_multiplier=0.22, logits_scaling=8.0,
                                           rope_parameters={"rope_type": "default", "rope_theta": 1e4}), seed=8),

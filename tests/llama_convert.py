@@ -61,46 +61,56 @@ def require() -> Path:
 
 
 def convert(hf_dir: str | Path, out: str | Path, outtype: str = "f32", *extra: str, timeout: float = 900) -> Path:
-    """Run ``convert_hf_to_gguf.py HF_DIR --outtype OUTTYPE --outfile OUT [extra...]``; the GGUF's path.
+    """Run ``convert_hf_to_gguf.py HF_DIR --outtype OUTTYPE --outfile OUT [extra...]`` (with
+    :data:`VOCAB_OVERRIDES`); the GGUF's path.
 
     Raises AssertionError with the converter's output tail when it fails.
     """
-    d = require()
-    env = dict(os.environ, PYTHONPATH=str(d / "gguf-py"), PYTHONWARNINGS="ignore", OMP_NUM_THREADS="2")
-    cmd = [sys.executable, str(d / "convert_hf_to_gguf.py"), str(hf_dir), "--outtype", outtype, "--outfile", str(out),
-           *extra]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=str(d))
-    if r.returncode != 0 or not Path(out).is_file():
-        raise AssertionError(f"convert_hf_to_gguf.py failed ({r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}")
-    return Path(out)
+    return convert_batch([(hf_dir, out, outtype, *extra)], timeout=timeout)[0]
 
+
+#: converter classes whose vocabulary the tiny checkpoints cannot give as the class reads it, and
+#: the vocabulary method used instead (``tests/hf_models.py`` ships a SentencePiece
+#: ``tokenizer.model`` only): LFM2Model reads a byte-level BPE ``tokenizer.json`` and refuses one
+#: whose pre-tokenizer llama.cpp does not know by hash (a random vocabulary's); its tensors and
+#: hyperparameters are still LFM2Model's own
+VOCAB_OVERRIDES = {"conversion.lfm2:LFM2Model": "_set_vocab_sentencepiece"}
+#: the same overrides for panelpack's GGUF writer (``convert/gguf_arch.CONVERTERS``: class ->
+#: the vocabulary kinds it tries), so both sides read the same tokenizer.model
+WRITER_VOCAB = {"LFM2Model": ("spm",)}
 
 _BATCH = """
-import json, sys
+import importlib, json, sys
 sys.argv = ["convert_hf_to_gguf.py"]
 import convert_hf_to_gguf as c
 import os
+for where, method in json.loads(os.environ["PANELPACK_VOCAB_OVERRIDES"]).items():
+    mod, cls = where.split(":")
+    klass = getattr(importlib.import_module(mod), cls)
+    klass.set_vocab = (lambda m: lambda self: getattr(self, m)())(method)
 for job in json.load(open(os.environ["PANELPACK_CONVERT_JOBS"])):
-    sys.argv = ["convert_hf_to_gguf.py", job["src"], "--outtype", job["outtype"], "--outfile", job["out"]]
+    sys.argv = ["convert_hf_to_gguf.py", job["src"], "--outtype", job["outtype"], "--outfile", job["out"], *job["extra"]]
     c.main()
 """
 
 
-def convert_batch(jobs: list[tuple[str | Path, str | Path, str]], timeout: float = 1800) -> list[Path]:
-    """:func:`convert` for several ``(hf_dir, out_gguf, outtype)`` in one child process (one
-    torch import for all of them); the GGUFs' paths."""
+def convert_batch(jobs: list[tuple], timeout: float = 1800) -> list[Path]:
+    """:func:`convert` for several ``(hf_dir, out_gguf, outtype[, extra args...])`` in one child
+    process (one torch import for all of them); the GGUFs' paths."""
     import json
     import tempfile
 
     d = require()
     with tempfile.TemporaryDirectory(prefix="panelpack-convert-") as tmp:
         spec = Path(tmp) / "jobs.json"
-        spec.write_text(json.dumps([{"src": str(s), "out": str(o), "outtype": t} for s, o, t in jobs]))
+        spec.write_text(json.dumps([{"src": str(j[0]), "out": str(j[1]), "outtype": j[2], "extra": [str(x) for x in j[3:]]}
+                                    for j in jobs]))
         env = dict(os.environ, PYTHONPATH=f"{d}{os.pathsep}{d / 'gguf-py'}", PYTHONWARNINGS="ignore",
-                   OMP_NUM_THREADS="2", PANELPACK_CONVERT_JOBS=str(spec))
+                   OMP_NUM_THREADS="2", PANELPACK_CONVERT_JOBS=str(spec),
+                   PANELPACK_VOCAB_OVERRIDES=json.dumps(VOCAB_OVERRIDES))
         r = subprocess.run([sys.executable, "-c", _BATCH], capture_output=True, text=True, timeout=timeout, env=env,
                            cwd=str(d))
-    missing_out = [o for _, o, _ in jobs if not Path(o).is_file()]
+    missing_out = [j[1] for j in jobs if not Path(j[1]).is_file()]
     if r.returncode != 0 or missing_out:
         raise AssertionError(f"convert_hf_to_gguf.py failed ({r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}")
-    return [Path(o) for _, o, _ in jobs]
+    return [Path(j[1]) for j in jobs]

@@ -3,7 +3,9 @@ one tiny numpy-built checkpoint per family, fast tier: Llama 3 RoPE scaling read
 ``rope_parameters`` (the silent-wrong-logits bug), Gemma 3's per-layer-type RoPE and final
 softcap in both config forms, Phi-3's fused projections with partial rotary, LongRoPE and a
 window, Qwen3's q/k norms, SmolLM3's layers without RoPE, Granite's multipliers, Mistral's
-window on every layer; the decode kernel bit-identical with the prefill path on each."""
+window on every layer, LFM2's short-convolution layers between its attention layers (the
+convolution state carried across chunks); the decode kernel bit-identical with the prefill path
+on each."""
 
 from __future__ import annotations
 
@@ -108,14 +110,34 @@ def test_qwen3_qk_norm_smollm3_nope_granite_multipliers_mistral_window(tmp_path)
         _check(tmp_path, spec, dict(BASE, **cfg), name=name)
 
 
-@pytest.mark.parametrize("kind", ["qwen3", "phi3", "smollm3"])
+def test_lfm2_short_convolution_between_attention_layers(tmp_path):
+    """LFM2: convolution layers (kernel 3, state carried across the chunks of 7) and attention
+    layers with q/k norms, both config forms; the kernel's 3-D HF layout read as [d, L]."""
+    inv = ref.inv_freq(1e6, D)
+    layers = [RefLayer(None, conv=3), RefLayer(inv, scale=D ** -0.5), RefLayer(None, conv=3), RefLayer(inv, scale=D ** -0.5)]
+    spec = _spec(layers, qk_norm=True, lfm2=True)
+    base = {k: v for k, v in BASE.items() if k != "rms_norm_eps"}
+    cfg = dict(base, model_type="lfm2", num_hidden_layers=4, norm_eps=1e-6, block_auto_adjust_ff_dim=False,
+               tie_word_embeddings=True, rope_parameters={"rope_type": "default", "rope_theta": 1e6})
+    m = _check(tmp_path, spec, dict(cfg, full_attn_idxs=[1, 3]), name="idxs")
+    assert [L.conv is not None for L in m.layers] == [True, False, True, False] and m.layers[0].conv.shape == (3, H)
+    _check(tmp_path, spec, dict(cfg, layer_types=["conv", "full_attention", "conv", "full_attention"]), name="types")
+    # one token at a time: the convolution state and the KV cache carry the whole history
+    steps = m.logits(IDS, chunk=1)
+    whole = m.logits(IDS, chunk=len(IDS))
+    np.testing.assert_allclose(steps, whole, rtol=0, atol=1e-5 * np.abs(whole).max())
+
+
+@pytest.mark.parametrize("kind", ["qwen3", "phi3", "smollm3", "lfm2"])
 def test_decode_kernel_bit_identical_with_prefill(tmp_path, kind):
     """Decoded tokens take ops.rope_into_cache (q/k norms, partial rotation, NoPE layers in
     one pass); prefill takes the numpy steps: the same bits, on the compiled path."""
     cfg = {"qwen3": dict(model_type="qwen3", num_hidden_layers=2, tie_word_embeddings=True),
            "phi3": dict(model_type="phi3", num_hidden_layers=2, partial_rotary_factor=0.5, tie_word_embeddings=False),
-           "smollm3": dict(model_type="smollm3", num_hidden_layers=4)}[kind]
-    spec = RefSpec(H, NH, NKV, 32, FF, V, [RefLayer(None)] * cfg["num_hidden_layers"], qk_norm=kind == "qwen3",
+           "smollm3": dict(model_type="smollm3", num_hidden_layers=4),
+           "lfm2": dict(model_type="lfm2", num_hidden_layers=2, full_attn_idxs=[0], block_auto_adjust_ff_dim=False)}[kind]
+    layers = [RefLayer(None)] * cfg["num_hidden_layers"] if kind != "lfm2" else [RefLayer(None), RefLayer(None, conv=3)]
+    spec = RefSpec(H, NH, NKV, 32, FF, V, layers, qk_norm=kind in ("qwen3", "lfm2"), lfm2=kind == "lfm2",
                    fused=kind == "phi3", tied=cfg.get("tie_word_embeddings", True))  # k/v rows: whole panels
     ref.write(tmp_path / kind, spec, dict(BASE, head_dim=32, **cfg))
     b = convert(tmp_path / kind, tmp_path / f"{kind}.ppk", layout="panel64", quant="q8_0").bundle

@@ -103,6 +103,71 @@ def test_layer_layouts():
     assert [L.window for L in s2.layers] == [0, 8, 0, 0]  # its NoPE layer slides
 
 
+def test_lfm2_layer_pattern_ffn_width_and_aliases():
+    """LFM2: layer_types, or full_attn_idxs (4.x configs), or every layer attention; the FFN width
+    transformers derives (2/3, the multiplier, up to block_multiple_of); norm_eps; the older
+    tie_embedding / block_ff_dim keys; convolution layers have no KV heads and no RoPE."""
+    a = arch.from_hf_config(cfg("lfm2", full_attn_idxs=[1, 3], intermediate_size=1024))
+    b = arch.from_hf_config(cfg("lfm2", layer_types=["conv", "full_attention", "conv", "full_attention"],
+                                intermediate_size=1024))
+    assert [L.kind for L in a.layers] == [L.kind for L in b.layers] == ["conv", "full_attention"] * 2
+    assert [L.n_head_kv for L in a.layers] == [0, 2, 0, 2] and a.layers[0].rope is None and a.layers[1].rope.base == pytest.approx(1e6)
+    assert a.layers[0].n_ff == 768 and a.conv_l == 3 and a.eps == 1e-5  # int(2·1024/3) = 682 -> 768
+    assert arch.from_hf_config(cfg("lfm2", intermediate_size=1024, block_ffn_dim_multiplier=None)).layers[0].n_ff == 682
+    assert arch.from_hf_config(cfg("lfm2", intermediate_size=1024, block_auto_adjust_ff_dim=False)).layers[0].n_ff == 1024
+    assert [L.kind for L in arch.from_hf_config(cfg("lfm2")).layers] == ["full_attention"] * 4
+    old = arch.from_hf_config(cfg("lfm2", full_attn_idxs=[2], tie_embedding=False, block_ff_dim=96, norm_eps=1e-4,
+                                  conv_L_cache=4, block_auto_adjust_ff_dim=False))
+    assert not old.tied and old.layers[0].n_ff == 96 and old.eps == 1e-4 and old.conv_l == 4
+    assert [L.mixer for L in old.layers] == ["conv", "conv", "attention", "conv"]
+
+
+def test_lfm2_tensors_per_layer_kind_and_gguf_reading():
+    hp = arch.from_hf_config(cfg("lfm2", full_attn_idxs=[1], num_hidden_layers=2))
+    hf, gg = arch.expected_tensors(hp), arch.expected_tensors(hp, "gguf")
+    assert hf["model.layers.0.conv.conv.weight"][0] == (64, 1, 3) and gg["blk.0.shortconv.conv.weight"][0] == (64, 3)
+    assert hf["model.layers.0.conv.in_proj.weight"][0] == (192, 64) and "model.layers.0.self_attn.q_proj.weight" not in hf
+    assert hf["model.layers.1.self_attn.out_proj.weight"][0] == (64, 64) and "blk.1.shortconv.in_proj.weight" not in gg
+    assert hf["model.layers.1.self_attn.q_layernorm.weight"][0] == (16,) and "token_embd_norm.weight" in gg
+    assert hf["model.layers.1.feed_forward.w1.weight"][1] == "gate" and "model.embedding_norm.weight" in hf
+    meta = {"general.architecture": "lfm2", "lfm2.block_count": 3, "lfm2.embedding_length": 64,
+            "lfm2.attention.head_count": 4, "lfm2.attention.head_count_kv": [0, 2, 0], "lfm2.feed_forward_length": 96,
+            "lfm2.shortconv.l_cache": 3, "lfm2.rope.freq_base": 1e6, "lfm2.attention.layer_norm_rms_epsilon": 1e-5}
+    g = arch.from_gguf(meta, 100, [], None)
+    assert [L.kind for L in g.layers] == ["conv", "full_attention", "conv"] and g.conv_l == 3 and not g.rope_pairs
+    assert g.layers[1].rope.base == pytest.approx(1e6) and g.layers[0].rope is None
+    with pytest.raises(BadInputError, match="shortconv.l_cache"):
+        arch.from_gguf({k: v for k, v in meta.items() if "l_cache" not in k}, 100, [], None)
+    with pytest.raises(UnsupportedError, match="sliding window"):
+        arch.from_gguf(dict(meta, **{"lfm2.attention.sliding_window": 8}), 100, [], None)
+    with pytest.raises(UnsupportedError, match="mixture-of-experts"):
+        arch.from_gguf(dict(meta, **{"general.architecture": "lfm2moe"}), 100, [], None)
+    with pytest.raises(UnsupportedError, match="without attention heads"):  # a llama has no convolution layers
+        arch.from_gguf({"general.architecture": "llama", "llama.block_count": 1, "llama.embedding_length": 64,
+                        "llama.attention.head_count": 4, "llama.attention.head_count_kv": [0],
+                        "llama.feed_forward_length": 96}, 100, [], None)
+
+
+def test_lfm2_convolution_kernel_kept_as_stored_by_the_policy():
+    """The short-convolution kernel (HF 3-D, GGUF 2-D of a few taps) is a ``kernel``: copied
+    as stored, row-major, whatever the quantization asked; its neighbours are matrices."""
+    from panelpack.convert import policy
+    from panelpack.formats import qtypes
+    from panelpack.formats.common import TensorInfo
+
+    def info(name, shape, t):
+        return TensorInfo(name, shape, t, 0, int(np.prod(shape)) * 4, "x")
+
+    for name, shape, kind, t in (("model.layers.0.conv.conv.weight", (384, 1, 3), "hf", qtypes.BF16),
+                                 ("blk.0.shortconv.conv.weight", (384, 3), "gguf", qtypes.F32)):
+        d = policy.decide(info(name, shape, t), kind, "panel64", qtypes.Q8_0, qtypes.Q8_0)
+        assert (d.role, d.action, d.layout, d.target_type) == ("kernel", "copy", "rowmajor", t), name
+        assert "convolution kernel" in d.reason
+    d = policy.decide(info("blk.0.shortconv.in_proj.weight", (1152, 384), qtypes.F32), "gguf", "panel64", None,
+                      qtypes.Q8_0)
+    assert (d.role, d.action, d.layout) == ("matmul", "quantize", "panel64")
+
+
 def test_gguf_reading():
     meta = {"general.architecture": "phi3", "phi3.block_count": 2, "phi3.embedding_length": 64,
             "phi3.attention.head_count": 4, "phi3.attention.head_count_kv": [2, 1], "phi3.feed_forward_length": 96,
@@ -134,7 +199,9 @@ def test_gguf_reading():
     (cfg("llama", hidden_act="gelu"), "activation 'gelu'"),
     (cfg("qwen3", num_experts=8), "mixture-of-experts"),
     (cfg("qwen3_moe"), "mixture-of-experts"),
-    (cfg("lfm2"), "short-convolution"),
+    (cfg("lfm2_moe"), "mixture-of-experts"),
+    (cfg("lfm2", conv_bias=True), "biases on the short convolution"),
+    (cfg("lfm2", layer_types=["conv", "sliding_attention", "conv", "full_attention"]), "layer 1 is 'sliding_attention'"),
     ({"model_type": "gemma3", "architectures": ["Gemma3ForConditionalGeneration"], "text_config": cfg("gemma3_text"),
       "vision_config": {"hidden_size": 8}}, "vision tower"),
     (cfg("qwen2", layer_types=["full_attention", "conv", "full_attention", "full_attention"]), "layer 1 is 'conv'"),

@@ -106,3 +106,44 @@ def test_cli_eval_generate_and_refusals(hf_models, tmp_path):
     assert r.returncode == 2 and "mixture-of-experts" in r.stderr
     r = cli("convert", moe, "-o", tmp_path / "p.ppk", "--layout", "panel64", "--quant", "q8_0")  # plain repacking: any
     assert r.returncode == 0, r.stderr
+
+
+def test_cli_eval_and_generate_lfm2_hf_and_gguf(hf_models, tmp_path):
+    """LFM2 through the CLI: ``eval`` and ``generate`` on the HF folder (a byte-level
+    tokenizer.json added: the tiny folders carry a tokenizer.model only) and on the GGUF that
+    llama.cpp's converter writes (its generate equal to transformers' greedy tokens through the
+    library); ``lfm2_moe`` refused by name (exit 2)."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    from panelpack.convert.example import _tokenizer
+
+    import llama_convert
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "panelpack", *map(str, args)], capture_output=True, text=True,
+                              timeout=900)
+
+    m = hf_models["lfm2"]
+    hf = tmp_path / "lfm2"
+    shutil.copytree(m.folder, hf)
+    (hf / "tokenizer.json").write_text(json.dumps(_tokenizer(hm.VOCAB)))
+    g = llama_convert.convert_batch([(m.folder, tmp_path / "lfm2.gguf", "f16")])[0]
+    text = tmp_path / "t.txt"
+    text.write_text("The quick brown fox jumps over the lazy dog. " * 8)
+    for src in (hf, g):
+        r = cli("eval", src, "--json", "--text", text, "--tokens", 24)
+        assert r.returncode == 0, r.stderr
+        doc = json.loads(r.stdout)
+        assert doc["tokens"] == 24 and doc["bit_identical"] is True and doc["ok"], doc
+        r = cli("generate", src, "--prompt", "The quick brown", "-n", "4")
+        assert r.returncode == 0 and r.stdout.startswith("The quick brown"), r.stderr
+    assert list(Model.open(g, "f32").generate(m.ids[:hm.PROMPT], n=hm.GENERATE, stop=())) == m.generated
+    moe = tmp_path / "moe"
+    shutil.copytree(m.folder, moe)
+    cfg = json.loads((moe / "config.json").read_text())
+    (moe / "config.json").write_text(json.dumps(dict(cfg, model_type="lfm2_moe", architectures=["Lfm2MoeForCausalLM"])))
+    r = cli("eval", moe, "--text", text, "--tokens", 8)
+    assert r.returncode == 2 and "mixture-of-experts" in r.stderr and "Traceback" not in r.stderr, r.stderr

@@ -442,7 +442,7 @@ def test_byte_slice_fields_equal_the_bit_gather(name):
 
 @pytest.mark.parametrize("name", [t.name for t in qtypes.DECODABLE if getattr(t.codec_module, "PLAN", None)])
 def test_the_numba_field_gather_equals_the_numpy_one(name, monkeypatch):
-    """``_codec.gather_field`` (taken once a process runs kernels) gives ``to_fields``' numpy
+    """``_gather.gather_field`` (taken once a process runs kernels) gives ``to_fields``' numpy
     loop's arrays, dtypes and all, on random blocks of every type with a bit plan."""
     from panelpack.formats import engine
     from panelpack.formats.blocks import _bits

@@ -1,10 +1,12 @@
 """A whole ``--target cactus`` conversion of a checkpoint of every architecture cactus has a
-family for (llama -> generic, qwen2 and qwen3 -> qwen, gemma3 -> gemma3: the llama/qwen2 ones
-from tests/cactus_models.py, qwen3/gemma3 from tests/hf_models.py) compared file by file with
+family for (llama -> generic, qwen2 and qwen3 -> qwen, gemma3 -> gemma3, lfm2 -> lfm2: the
+llama/qwen2 ones from tests/cactus_models.py, qwen3/gemma3/lfm2 from tests/hf_models.py) compared file by file with
 cactus-compute 2.2.2's own converter on the same checkpoint (skipped when the oracle is not
 installed).
 
 Expected, and asserted: every file cactus writes is present with identical bytes, except
+* LFM2's depthwise convolution kernels (INT8, a scale per channel): identical bytes; cactus's own
+  reader (``qdq``) reads every LFM2 file to the values panelpack's reader gives;
 * CQ Hadamard files: header and every metadata field identical; indices identical except
   counted near-ties (each within ``cq.ROTATION_TOL`` of a decision midpoint, recomputed here);
 * orthogonal CQ4 files (embeddings, output head): header, codebook, input scale and norms
@@ -35,7 +37,7 @@ TOKENIZER_FILES = {"vocab.txt", "merges.txt", "special_tokens.json", "tokenizer_
 REPORT: dict = {}
 
 
-FAMILIES = ("llama", "qwen2", "qwen3", "gemma3")
+FAMILIES = ("llama", "qwen2", "qwen3", "gemma3", "lfm2")
 WITH_TOKENIZER_JSON = ("llama", "qwen2")  # the hf_models folders carry a SentencePiece model only
 
 
@@ -72,6 +74,9 @@ def test_folder_matches_cactus_converter(converted, arch):
         if a == b:
             continue
         assert name not in TOKENIZER_FILES, f"{name} differs"
+        if name == "conversion_manifest.json":
+            assert _rope_buffers_sorted(a) == b, f"{name} differs beyond the order of the per-type RoPE buffers"
+            continue
         assert name.endswith(".weights"), f"{name} differs"
         ft, fo = cactus.read(theirs / name), cactus.read(ours / name)
         assert ft.header == fo.header, name
@@ -94,6 +99,37 @@ def test_folder_matches_cactus_converter(converted, arch):
         rows = {r["output_file"]: r for r in target_rows(ours)}
         assert rows["layer_0_ffn_gate.weights"]["scale_factor"] == 16.0
         assert rows["token_embeddings.weights"]["scale_factor"] == 0.0625
+    if arch == "lfm2":  # the convolution kernels: INT8 files, equal bytes (checked above), readable
+        conv = [n for n in their_files if n.endswith("_conv_depthwise.weights")]
+        assert len(conv) == 2 and all((theirs / n).read_bytes() == (ours / n).read_bytes() for n in conv)
+        files = sorted(n for n in our_files if n.endswith(".weights"))
+        qdq = ours.parent / "qdq"
+        qdq.mkdir(exist_ok=True)
+        cactus_peer.run([{"op": "qdq", "path": str(ours / n), "out": str(qdq / f"{n}.npz")} for n in files],
+                        ours.parent)  # cactus's own reader, on every file
+        for n in files:  # it reads the values ours does
+            got = cactus.read(ours / n).dequantize()
+            theirs_values = np.load(qdq / f"{n}.npz")["w"].reshape(got.shape)
+            assert np.abs(theirs_values - got).max() <= 1e-6 * max(np.abs(got).max(), 1e-30), n
+        for n in conv:
+            got = cactus.read(ours / n).array()
+            want = source[next(r["source_name"] for r in target_rows(ours) if r["output_file"] == n)]
+            assert got.shape == want.shape and np.abs(got - want).max() <= np.abs(want).max() / 127 * 0.51 + 1e-6
+
+
+def _rope_buffers_sorted(manifest: bytes) -> bytes:
+    """cactus's ``conversion_manifest.json`` with its per-layer-type rotary buffer rows in name
+    order. transformers 5.5.4 registers them in ``list(set(config.layer_types))`` order (Gemma 3's
+    rotary embedding), which changes with the process's string hash seed, so cactus writes the
+    ``sliding_attention`` and ``full_attention`` pairs in either order from one run to the next;
+    panelpack writes them sorted (convert/cactus.py)."""
+    import json
+
+    rows = json.loads(manifest)
+    at = [i for i, r in enumerate(rows) if r["hf_name"].startswith("model.rotary_emb.")]
+    for i, r in zip(at, sorted((rows[i] for i in at), key=lambda r: r["hf_name"])):
+        rows[i] = r
+    return json.dumps(rows, indent=2, sort_keys=True).encode()
 
 
 def target_rows(folder):

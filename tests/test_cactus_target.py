@@ -247,3 +247,63 @@ def test_gemma3_family_factors_and_refusals(tmp_path):
     (tmp_path / "g" / "config.json").write_text(json.dumps(dict(cfg, model_type="qwen3", num_experts=4)))
     with pytest.raises(BadInputError, match="mixture-of-experts"):
         target.convert_cactus(tmp_path / "g", tmp_path / "o-moe")
+
+
+def test_lfm2_family_convolution_layers(tmp_path):
+    """LFM2 (cactus's lfm2 family): the convolution tensors named layer_{i}_conv_*, the kernel an
+    INT8 file with a scale per channel, the final embedding_norm in cactus's embedding
+    component, config.txt with the layer pattern and cactus's lfm2 keys."""
+    import decoder_ref as ref
+
+    inv = ref.inv_freq(1e6, 64)
+    spec = ref.RefSpec(128, 2, 1, 64, 256, 96, [ref.RefLayer(None, conv=3), ref.RefLayer(inv, scale=0.125)],
+                       qk_norm=True, lfm2=True)
+    cfg = {"model_type": "lfm2", "architectures": ["Lfm2ForCausalLM"], "hidden_size": 128, "num_attention_heads": 2,
+           "num_key_value_heads": 1, "intermediate_size": 256, "block_auto_adjust_ff_dim": False, "vocab_size": 96,
+           "num_hidden_layers": 2, "full_attn_idxs": [1], "conv_L_cache": 3, "norm_eps": 1e-6}
+    w = ref.write(tmp_path / "l", spec, cfg)
+    r = target.convert_cactus(tmp_path / "l", tmp_path / "out", bits=4)
+    out = tmp_path / "out"
+    assert r.family == "lfm2" and target.check_folder(out) == []
+    k = cactus.read(out / "layer_0_conv_depthwise.weights")
+    src = w["model.layers.0.conv.conv.weight"].astype(np.float32)
+    assert k.kind == "int8" and k.shape == (128, 1, 3) and k.header.group_size == 3
+    scale = np.abs(src).max(axis=2, keepdims=True) / 127
+    assert np.abs(k.array() - src).max() <= (scale * 0.5 + 1e-3 * scale).max()
+    for name in ("layer_0_conv_in_proj.weights", "layer_0_conv_out_proj.weights", "layer_1_attn_q_norm.weights"):
+        assert (out / name).is_file(), name
+    assert not (out / "layer_0_attn_q.weights").exists() and not (out / "layer_1_conv_in_proj.weights").exists()
+    txt = (out / "config.txt").read_text()
+    for line in ("model_type=lfm2", "layer_types=conv,full_attention", "conv_L_cache=3", "moe_intermediate_size=0",
+                 "full_attn_idxs=1", "layer_norm_eps=1e-06"):
+        assert f"{line}\n" in txt, line
+    rows = {r["output_file"]: r for r in json.loads((out / "conversion_manifest.json").read_text())}
+    assert rows["layer_0_conv_depthwise.weights"]["precision"] == "INT8"
+    assert rows["layer_0_conv_depthwise.weights"]["fallback_reason"] == "depthwise conv tensor"
+    assert rows["output_norm.weights"]["component"] == "embedding"
+
+
+def test_lfm2_from_gguf_writes_the_hf_routes_tensor_files(tmp_path, monkeypatch):
+    """An LFM2 GGUF (the F32 file LFM2Model writes: the kernel squeezed to [d, L]) gives the same
+    tensor files as its HF folder: the kernel back to [d, 1, L], every name and policy the same."""
+    from dataclasses import replace
+
+    from panelpack.convert import gguf_arch, to_gguf
+
+    import gguf_tiny
+    import llama_convert
+
+    monkeypatch.setitem(gguf_arch.CONVERTERS, "LFM2Model",
+                        replace(gguf_arch.CONVERTERS["LFM2Model"], vocab=llama_convert.WRITER_VOCAB["LFM2Model"]))
+    hf = gguf_tiny.folder(tmp_path / "hf", "lfm2", hidden=128)
+    g = to_gguf(hf, tmp_path / "m.gguf", outtype="f32").path
+    a = target.convert_cactus(hf, tmp_path / "from-hf", bits=4)
+    b = target.convert_cactus(g, tmp_path / "from-gguf", bits=4)
+    files = sorted(p.name for p in (tmp_path / "from-hf").iterdir() if p.name.endswith(".weights"))
+    assert "layer_0_conv_depthwise.weights" in files and "layer_1_attn_q.weights" in files
+    assert files == sorted(p.name for p in (tmp_path / "from-gguf").iterdir() if p.name.endswith(".weights"))
+    for n in files:
+        assert (tmp_path / "from-hf" / n).read_bytes() == (tmp_path / "from-gguf" / n).read_bytes(), n
+    assert a.family == b.family == "lfm2" and target.check_folder(tmp_path / "from-gguf") == []
+    txt = (tmp_path / "from-gguf" / "config.txt").read_text()
+    assert "layer_types=conv,full_attention\n" in txt and "conv_L_cache=3\n" in txt

@@ -199,20 +199,26 @@ def test_dry_run_reads_no_tensor_data(tmp_path, tiny_gguf, tiny_hf, monkeypatch)
 
 
 # -- atomicity ------------------------------------------------------------------------------
-def _big_gguf(path: Path) -> None:
+def _big_gguf(path: Path, n_tensors: int = 24) -> None:
     rng = np.random.default_rng(1)
-    tensors = {f"blk.{i}.w": ("Q4_0", random_blocks("Q4_0", 1024, 4096, rng)) for i in range(24)}
+    tensors = {f"blk.{i}.w": ("Q4_0", random_blocks("Q4_0", 1024, 4096, rng)) for i in range(n_tensors)}
     build_gguf(path, tensors, {"general.name": "big"})
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
-def test_interrupted_conversion_leaves_no_output(tmp_path, sig):
-    src = tmp_path / "big.gguf"
-    _big_gguf(src)
-    out = tmp_path / "out" / "big.ppk"
+def _stopped_mid_write(tmp_path: Path, n_tensors: int):
+    """A conversion stopped (SIGSTOP) while it writes tensors, and its output path; None when it
+    finished before the stop landed (a whole conversion takes ~0.3 s: a loaded machine can
+    deschedule this process for longer)."""
+    src = tmp_path / f"big{n_tensors}.gguf"
+    _big_gguf(src, n_tensors)
+    out = tmp_path / f"out{n_tensors}" / "big.ppk"
     out.parent.mkdir()
+    # SIGINT as a terminal's Ctrl-C finds it: a shell without job control starts background
+    # commands (CI's, this one's parent perhaps) with SIGINT ignored, and Python, like any
+    # program, keeps an inherited SIG_IGN: the conversion would rightly run on to its end
     proc = subprocess.Popen([sys.executable, "-m", "panelpack", "convert", str(src), "-o", str(out), "--no-progress"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 120
     while time.time() < deadline:  # wait until it is writing tensors
         partial = [p for p in out.parent.iterdir() if ".partial-" in p.name]
@@ -221,7 +227,26 @@ def test_interrupted_conversion_leaves_no_output(tmp_path, sig):
         if proc.poll() is not None:
             pytest.fail(f"conversion ended before it could be interrupted: {proc.stderr.read().decode()}")
         time.sleep(0.005)
+    os.kill(proc.pid, signal.SIGSTOP)
+    time.sleep(0.05)  # the stop is delivered: the process is frozen where it was
+    if proc.poll() is None and not out.exists():
+        return proc, out
+    os.kill(proc.pid, signal.SIGCONT)
+    proc.wait(60)
+    return None
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
+def test_interrupted_conversion_leaves_no_output(tmp_path, sig):
+    for n_tensors in (24, 96, 384):  # a larger source when the conversion outran the stop
+        stopped = _stopped_mid_write(tmp_path, n_tensors)
+        if stopped is not None:
+            break
+    else:
+        pytest.fail("every conversion finished before it could be stopped mid-write")
+    proc, out = stopped
     proc.send_signal(sig)
+    os.kill(proc.pid, signal.SIGCONT)  # the pending signal is taken as the process resumes
     proc.wait(60)
     assert proc.returncode != 0
     assert not out.exists()
@@ -331,12 +356,13 @@ def test_mapped_and_written_tensor_files_are_the_same(tmp_path, tiny_gguf, monke
     import types
 
     from panelpack.formats import bundle as B
+    from panelpack.formats import bundle_writer
 
     a = Bundle(convert(tiny_gguf, tmp_path / "a.ppk").bundle)
     if unmappable == "mmap fails":  # a file system that cannot map files: the writes take over
         def no_map(*args, **kw):
             raise OSError(errno.ENODEV, "No such device")
-        monkeypatch.setattr(B, "mmap", types.SimpleNamespace(mmap=no_map))
+        monkeypatch.setattr(bundle_writer, "mmap", types.SimpleNamespace(mmap=no_map))
     else:
         monkeypatch.setattr(B.BundleWriter, "MAPS", False)
     b = Bundle(convert(tiny_gguf, tmp_path / "b.ppk").bundle)

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from panelpack.formats import gguf, qtypes
+from panelpack.formats import gguf, gguf_values, qtypes
 from panelpack.formats.errors import BadInputError, OutputError, UnsupportedError
 from panelpack.formats.gguf import GGUFArray, GGUFStreamWriter
 from panelpack.formats.gguf import GGUFValueType as VT
@@ -383,8 +383,8 @@ def pack_strings(strings: list[bytes]) -> bytes:
 def walk_both(blob: bytes, prefix: int, count: int, limit: int):
     buf = np.frombuffer(blob, dtype=np.uint8)
     mv = memoryview(buf)
-    ref_end, ref_starts = gguf._walk_strings_ref(mv, prefix, count, limit)
-    end, starts = gguf._walk_strings(buf, mv, prefix, count, limit, want_starts=True, scan_min=0)
+    ref_end, ref_starts = gguf_values._walk_strings_ref(mv, prefix, count, limit)
+    end, starts = gguf_values._walk_strings(buf, mv, prefix, count, limit, want_starts=True, scan_min=0)
     return (ref_end, ref_starts), (end, starts)
 
 
@@ -406,7 +406,7 @@ def test_walk_strings_matches_reference(strings, prefix, cap, cut):
     blob = b"\0" * prefix + pack_strings(strings) + b"\0\0\0\0\0\0\0\0\x07"
     count = len(strings)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(gguf, "_WINDOW_CAP", cap)
+        mp.setattr(gguf_values, "_WINDOW_CAP", cap)
         for limit in (len(blob), max(prefix, len(blob) - 9 - cut)):
             (ref_end, ref_starts), (end, starts) = walk_both(blob, prefix, count, limit)
             assert end == ref_end
@@ -425,7 +425,7 @@ def test_walk_strings_large_mixed(rng, empties, cap):
         strings += [b""] * empties + hostile_strings(rng, 5000)
     blob = b"\x01" * 3 + pack_strings(strings)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(gguf, "_WINDOW_CAP", cap)
+        mp.setattr(gguf_values, "_WINDOW_CAP", cap)
         (ref_end, ref_starts), (end, starts) = walk_both(blob, 3, len(strings), len(blob))
         assert end == ref_end == len(blob) and starts.tolist() == ref_starts
         (ref_end, _), (end, _) = walk_both(blob, 3, len(strings), len(blob) - 1)
@@ -439,7 +439,7 @@ def test_string_candidates_exact(data, zeros):
     seg[[z for z in zeros if z < seg.size]] = 0
     w4 = seg.size // 4 * 4
     brute = [q for q in range(seg.size) if q + 7 < w4 and not seg[q + 1 : q + 8].any()]
-    assert gguf._string_candidates(seg).tolist() == brute
+    assert gguf_values._string_candidates(seg).tolist() == brute
 
 
 # ---------------------------------------------------------------------------------------------
@@ -645,7 +645,7 @@ def compare_with_ggml(path: Path, full_string_arrays: bool = True) -> None:
             if info.vtype == VT.STRING:
                 assert value == lib.gguf_get_val_str(ctx, i).decode(), key
             elif info.vtype != VT.ARRAY:
-                size = struct.calcsize("<" + gguf._SCALARS[info.vtype].code)
+                size = struct.calcsize("<" + gguf_values._SCALARS[info.vtype].code)
                 raw = ctypes.string_at(lib.gguf_get_val_data(ctx, i), size)
                 assert info.end - info.value_start == size
                 assert f.bytes_at(info.value_start, info.end).tobytes() == raw, key

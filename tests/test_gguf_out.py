@@ -204,12 +204,22 @@ def test_refusals(tmp_path, llama):
 
 
 @pytest.mark.parametrize("name", sorted(arch.ARCHITECTURES))
-def test_every_row_of_the_table_is_written_and_exported(tmp_path, name):
+def test_every_row_of_the_table_is_written_and_exported(tmp_path, name, monkeypatch):
     """Each row's tiny checkpoint: the GGUF architecture, every tensor the table expects under its
     GGUF name (and the ones llama.cpp's converter generates), and a Q4_K_M bundle's export equal
-    to the direct file."""
+    to the direct file. (LFM2Model reads a byte-level BPE tokenizer.json: these folders give the
+    tokenizer.model, as tests/llama_convert.py's reference converter reads it.)"""
+    from dataclasses import replace
+
+    from panelpack.convert import gguf_arch
+
+    import llama_convert
+
     src = gguf_tiny.folder(tmp_path / name, name)
     row = arch.get(name)
+    if row.gguf_converter in llama_convert.WRITER_VOCAB:
+        conv = replace(gguf_arch.CONVERTERS[row.gguf_converter], vocab=llama_convert.WRITER_VOCAB[row.gguf_converter])
+        monkeypatch.setitem(gguf_arch.CONVERTERS, row.gguf_converter, conv)
     g = GGUFFile(to_gguf(src, tmp_path / "f32.gguf", outtype="f32").path)
     a = row.gguf_arch
     assert g.metadata["general.architecture"] == a
@@ -220,3 +230,37 @@ def test_every_row_of_the_table_is_written_and_exported(tmp_path, name):
     direct = to_gguf(src, tmp_path / "q.gguf", quant="Q4_K_M").path.read_bytes()
     b = convert(src, tmp_path / "b.ppk", quant="Q4_K_M")
     assert gguf_out_export(b.bundle, tmp_path / "x.gguf").path.read_bytes() == direct
+
+
+def test_lfm2_gguf_out_keys_kernel_and_runtime(tmp_path, monkeypatch):
+    """LFM2 written as LFM2Model writes it: head_count_kv per layer (0 in the convolution layer),
+    shortconv.l_cache, llama.cpp's FFN width rule, the [d, 1, L] kernel as F32 [d, L]; the runtime
+    gives the same logits from the GGUF as from the HF folder."""
+    from dataclasses import replace
+
+    from panelpack.convert import gguf_arch
+    from panelpack.verify.runtime import Model
+
+    import llama_convert
+
+    monkeypatch.setitem(gguf_arch.CONVERTERS, "LFM2Model",
+                        replace(gguf_arch.CONVERTERS["LFM2Model"], vocab=llama_convert.WRITER_VOCAB["LFM2Model"]))
+    src = gguf_tiny.folder(tmp_path / "lfm2", "lfm2")
+    cfg = json.loads((src / "config.json").read_text())
+    (src / "config.json").write_text(json.dumps(dict(cfg, block_auto_adjust_ff_dim=True, block_ffn_dim_multiplier=None,
+                                                     block_multiple_of=48)))
+    g = GGUFFile(to_gguf(src, tmp_path / "f32.gguf", outtype="f32").path)
+    md = g.metadata
+    assert list(md["lfm2.attention.head_count_kv"]) == [0, 2] and md["lfm2.shortconv.l_cache"] == 3
+    assert md["lfm2.feed_forward_length"] == 96  # llama.cpp: int(2·96/3) = 64 up to 48s even without a multiplier
+    kern = g.tensor("blk.0.shortconv.conv.weight")
+    assert tuple(kern.shape) == (64, 3) and kern.type.name == "F32"
+    assert "blk.0.attn_q.weight" not in {t.name for t in g.tensors} and "blk.1.shortconv.in_proj.weight" not in {
+        t.name for t in g.tensors}
+    g.close()
+    ids = [1, 5, 9, 40, 7, 3, 2, 11, 60, 8]
+    (src / "config.json").write_text(json.dumps(cfg))  # transformers' width (no multiplier: no round-up) = the GGUF's
+    a = Model.open(src, "f32").logits(ids)
+    to_gguf(src, tmp_path / "same.gguf", outtype="f32")
+    b = Model.open(tmp_path / "same.gguf", "f32").logits(ids)
+    np.testing.assert_allclose(b, a, rtol=0, atol=1e-5 * np.abs(a).max())

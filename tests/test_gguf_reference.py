@@ -68,6 +68,18 @@ def refs(tmp_path_factory):
     return get
 
 
+@pytest.fixture(autouse=True)
+def _writer_reads_the_reference_vocabulary(monkeypatch):
+    """Where the reference converter reads the tiny checkpoints' tokenizer.model in place of its
+    class's own vocabulary (llama_convert.VOCAB_OVERRIDES: LFM2), the writer does too."""
+    from dataclasses import replace
+
+    from panelpack.convert import gguf_arch
+
+    for cls, vocab in llama_convert.WRITER_VOCAB.items():
+        monkeypatch.setitem(gguf_arch.CONVERTERS, cls, replace(gguf_arch.CONVERTERS[cls], vocab=vocab))
+
+
 @pytest.fixture(scope="session")
 def models(hf_models):
     """The table's checkpoints (bf16, a trained SentencePiece tokenizer)."""

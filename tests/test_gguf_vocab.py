@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from panelpack.convert import gguf_pre, gguf_vocab
-from panelpack.formats import hf_tokenizer
+from panelpack.formats import hf_pretokenizer, hf_tokenizer, tokenizer
 from panelpack.formats.errors import UnsupportedError
 from panelpack.formats.gguf import GGUFFile, GGUFStreamWriter, GGUFValueType
 from panelpack.formats.gguf_kv import KVList, key_type, read_pairs
@@ -89,12 +89,12 @@ def _bpe(vocab: list[str], merges: list[str], pre: dict | None, **model) -> hf_t
 
 
 def test_split_behaviors_by_hand():
-    spans = hf_tokenizer._char_spans("a-b--c", lambda c: c == "-")
-    assert hf_tokenizer._split("a-b--c", spans, "Removed") == ["a", "b", "c"]
-    assert hf_tokenizer._split("a-b--c", spans, "Isolated") == ["a", "-", "b", "-", "-", "c"]
-    assert hf_tokenizer._split("a-b--c", spans, "MergedWithPrevious") == ["a-", "b-", "-", "c"]
-    assert hf_tokenizer._split("a-b--c", spans, "MergedWithNext") == ["a", "-b", "-", "-c"]
-    assert hf_tokenizer._split("a-b--c", spans, "Contiguous") == ["a", "-", "b", "--", "c"]
+    spans = hf_pretokenizer._char_spans("a-b--c", lambda c: c == "-")
+    assert hf_pretokenizer._split("a-b--c", spans, "Removed") == ["a", "b", "c"]
+    assert hf_pretokenizer._split("a-b--c", spans, "Isolated") == ["a", "-", "b", "-", "-", "c"]
+    assert hf_pretokenizer._split("a-b--c", spans, "MergedWithPrevious") == ["a-", "b-", "-", "c"]
+    assert hf_pretokenizer._split("a-b--c", spans, "MergedWithNext") == ["a", "-b", "-", "-c"]
+    assert hf_pretokenizer._split("a-b--c", spans, "Contiguous") == ["a", "-", "b", "--", "c"]
 
 
 def test_bpe_merges_lowest_rank_leftmost_and_byte_level():
@@ -167,7 +167,7 @@ def _trained(kind: str, pre: dict, normalizer: dict | None):
     doc["pre_tokenizer"], doc["normalizer"] = pre, normalizer
     tok = Tokenizer.from_str(json.dumps(doc))
     special = ["[UNK]", "<unk>", "<|im_start|>", "<|im_end|>"]
-    alphabet = list(hf_tokenizer.BYTE_TO_CHAR.values()) if "ByteLevel" in json.dumps(pre) else []
+    alphabet = list(tokenizer.BYTE_TO_CHAR.values()) if "ByteLevel" in json.dumps(pre) else []
     trainer = (trainers.WordPieceTrainer if kind == "wordpiece" else trainers.BpeTrainer)(
         vocab_size=400, special_tokens=special, initial_alphabet=alphabet, show_progress=False)
     tok.train_from_iterator(TEXTS * 20, trainer)
@@ -278,7 +278,7 @@ def test_unicode_classes_equal_tokenizers_for_every_code_point():
                "strip": strip.normalize_str("a" + c + "b") == "ab",
                "punct": len(punct.pre_tokenize_str("a" + c + "b")) == 3,
                "digit": len(digits.pre_tokenize_str("a" + c + "b")) == 3}
-        want = {"clean": c in "\x00\ufffd" or hf_tokenizer._is_control(c), "strip": hf_tokenizer.is_stripped_mark(c),
+        want = {"clean": c in "\x00\ufffd" or hf_pretokenizer._is_control(c), "strip": hf_tokenizer.is_stripped_mark(c),
                 "punct": hf_tokenizer.is_punctuation(c), "digit": hf_tokenizer.is_numeric(c)}
         if unicodedata.normalize("NFD", c) == c:
             got["bert"] = bert.normalize_str("a" + c + "b") == "ab"

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from panelpack.cli import main
 from panelpack.formats import bundle as B
-from panelpack.formats import signature
+from panelpack.formats import bundle_manifest, signature
 from panelpack.verify import bundle_check, gate
 
 from builders import smallest_bundle
@@ -181,7 +181,7 @@ def test_sign_errors_are_one_line(small, keys, tmp_path):
 def _reseal(manifest: Path) -> None:
     """Recompute the manifest's own checksum over its (edited) bytes: only the signature can tell."""
     text = manifest.read_bytes()
-    m = B._CHECKSUM_TAIL.search(text)
+    m = bundle_manifest._CHECKSUM_TAIL.search(text)
     if m is None:
         return
     digest = B.sha256_bytes(text[:m.start()]).encode()
@@ -195,7 +195,7 @@ def _sweep(work: Path, pub: Path, stride: int) -> tuple[int, list[str]]:
     tried, held = 0, []
     for f in sorted(p for p in work.rglob("*") if p.is_file()):
         orig = f.read_bytes()
-        tail = B._CHECKSUM_TAIL.search(orig) if f.name == B.MANIFEST else None
+        tail = bundle_manifest._CHECKSUM_TAIL.search(orig) if f.name == B.MANIFEST else None
         body_end = tail.start() if tail else len(orig)
         for i in sorted(set(range(0, len(orig), stride)) | {0, len(orig) - 1}):
             buf = bytearray(orig)

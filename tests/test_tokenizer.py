@@ -92,3 +92,20 @@ def test_unknown_models_refused():
         T.Tokenizer("rwkv", ["a"], [1])
     with pytest.raises(UnsupportedError, match="pre-tokenizer 'mystery'"):
         T.Tokenizer("gpt2", ["a"], [1], pre="mystery")
+
+
+def test_lfm2_pre_tokenizer_is_llama3s_with_bos():
+    """llama.cpp runs tokenizer.ggml.pre "lfm2" as its llama3 pre-tokenizer (ignore_merges) and
+    adds BOS when the GGUF does not say (llama_vocab::impl::load)."""
+    toks = [T.BYTE_TO_CHAR[b] for b in range(256)] + ["12", "123", "<s>"]
+    meta = {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.tokens": toks,
+            "tokenizer.ggml.token_type": [T.NORMAL] * 258 + [T.CONTROL], "tokenizer.ggml.merges": ["1 2"],
+            "tokenizer.ggml.bos_token_id": 258}
+    lfm2 = T.from_gguf_metadata(dict(meta, **{"tokenizer.ggml.pre": "lfm2"}))
+    llama3 = T.from_gguf_metadata(dict(meta, **{"tokenizer.ggml.pre": "llama-bpe"}))
+    text = "1234 12 123"  # llama3's regex takes digits three at a time; "123" is a token: no merge needed
+    assert lfm2.encode(text, add_special=False) == llama3.encode(text, add_special=False)
+    assert 257 in lfm2.encode(text, add_special=False)
+    assert lfm2.encode(text)[0] == 258 and llama3.encode(text)[0] != 258
+    no_bos = T.from_gguf_metadata(dict(meta, **{"tokenizer.ggml.pre": "lfm2", "tokenizer.ggml.add_bos_token": False}))
+    assert no_bos.encode(text)[0] != 258

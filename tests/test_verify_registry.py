@@ -230,3 +230,53 @@ def test_cli_choices_come_from_the_registries(tmp_path, tiny_hf, registered):
     assert r.exit_code == 0, r.output
     r = run(main, ["convert", str(tiny_hf), "-o", str(tmp_path / "d.ppk"), "--layout", "panel32"])
     assert r.exit_code == 2 and "panel32" in r.output
+
+
+def test_cli_targets_outtypes_references_and_kernel_paths_come_from_their_registries(monkeypatch):
+    from panelpack import convert as convert_pkg
+    from panelpack.convert import gguf_out
+    from panelpack.verify.runtime import evaluate, weights
+
+    run = CliRunner().invoke
+    flat = "".join(run(main, ["convert", "--help"]).output.split())
+    assert f"[{'|'.join(convert_pkg.TARGETS)}]" in flat and f"[{'|'.join(gguf_out.OUTTYPE_CHOICES)}]" in flat
+    flat = "".join(run(main, ["eval", "--help"]).output.split())
+    assert f"[{'|'.join(evaluate.REFERENCES)}]" in flat
+    assert f"[{'|'.join(p for p in weights.KERNEL_PATHS if p != 'f32')}]" in flat  # f32 is a reference only
+    # read when used, not copied at import: a path added to the registry is a choice at once
+    monkeypatch.setattr(weights, "KERNEL_PATHS", (*weights.KERNEL_PATHS, "test-path"))
+    assert "test-path" in run(main, ["generate", "--help"]).output
+    r = run(main, ["eval", "nowhere.ppk", "--kernels", "nope"])
+    assert r.exit_code == 2 and "test-path" in r.output
+
+
+def test_layout_keyed_facts_are_columns_of_the_registry(monkeypatch):
+    """The lossless row reader, the super-block-major flag and the runtime's stacking unit are
+    columns of VERIFIERS (no table of their own elsewhere in verify/), and lossless reads through it."""
+    import dataclasses
+
+    from panelpack.verify import lossless
+    from panelpack.verify.runtime import weights
+
+    assert not hasattr(lossless, "READERS") and not hasattr(bundle_check, "_SUPERBLOCK_MAJOR")
+    assert not hasattr(weights, "_STACKABLE")
+    cols = {name: (v.row_reader is not None, v.superblock_major, v.stack_rows) for name, v in registry.VERIFIERS.items()}
+    assert cols == {"rowmajor": (False, False, 1), "panel64": (True, True, repack.panel64.CHANNELS),
+                    "ggml-x8": (False, False, None), "il8-nibble": (False, False, None), "il8-int8": (False, False, None)}
+    assert registry.row_reader("nope") is None and registry.stack_rows("nope") is None
+
+    calls = []
+
+    class Spy(lossless.Panel64Reader):
+        def rows(self, r0, r1, out=None):
+            calls.append((r0, r1))
+            return super().rows(r0, r1, out)
+
+    monkeypatch.setitem(registry.VERIFIERS, "panel64", dataclasses.replace(registry.VERIFIERS["panel64"], row_reader=Spy))
+    monkeypatch.setattr(lossless, "NUMPY_ELEMENTS", 0)
+    t, n, k = qtypes.Q4_0, 128, 256
+    blocks = codecs.quantize(np.random.default_rng(1).standard_normal((n, k)).astype(np.float32), t)
+    lay = repack.get("panel64")
+    regions = lay.pack(blocks, n, k, t)
+    got = np.concatenate([w.copy() for _, _, w in lossless.dequantized_rows("panel64", regions, n, k, t)])
+    assert calls and np.array_equal(got, lay.dequantize(regions, n, k, t))

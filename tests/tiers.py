@@ -3,9 +3,14 @@ test in the slow tier and keep a cheap few in the README's fast one."""
 
 from __future__ import annotations
 
+import os
 from typing import Any, Collection, Iterable
 
 import pytest
+
+#: ``PANELPACK_EXHAUSTIVE=1`` widens the slow tier's largest sweep from a sample to every case
+#: (docs/DEVELOPING.md, "Tests"): CI runs the sample, a release check runs it all.
+EXHAUSTIVE = os.environ.get("PANELPACK_EXHAUSTIVE", "") == "1"
 
 
 def fast_only(values: Iterable[Any], keep: Collection[Any], ids=None) -> list:
@@ -16,3 +21,4 @@ def fast_only(values: Iterable[Any], keep: Collection[Any], ids=None) -> list:
         marks = () if v in keep else (pytest.mark.slow,)
         out.append(pytest.param(v, marks=marks, id=ids(v) if callable(ids) else None))
     return out
+

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..formats import _numba_internals
 from ..repack import panel64 as _panel64
 
 GROUP = 32  # K per call: the scale group of every panel64 nibble type
@@ -49,7 +50,7 @@ CHANNELS = _panel64.CHANNELS
 
 
 def _target_has_avx2() -> bool:
-    from numba.core import config
+    from numba import config
 
     if config.DISABLE_JIT:
         return False
@@ -130,7 +131,6 @@ def int8_rows_dot_ref(w: np.ndarray, woff: int, stride: int, a: np.ndarray, aoff
 def _build():
     from llvmlite import ir
     from numba import types
-    from numba.core import cgutils
     from numba.extending import intrinsic
 
     i8, i16, i32, i64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
@@ -148,7 +148,7 @@ def _build():
         return builder.gep(data(iw), [args[iwo]]), builder.gep(data(ia), [args[iao]]), data(iacc)
 
     def llvm_fn(builder, ret, params, name):
-        return cgutils.get_or_insert_function(builder.module, ir.FunctionType(ret, params), name)
+        return _numba_internals.llvm_function(builder, ir.FunctionType(ret, params), name)
 
     @intrinsic
     def nibble_group_dot(typingctx, w, woff, a, aoff, acc):
@@ -364,7 +364,7 @@ def _build():
 
 
 def _target_has_f16c() -> bool:
-    from numba.core import config
+    from numba import config
 
     if config.CPU_NAME:
         return "+f16c" in (config.CPU_FEATURES or "").split(",")

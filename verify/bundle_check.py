@@ -44,9 +44,8 @@ import os
 import tempfile
 import time
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Iterator, Optional
 
 import numpy as np
 
@@ -56,132 +55,16 @@ from ..formats import signature as _signature
 from ..formats.bundle import UNLISTED, Bundle, TensorEntry, hash_async
 from ..formats.compile_meter import CompileMeter
 from ..formats.errors import BadInputError
-from ..formats.text import escape, table
 from . import gate
+from .report import _RUNS, LEVELS, Report, TensorVerdict
 
-LEVELS = ("structure", "lossless", "agreement", "all")
-_RUNS = {"structure": ("structure",), "lossless": ("structure", "lossless"),
-         "agreement": ("structure", "agreement"), "all": ("structure", "lossless", "agreement")}
 _FULL_P_BYTES = 256 << 20  # all-rows partials larger than this are compared on sampled rows only
 #: M·N·K above which the larger activation batch runs the compiled kernels (reference and
 #: layout) on the sampled super-blocks only; M = 1 always runs them on every row
 _FULL_WORK = 1 << 28
-#: layouts whose regions all lead with the 64-row super-block axis, so the sampled super-blocks
-#: are a tensor of the same layout (and whose runtime paths all run on the sampled rows)
-_SUPERBLOCK_MAJOR = frozenset({repack.panel64.NAME})
 _SANITY_ELEMENTS = 64 << 20  # weights beyond this skip the f64 sanity error
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class TensorVerdict:
-    name: str
-    layout: str
-    type: str
-    requested: str
-    reason: Optional[str]
-    paths: list[str] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
-    skipped: Optional[str] = None
-    max_error: Optional[float] = None  # f64 sanity: relative L2 of the standard output
-    levels: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def fallback(self) -> bool:
-        return self.layout != self.requested
-
-    @property
-    def verdict(self) -> str:
-        if self.problems:
-            return "MISMATCH"
-        if self.fallback:
-            return f"FALLBACK({self.reason})" if self.reason else "FALLBACK(unexplained)"
-        if self.skipped:
-            return f"SKIPPED({self.skipped})"
-        if "agreement" not in self.levels:  # a level without agreement: say what was checked
-            done = [k if s.startswith("ok") else f"{k} {s}" for k, s in self.levels.items()]
-            return f"PASSED({', '.join(done)})"
-        return "AGREE"
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems and not (self.fallback and not self.reason)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "layout": self.layout, "requested": self.requested, "type": self.type,
-                "paths": self.paths, "verdict": self.verdict,
-                "max_error": self.max_error if self.max_error is None or np.isfinite(self.max_error) else None,
-                "levels": self.levels, "problems": self.problems}
-
-
-@dataclass
-class Report:
-    bundle: str
-    levels: tuple[str, ...]
-    seed: int
-    sample: int
-    tensors: list[TensorVerdict]
-    problems: list[tuple[str, str]]  # structure problems not tied to one tensor
-    seconds: float = 0.0
-    native: Optional[str] = None  # the C kernels' line (verify/native): what ran, or SKIPPED(why)
-    compiled_kernels: int = 0  # kernels numba compiled (not in its on-disk cache) during the run
-    compile_seconds: float = 0.0  # the wall time those compilations took (and the wait for a helper's)
-    helper_kernels: int = 0  # of compiled_kernels, those a helper process compiled alongside
-    helper_seconds: float = 0.0  # the helper's own compile time (verify/precompile.py)
-    warnings: list[tuple[str, str]] = field(default_factory=list)  # e.g. unlisted files with --allow-extra
-    signature: Optional[_signature.SignatureStatus] = None  # None: not looked at (a cactus folder)
-
-    @property
-    def ok(self) -> bool:
-        return (not self.problems and all(t.ok for t in self.tensors)
-                and (self.signature is None or self.signature.ok))
-
-    def counts(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for t in self.tensors:
-            key = t.verdict.split("(")[0]
-            out[key] = out.get(key, 0) + 1
-        return out
-
-    def to_json(self) -> dict[str, Any]:
-        return {"bundle": self.bundle, "ok": self.ok, "levels": list(self.levels), "seed": self.seed,
-                "sample": self.sample, "seconds": round(self.seconds, 3), "counts": self.counts(), "native": self.native,
-                "compiled": {"kernels": self.compiled_kernels, "seconds": round(self.compile_seconds, 3),
-                             "helper_kernels": self.helper_kernels, "helper_seconds": round(self.helper_seconds, 3)},
-                "problems": [{"where": w, "problem": p} for w, p in self.problems],
-                "warnings": [{"where": w, "warning": p} for w, p in self.warnings],
-                "signature": self.signature.to_json() if self.signature is not None else None,
-                "tensors": [t.to_json() for t in self.tensors]}
-
-    def render(self) -> str:
-        rows = []
-        for t in self.tensors:
-            err = "" if t.max_error is None else f"{t.max_error:.2e}"
-            rows.append((t.name, t.layout, t.type, ",".join(t.paths) or "-", t.verdict, err))
-        lines = [table(rows, ("tensor", "layout", "type", "kernel paths", "verdict", "err vs f64"), right=(5,))]
-        for t in self.tensors:
-            for p in t.problems:
-                lines.append(f"MISMATCH {escape(t.name)}: {escape(p)}")
-        for where, p in self.problems:
-            lines.append(f"PROBLEM {escape(where)}: {escape(p)}")
-        for where, p in self.warnings:
-            lines.append(f"WARNING {escape(where)}: {escape(p)}")
-        if self.native:
-            lines.append(f"native: {self.native}")
-        if self.signature is not None:
-            lines.append(self.signature.render())
-        if self.compiled_kernels:
-            helper = (f"; {self.helper_kernels} of them in a helper process alongside, {self.helper_seconds:.1f} s there"
-                      if self.helper_kernels else "")
-            lines.append(f"first run on this numba cache: compiled {self.compiled_kernels} kernel(s), "
-                         f"{self.compile_seconds:.1f} s of the {self.seconds:.1f} s{helper} (cached for the next run)")
-        counts = ", ".join(f"{k}: {v}" for k, v in sorted(self.counts().items()))
-        state = "OK" if self.ok else "FAILED"
-        # the verdict stays the last line (scripts and the examples read it)
-        lines.append(f"verify {state}: {len(self.tensors)} tensors ({counts}); levels {'+'.join(self.levels)}; "
-                     f"seed {self.seed}; {self.seconds:.1f} s")
-        return "\n".join(lines)
 
 
 # =========================================================================================
@@ -317,7 +200,7 @@ def _agreement(b: Bundle, t: TensorEntry, blocks: Optional[np.ndarray], v: Tenso
     # a large batch on a large matrix runs the compiled kernels on the sampled super-blocks
     # (M = 1 runs them on every row): the emulated leaves' rows, at a fraction of the work
     sampled_x = [x.shape[0] > 1 and x.shape[0] * n * k > _FULL_WORK and blocks is not None and prep is not None
-                 and layout in _SUPERBLOCK_MAJOR and rows_pick.size < n for x in xs]
+                 and ver.superblock_major and rows_pick.size < n for x in xs]
     y64s = (_f64_products(layout, regions, n, k, qt, xs, [sb_pick if s_ else None for s_ in sampled_x])
             if n * k <= _SANITY_ELEMENTS else None)
     sub: Optional[tuple] = None  # (reference, layout kernel) on the sampled super-blocks, made once
@@ -472,7 +355,7 @@ def _f64_products(layout: str, regions, n: int, k: int, qt, xs: list[np.ndarray]
 def _sampled_kernels(layout: str, regions, blocks: np.ndarray, rows: np.ndarray, sbs: np.ndarray, k: int, qt):
     """The standard reference and the layout's compiled kernel prepared on the sampled
     super-blocks ``sbs`` alone (their real ``rows``): a smaller tensor of the same layout, whose
-    regions are the super-blocks' slices of each region (``_SUPERBLOCK_MAJOR``)."""
+    regions are the super-blocks' slices of each region (the registry's ``superblock_major``)."""
     from . import compiled, leaves
 
     part = leaves.sb_regions(regions, sbs)

@@ -30,7 +30,7 @@ from ..formats import guard
 from ..formats.atomic import sha256_file
 from ..formats.errors import BadInputError
 from ..repack import cq4_panel
-from .bundle_check import _RUNS, LEVELS, Report, TensorVerdict
+from .report import _RUNS, LEVELS, Report, TensorVerdict
 
 MANIFEST = cfile.FOLDER_MANIFEST
 MANIFEST_FORMAT = cfile.FOLDER_MANIFEST_FORMAT

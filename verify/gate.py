@@ -79,7 +79,7 @@ def _hyper(b: Bundle):
                 return None
 
             def vector(name: str):  # a RoPE factor tensor (rare: the runtime's reader, loaded only then)
-                from .runtime.weights import vector as read
+                from .tensors import vector as read
 
                 return read(b.tensor(name), b.regions(name))
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Optional
+from typing import Optional
 
 import numpy as np
 from numba import types as nt
@@ -36,6 +36,7 @@ from ..formats import qtypes
 from ..formats._jit import RO_U8, lazy_njit
 from ..repack import _common as C
 from ..repack import panel64
+from . import registry
 
 CHUNK_ELEMENTS = 1 << 20  # f32 values per comparison step (4 MB per buffer, two buffers a thread)
 #: tensors of at most this many weights take the numpy references instead (the layout's
@@ -157,11 +158,6 @@ def panel64_dequantize(regions, n: int, k: int, qtype) -> np.ndarray:
     return Panel64Reader(regions, n, k, qtype).rows(0, n)
 
 
-#: layout name -> a reader class with ``rows(r0, r1, out)`` straight from the layout's bytes;
-#: a layout without one is compared through its own ``dequantize`` in one piece
-READERS: dict[str, Callable] = {panel64.NAME: Panel64Reader}
-
-
 def chunk_rows(k: int) -> int:
     """Rows per comparison step: about :data:`CHUNK_ELEMENTS` values, whole 64-row super-blocks."""
     return max(64, CHUNK_ELEMENTS // max(k, 1) // 64 * 64)
@@ -172,7 +168,7 @@ def dequantized_rows(layout: str, regions, n: int, k: int, qtype, ranges: Option
     reader kernel, else its ``dequantize`` in one piece, cut to ``ranges``). ``ranges``: the
     ``(r0, r1)`` row ranges wanted, in order (default: all rows). The array is reused."""
     t = qtypes.get(qtype)
-    reader_cls = READERS.get(layout)
+    reader_cls = registry.row_reader(layout)  # (the registry's row_reader: Panel64Reader for panel64)
     if reader_cls is None or n * k <= NUMPY_ELEMENTS:
         w = repack.get(layout).dequantize(regions, n, k, t)
         for r0, r1 in ranges or [(0, n)]:
@@ -230,7 +226,7 @@ def compare_dequantize(layout: str, regions, blocks: np.ndarray, n: int, k: int,
     difference (first in row order). Row chunks run on :data:`THREADS` threads (the kernels
     release the GIL), each with its two reused buffers."""
     t = qtypes.get(qtype)
-    reader_cls = READERS.get(layout)
+    reader_cls = registry.row_reader(layout)
     raw = np.ascontiguousarray(blocks).reshape(n, -1)
     small = n * k <= NUMPY_ELEMENTS
     if reader_cls is None or small:

@@ -64,10 +64,10 @@ def _cold(k) -> bool:
 
 def _cache_writable(k) -> bool:
     try:
-        from numba.core.caching import FunctionCache
+        from ..formats._numba_internals import ensure_cache_path
 
         # numba's own check: makes the folder and a temporary file in it (raises if it cannot)
-        FunctionCache(k.py_func)._impl.locator.ensure_cache_path()
+        ensure_cache_path(k.py_func)
     except Exception:  # noqa: BLE001 - no writable cache (or numba's internals moved): no helper
         return False
     return True
@@ -177,7 +177,7 @@ def start(names: list[str], share: Optional[frozenset] = HELPER_SHARE) -> Option
     all of them), or None (see the module docstring)."""
     if not names or os.environ.get(SWITCH, "1") == "0" or engine.usable_cores() < 2:
         return None
-    from numba.core import config
+    from numba import config
 
     if config.DISABLE_JIT:
         return None

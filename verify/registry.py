@@ -10,7 +10,15 @@ says, per layout name, which of the verifier's **own** byte readers run on it:
 * ``runners``: the emulated runtime paths (SME2/NEON leaves on panels, the interleaved GEMM,
   or the readers a layout module declares itself, below), each a :class:`Runner`;
 * ``regions_are_blocks``: the layout's regions are the standard blocks themselves (rowmajor),
-  so the standard dispatch reads the layout's own bytes and their sha256 is the lossless proof.
+  so the standard dispatch reads the layout's own bytes and their sha256 is the lossless proof;
+* ``row_reader``: a class ``(regions, n, k, qtype)`` with ``rows(r0, r1, out)``, f32 rows straight
+  from the layout's bytes (``verify/lossless.py``), so the lossless comparison and the f64 sanity
+  read a big tensor in row chunks; without one, the layout's ``dequantize`` in one piece;
+* ``superblock_major``: every region leads with the 64-row super-block axis, so the sampled
+  super-blocks are a tensor of the same layout (and all its runtime paths run on those rows);
+* ``stack_rows``: the compiled kernel computes each output row on its own, in units of this
+  many rows, so matrices reading the same input stack into one product when each N is a whole
+  number of units (the runtime's q/k/v and gate/up, ``verify/runtime/weights.stacked``).
 
 Every geometry fact a reader needs (region names, byte sizes, channels per panel) is read from
 the layout module's ``plan()`` and constants, never restated. The readers never call a layout's
@@ -35,16 +43,19 @@ docs/FORMAT.md §3 (``dispatch.scale_arrays``), from which the partials and the 
 (through its ``unpack``) and, in agreement, the standard dispatch on the unpacked blocks; its
 ledger then lists only ``standard`` and the agreement level says no independent reader ran.
 
-The kernel and form factories are named here and imported on first use, so this table costs
-nothing to import (no numba): ``verify --level structure`` stays cheap.
+The kernel and form factories and the runners' bodies (``verify/runners.py``) are named here
+and imported on first use, so this table costs nothing to import (no numba): ``verify --level
+structure`` stays cheap; and the kernels, which look their specs up here, import no module that
+imports them (tests/test_imports.py).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional, cast
+from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
 
@@ -100,6 +111,9 @@ class LayoutVerifier:
     runners: tuple[Runner, ...] = ()
     regions_are_blocks: bool = False
     origin: str = "verify"  # "verify" (this table), "VERIFY hooks" (the layout module), "none"
+    row_reader: Optional[Callable[..., Any]] = None  # (regions, n, k, t) -> lossless.Panel64Reader-like
+    superblock_major: bool = False
+    stack_rows: Optional[int] = None
 
     def kernel_spec(self, t: qtypes.GGMLType):
         """The compiled kernel for type ``t`` on this layout, or None."""
@@ -140,60 +154,18 @@ def _named(module: str, name: str) -> Callable[..., Any]:
     return call
 
 
-# ---- the emulated runtime paths --------------------------------------------------------------
+# ---- the emulated runtime paths (their bodies: verify/runners.py) -----------------------------
 def _panel_leaves_accept(layout: str, t: qtypes.GGMLType) -> bool:
     return t.scheme is not None and (t.group or 0) % 16 == 0
-
-
-def _panel_leaves(s: Sample) -> list[PathResult]:
-    """The SME2 GEMV/GEMM leaves and the NEON path on the sampled super-blocks (``m == 1``
-    runs GEMV and NEON, more rows GEMM; another SVL the closed-form reader of that geometry)."""
-    from . import compiled, dispatch, leaves, neon
-
-    t = s.qtype
-    G = cast(int, t.group)
-    nibble = t.code_bits == 4
-    zt0 = np.asarray(s.params.get("zt0", [0] * 64), dtype=np.uint8) if nibble else None
-    expand = "luti4" if nibble else "ld1b"
-    m = s.a.shape[0]
-    runs = []
-    if s.svl_bits != 512:
-        # what a runtime with another vector length would read from the same bytes
-        panels = compiled.panel64_code_bytes(t, s.regions, s.n, s.k, s.layout)
-        sc, of = compiled.panel64_scale_arrays(t, s.regions, s.n, s.k, s.layout)
-        sc, of = sc[s.rows], of[s.rows]
-        codes = leaves.read_panels_ref(panels, zt0, s.n, s.k, G, nibble, svl_bits=s.svl_bits)
-        runs.append((f"sme2.svl{s.svl_bits}.ref", dispatch.partials_ref(codes[s.rows], s.a, G)))
-    else:
-        # the leaves run on the sampled super-blocks' bytes alone (a panel64 tensor of those
-        # rows), so a memory-mapped bundle is never copied whole for the emulated memory
-        part, rows = leaves.sb_regions(s.regions, s.sbs), s.rows.size
-        panels = compiled.panel64_code_bytes(t, part, rows, s.k, s.layout)
-        sc, of = compiled.panel64_scale_arrays(t, part, rows, s.k, s.layout)
-        if m == 1:
-            runs.append((f"sme2.gemv.{expand}_sdot", leaves.gemv_leaf(panels, zt0, s.a, rows, s.k, G, nibble)))
-            runs.append(("neon.panel", neon.neon_leaf(panels, zt0, s.a, rows, s.k, G, nibble)))
-        else:
-            runs.append((f"sme2.gemm.{expand}_smopa", leaves.gemm_leaf(panels, zt0, s.a, rows, s.k, G, nibble)))
-    return [(path, P, dispatch.rescale(P, s.A, sc, of, s.da, t), s.rows) for path, P in runs]
 
 
 def _il8_gemm_accept(layout: str, t: qtypes.GGMLType) -> bool:
     return verifier(layout).form(t) is not None
 
 
-def _il8_gemm(s: Sample) -> list[PathResult]:
-    """The 8-row interleaved kernel, all rows, as the runtimes' ``*_8x8`` kernels read the bytes."""
-    from . import dispatch, il8
-
-    P, A = il8.il8_partials(s.layout, s.regions, s.n, s.k, s.qtype, s.a)
-    sc, of = il8.il8_scales(s.layout, s.regions, s.n, s.k, s.qtype)
-    return [("il8.gemm", P, dispatch.rescale(P, A, sc, of, s.da, s.qtype), None)]
-
-
-PANEL_LEAVES = Runner("sme2/neon leaves", _panel_leaves_accept, _panel_leaves,
+PANEL_LEAVES = Runner("sme2/neon leaves", _panel_leaves_accept, _named("runners", "panel_leaves"),
                       kernels=("leaves.gemv_program", "neon.neon_program", "leaves.gemm_program"))
-IL8_GEMM = Runner("il8.gemm", _il8_gemm_accept, _il8_gemm)
+IL8_GEMM = Runner("il8.gemm", _il8_gemm_accept, _named("runners", "il8_gemm"))
 
 
 def _interleaved(mod, kernel: str, form: str) -> LayoutVerifier:
@@ -202,8 +174,9 @@ def _interleaved(mod, kernel: str, form: str) -> LayoutVerifier:
 
 #: layout NAME -> how the verifier reads it. The only table in verify/ keyed by layout.
 VERIFIERS: dict[str, LayoutVerifier] = {v.name: v for v in (
-    LayoutVerifier(rowmajor.NAME, _named("compiled", "rowmajor_kernel"), regions_are_blocks=True),
-    LayoutVerifier(panel64.NAME, _named("compiled", "panel64_kernel"), runners=(PANEL_LEAVES,)),
+    LayoutVerifier(rowmajor.NAME, _named("compiled", "rowmajor_kernel"), regions_are_blocks=True, stack_rows=1),
+    LayoutVerifier(panel64.NAME, _named("compiled", "panel64_kernel"), runners=(PANEL_LEAVES,),
+                   row_reader=_named("lossless", "Panel64Reader"), superblock_major=True, stack_rows=panel64.CHANNELS),
     _interleaved(ggml_x8, "x8_kernel", "x8_form"),
     _interleaved(il8_nibble, "il8_nibble_kernel", "il8_nibble_form"),
     _interleaved(il8_int8, "il8_int8_kernel", "il8_int8_form"),
@@ -216,26 +189,11 @@ def _hook_accept(layout: str, t: qtypes.GGMLType) -> bool:
 
 
 def _blocks_runner(hook: Callable[..., Any]) -> Runner:
-    def run(s: Sample) -> list[PathResult]:
-        from . import compiled
-
-        blocks = np.ascontiguousarray(hook(s.regions, s.n, s.k, s.qtype), np.uint8).reshape(s.n, -1)
-        P, _, y = compiled.prepare(rowmajor.NAME, {"blocks": blocks}, s.n, s.k, s.qtype).run(s.a, s.da)
-        return [(f"reader.{s.layout}.blocks", cast(np.ndarray, P), y, None)]
-
-    return Runner("reader.blocks", _hook_accept, run)
+    return Runner("reader.blocks", _hook_accept, functools.partial(_named("runners", "hook_blocks"), hook))
 
 
 def _integer_form_runner(hook: Callable[..., Any]) -> Runner:
-    def run(s: Sample) -> list[PathResult]:
-        from . import dispatch
-
-        c, sc, of = hook(s.regions, s.n, s.k, s.qtype)
-        P = dispatch.partials_from_codes(np.asarray(c), s.a, cast(int, s.qtype.group))
-        y = dispatch.rescale(P, s.A, np.asarray(sc, np.float32), np.asarray(of, np.float32), s.da, s.qtype)
-        return [(f"reader.{s.layout}.integer_form", P, y, None)]
-
-    return Runner("reader.integer_form", _hook_accept, run)
+    return Runner("reader.integer_form", _hook_accept, functools.partial(_named("runners", "hook_integer_form"), hook))
 
 
 #: the hooks a layout module may declare in ``VERIFY``, and the runner each becomes
@@ -265,6 +223,24 @@ def _known(layout: str) -> Optional[LayoutVerifier]:
         return verifier(layout)
     except UnsupportedError:  # not a layout name
         return None
+
+
+def row_reader(layout: str) -> Optional[Callable[..., Any]]:
+    """The lossless row reader of ``layout`` (see the module docstring), or None."""
+    v = _known(layout)
+    return None if v is None else v.row_reader
+
+
+def superblock_major(layout: str) -> bool:
+    """Whether every region of ``layout`` leads with the 64-row super-block axis."""
+    v = _known(layout)
+    return v is not None and v.superblock_major
+
+
+def stack_rows(layout: str) -> Optional[int]:
+    """The row unit in which ``layout``'s compiled products stack (None: they do not)."""
+    v = _known(layout)
+    return None if v is None else v.stack_rows
 
 
 def kernel_spec(layout: str, qtype):

@@ -27,11 +27,9 @@ from typing import Callable
 import numba
 import numpy as np
 from numba import config, njit, prange, types
-from numba.core import cgutils
-from numba.experimental.function_type import _get_jit_address, _get_wrapper_address
 from numba.extending import intrinsic
 
-from ..formats import qtypes
+from ..formats import _numba_internals, qtypes
 from ..formats.blocks.f16 import f16_at
 from . import compiled as _c
 from . import dispatch as _d
@@ -59,12 +57,7 @@ else:
         dispatcher as a function argument looks both up in Python on every call (about 30 us,
         a fifth of a small product); :meth:`RowProduct._plan` looks them up once."""
         def codegen(context, builder, sig, args):
-            fn = cgutils.create_struct_proxy(_TILE)(context, builder)
-            vp = context.get_value_type(types.voidptr)
-            fn.jit_addr = builder.inttoptr(args[0], vp)
-            fn.c_addr = builder.inttoptr(args[1], vp)
-            fn.py_addr = vp(None)
-            return fn._getvalue()
+            return _numba_internals.function_value(context, builder, _TILE, args[0], args[1])
         return _TILE(types.int64, types.int64), codegen
 
 
@@ -72,7 +65,7 @@ def _tile_addresses(tile) -> tuple:
     """What :func:`_tile_at` takes for ``tile`` (a compiled tile, which the caller keeps alive)."""
     if config.DISABLE_JIT:
         return tile, 0
-    return _get_jit_address(tile, _c._TSIG), _get_wrapper_address(tile, _c._TSIG)
+    return _numba_internals.overload_addresses(tile, _c._TSIG)
 
 
 _RSIG = types.boolean(

@@ -1,7 +1,7 @@
 """The architecture table: what panelpack knows of each decoder architecture, in one place.
 
 One row (:class:`~.spec.Arch`) per architecture, a module per family (``llama.py``: llama,
-mistral, smollm3, granite; ``qwen.py``: qwen2, qwen3; ``gemma.py``: gemma3; ``phi.py``: phi3),
+mistral, smollm3, granite; ``qwen.py``: qwen2, qwen3; ``gemma.py``: gemma3; ``phi.py``: phi3; ``lfm2.py``: lfm2),
 registered in :data:`ARCHITECTURES`. Around the rows:
 
 * :mod:`.names`: the tensor roles with their HF, GGUF and cactus names and shapes;
@@ -25,7 +25,7 @@ import functools
 import re
 from typing import Any, Iterable, Mapping
 
-from . import gemma, keys, llama, names, phi, qwen, rope, transforms
+from . import gemma, keys, lfm2, llama, names, phi, qwen, rope, transforms
 from .hyper import KINDS, REFUSED, Hyper, LayerSpec, expected_tensors, gguf_arch, hf_arch, hf_rope_parameters, tensor_problems, text_config
 from .hyper import from_gguf as _from_gguf
 from .hyper import from_hf_config as _from_hf_config
@@ -85,6 +85,26 @@ def from_gguf(meta: Mapping[str, Any], n_vocab: int, tensor_names: Iterable[str]
     return _from_gguf(meta, n_vocab, tensor_names, ARCHITECTURES, vector)
 
 
+def hf_derived_hparams(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """``n_head_kv`` and ``n_ff`` as the model runs them, for the rows that derive them from
+    ``config.json`` rather than state them (LFM2: no KV heads in its convolution layers, the FFN
+    width computed from ``intermediate_size``): one value, or a list where layers differ, as a
+    GGUF holds them. Empty for every other row, and for a config the table cannot read."""
+    from ..errors import BadInputError
+
+    try:
+        row = for_hf_config(cfg)
+        if row.hf_n_ff is None and row.layer_rule != "conv":
+            return {}
+        hp = from_hf_config(cfg)
+    except (BadInputError, KeyError, TypeError, ValueError):
+        return {}
+    out: dict[str, Any] = {}
+    for name, vals in (("n_head_kv", [L.n_head_kv for L in hp.layers]), ("n_ff", [L.n_ff for L in hp.layers])):
+        out[name] = vals[0] if len(set(vals)) == 1 else vals
+    return out
+
+
 # ---- names ---------------------------------------------------------------------------------------
 @functools.lru_cache(maxsize=None)
 def _patterns(arch: str, naming: str) -> tuple[tuple[re.Pattern, str], ...]:
@@ -97,7 +117,7 @@ def _patterns(arch: str, naming: str) -> tuple[tuple[re.Pattern, str], ...]:
     return tuple(out)
 
 
-for _row in (*llama.ROWS, *qwen.ROWS, *gemma.ROWS, *phi.ROWS):
+for _row in (*llama.ROWS, *qwen.ROWS, *gemma.ROWS, *phi.ROWS, *lfm2.ROWS):
     register(_row)
 
 
@@ -143,6 +163,12 @@ def is_embedding(name: str) -> bool:
     return any(p.search(name) for p in names.EMBEDDING_PATTERNS)
 
 
+def is_conv_kernel(name: str) -> bool:
+    """Whether a tensor name is a convolution kernel (LFM2's short convolution: a per-channel
+    filter of a few taps, kept as stored by every layout)."""
+    return any(p.search(name) for p in names.CONV_KERNEL_PATTERNS)
+
+
 def layer_index(name: str) -> int | None:
     m = names.LAYER_INDEX.search(name)
     return int(m.group(1)) if m else None
@@ -151,7 +177,7 @@ def layer_index(name: str) -> int | None:
 __all__ = [
     "ARCHITECTURES", "Arch", "CONDITIONS", "GGUF_TRANSFORMS", "Hyper", "KINDS", "LAYER_RULES", "LayerSpec",
     "REFUSED", "ROLES", "Role", "expected_tensors", "for_gguf", "for_hf_config", "from_gguf", "from_hf_config",
-    "get", "gguf_name", "hf_rope_parameters", "is_embedding", "keys", "layer_index", "names", "register",
-    "role_of", "rope", "tensor_name", "tensor_problems", "text_config", "transforms", "translate_name",
+    "get", "gguf_name", "hf_derived_hparams", "hf_rope_parameters", "is_conv_kernel", "is_embedding", "keys",
+    "layer_index", "names", "register", "role_of", "rope", "tensor_name", "tensor_problems", "text_config", "transforms", "translate_name",
     "unregister",
 ]

@@ -13,7 +13,10 @@ naming it; nothing is defaulted that the checkpoint states.
 
 Everything may vary per layer (a :class:`LayerSpec` each: kind, heads, head size, FFN width,
 window, RoPE or none, q·k scale): GGUF per-layer arrays (``head_count_kv``,
-``feed_forward_length``), RoPE per layer kind.
+``feed_forward_length``), RoPE per layer kind. A layer's kind is full or sliding attention, or
+LFM2's short convolution (``conv``: no KV heads, no RoPE; ``layer_types`` / ``full_attn_idxs`` in
+``config.json``, a zero in GGUF's ``head_count_kv``), among the kinds its row allows
+(``Arch.layer_kinds``).
 """
 
 from __future__ import annotations
@@ -27,8 +30,9 @@ from . import keys, rope
 from .names import ROLES
 from .spec import Arch
 
-#: the layer kinds the runtime runs (transformers' layer_types names)
-KINDS = ("full_attention", "sliding_attention")
+#: the layer kinds the runtime runs (transformers' layer_types names); a row says which of them
+#: its layers may be (``Arch.layer_kinds``)
+KINDS = ("full_attention", "sliding_attention", "conv")
 #: config.json activation names -> the runtime's
 HF_ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh"}
 
@@ -44,6 +48,12 @@ class LayerSpec:
     window: int  # attends to the last `window` positions (itself included); 0: all before it
     rope: rope.Rope | None  # None: this layer has no RoPE
     attn_scale: float  # multiplies q·k
+
+    @property
+    def mixer(self) -> str:
+        """The block that mixes positions in this layer: ``attention`` or ``conv`` (the
+        ``block`` of :class:`~.names.Role`)."""
+        return "conv" if self.kind == "conv" else "attention"
 
     @property
     def q_dim(self) -> int:
@@ -88,6 +98,7 @@ class Hyper:
     final_softcap: float = 0.0  # logits -> cap·tanh(logits/cap) (0: none)
     bos_id: int | None = None
     eos_ids: tuple[int, ...] = field(default_factory=tuple)
+    conv_l: int = 0  # the short convolution's kernel length (LFM2's conv_L_cache; 0: no convolution layers)
 
     @property
     def tied(self) -> bool:
@@ -98,13 +109,20 @@ class Hyper:
         cond = self.arch.roles.get(role)
         return cond is not None and (cond == "always" or cond in self.flags)
 
+    def has_at(self, role: str, layer: int) -> bool:
+        """Whether layer ``layer`` has the role's tensor (a role of one mixer block exists only in
+        the layers of that block)."""
+        block = ROLES[role].block
+        return self.has(role) and (not block or block == self.layers[layer].mixer)
+
     def truncated(self, n_layer: int) -> "Hyper":
         return replace(self, n_layer=n_layer, layers=self.layers[:n_layer])
 
     def dims(self, layer: int | None) -> dict[str, int]:
         """The shape symbols of :mod:`.names` for a layer (None: model-level)."""
         rd = max((L.rope.dim for L in self.layers if L.rope is not None), default=0)
-        d = {"n_embd": self.n_embd, "n_vocab": self.n_vocab, "rope_half": rd // 2}
+        d = {"n_embd": self.n_embd, "n_vocab": self.n_vocab, "rope_half": rd // 2, "conv_L": self.conv_l,
+             "conv3": 3 * self.n_embd, "one": 1}
         if layer is not None:
             L = self.layers[layer]
             d.update(q_dim=L.q_dim, kv_dim=L.kv_dim, v_dim=L.v_dim, qkv_dim=L.qkv_dim, head_dim=L.head_dim,
@@ -122,7 +140,8 @@ REFUSED = {
     "granitemoe": "mixture-of-experts FFN layers", "granitemoeshared": "mixture-of-experts FFN layers",
     "olmoe": "mixture-of-experts FFN layers", "llama4": "mixture-of-experts FFN layers and chunked attention",
     "gemma2": "attention-logit softcapping", "gemma3n": "AltUp and per-layer inputs",
-    "gemma4": "per-layer inputs and shared KV caches", "lfm2": "short-convolution layers",
+    "gemma4": "per-layer inputs and shared KV caches", "lfm2_moe": "mixture-of-experts FFN layers",
+    "lfm2moe": "mixture-of-experts FFN layers",
     "qwen3_next": "linear-attention layers", "granitemoehybrid": "Mamba layers",
 }
 
@@ -213,12 +232,32 @@ def _layer_kinds(c: Mapping[str, Any], arch: Arch, n: int) -> list[str]:
         kinds = ["sliding_attention" if on and nope[i] else "full_attention" for i in range(n)]
     elif arch.layer_rule == "all":
         kinds = ["sliding_attention" if c.get("sliding_window") else "full_attention"] * n
+    elif arch.layer_rule == "conv":
+        kinds = _conv_kinds(c, n)
     else:
         kinds = ["full_attention"] * n
     for i, k in enumerate(kinds):
-        if k not in KINDS:
-            raise UnsupportedError(f"{arch.name}: layer {i} is {k!r}; the runtime runs {' and '.join(KINDS)} layers")
+        if k not in arch.layer_kinds:
+            raise UnsupportedError(f"{arch.name}: layer {i} is {k!r}; the runtime runs {' and '.join(arch.layer_kinds)} "
+                                   f"layers of {arch.name}")
     return kinds
+
+
+def _conv_kinds(c: Mapping[str, Any], n: int) -> list[str]:
+    """LFM2: ``layer_types``, else the attention layers' indices ``full_attn_idxs`` (convolution
+    elsewhere), else every layer attention (transformers' default)."""
+    lt = c.get("layer_types")
+    if isinstance(lt, list):
+        if len(lt) < n:
+            raise BadInputError(f"config.json layer_types has {len(lt)} entries for {n} layers")
+        return list(lt[:n])
+    idxs = c.get("full_attn_idxs")
+    if idxs is None:
+        return ["full_attention"] * n
+    if not isinstance(idxs, list):
+        raise BadInputError(f"config.json full_attn_idxs must be a list of layer indices, got {idxs!r}")
+    attn = {_int(i, "full_attn_idxs") for i in idxs}
+    return ["full_attention" if i in attn else "conv" for i in range(n)]
 
 
 def _windows(c: Mapping[str, Any], arch: Arch, kinds: Sequence[str]) -> list[int]:
@@ -295,8 +334,12 @@ def from_hf_config(cfg: Mapping[str, Any], table: Mapping[str, Arch]) -> Hyper:
         if key not in raw:
             raise BadInputError(f"config.json lacks {key}")
     c = {**arch.hf_defaults, **raw}
+    for old, new in arch.hf_aliases.items():  # transformers pops the older key over the newer
+        if raw.get(old) is not None:
+            c[new] = raw[old]
     for key, why in (("attn_logit_softcapping", "attention-logit softcapping"),
-                     ("use_bidirectional_attention", "bidirectional attention")):
+                     ("use_bidirectional_attention", "bidirectional attention"),
+                     ("conv_bias", "biases on the short convolution")):
         if c.get(key):
             raise UnsupportedError(f"{arch.name}: {why} ({key}={c[key]!r}) is not implemented by the runtime")
     n = _int(c["num_hidden_layers"], "num_hidden_layers", 1)
@@ -304,7 +347,7 @@ def from_hf_config(cfg: Mapping[str, Any], table: Mapping[str, Arch]) -> Hyper:
     n_head = _int(c["num_attention_heads"], "num_attention_heads", 1)
     n_kv = _int(c.get("num_key_value_heads") or n_head, "num_key_value_heads", 1)
     head_dim = _int(c.get("head_dim") or n_embd // n_head, "head_dim", 1)
-    n_ff = _int(c["intermediate_size"], "intermediate_size", 1)
+    n_ff = _int(arch.hf_n_ff(c) if arch.hf_n_ff else c["intermediate_size"], "intermediate_size", 1)
     n_ctx = _int(c.get("max_position_embeddings") or 2048, "max_position_embeddings", 1)
     kinds = _layer_kinds(c, arch, n)
     windows = _windows(c, arch, kinds)
@@ -317,8 +360,10 @@ def from_hf_config(cfg: Mapping[str, Any], table: Mapping[str, Arch]) -> Hyper:
         scale = _float(c.get("attention_multiplier", 1.0), "attention_multiplier")
     else:
         scale = 1.0 / math.sqrt(head_dim)
-    layers = tuple(LayerSpec(kinds[i], n_head, n_kv, head_dim, head_dim, n_ff, windows[i],
-                             None if nope[i] else ropes[kinds[i]], scale) for i in range(n))
+    conv = [k == "conv" for k in kinds]
+    layers = tuple(LayerSpec(kinds[i], n_head, 0 if conv[i] else n_kv, head_dim, head_dim, n_ff, windows[i],
+                             None if nope[i] or conv[i] else ropes[kinds[i]], scale) for i in range(n))
+    conv_l = _int(keys.hf_get(c, "conv_l", 0), "conv_L_cache", 2) if any(conv) else 0
     flags = {f for f, on in (("untied", not c.get("tie_word_embeddings", True)),
                              ("attention_bias", bool(c.get("attention_bias"))),
                              ("mlp_bias", bool(c.get("mlp_bias")))) if on}
@@ -327,13 +372,13 @@ def from_hf_config(cfg: Mapping[str, Any], table: Mapping[str, Arch]) -> Hyper:
     emb = math.sqrt(n_embd) if arch.embed_scale_sqrt else _float(c.get("embedding_multiplier", 1.0), "embedding_multiplier")
     return Hyper(
         arch=arch, naming="hf", n_layer=n, n_embd=n_embd, n_vocab=_int(c["vocab_size"], "vocab_size", 1),
-        n_ctx=n_ctx, eps=_float(c.get("rms_norm_eps", 1e-6), "rms_norm_eps"), layers=layers,
+        n_ctx=n_ctx, eps=_float(keys.hf_get(c, "eps", 1e-6), "rms_norm_eps"), layers=layers,
         flags=frozenset(flags), activation=_activation(c, arch), rope_pairs=False, norm_offset=arch.hf_norm_offset,
         embed_scale=emb, residual_scale=_float(c.get("residual_multiplier", 1.0), "residual_multiplier"),
         logit_scale=_float(c.get("logits_scaling", 1.0), "logits_scaling"),
         final_softcap=_float(c.get("final_logit_softcapping") or 0.0, "final_logit_softcapping"),
         bos_id=c.get("bos_token_id") if isinstance(c.get("bos_token_id"), int) else None,
-        eos_ids=tuple(int(x) for x in eos_ids if isinstance(x, int)),
+        eos_ids=tuple(int(x) for x in eos_ids if isinstance(x, int)), conv_l=conv_l,
     )
 
 
@@ -392,13 +437,19 @@ def from_gguf(meta: Mapping[str, Any], n_vocab: int, names: Iterable[str], table
     heads = _per_layer(get("n_head", required=True), n, "head_count")
     kv = _per_layer(get("n_head_kv", heads), n, "head_count_kv")
     ffs = _per_layer(get("n_ff", required=True), n, "feed_forward_length")
-    if min(heads) < 1 or min(kv) < 1:
+    # a layer without KV heads is a short-convolution layer where the row has them (llama.cpp's
+    # is_recr: LFM2's converter writes head_count_kv 0 there)
+    conv = [x == 0 and "conv" in arch.layer_kinds for x in kv]
+    if min(heads) < 1 or any(x < 1 and not c for x, c in zip(kv, conv)):
         raise UnsupportedError(f"{a}: layers without attention heads are not run by the runtime")
     head_dim = _int(get("head_dim", n_embd // heads[0]), "key_length", 1)
     if _int(get("head_dim_v", head_dim), "value_length") != head_dim:
         raise UnsupportedError(f"{a}: key and value head sizes differ")
     window = _int(get("sliding_window", 0), "sliding_window")
-    kinds = _gguf_kinds(meta, arch, n, window)
+    if window and "sliding_attention" not in arch.layer_kinds:
+        raise UnsupportedError(f"{a}: a sliding window ({window}) on its attention layers is not run by the runtime")
+    kinds = ["conv" if c else k for c, k in zip(conv, _gguf_kinds(meta, arch, n, window))]
+    conv_l = _int(get("conv_l", required=True), "shortconv.l_cache", 2) if any(conv) else 0
     n_ctx = _int(get("n_ctx", 2048), "context_length", 1)
     scaling = str(get("rope_scaling_type", "none"))
     if get("rope_scaling_type") is None and get("rope_scaling_factor") not in (None, 0, 1):
@@ -440,7 +491,7 @@ def from_gguf(meta: Mapping[str, Any], n_vocab: int, names: Iterable[str], table
             scale = 1.0 / math.sqrt(head_dim)
         layers.append(LayerSpec(kinds[i], heads[i], kv[i], head_dim, head_dim, ffs[i],
                                 window if kinds[i] == "sliding_attention" else 0,
-                                None if nope[i] else ropes[kinds[i]], scale))
+                                None if nope[i] or conv[i] else ropes[kinds[i]], scale))
     flags = {"untied"} if "output.weight" in names else set()
     if "blk.0.attn_q.bias" in names and arch.roles.get("q_bias") == "attention_bias":
         flags.add("attention_bias")
@@ -461,7 +512,7 @@ def from_gguf(meta: Mapping[str, Any], n_vocab: int, names: Iterable[str], table
         residual_scale=float(get("residual_scale", 1.0)), logit_scale=float(get("logit_scale", 1.0) or 1.0),
         final_softcap=float(get("final_softcap", 0.0) or 0.0),
         bos_id=bos if isinstance(bos, int) else None,
-        eos_ids=tuple(int(x) for x in (eos, eot) if isinstance(x, int)),
+        eos_ids=tuple(int(x) for x in (eos, eot) if isinstance(x, int)), conv_l=conv_l,
     )
 
 
@@ -481,8 +532,10 @@ def expected_tensors(hp: Hyper, naming: str | None = None) -> dict[str, tuple[tu
             continue
         r = ROLES[role]
         for layer in (range(hp.n_layer) if r.per_layer else (None,)):
+            if layer is not None and not hp.has_at(role, layer):
+                continue
             d = hp.dims(layer)
-            shape = tuple(d[s] for s in r.shape)
+            shape = tuple(d[s] for s in r.shape_in(naming))
             out[tmpl.format(i=layer) if layer is not None else tmpl] = (shape, role)
     return out
 

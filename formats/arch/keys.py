@@ -37,7 +37,7 @@ HPARAMS: tuple[HParam, ...] = (
     HParam("n_vocab", ("vocab_size",), "vocab_size", "vocabulary (GGUF: the token list's length)"),
     HParam("head_dim", ("head_dim",), "attention.key_length", "size of a key/query head"),
     HParam("head_dim_v", ("head_dim",), "attention.value_length", "size of a value head"),
-    HParam("eps", ("rms_norm_eps",), "attention.layer_norm_rms_epsilon", "RMSNorm epsilon"),
+    HParam("eps", ("rms_norm_eps", "norm_eps"), "attention.layer_norm_rms_epsilon", "RMSNorm epsilon (LFM2: norm_eps)"),
     HParam("rope_theta", ("rope_theta",), "rope.freq_base", "RoPE base (5.x: rope_parameters)"),
     HParam("rope_theta_swa", ("rope_local_base_freq",), "rope.freq_base_swa", "RoPE base of sliding layers"),
     HParam("rope_dim", (), "rope.dimension_count", "rotated dims per head (HF: head_dim x partial_rotary_factor)"),
@@ -60,6 +60,7 @@ HPARAMS: tuple[HParam, ...] = (
     HParam("logit_scale", ("logits_scaling",), "logit_scale", "logits divided by it (Granite)"),
     HParam("final_softcap", ("final_logit_softcapping",), "final_logit_softcapping", "cap·tanh(logits/cap)"),
     HParam("attn_softcap", ("attn_logit_softcapping",), "attn_logit_softcapping", "cap·tanh(scores/cap)"),
+    HParam("conv_l", ("conv_L_cache",), "shortconv.l_cache", "short-convolution kernel length (LFM2)"),
     HParam("n_expert", ("num_local_experts", "num_experts", "n_routed_experts"), "expert_count", "MoE experts"),
     HParam("n_expert_used", ("num_experts_per_tok",), "expert_used_count", "MoE experts per token"),
 )

@@ -10,7 +10,11 @@ row (:class:`~.spec.Arch`) lists the roles it has and overrides the names that d
 
 Shape symbols: ``n_embd``, ``n_vocab``, ``rope_half`` (model); ``q_dim`` (= n_head·head_dim),
 ``kv_dim`` (n_head_kv·head_dim), ``v_dim`` (n_head_kv·head_dim_v), ``qkv_dim`` (q + k + v),
-``head_dim``, ``n_ff``, ``ff2`` (2·n_ff) (layer).
+``head_dim``, ``n_ff``, ``ff2`` (2·n_ff) (layer); ``conv_L`` (the short convolution's length),
+``conv3`` (3·n_embd), ``one`` (1) (LFM2's convolution layers).
+
+A role with a ``block`` exists only in the layers whose mixer is that block (LFM2: q/k/v in
+its attention layers, ``conv``/``conv_in``/``conv_out`` in its convolution layers).
 
 Also here, for checkpoints outside the table (plain repacking of BERT, GPT-2, ...): the
 embedding-lookup names (:data:`EMBEDDING_PATTERNS`), the layer-index pattern
@@ -31,6 +35,12 @@ class Role:
     cactus: str | None  # cactus-compute's file name (None: cactus has none)
     shape: tuple[str, ...]  # symbols, outermost first
     doc: str = ""
+    hf_shape: tuple[str, ...] | None = None  # the HF tensor's shape where it differs (LFM2's 3-D conv)
+    block: str = ""  # "attention" | "conv": only layers of that mixer have it ("": every layer)
+
+    def shape_in(self, naming: str) -> tuple[str, ...]:
+        """The shape symbols in ``naming`` (``hf``, ``gguf``, ``cactus``)."""
+        return self.hf_shape if naming == "hf" and self.hf_shape is not None else self.shape
 
     @property
     def per_layer(self) -> bool:
@@ -55,20 +65,31 @@ ROLES: dict[str, Role] = {r.name: r for r in (
     Role("rope_factors_short", "rope_factors_short.weight", "", None, ("rope_half",),
          "GGUF only: LongRoPE short-context factors"),
     Role("attn_norm", _B + "attn_norm.weight", _L + "input_layernorm.weight", _C + "input_norm.weights", ("n_embd",)),
-    Role("q", _B + "attn_q.weight", _L + "self_attn.q_proj.weight", _C + "attn_q.weights", ("q_dim", "n_embd")),
-    Role("k", _B + "attn_k.weight", _L + "self_attn.k_proj.weight", _C + "attn_k.weights", ("kv_dim", "n_embd")),
-    Role("v", _B + "attn_v.weight", _L + "self_attn.v_proj.weight", _C + "attn_v.weights", ("v_dim", "n_embd")),
+    Role("q", _B + "attn_q.weight", _L + "self_attn.q_proj.weight", _C + "attn_q.weights", ("q_dim", "n_embd"), block="attention"),
+    Role("k", _B + "attn_k.weight", _L + "self_attn.k_proj.weight", _C + "attn_k.weights", ("kv_dim", "n_embd"), block="attention"),
+    Role("v", _B + "attn_v.weight", _L + "self_attn.v_proj.weight", _C + "attn_v.weights", ("v_dim", "n_embd"), block="attention"),
     Role("qkv", _B + "attn_qkv.weight", _L + "self_attn.qkv_proj.weight", _C + "self_attn_qkv_proj.weights",
-         ("qkv_dim", "n_embd"), "q, k and v stacked (Phi-3)"),
-    Role("q_bias", _B + "attn_q.bias", _L + "self_attn.q_proj.bias", _C + "self_attn_q_proj.bias", ("q_dim",)),
-    Role("k_bias", _B + "attn_k.bias", _L + "self_attn.k_proj.bias", _C + "self_attn_k_proj.bias", ("kv_dim",)),
-    Role("v_bias", _B + "attn_v.bias", _L + "self_attn.v_proj.bias", _C + "self_attn_v_proj.bias", ("v_dim",)),
+         ("qkv_dim", "n_embd"), "q, k and v stacked (Phi-3)", block="attention"),
+    Role("q_bias", _B + "attn_q.bias", _L + "self_attn.q_proj.bias", _C + "self_attn_q_proj.bias", ("q_dim",), block="attention"),
+    Role("k_bias", _B + "attn_k.bias", _L + "self_attn.k_proj.bias", _C + "self_attn_k_proj.bias", ("kv_dim",), block="attention"),
+    Role("v_bias", _B + "attn_v.bias", _L + "self_attn.v_proj.bias", _C + "self_attn_v_proj.bias", ("v_dim",), block="attention"),
     Role("q_norm", _B + "attn_q_norm.weight", _L + "self_attn.q_norm.weight", _C + "attn_q_norm.weights",
-         ("head_dim",), "RMSNorm of each query head"),
+         ("head_dim",), "RMSNorm of each query head", block="attention"),
     Role("k_norm", _B + "attn_k_norm.weight", _L + "self_attn.k_norm.weight", _C + "attn_k_norm.weights",
-         ("head_dim",), "RMSNorm of each key head"),
-    Role("o", _B + "attn_output.weight", _L + "self_attn.o_proj.weight", _C + "attn_output.weights", ("n_embd", "q_dim")),
-    Role("o_bias", _B + "attn_output.bias", _L + "self_attn.o_proj.bias", _C + "self_attn_o_proj.bias", ("n_embd",)),
+         ("head_dim",), "RMSNorm of each key head", block="attention"),
+    Role("o", _B + "attn_output.weight", _L + "self_attn.o_proj.weight", _C + "attn_output.weights", ("n_embd", "q_dim"),
+         block="attention"),
+    Role("o_bias", _B + "attn_output.bias", _L + "self_attn.o_proj.bias", _C + "self_attn_o_proj.bias", ("n_embd",), block="attention"),
+    Role("conv_in", _B + "shortconv.in_proj.weight", _L + "conv.in_proj.weight", _C + "conv_in_proj.weights",
+         ("conv3", "n_embd"),
+         "short convolution's input projection: the streams B, C, x stacked (LFM2)", block="conv"),
+    Role("conv", _B + "shortconv.conv.weight", _L + "conv.conv.weight", _C + "conv_depthwise.weights",
+         ("n_embd", "conv_L"),
+         "short convolution's depthwise causal kernel (LFM2): HF [d, 1, L] (Conv1d), GGUF [d, L]",
+         hf_shape=("n_embd", "one", "conv_L"), block="conv"),
+    Role("conv_out", _B + "shortconv.out_proj.weight", _L + "conv.out_proj.weight", _C + "conv_out_proj.weights",
+         ("n_embd", "n_embd"),
+         "short convolution's output projection (LFM2)", block="conv"),
     Role("post_attn_norm", _B + "post_attention_norm.weight", _L + "post_attention_layernorm.weight",
          _C + "post_attn_norm.weights", ("n_embd",), "RMSNorm of the attention output (Gemma)"),
     Role("ffn_norm", _B + "ffn_norm.weight", _L + "post_attention_layernorm.weight", _C + "post_attn_norm.weights",
@@ -103,6 +124,12 @@ EMBEDDING_PATTERNS = tuple(re.compile(p) for p in (
     r"(^|\.)(word|position|token_type)_embeddings\.weight$",  # HF BERT
     r"(^|\.)wte\.weight$|(^|\.)wpe\.weight$",  # GPT-2
     r"(^|\.)embed_positions\.weight$",
+))
+#: convolution kernels (per-channel filters, not matrix products), any architecture: LFM2's
+#: short convolution (HF ``conv.conv.weight`` [d, 1, L], GGUF ``shortconv.conv.weight`` [d, L])
+CONV_KERNEL_PATTERNS = tuple(re.compile(p) for p in (
+    r"(^|\.)shortconv\.conv\.weight$",
+    r"(^|\.)layers\.\d+\.conv\.conv\.weight$",
 ))
 #: the token embedding (the one whose rows are n_embd wide), any architecture
 TOKEN_EMBEDDING = re.compile(r"(?:^|\.)(?:token_embd|embed_tokens|word_embeddings|wte)\.weight$")

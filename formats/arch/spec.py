@@ -35,6 +35,8 @@ GGUF_TRANSFORMS = {
     "permute_k": "the same over n_head_kv heads",
     "plus_one": "w + 1 stored (HF computes x·(1 + w); Gemma3Model.norm_shift)",
     "vocab_rows": "rows past the tokenizer's vocabulary dropped (Gemma3Model)",
+    "squeeze_1": "HF [d, 1, L] stored [d, L]: the unit axis squeezed (LFM2Model.modify_tensors: ggml's "
+                 "ssm_conv takes a 2-D kernel)",
 }
 
 #: layer-layout rules for configs without ``layer_types`` (see :mod:`.hyper`)
@@ -44,6 +46,8 @@ LAYER_RULES = {
     "qwen": "sliding from layer max_window_layers on, when use_sliding_window (Qwen2/Qwen3)",
     "every_nth": "every swa_pattern-th layer full, the others sliding (Gemma 3's sliding_window_pattern)",
     "nope": "the layers without RoPE sliding, when use_sliding_window (SmolLM3)",
+    "conv": "layer_types, else full_attn_idxs: full attention there, short convolution elsewhere (LFM2; "
+            "GGUF: head_count_kv 0 marks a convolution layer)",
 }
 
 
@@ -71,6 +75,8 @@ class Arch:
     layer_rule: str = "none"  # LAYER_RULES
     swa_pattern: int = 0  # every_nth: the default period (HF and llama.cpp)
     nope_interval: int = 0  # every n-th layer without RoPE (HF default; llama.cpp's fixed step)
+    layer_kinds: tuple[str, ...] = ("full_attention", "sliding_attention")  # the kinds its layers may be
+    hf_n_ff: Callable[[Mapping[str, Any]], int] | None = None  # the FFN width from config.json, where derived
     rope_theta: Mapping[str, float] = field(default_factory=dict)  # layer kind ("*": any) -> default base
     hf_theta_keys: Mapping[str, str] = field(default_factory=dict)  # layer kind -> 4.x top-level key
     rope_scaling_kinds: tuple[str, ...] | None = None  # 4.x rope_scaling applies to these kinds only
@@ -78,6 +84,7 @@ class Arch:
     hf_attn_scale: str = "head_dim"  # head_dim | query_pre_attn_scalar | attention_multiplier
     gguf_attn_scale: Callable[[Any], float] | None = None  # llama.cpp's rule where it has its own
     hf_defaults: Mapping[str, Any] = field(default_factory=dict)  # transformers 5.5.4 config defaults
+    hf_aliases: Mapping[str, str] = field(default_factory=dict)  # older config key -> the key it sets (it wins)
     gguf_transforms: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # role -> GGUF_TRANSFORMS
     gguf_converter: str = "LlamaModel"  # llama.cpp's converter class in convert_hf_to_gguf.py (convert/gguf_arch.py)
     cactus_family: str | None = None  # cactus-compute 2.2.2's adapter family
@@ -85,7 +92,7 @@ class Arch:
 
     def __post_init__(self):
         for attr in ("roles", "hf_names", "gguf_names", "cactus_names", "rope_theta", "hf_theta_keys",
-                     "rope_aliases", "hf_defaults", "gguf_transforms"):
+                     "rope_aliases", "hf_defaults", "hf_aliases", "gguf_transforms"):
             object.__setattr__(self, attr, _frozen(getattr(self, attr)))
         unknown = [r for r in self.roles if r not in ROLES] + [c for c in self.roles.values() if c not in CONDITIONS]
         unknown += [t for ts in self.gguf_transforms.values() for t in ts if t not in GGUF_TRANSFORMS]

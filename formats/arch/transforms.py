@@ -29,6 +29,16 @@ def unpermute_rows(w: np.ndarray, n_head: int) -> np.ndarray:
     return np.ascontiguousarray(w.reshape(n_head, n // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape))
 
 
+def squeeze_1(w: np.ndarray) -> np.ndarray:
+    """HF -> GGUF: LFM2's convolution kernel ``[d, 1, L]`` stored ``[d, L]``."""
+    return np.ascontiguousarray(w.reshape(w.shape[0], w.shape[-1]))
+
+
+def unsqueeze_1(w: np.ndarray) -> np.ndarray:
+    """GGUF -> HF: the inverse of :func:`squeeze_1`."""
+    return np.ascontiguousarray(w.reshape(w.shape[0], 1, w.shape[-1]))
+
+
 def plus_one(w: np.ndarray) -> np.ndarray:
     """HF -> GGUF: Gemma's norm weights ``w`` stored as ``1 + w``."""
     return w + np.asarray(1, w.dtype)

@@ -28,7 +28,7 @@ from ..errors import BadInputError
 from ..qtypes import GGMLType
 
 #: values of one field above which a process that runs kernels gathers it in numba
-#: (``_codec.gather_field``, 3-5x the numpy loop on every type at 1024 x 4096); the numpy loop below
+#: (``_gather.gather_field``, 3-5x the numpy loop on every type at 1024 x 4096); the numpy loop below
 #: is its reference and the only path of a process that runs none
 GATHER_KERNEL_VALUES = 1 << 16
 
@@ -133,7 +133,7 @@ class BlockPlan:
                 continue
             byte, shift, mask, dst = self._gather[name]
             if engine.kernels_started() and b2.shape[0] * f.count >= GATHER_KERNEL_VALUES:
-                from ._codec import gather_field  # (numba: only once this process runs kernels)
+                from ._gather import gather_field  # (numba: only once this process runs kernels)
 
                 val = np.empty((b2.shape[0], f.count), np.uint32)
                 gather_field(b2, byte, shift, mask, dst, val)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from .. import _numba_internals
 from .._jit import RO_F32, RO_U8, RO_U16, lazy_njit, readonly
 from ..errors import BadInputError
 from ..qtypes import GGMLType
@@ -90,19 +91,10 @@ def type_loop(template, namespace: dict, qtype: GGMLType, signature, name: str):
     ``inline_jit`` block body, are module globals, which numba inlines; the block geometry
     (``_TYPE_SIZE``, ``_BLOCK_SIZE``, set here) is a compile-time constant; and numba caches the
     kernel beside the type module, invalidated when that file changes."""
-    import sys
-    import types
-
     namespace.setdefault("_TYPE_SIZE", qtype.type_size)
     namespace.setdefault("_BLOCK_SIZE", qtype.block_size)
     namespace.setdefault("block_scratch", block_scratch)
-    # a code object has its own qualname only from Python 3.11 (``co_qualname``); on 3.10 the
-    # function's ``__qualname__`` (set below on every version) is the only one
-    qualname = {"co_qualname": name} if sys.version_info >= (3, 11) else {}
-    code = template.__code__.replace(co_filename=namespace["__file__"], co_name=name, **qualname)
-    fn = types.FunctionType(code, namespace, name)
-    fn.__qualname__ = name
-    fn.__module__ = namespace["__name__"]
+    fn = _numba_internals.rehome(template, namespace, name)
     return lazy_njit(signature, cache=True, error_model="numpy")(fn)
 
 
@@ -156,13 +148,21 @@ def parallel_quantize(range_kernel, block: int, chunk: int = CHUNK_BLOCKS):
     return quantize_parallel
 
 
+@lazy_njit(cache=True, error_model="numpy")
+def sum_squares(x):
+    """``sum x[i]*x[i]`` in order, in f32 (ggml's ``sum_x2`` / ``sumx2``)."""
+    s = np.float32(0)
+    for i in range(x.size):
+        s = s + x[i] * x[i]
+    return s
+
+
 def weighted_rows(block_kernel, qk: int, type_size: int):
     """The row kernel of an importance-weighted quantizer from its block kernel:
     ``rows(x, qw, out, r0, r1, k)`` quantizes rows ``[r0, r1)`` of the flat ``x`` (rows of
     ``k``) with the weights ``qw[k]``, calling ``block_kernel(xb, qb, blk, sigma2, iscr, fscr)``
     per block of ``qk`` values (``sigma2``: the row's ``sum x^2 / k``, which the 32-element
     types use; scratch ``iscr`` int32 ``[4, 256]`` and ``fscr`` f32 ``[4, 32]``)."""
-    from ._kquant import sum_squares
 
     @lazy_njit(numba.void(RO_F32, RO_F32, numba.uint8[::1], numba.int64, numba.int64, numba.int64),
                cache=True, error_model="numpy", tag=_tag(block_kernel))
@@ -494,19 +494,3 @@ def declare(namespace: dict, qtype: GGMLType, plan=None, *, dequantize_range=Non
         quantize_ref.__doc__ = f"numpy reference of {name} ``quantize`` (ggml's scalar loop), packed by ``from_fields``."
         namespace["quantize_ref"] = quantize_ref
         namespace["QUANTIZE_REF_IS_NUMPY"] = True  # all numpy: a small job may run it instead (formats/engine.py)
-
-
-@lazy_njit(numba.void(readonly("u1", 2), readonly("i8", 2), readonly("u4", 2), readonly("u4", 2), readonly("u4", 2),
-                      numba.uint32[:, ::1]), cache=True)
-def gather_field(b2, byte, shift, mask, dst, out):
-    """A bit plan's gather of one field (``_bits.BlockPlan.to_fields``' numpy loop is the
-    reference): ``out[blk, i] = OR_j ((b2[blk, byte[i, j]] >> shift[i, j]) & mask[i, j]) << dst[i, j]``
-    over the parts j of element i (padding parts have mask 0)."""
-    count, parts = byte.shape
-    for blk in range(b2.shape[0]):
-        row = b2[blk]
-        for i in range(count):
-            v = np.uint32(0)
-            for j in range(parts):
-                v |= ((np.uint32(row[byte[i, j]]) >> shift[i, j]) & mask[i, j]) << dst[i, j]
-            out[blk, i] = v

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._jit import inline_jit, lazy_njit
-from ._codec import k_scale_min, k_scale_put
+from ._codec import k_scale_min, k_scale_put, sum_squares
 from .f16 import f16_at, f16_bits_ref, f16_to_f32, f32_to_f16_bits
 from .f32 import cvtt_i32_ref, f32_bits, min_max_ref
 
@@ -317,15 +317,6 @@ def make_qkx3_quants(n, nmax, x, weights, L, Laux, rmin, rdelta, nstep, use_mad)
 #: make_qkx3_quants' grid in every ``_impl`` quantizer: rmin -0.9, rdelta 0.05, 36 steps
 RMIN3 = np.float32(-0.9)
 RDELTA3 = np.float32(0.05)
-
-
-@lazy_njit(cache=True, error_model="numpy")
-def sum_squares(x):
-    """``sum x[i]*x[i]`` in order, in f32 (ggml's ``sum_x2`` / ``sumx2``)."""
-    s = np.float32(0)
-    for i in range(x.size):
-        s = s + x[i] * x[i]
-    return s
 
 
 @lazy_njit(cache=True, error_model="numpy")

@@ -25,13 +25,15 @@ import time
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ...formats.errors import BadInputError
 from ...formats.text import escape
-from .model import Model
+
+if TYPE_CHECKING:
+    from .model import Model
 
 REFERENCES = ("standard", "f32", "llama.cpp")
 STAT_CHUNK = 32  # positions per comparison step (bounds the f64 temporaries on 262k vocabularies)
@@ -195,6 +197,8 @@ def evaluate(bundle, text: str | None = None, tokens: int | None = None, against
     if against not in REFERENCES:
         raise BadInputError(f"unknown reference {against!r} (choose from {', '.join(REFERENCES)})")
     t0 = time.perf_counter()
+    from .model import Model  # (numba: only once a text is run, not for the CLI's --against choices)
+
     model = Model.open(bundle, kernels, n_layer=n_layer)
     try:
         ids, note = _ids_for(model, text, tokens, ids)

@@ -24,6 +24,13 @@ the architecture row and the checkpoint have them)::
     [f = RMSNorm(f)·w_post_ffn] ;              x = x + f·residual_scale
     logits = Wout·(RMSNorm(x)·w_out) / logit_scale ; [cap·tanh(logits/cap)]
                                                Wout = the embedding when tied
+
+A short-convolution layer (LFM2; the row's ``layer_kinds`` and the config's layer pattern say
+which layers) replaces the attention lines::
+
+    B, C, v = split₃(Win·h)                    Win [3d, d]
+    y = conv(B ⊙ v) ; o = Wout_c·(C ⊙ y)       depthwise causal, ops.short_conv; its last L−1
+                                               inputs stay in the cache for the next call
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ import numpy as np
 from ...formats import arch as _arch
 from ...formats.errors import BadInputError, UnsupportedError
 from . import ops
-from .weights import Embedding, Linear, WeightSource, linear, nk, open_source, stacked, vector
+from .weights import Embedding, Linear, WeightSource, conv_kernel, linear, nk, open_source, stacked, vector
 
 DEFAULT_CHUNK = 64  # tokens per forward call in logits()
 _NONE = np.zeros(0, np.float32)  # "none" for ops.rope_into_cache's optional vectors
@@ -45,7 +52,7 @@ _NONE = np.zeros(0, np.float32)  # "none" for ops.rope_into_cache's optional vec
 @dataclass
 class Layer:
     spec: _arch.LayerSpec
-    o: Linear
+    o: Linear | None  # None in a convolution layer
     down: Linear
     attn_norm: np.ndarray
     ffn_norm: np.ndarray
@@ -67,20 +74,26 @@ class Layer:
     k_norm: np.ndarray | None = None
     post_attn_norm: np.ndarray | None = None
     post_ffn_norm: np.ndarray | None = None
+    conv_in: Linear | None = None  # a short-convolution layer's projections and kernel [L, d]
+    conv_out: Linear | None = None
+    conv: np.ndarray | None = None
 
     def linears(self) -> list[Linear]:
-        return [x for x in (self.q, self.k, self.v, self.qkv, self.o, self.gate, self.up, self.gate_up, self.down)
-                if x is not None]
+        return [x for x in (self.q, self.k, self.v, self.qkv, self.o, self.conv_in, self.conv_out, self.gate, self.up,
+                            self.gate_up, self.down) if x is not None]
 
 
 @dataclass
 class KVCache:
     """Per layer: keys ``[Hkv, D, cap]`` (transposed for the attention kernel), values
-    ``[Hkv, cap, D]``; positions ``0 .. length - 1`` are filled."""
+    ``[Hkv, cap, D]`` (no heads in a convolution layer); positions ``0 .. length - 1`` are
+    filled. A convolution layer's state: its last ``L - 1`` inputs ``[L-1, d]`` (``conv``, by
+    layer; absent: zeros)."""
 
     k: list[np.ndarray] = field(default_factory=list)
     v: list[np.ndarray] = field(default_factory=list)
     length: int = 0
+    conv: dict[int, np.ndarray] = field(default_factory=dict)
 
     def reserve(self, layers: Sequence[_arch.LayerSpec], need: int) -> None:
         have = self.k[0].shape[2] if self.k else 0
@@ -168,9 +181,13 @@ class Model:
         self.output = linear(tn("embed"), e, r, kernels) if hp.tied else lin("output")
         self.layers: list[Layer] = []
         for i, spec in enumerate(hp.layers):
-            L = Layer(spec=spec, o=lin("o", i), down=lin("down", i), attn_norm=vec("attn_norm", i),
+            conv = spec.mixer == "conv"
+            L = Layer(spec=spec, o=None if conv else lin("o", i), down=lin("down", i), attn_norm=vec("attn_norm", i),
                       ffn_norm=vec("ffn_norm", i))
-            if hp.has("qkv"):
+            if conv:
+                L.conv_in, L.conv_out = lin("conv_in", i), lin("conv_out", i)
+                L.conv = conv_kernel(*source.get(tn("conv", i)), hp.n_embd, hp.conv_l)
+            elif hp.has("qkv"):
                 L.qkv = lin("qkv", i)
             else:
                 L.q, L.k, L.v = lin("q", i), lin("k", i), lin("v", i)
@@ -182,7 +199,7 @@ class Model:
                 L.gate_up = stack(("gate", "up"), i)
             for role in ("q_bias", "k_bias", "v_bias", "o_bias", "gate_bias", "up_bias", "down_bias",
                          "q_norm", "k_norm", "post_attn_norm", "post_ffn_norm"):
-                setattr(L, role, vec(role, i))
+                setattr(L, role, vec(role, i) if hp.has_at(role, i) else None)
             self.layers.append(L)
         self.n_vocab = self.output.n
         self.act = ops.ACTIVATIONS[hp.activation]
@@ -249,6 +266,7 @@ class Model:
                     tables[id(rope)] = rope.tables(positions)
                 cos, sin = tables[id(rope)]
             x = self._layer(i, L, x, pos0, cos, sin)
+        self.cache.length = pos0 + m
         h = ops.rms_norm(x[-1:] if last_only else x, self.out_norm, hp.eps)
         logits = self.output(h)
         if hp.logit_scale != 1.0:
@@ -262,6 +280,9 @@ class Model:
         hp, s = self.hp, L.spec
         m = x.shape[0]
         h = ops.rms_norm(x, L.attn_norm, hp.eps)
+        if L.conv is not None:
+            o = self._short_conv(i, L, h)
+            return self._ffn(L, x + (o * np.float32(hp.residual_scale) if hp.residual_scale != 1.0 else o))
         kt, vc = self.cache.k[i], self.cache.v[i]
         if m == 1 and s.head_dim_v == s.head_dim:  # a decoded token: q/k/v to attention in one pass
             # (q, k, v in one product where they stack; else three, side by side: the same bits)
@@ -303,6 +324,22 @@ class Model:
         if L.post_attn_norm is not None:
             o = ops.rms_norm(o, L.post_attn_norm, hp.eps)
         x = x + (o * np.float32(hp.residual_scale) if hp.residual_scale != 1.0 else o)
+        return self._ffn(L, x)
+
+    def _short_conv(self, i, L: Layer, h):
+        """A convolution layer's mixer output (see the module doc); its state moves on."""
+        d = self.hp.n_embd
+        bcx = L.conv_in(h)
+        bx = bcx[:, :d] * bcx[:, 2 * d:]
+        state = self.cache.conv.get(i)
+        if state is None:
+            state = np.zeros((L.conv.shape[0] - 1, d), np.float32)
+        y, self.cache.conv[i] = ops.short_conv(bx, L.conv, state)
+        return L.conv_out(bcx[:, d:2 * d] * y)
+
+    def _ffn(self, L: Layer, x):
+        """The rest of a layer after its mixer: the gated FFN and its residual."""
+        hp, s = self.hp, L.spec
         h = ops.rms_norm(x, L.ffn_norm, hp.eps)
         if L.gate_up is not None:
             gu = L.gate_up(h)
@@ -318,8 +355,6 @@ class Model:
             f += L.down_bias
         if L.post_ffn_norm is not None:
             f = ops.rms_norm(f, L.post_ffn_norm, hp.eps)
-        if i == len(self.layers) - 1:
-            self.cache.length = pos0 + m
         return x + (f * np.float32(hp.residual_scale) if hp.residual_scale != 1.0 else f)
 
     def logits_chunks(self, tokens, chunk: int = DEFAULT_CHUNK) -> Iterator[np.ndarray]:

@@ -1,5 +1,5 @@
 """The non-matmul operations of a decoder layer, in f32: RMSNorm, RoPE, causal attention,
-gated-FFN activations.
+gated-FFN activations, LFM2's short convolution.
 
 Attention is a numba kernel (:func:`attention`, one ``prange`` over (query, head) pairs, each
 pair summed in a fixed order, so its result does not depend on the thread count; a serial twin
@@ -133,6 +133,33 @@ def rope_into_cache(y, nq, nk, bq, bk, bv, qn, kn, eps, cos, sin, pairs, pos0, q
             for i in range(d):
                 v = y[m, nq + nk + h * d + i]
                 vc[h, pos0 + m, i] = v + bv[h * d + i] if bv.size else v
+
+
+def short_conv(bx: np.ndarray, w: np.ndarray, state: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """LFM2's causal depthwise convolution of ``bx`` f32 ``[M, d]`` (the rows B ⊙ x of this
+    call) with the kernel ``w`` f32 ``[L, d]`` (HF's ``Conv1d`` weight ``[d, 1, L]`` transposed;
+    ``w[L-1]`` multiplies the current row), after the ``L - 1`` rows ``state`` ``[L-1, d]`` of
+    the calls before (zeros at the start)::
+
+        ext = state ++ bx                    [L-1+M, d]
+        y[t] = Σ_j w[j] ⊙ ext[t + j]         j = 0 .. L-1, summed in that order in f32
+
+    Returns ``y [M, d]`` and the next state (the last ``L - 1`` rows of ``ext``): prefill in
+    chunks and decoding one row at a time give the same bits."""
+    taps = w.shape[0]
+    m = bx.shape[0]
+    ext = np.concatenate([state, bx]) if state.shape[0] else bx
+    y = ext[0:m] * w[0]
+    for j in range(1, taps):
+        y += ext[j:j + m] * w[j]
+    return y, np.ascontiguousarray(ext[ext.shape[0] - (taps - 1):])
+
+
+def short_conv_ref(bx: np.ndarray, w: np.ndarray, state: np.ndarray) -> np.ndarray:
+    """f64 reference of :func:`short_conv`'s ``y`` (a direct sum over the history)."""
+    ext = np.concatenate([state, bx]).astype(np.float64)
+    taps, m = w.shape[0], bx.shape[0]
+    return np.stack([(ext[t:t + taps] * w.astype(np.float64)).sum(0) for t in range(m)]).astype(np.float32)
 
 
 def silu(x: np.ndarray) -> np.ndarray:

@@ -35,6 +35,8 @@ from ... import repack
 from ...formats import blocks as _blocks
 from ...formats import qtypes
 from ...formats.errors import BadInputError, UnsupportedError
+from .. import registry
+from ..tensors import dequantized, nk, standard_blocks, vector  # noqa: F401  (vector: model.py reads it here)
 
 KERNEL_PATHS = ("compiled", "standard", "emulated-sme2", "emulated-neon", "f32")
 
@@ -160,7 +162,8 @@ class CheckpointSource(WeightSource):
         if ti is None:
             raise BadInputError(f"no tensor named {name!r}", path=self.path)
         shape = [int(d) for d in ti.shape]
-        n, k = (shape[0], shape[1]) if len(shape) == 2 else (1, shape[-1])
+        k = shape[-1] if shape else 1
+        n = int(np.prod(shape[:-1], dtype=np.int64)) if len(shape) > 1 else 1  # rows: every dim but the last
         raw = np.asarray(self.ckpt.raw(name)).reshape(-1)
         t = qtypes.get(ti.type.name if hasattr(ti.type, "name") else ti.type)
         entry = CheckpointEntry(name, tuple(shape), t.name, "rowmajor", {"layout": "rowmajor", "n": n, "k": k})
@@ -184,36 +187,21 @@ def open_source(path, check: bool = True) -> WeightSource:
 # =============================================================================================
 # tensors as arrays
 # =============================================================================================
-def nk(entry) -> tuple[int, int]:
-    shape = entry.shape
-    if len(shape) == 1:
-        return 1, int(shape[0])
-    if len(shape) != 2:
-        raise UnsupportedError(f"tensor {entry.name!r} has {len(shape)} dimensions; the runtime takes 1-D and 2-D")
-    return int(shape[0]), int(shape[1])
-
-
-def standard_blocks(entry, regions) -> np.ndarray:
-    """The standard (row-major GGUF) blocks of a tensor, ``uint8 [n, row_bytes]``."""
-    n, k = nk(entry)
-    lay = repack.get(entry.layout)
-    if not lay.invertible(entry.type):
-        raise UnsupportedError(f"tensor {entry.name!r}: layout {entry.layout} is not invertible for "
-                               f"{entry.type}; its standard blocks cannot be restored")
-    return lay.unpack(regions, n, k, entry.type)
-
-
-def dequantized(entry, regions) -> np.ndarray:
-    """The tensor's values as f32 ``[n, k]`` (bit-identical with the codec, any layout)."""
-    n, k = nk(entry)
-    if entry.layout == "rowmajor":
-        return _blocks.dequantize(np.asarray(regions["blocks"]), entry.type, n, k)
-    return np.asarray(repack.get(entry.layout).dequantize(regions, n, k, entry.type), np.float32)
-
-
-def vector(entry, regions) -> np.ndarray:
-    """A 1-D tensor (norm weight, bias) as f32 ``[k]``."""
-    return np.ascontiguousarray(dequantized(entry, regions).reshape(-1), np.float32)
+def conv_kernel(entry, regions, d: int, taps: int) -> np.ndarray:
+    """A short convolution's depthwise kernel as f32 ``[taps, d]`` (``w[j]`` multiplies the input
+    ``taps - 1 - j`` rows back): HF's ``Conv1d`` weight ``[d, 1, taps]`` or llama.cpp's squeezed
+    ``[d, taps]``, in any float type, kept row-major by every layout (``policy``: never a panel)."""
+    shape = tuple(int(x) for x in entry.shape)
+    if shape not in ((d, 1, taps), (d, taps)):
+        raise BadInputError(f"tensor {entry.name!r} has shape {shape}; a short-convolution kernel of {d} channels "
+                            f"and length {taps} is [{d}, 1, {taps}] (HF) or [{d}, {taps}] (GGUF)")
+    if entry.layout != "rowmajor":
+        raise UnsupportedError(f"tensor {entry.name!r}: a short-convolution kernel in layout {entry.layout}; "
+                               f"the runtime reads it row-major")
+    raw = np.asarray(regions["blocks"]).reshape(-1)
+    t = qtypes.get(entry.type)
+    w = _blocks.dequantize(raw.reshape(d, t.row_bytes(taps)), entry.type, d, taps)
+    return np.ascontiguousarray(np.asarray(w, np.float32).reshape(d, taps).T)
 
 
 class Embedding:
@@ -322,9 +310,6 @@ def _emulated_linear(name, entry, regions, which) -> Linear:
 
 #: layouts whose regions all start with the row (super-block) axis, and the row multiple that
 #: keeps every part's rows in whole units when matrices are stacked
-_STACKABLE = {"panel64": 64, "rowmajor": 1}
-
-
 def stacked(name: str, parts, kernels: str) -> Linear | None:
     """Matrices that read the same input stacked into one (q/k/v; gate/up), or None when they
     cannot be: the compiled path only, same layout, type and K, each N a whole number of the
@@ -334,7 +319,7 @@ def stacked(name: str, parts, kernels: str) -> Linear | None:
     if kernels != "compiled" or len(parts) < 2:
         return None
     e0 = parts[0][0]
-    unit = _STACKABLE.get(e0.layout)
+    unit = registry.stack_rows(e0.layout)
     if unit is None or not _has_integer_form(e0):
         return None
     k0 = nk(e0)[1]
