@@ -20,22 +20,26 @@ import numpy as np
 
 from .._jit import RO_F32, inline_jit, lazy_njit
 from ..qtypes import Q6_K as QTYPE
-from ._bits import BlockPlan, Field, f16_word, whole_byte
+from ..qtypes import QK_K
+from ._bits import BlockPlan, Field, byte_map, f16_word, whole_byte
 from ._codec import CHUNK_BLOCKS, LANES, declare, f16_field, load_lanes
 from ._kquant import GROUP_MAX_EPS, NO_WEIGHTS, clamp, int8, make_qx_quants, make_qx_quants_lanes, nearest_int
 from .f16 import f16_at, f16_to_f32, f32_to_f16_bits
+
+#: byte offsets of the arrays drawn above, from their sizes (checked against the type table)
+AT = byte_map(QTYPE, ql=QK_K // 2, qh=QK_K // 4, scales=QK_K // 16, d=2)
 
 
 def _code(e: int) -> tuple:
     h, t = divmod(e, 128)
     g, l = divmod(t, 32)
-    return ((64 * h + 32 * (g % 2) + l, 4 * (g // 2), 4, 0), (128 + 32 * h + l, 2 * g, 2, 4))
+    return ((AT.ql + 64 * h + 32 * (g % 2) + l, 4 * (g // 2), 4, 0), (AT.qh + 32 * h + l, 2 * g, 2, 4))
 
 
 PLAN = BlockPlan(QTYPE, [
     Field("codes", "u1", tuple(_code(e) for e in range(256))),
-    Field("scale", "i1", tuple(whole_byte(192 + i) for i in range(16))),
-    Field("d", "u2", (f16_word(208),)),
+    Field("scale", "i1", tuple(whole_byte(AT.scales + i) for i in range(16))),
+    Field("d", "u2", (f16_word(AT.d),)),
 ])
 
 
