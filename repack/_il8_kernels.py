@@ -17,6 +17,8 @@ value (``_f16_exact``, ``_int8_q4_0_unpack``), after which the wrapper raises.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numba import njit
 from numba import types as nt
@@ -34,7 +36,7 @@ _MF0 = np.uint64(0xF0F0F0F0F0F0F0F0)
 _M08 = np.uint64(0x0808080808080808)
 _M80 = np.uint64(0x8080808080808080)
 _M88 = np.uint64(0x8888888888888888)
-_KERNEL = dict(cache=True, boundscheck=False)
+_KERNEL: dict[str, Any] = dict(cache=True, boundscheck=False)
 
 
 @njit

@@ -41,6 +41,8 @@ into one byte by a multiply (_lane_bits) or put back at bit s of the qh lanes.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numba import njit
 from numba import types as nt
@@ -63,7 +65,7 @@ _LO4, _HI4 = _lanes(0x03, range(4)), _lanes(0x03, range(4, 8))  # 03 in lanes 0.
 #: bit 8i of x -> bit 56 + i of x * _GATHER (the 8 partial products land on distinct bits)
 _GATHER = _U(0x0102040810204080)
 _U8 = nt.uint8[::1]
-_KERNEL = dict(cache=True, boundscheck=False)
+_KERNEL: dict[str, Any] = dict(cache=True, boundscheck=False)
 #: every kernel (_kernels): (source bytes, n, blocks a row, run, panels, four scale fields)
 #: packing, (panels, four scale fields, n, blocks a row, run, blocks) unpacking; the fields a
 #: type lacks are empty arrays
@@ -97,8 +99,8 @@ _QH_FLIP = {o: 0xFFFFFFFF * ((o >> 4) & 1) for o in _HI5}
 _Q50_FLIP, _Q51_FLIP = _QH_FLIP[qtypes.Q5_0.code_offset], _QH_FLIP[qtypes.Q5_1.code_offset]
 _Q6_OFF, _Q3_OFF = qtypes.Q6_K.code_offset, qtypes.Q3_K.code_offset
 #: adding a code offset of half the code range back is one xor per lane, then the code's bits
-_Q6_ADD, _Q6_BITS = _lanes(_Q6_OFF), _lanes((1 << qtypes.Q6_K.code_bits) - 1)
-_Q3_ADD, _Q3_BITS = _lanes(_Q3_OFF), _lanes((1 << qtypes.Q3_K.code_bits) - 1)
+_Q6_ADD, _Q6_BITS = _lanes(_Q6_OFF), _lanes((1 << (qtypes.Q6_K.code_bits or 0)) - 1)
+_Q3_ADD, _Q3_BITS = _lanes(_Q3_OFF), _lanes((1 << (qtypes.Q3_K.code_bits or 0)) - 1)
 
 
 # ---- little helpers (plain njit: LLVM inlines them and merges their byte loads/stores). The

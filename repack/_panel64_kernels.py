@@ -14,6 +14,8 @@ type, are in ``_panel64_int8_kernels``).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numba import njit
 from numba import types as nt
@@ -42,8 +44,8 @@ _RO_U64 = nt.Array(nt.uint64, 1, "C", readonly=True)
 _RO_U32 = nt.Array(nt.uint32, 1, "C", readonly=True)
 _RO_U16 = nt.Array(nt.uint16, 1, "C", readonly=True)
 _RO_U8 = nt.Array(nt.uint8, 1, "C", readonly=True)
-_HELPER = dict(cache=True, boundscheck=False, no_cpython_wrapper=True)
-_KERNEL = dict(cache=True, boundscheck=False)
+_HELPER: dict[str, Any] = dict(cache=True, boundscheck=False, no_cpython_wrapper=True)
+_KERNEL: dict[str, Any] = dict(cache=True, boundscheck=False)
 
 
 @lazy_njit(nt.void(_RO_U8, nt.uint64, nt.uint64, nt.int64, nt.int64, nt.uint8[::1]), **_HELPER)

@@ -56,6 +56,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..formats import qtypes
+from ..formats.errors import UnsupportedError
 from . import _common as C
 
 NAME = "panel64"
@@ -81,6 +82,8 @@ class Geometry(NamedTuple):
 
 def geometry(qtype, n: int, k: int) -> Geometry:
     t = qtypes.get(qtype)
+    if t.group is None:
+        raise UnsupportedError(f"panel64: type {t.name} has no integer form")
     sb = -(-n // CHANNELS)
     return Geometry(t.group, k // t.group, t.group // 4, sb, sb * CHANNELS,
                     k // qtypes.QK_K if t.block_size == qtypes.QK_K else 0, t.code_bits == 4)

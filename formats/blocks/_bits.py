@@ -64,7 +64,8 @@ def byte_map(qtype: GGMLType, **sizes: int) -> Any:
     for size in sizes.values():
         offsets.append(at)
         at += size
-    return namedtuple(f"{qtype.name}_AT", list(sizes))(*offsets)
+    at_type: Any = namedtuple(f"{qtype.name}_AT", list(sizes))  # type: ignore[misc]  # (a type made at run time)
+    return at_type(*offsets)
 
 
 def f16_word(byte: int) -> tuple[tuple[int, int, int, int], ...]:
@@ -215,7 +216,8 @@ def k_scale_parts(offset: int) -> tuple[tuple, tuple]:
         scales[4..7]:  m[4..7]>>4  | m[0..3]
         scales[8..11]: m[4..7]&15 (high nibble) | sc[4..7]&15 (low nibble)
     """
-    sc, m = [], []
+    sc: list[tuple] = []
+    m: list[tuple] = []
     for s in range(8):
         if s < 4:
             sc.append(((offset + s, 0, 6, 0),))
