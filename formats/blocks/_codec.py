@@ -393,6 +393,12 @@ class Codec:
     quantize_ref: Any = None
     quantize_ref_is_numpy: bool = False  # all numpy: a small job may run it instead (formats/engine.py)
 
+    @property
+    def surface(self) -> tuple:
+        """``(to_fields, from_fields, dequantize, dequantize_ref, quantize, quantize_ref)``: what
+        every quantized type module names in one line (``to_fields, ..., quantize_ref = CODEC.surface``)."""
+        return self.to_fields, self.from_fields, self.dequantize, self.dequantize_ref, self.quantize, self.quantize_ref
+
 
 def declare(namespace: dict, qtype: GGMLType, plan=None, *, dequantize_range=None, dequantize_word=None,
             chunk: int = CHUNK_BLOCKS, decode_ref=None, quantize_range=None, quantize_block=None,

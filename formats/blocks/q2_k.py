@@ -158,12 +158,8 @@ def _weighted_block(xb, qb, blk, sigma2, iscr, fscr):
     _finish_block(xb, blk, L, f32_to_f16_bits(dm), f32_to_f16_bits(mm))
 
 
-#: the codec surface (docs/DEVELOPING.md), built from the plan and kernels above and named here
 CODEC = declare(globals(), QTYPE, PLAN, chunk=CHUNK_BLOCKS // 8,
         decode_ref=k_min_ref(16), quantize_block=_quantize_block, quantize_chunk=64, encode_ref="scalar",
         quantize_weighted_block=_weighted_block)
-to_fields, from_fields = CODEC.to_fields, CODEC.from_fields
-dequantize, dequantize_ref, quantize, quantize_ref = CODEC.dequantize, CODEC.dequantize_ref, CODEC.quantize, CODEC.quantize_ref
-_dequantize_range, _dequantize_parallel, _quantize_parallel = CODEC.dequantize_range, CODEC.dequantize_parallel, CODEC.quantize_parallel
-_quantize_range = CODEC.quantize_range
-quantize_weighted, _quantize_weighted_parallel = CODEC.quantize_weighted, CODEC.quantize_weighted_parallel
+to_fields, from_fields, dequantize, dequantize_ref, quantize, quantize_ref = CODEC.surface
+quantize_weighted, _dequantize_range, _quantize_range = CODEC.quantize_weighted, CODEC.dequantize_range, CODEC.quantize_range

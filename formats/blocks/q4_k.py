@@ -386,12 +386,8 @@ def _weighted_block(xb, qb, blk, sigma2, iscr, fscr):
             qs[32 * c + t] = np.uint8((L[64 * c + t] | (L[64 * c + 32 + t] << 4)) & 0xFF)
 
 
-#: the codec surface (docs/DEVELOPING.md), built from the plan and kernels above and named here
 CODEC = declare(globals(), QTYPE, PLAN, chunk=CHUNK_BLOCKS // 8,
         decode_ref=k_min_ref(32), quantize_range=_quantize_range, quantize_chunk=64, encode_ref=_encode_ref,
         quantize_weighted_block=_weighted_block)
-to_fields, from_fields = CODEC.to_fields, CODEC.from_fields
-dequantize, dequantize_ref, quantize, quantize_ref = CODEC.dequantize, CODEC.dequantize_ref, CODEC.quantize, CODEC.quantize_ref
-_dequantize_range, _dequantize_parallel, _quantize_parallel = CODEC.dequantize_range, CODEC.dequantize_parallel, CODEC.quantize_parallel
-quantize_weighted, _quantize_weighted_parallel = CODEC.quantize_weighted, CODEC.quantize_weighted_parallel
-QUANTIZE_REF_IS_NUMPY = CODEC.quantize_ref_is_numpy
+to_fields, from_fields, dequantize, dequantize_ref, quantize, quantize_ref = CODEC.surface
+quantize_weighted, _dequantize_range, QUANTIZE_REF_IS_NUMPY = CODEC.quantize_weighted, CODEC.dequantize_range, CODEC.quantize_ref_is_numpy

@@ -85,12 +85,8 @@ def _weighted_block(xb, qb, blk, sigma2, iscr, fscr):
     put_q5(blk, 4, 8, weighted_scale_min(xb, qb, blk, sigma2, iscr, fscr, 31))
 
 
-#: the codec surface (docs/DEVELOPING.md), built from the plan and kernels above and named here
 CODEC = declare(globals(), QTYPE, PLAN, decode_ref=min_ref,
         quantize_block=_quantize_block, encode_ref=_encode_ref, quantize_weighted_block=_weighted_block)
-to_fields, from_fields = CODEC.to_fields, CODEC.from_fields
-dequantize, dequantize_ref, quantize, quantize_ref = CODEC.dequantize, CODEC.dequantize_ref, CODEC.quantize, CODEC.quantize_ref
-_dequantize_range, _dequantize_parallel, _quantize_parallel = CODEC.dequantize_range, CODEC.dequantize_parallel, CODEC.quantize_parallel
-_quantize_range = CODEC.quantize_range
-quantize_weighted, _quantize_weighted_parallel = CODEC.quantize_weighted, CODEC.quantize_weighted_parallel
-QUANTIZE_REF_IS_NUMPY = CODEC.quantize_ref_is_numpy
+to_fields, from_fields, dequantize, dequantize_ref, quantize, quantize_ref = CODEC.surface
+quantize_weighted, QUANTIZE_REF_IS_NUMPY = CODEC.quantize_weighted, CODEC.quantize_ref_is_numpy
+_dequantize_range, _quantize_range = CODEC.dequantize_range, CODEC.quantize_range

@@ -108,10 +108,7 @@ def _encode_ref(xr: np.ndarray) -> dict[str, np.ndarray]:
     return fields
 
 
-#: the codec surface (docs/DEVELOPING.md), built from the plan and kernels above and named here
 CODEC = declare(globals(), QTYPE, PLAN, decode_ref=offset_ref(0),
         quantize_range=_quantize_range, encode_ref=_encode_ref)
-to_fields, from_fields = CODEC.to_fields, CODEC.from_fields
-dequantize, dequantize_ref, quantize, quantize_ref = CODEC.dequantize, CODEC.dequantize_ref, CODEC.quantize, CODEC.quantize_ref
-_dequantize_range, _dequantize_parallel, _quantize_parallel = CODEC.dequantize_range, CODEC.dequantize_parallel, CODEC.quantize_parallel
-QUANTIZE_REF_IS_NUMPY = CODEC.quantize_ref_is_numpy
+to_fields, from_fields, dequantize, dequantize_ref, quantize, quantize_ref = CODEC.surface
+_dequantize_range, QUANTIZE_REF_IS_NUMPY = CODEC.dequantize_range, CODEC.quantize_ref_is_numpy
