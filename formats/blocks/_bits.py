@@ -229,9 +229,17 @@ def k_scale_parts(offset: int) -> tuple[tuple, tuple]:
     return tuple(sc), tuple(m)
 
 
+#: where Q4_K and Q5_K keep ``d``, ``dmin`` and their 12 scale bytes: the numba helpers they share
+#: (``_kquant.k_min_block``, ``_codec.k_scale_min``/``k_scale_put``) read them there, and
+#: :func:`k_min_fields` checks each type's ``AT`` against it
+K_MIN_HEAD = (0, 2, 4)
+
+
 def k_min_fields(at) -> list:
     """The fields Q4_K and Q5_K share: ``d`` and ``dmin`` (f16 words at ``at.d``, ``at.dmin``)
     and the 6-bit ``sc`` and ``m`` of the 12 scale bytes at ``at.scales`` (:func:`k_scale_parts`)."""
+    if (at.d, at.dmin, at.scales) != K_MIN_HEAD:
+        raise AssertionError(f"{at}: the Q4_K/Q5_K numba helpers read d, dmin, scales at bytes {K_MIN_HEAD}")
     sc, m = k_scale_parts(at.scales)
     return [Field("d", "u2", (f16_word(at.d),)), Field("dmin", "u2", (f16_word(at.dmin),)),
             Field("sc", "u1", sc), Field("m", "u1", m)]

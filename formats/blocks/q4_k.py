@@ -53,7 +53,7 @@ PLAN = BlockPlan(QTYPE, [
 # ---- dequantize ----------------------------------------------------------------------------
 @inline_jit
 def _dequantize_block(blk, yb, qk):
-    k_min_block(blk, yb, qk, 16, -1)
+    k_min_block(blk, yb, qk, AT.qs, -1)
 
 
 # ---- quantize ------------------------------------------------------------------------------

@@ -42,7 +42,7 @@ PLAN = BlockPlan(QTYPE, [
 # ---- dequantize ----------------------------------------------------------------------------
 @inline_jit
 def _dequantize_block(blk, yb, qk):
-    k_min_block(blk, yb, qk, 48, 16)
+    k_min_block(blk, yb, qk, AT.qs, AT.qh)
 
 
 # ---- quantize ------------------------------------------------------------------------------
