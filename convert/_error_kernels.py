@@ -120,7 +120,7 @@ def _build_lane_sums():
 
 
 #: the vector body (callable from numba code only), or None where it cannot run (JIT disabled)
-lane_sums = None if config.DISABLE_JIT else _build_lane_sums()
+lane_sums = None if config.DISABLE_JIT else _build_lane_sums()  # type: ignore[attr-defined]  # (numba.config sets its names at run time)
 
 
 @lazy_njit(_SUMS, cache=True, error_model="numpy")

@@ -20,12 +20,13 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from ..formats.safetensors import save_file
 
-CONFIG = {
+CONFIG: dict[str, Any] = {
     "architectures": ["LlamaForCausalLM"],
     "model_type": "llama",
     "hidden_size": 256,

@@ -113,10 +113,11 @@ def base_params(kv: KVList, a: str, hp: Mapping[str, Any], file_type: int) -> No
             kv.add(f"{a}.rope.scaling.type", "yarn")
             kv.add(f"{a}.rope.scaling.factor", factor)
             kv.add(f"{a}.rope.scaling.original_context_length", params["original_max_position_embeddings"])
-            for key, names in (("yarn_ext_factor", ("extrapolation_factor",)),
-                               ("yarn_attn_factor", ("attention_factor", "attn_factor")),
-                               ("yarn_beta_fast", ("beta_fast",)), ("yarn_beta_slow", ("beta_slow",))):
-                v = _find(params, names)
+            yarn_keys: tuple[tuple[str, tuple[str, ...]], ...] = (
+                ("yarn_ext_factor", ("extrapolation_factor",)), ("yarn_attn_factor", ("attention_factor", "attn_factor")),
+                ("yarn_beta_fast", ("beta_fast",)), ("yarn_beta_slow", ("beta_slow",)))
+            for key, aliases in yarn_keys:
+                v = _find(params, aliases)
                 if v is not None:
                     kv.add(f"{a}.rope.scaling.{key}", v)
         elif rtype in ("su", "longrope"):
@@ -537,7 +538,9 @@ def writer_for(cfg: Mapping[str, Any]) -> Writer:
     """The writer of an HF ``config.json``: a row of the architecture table (the converter class
     is picked by ``architectures[0]``, as llama.cpp's converter picks it), or BERT."""
     archs = cfg.get("architectures") or []
-    tc = cfg.get("text_config") if isinstance(cfg.get("text_config"), Mapping) else {}
+    tc = cfg.get("text_config")
+    if not isinstance(tc, Mapping):
+        tc = {}
     name = str((tc.get("architectures") or archs or [""])[0])
     if not name:
         raise BadInputError("config.json names no architectures (llama.cpp's converter needs architectures[0])")

@@ -25,6 +25,7 @@ a tensor the mix leaves alone keeps it, the others are quantized from its values
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -95,7 +96,7 @@ class OutTensor:
         return self.type.nbytes(int(np.prod(self.shape)))
 
     def ledger(self) -> dict[str, Any]:
-        row = {"name": self.name, "source": self.source, "shape": list(self.shape), "source_type": self.source_type,
+        row: dict[str, Any] = {"name": self.name, "source": self.source, "shape": list(self.shape), "source_type": self.source_type,
                "type": self.type.name, "action": self.action, "reason": "; ".join(self.notes) or None}
         if self.rule:
             row["rule"] = self.rule
@@ -248,8 +249,16 @@ def generated_tensors(w: gguf_arch.Writer) -> tuple[list[OutTensor], list[tuple[
     3's ``rope_freqs.weight``, Phi-3's LongRoPE factors); they come first. Also the pairs it
     adds while making them (Phi-3's attention factor), which come right after the architecture."""
     made, early = w.converter.generated(w.gguf, w.hp)
-    return [OutTensor(name, values.shape, F32, "generated", "F32", lambda v=values: v.view(np.uint8), "generate", [what])
+    return [OutTensor(name, values.shape, F32, "generated", "F32", functools.partial(_bytes_of, values), "generate", [what])
             for name, values, what in made], early
+
+
+def _bytes_of(values: np.ndarray) -> np.ndarray:
+    return values.view(np.uint8)
+
+
+def _raw_of(ckpt, name: str) -> np.ndarray:
+    return np.asarray(ckpt.raw(name)).reshape(-1)
 
 
 def plan_hf(ckpt, outtype: Optional[str] = None, quant: Optional[str] = None,
@@ -325,7 +334,7 @@ def plan_gguf(ckpt, quant: Optional[str], mix_options: Optional[mixes.Options] =
     for key in SPLIT_KEYS:
         kv.remove(key)
     tensors = [OutTensor(r.name, shape_of_ne(r.ne), r.type, r.name, r.type.name,
-                         lambda name=r.name: np.asarray(ckpt.raw(name)).reshape(-1)) for r in ckpt.tensor_records]
+                         functools.partial(_raw_of, ckpt, r.name)) for r in ckpt.tensor_records]
     plan = GGUFPlan(kv, tensors, str(ckpt.architecture or "?"), "gguf", str(ckpt.path))
     apply_mix(plan, mix, mixes.model_facts(ckpt), mix_options)
     return plan

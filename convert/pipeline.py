@@ -97,7 +97,7 @@ def _quantize_rows(raw: np.ndarray, src: qtypes.GGMLType, dst: qtypes.GGMLType, 
     src_rb = raw.size // n if n else 0
     flat = raw.reshape(n, src_rb) if n else raw
     single = 0 < n <= rows  # one chunk (most tensors): the quantizer's output is the result, no copy
-    out = np.empty((n, dst.row_bytes(k)), np.uint8) if not single else None
+    out = np.empty((n, dst.row_bytes(k)), np.uint8) if not single else np.empty((0, 0), np.uint8)
     stats = quality.ErrorStats()
     # the chunk's two f32 copies (the source, and the result read back for the error) reuse two
     # buffers: fresh 16 MB arrays each chunk cost their page faults again (half the f32 time)
@@ -296,7 +296,7 @@ def run(ckpt: Checkpoint, plan: Plan, out: str | os.PathLike, force: bool = Fals
         side_data = _in_background(_gguf_side_data, ckpt) if ckpt.kind == "gguf" else None
         progress.start(len(plan.tensors), plan.bytes_in)
         # numba's start-up only pays for itself on big jobs; small ones stay in numpy
-        jit = engine.expect(**engine_work(plan))
+        jit = engine.expect(False, **engine_work(plan))
         log.debug("kernels: %s", "numba" if jit else "numpy where it has a reference")
         jobs = auto_jobs(jit) if jobs is None else max(1, int(jobs))
         log.debug("jobs: %d", jobs)

@@ -170,7 +170,9 @@ def make_mix_plan(ckpt: Checkpoint, layout: str, quant: str, requant: Optional[s
         tp = TensorPlan(i, info, d, layout, specs, size, params)
         tp.importance = mixes.importance(imx, info, ckpt.kind, d, facts)
         tensors.append(tp)
-    return Plan(ckpt.kind, ckpt.path, layout, None, None, tensors, mix=mixes.get_mix(quant).name, imatrix=imx)
+    mix = mixes.get_mix(quant)
+    assert mix is not None  # (plan_choices refused any other name)
+    return Plan(ckpt.kind, ckpt.path, layout, None, None, tensors, mix=mix.name, imatrix=imx)
 
 
 def _check_hyperparameters(ckpt: Checkpoint) -> None:

@@ -90,7 +90,7 @@ def decide(info: TensorInfo, source_kind: str, layout: str, quant: Optional[qtyp
     role = role_of(info)
     st = info.type
     if role != "matmul":
-        why = {
+        why: str | None = {
             "vector": f"{len(info.shape)}-D tensor (norm, bias or scalar): kept as stored",
             "embedding": "embedding lookup: runtimes gather its rows, kept row-major as stored",
             "kernel": f"convolution kernel {list(info.shape)} (a few taps per channel, not a matrix product): "

@@ -18,6 +18,7 @@ One (row, group) step of the quantizer, G = 128:
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 from numba import prange
@@ -30,8 +31,8 @@ _RO_F32 = nt.Array(nt.float32, 1, "C", readonly=True)
 _RO_F64 = nt.Array(nt.float64, 1, "C", readonly=True)
 _RO_I64 = nt.Array(nt.int64, 1, "C", readonly=True)
 _RO_U8_2 = nt.Array(nt.uint8, 2, "C", readonly=True)
-_HELPER = dict(cache=True, boundscheck=False, no_cpython_wrapper=True, inline="always")
-_KERNEL = dict(cache=True, boundscheck=False)
+_HELPER: dict[str, Any] = dict(cache=True, boundscheck=False, no_cpython_wrapper=True, inline="always")
+_KERNEL: dict[str, Any] = dict(cache=True, boundscheck=False)
 
 
 @lazy_njit(nt.float32(nt.float32[::1], nt.int64), **_HELPER)

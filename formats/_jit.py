@@ -133,7 +133,7 @@ class LazyKernel:
 def _by_name(module: str, qualname: str, cells: tuple = ()) -> "LazyKernel":
     import importlib
 
-    obj = importlib.import_module(module)
+    obj: Any = importlib.import_module(module)
     for part in qualname.split("."):
         obj = getattr(obj, part)
     return obj
@@ -243,11 +243,11 @@ def _build_prefetch(write: int):
     from llvmlite import ir
     from numba.extending import intrinsic
 
-    if _numba.config.DISABLE_JIT:
-        def prefetch(a, i):
+    if _numba.config.DISABLE_JIT:  # type: ignore[attr-defined]  # (numba.config sets its names at run time)
+        def plain(a, i):
             return None
 
-        return prefetch
+        return plain
 
     @intrinsic
     def prefetch(typingctx, a, i):

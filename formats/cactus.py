@@ -123,12 +123,12 @@ def pack_lsb(indices: np.ndarray, bits: int) -> np.ndarray:
             out[..., b] = (word >> (8 * b)) & 0xFF
         return out.reshape(n, k * 3 // 8)
     per = 8 // bits
-    v = idx.reshape(n, k // per, per)
-    out = np.zeros((n, k // per), dtype=np.uint8)
+    codes = idx.reshape(n, k // per, per)
+    packed = np.zeros((n, k // per), dtype=np.uint8)
     mask = (1 << bits) - 1
     for i in range(per):
-        out |= (v[..., i] & mask) << (bits * i)
-    return out
+        packed |= (codes[..., i] & mask) << (bits * i)
+    return packed
 
 
 def unpack_lsb(packed: np.ndarray, n: int, k: int, bits: int) -> np.ndarray:

@@ -49,7 +49,7 @@ class CompileMeter:
             disp = _numba_internals.compiled_dispatcher(event)
             fn = getattr(disp, "py_func", None)
             module = getattr(fn, "__module__", "") or ""
-            if module.startswith(_OURS):
+            if fn is not None and module.startswith(_OURS):
                 self.kernels += 1
                 self.names.append(f"{module}.{fn.__qualname__}")
             self._depth = max(self._depth - 1, 0)

@@ -270,6 +270,7 @@ class GGUFFile(Checkpoint):
                     qtypes.get(type_id)
                 except UnsupportedError as e:
                     raise UnsupportedError(e.detail, self.path, where) from None
+                raise AssertionError(f"type id {type_id}: qtypes.get accepted an id BY_ID lacks")  # (unreachable)
             if ne[0] % t.block_size:
                 raise p.fail(
                     f"ne[0] = {ne[0]} is not a multiple of the {t.name} block size {t.block_size}", where

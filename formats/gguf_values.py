@@ -194,8 +194,8 @@ def _walk_strings(
     ``buf`` is the uint8 array and ``mv`` a memoryview of the same bytes.
     """
     if count < scan_min:
-        end, starts = _walk_strings_ref(mv, pos, count, limit)
-        return end, (np.asarray(starts, dtype=np.int64) if want_starts and end >= 0 else None)
+        end, found = _walk_strings_ref(mv, pos, count, limit)
+        return end, (np.asarray(found, dtype=np.int64) if want_starts and end >= 0 else None)
 
     unpack = _U64.unpack_from
     pieces: list[np.ndarray] = []
@@ -254,7 +254,7 @@ def _walk_strings(
         per_record = max(8.0, (pos - pos0) / max(done, 1))
     if pos > limit:
         return -1, None
-    starts = None
+    starts: np.ndarray | None = None
     if want_starts:
         starts = np.concatenate(pieces).astype(np.int64, copy=False) if pieces else np.zeros(0, np.int64)
     return pos, starts
@@ -270,7 +270,7 @@ class _Parser:
 
     def __init__(self, buf: np.ndarray, path: str):
         self.buf = buf
-        self.mv = memoryview(buf)
+        self.mv = buf.data  # a memoryview of the same bytes
         self.size = int(buf.shape[0])
         self.path = path
 

@@ -9,7 +9,7 @@ import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import IO, TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
@@ -84,7 +84,8 @@ def _infer_item_type(value: Any, where: str) -> int:
         raise BadInputError("an empty array needs an explicit item_type", where=where)
     kinds = {_infer_vtype(x, where) for x in value}
     if kinds <= {VT.INT32, VT.INT64, VT.UINT64}:  # Python ints: the narrowest type that holds all
-        return max(kinds, key=[VT.INT32, VT.INT64, VT.UINT64].index)
+        widths: list[int] = [VT.INT32, VT.INT64, VT.UINT64]
+        return max(kinds, key=widths.index)
     if len(kinds) != 1:
         raise BadInputError(f"array items have mixed types: {sorted(_vt_name(k) for k in kinds)}", where=where)
     return kinds.pop()
@@ -220,7 +221,7 @@ class GGUFStreamWriter:
         self._by_name: dict[str, _PendingTensor] = {}
         self._end = 0  # end of the declared data (relative)
         self._state = "declare"
-        self._f = None
+        self._f: IO[bytes] | None = None
         self._order: list[_PendingTensor] = []
         self._next = 0  # index into _order of the tensor being written
         self._pos = 0  # bytes written to the data section
@@ -312,7 +313,7 @@ class GGUFStreamWriter:
             raise BadInputError("duplicate tensor name", path=self.path, where=where)
         if (shape is None) == (ne is None):
             raise BadInputError("give exactly one of shape= and ne=", path=self.path, where=where)
-        dims = tuple(int(d) for d in (ne if ne is not None else reversed(tuple(shape))))
+        dims = tuple(int(d) for d in (ne if ne is not None else reversed(tuple(shape or ()))))
         if not 1 <= len(dims) <= MAX_DIMS or any(d < 1 for d in dims):
             raise BadInputError(f"ne={list(dims)}: need 1 to {MAX_DIMS} dims, each >= 1", path=self.path, where=where)
         try:
@@ -366,12 +367,12 @@ class GGUFStreamWriter:
         atomic.sweep_stale(target)
         self._tmp = atomic.temp_name(target)
         try:
-            self._f = open(self._tmp, "wb")
+            self._f = f = open(self._tmp, "wb")
             n = 0
             for part in self._header_bytes():
-                n += self._f.write(part)
+                n += f.write(part)
             pad = _align(n, self.alignment) - n
-            self._f.write(bytes(pad))
+            f.write(bytes(pad))
         except OSError as e:
             self._abort()
             raise OutputError(f"{self.path}: cannot write: {e.strerror or e}") from None
@@ -408,11 +409,13 @@ class GGUFStreamWriter:
                 f"got {n} bytes; the tensor has {t.nbytes} and {t.written} are written", path=self.path,
                 where=f"tensor {name!r}",
             )
+        f = self._f
+        assert f is not None  # (the state machine: write_header() opened it)
         try:
             if t.written == 0 and self._pos < t.offset:
-                self._f.write(bytes(t.offset - self._pos))
+                f.write(bytes(t.offset - self._pos))
                 self._pos = t.offset
-            self._f.write(mv)
+            f.write(mv)
         except OSError as e:
             self._abort()
             raise OutputError(f"{self.path}: cannot write: {e.strerror or e}") from None
@@ -436,14 +439,16 @@ class GGUFStreamWriter:
                 f"{self.path}: closed with {len(missing)} of {len(self._order)} tensors incomplete "
                 f"(next: {missing[0]!r}); the partial file was removed"
             )
+        f, tmp = self._f, self._tmp
+        assert f is not None and tmp is not None  # (the state machine: write_header() opened it)
         try:
             end = _align(self._pos, self.alignment)
-            self._f.write(bytes(end - self._pos))
-            self._f.flush()
-            os.fsync(self._f.fileno())
-            self._f.close()
+            f.write(bytes(end - self._pos))
+            f.flush()
+            os.fsync(f.fileno())
+            f.close()
             self._f = None
-            atomic.publish(self._tmp, Path(self.path), self.force)
+            atomic.publish(tmp, Path(self.path), self.force)
         except OSError as e:
             self._abort()
             if isinstance(e, OutputError):

@@ -52,14 +52,14 @@ def refuse_links(root: str | os.PathLike, what: str = "bundle") -> None:
             entries = list(os.scandir(d))
         except OSError as e:
             raise FormatError(f"cannot list {d}: {e.strerror or e}", path=root) from None
-        for e in entries:
-            st = e.stat(follow_symlinks=False)
-            rel = os.path.relpath(e.path, root)
+        for entry in entries:
+            st = entry.stat(follow_symlinks=False)
+            rel = os.path.relpath(entry.path, root)
             if stat.S_ISLNK(st.st_mode):
                 raise FormatError(f"{rel} is a symbolic link; a {what} holds only regular files "
                                   "(a link could make panelpack read a file outside it)", path=root)
             if stat.S_ISDIR(st.st_mode):
-                stack.append(Path(e.path))
+                stack.append(Path(entry.path))
             elif not stat.S_ISREG(st.st_mode):
                 raise FormatError(f"{rel} is not a regular file or folder", path=root)
 

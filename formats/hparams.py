@@ -19,7 +19,7 @@ n_head_kv       at most n_head
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, TypeGuard
 
 from .arch import keys as _keys
 from .arch import names as _names
@@ -28,7 +28,7 @@ NAMES = _keys.INSPECT
 MAX_VALUE = 2**31 - 1
 
 
-def _is_int(v: Any) -> bool:
+def _is_int(v: Any) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool)
 
 

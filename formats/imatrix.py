@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import struct
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -121,7 +122,8 @@ def _load_gguf(path: str) -> Imatrix:
         ds = meta["imatrix.datasets"]
         out.datasets = [str(x) for x in (ds.tolist() if hasattr(ds, "tolist") else ds)]
         out.chunk_count = int(meta["imatrix.chunk_count"])
-        sums, counts = {}, {}
+        sums: dict[str, Any] = {}
+        counts: dict[str, Any] = {}
         for t in ck.tensors:
             for suffix, into in ((".in_sum2", sums), (".counts", counts)):
                 if t.name.endswith(suffix):

@@ -49,6 +49,20 @@ class GGMLType:
     def lower(self) -> str:
         return self.name.lower()
 
+    @property
+    def scale_fields(self) -> tuple[tuple[str, str, str], ...]:
+        """The codec fields that scale this type's integer codes, ``(name, dtype, per)`` with
+        ``per`` "group" (one value a scale group) or "super" (one a 256-element super-block),
+        group fields first, each in the codec plan's order: what a layout that keeps the scales
+        apart from the codes stores (``repack/panel64.py``). Read off :data:`SCHEME_FIELDS`;
+        ``tests/test_panel64.py`` checks it against every codec's ``PLAN``."""
+        if self.scheme is None:
+            return ()
+        if self.scheme == "k_scale":  # the one group field the registry names (Q6_K "scale", Q3_K "sc")
+            dtype = "int8" if self.scale_offset == 0 else "uint8"  # stored signed, or with an offset
+            return ((self.scale_field or "scale", dtype, "group"), ("d", "uint16", "super"))
+        return SCHEME_FIELDS[self.scheme]
+
     def nbytes(self, n_elements: int) -> int:
         """Bytes taken by ``n_elements`` values (must be a whole number of blocks)."""
         if n_elements % self.block_size:
@@ -71,6 +85,16 @@ class GGMLType:
 
     def __str__(self) -> str:  # pragma: no cover - trivial
         return self.name
+
+
+#: The scale fields of each rescale family (see :attr:`GGMLType.scale_fields`; "k_scale" names its
+#: group field in the type's row).
+SCHEME_FIELDS: dict[str, tuple[tuple[str, str, str], ...]] = {
+    "scale": (("d", "uint16", "group"),),
+    "scale_min": (("d", "uint16", "group"), ("m", "uint16", "group")),
+    "k_scale_min": (("sc", "uint8", "group"), ("m", "uint8", "group"), ("d", "uint16", "super"),
+                    ("dmin", "uint16", "super")),
+}
 
 
 def _t(id, name, block_size, type_size, **kw) -> GGMLType:

@@ -184,9 +184,10 @@ def save_file(
             arr = np.asarray(arr)
         else:
             arr = np.asarray(value)
-            dtype = _FROM_NUMPY.get(arr.dtype.newbyteorder("<") if arr.dtype.byteorder == ">" else arr.dtype)
-            if dtype is None:
+            found = _FROM_NUMPY.get(arr.dtype.newbyteorder("<") if arr.dtype.byteorder == ">" else arr.dtype)
+            if found is None:
                 raise UnsupportedError(f"numpy dtype {arr.dtype} has no safetensors dtype", path=path, where=where)
+            dtype = found
         t = DTYPES.get(dtype)
         if t is None:
             raise UnsupportedError(f"dtype {dtype!r} cannot be written (known: {', '.join(DTYPES)})", path=path,

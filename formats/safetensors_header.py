@@ -284,9 +284,11 @@ def parse_file(path: str | os.PathLike) -> tuple[int, int, dict[str, str], list[
 
     # Coverage: sorted by (begin, end), each tensor starts where the previous one ended.
     entries.sort(key=lambda e: (e[0], e[1]))
-    expected, prev = 0, None
+    expected: int = 0
+    prev: tuple[int, int, str] | None = None
     for begin, end, name, _, _ in entries:
         if begin < expected:
+            assert prev is not None  # expected > 0: a tensor came before
             raise FormatError(
                 f"data [{begin}, {end}) overlaps tensor {prev[2]!r} at [{prev[0]}, {prev[1]})",
                 path=path,

@@ -347,7 +347,7 @@ def from_gguf_metadata(meta: Mapping[str, Any]) -> Tokenizer:
     tokens = [str(t) for t in _as_list(meta.get("tokenizer.ggml.tokens"))]
     if not tokens:
         raise BadInputError("tokenizer.ggml.tokens is empty")
-    merges = {}
+    merges: dict[tuple[str, str], int] = {}
     for r, m in enumerate(_as_list(meta.get("tokenizer.ggml.merges"))):
         a, sep, b = str(m).partition(" ")
         if sep:
@@ -388,7 +388,7 @@ def from_tokenizer_json(doc: Mapping[str, Any], config: Mapping[str, Any] | None
     for a in doc.get("added_tokens", []):
         tokens[int(a["id"])] = a["content"]
         types[int(a["id"])] = CONTROL if a.get("special") else USER_DEFINED
-    merges = {}
+    merges: dict[tuple[str, str], int] = {}
     for r, mg in enumerate(m.get("merges") or []):
         a, b = (mg.split(" ", 1) if isinstance(mg, str) else mg)
         merges.setdefault((a, b), r)

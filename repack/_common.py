@@ -316,6 +316,7 @@ def integer_form_scales(t: qtypes.GGMLType, fields: Mapping[str, np.ndarray]) ->
         return f16_bits_to_f32(fields["d"]), None, 1
     if scheme == "scale_min":
         return f16_bits_to_f32(fields["d"]), f16_bits_to_f32(fields["m"]), +1
+    assert t.group is not None  # (a type with a scheme has a group)
     per = qtypes.QK_K // t.group  # groups per super-block
     d = np.repeat(f16_bits_to_f32(fields["d"]), per, axis=1)
     if scheme == "k_scale_min":

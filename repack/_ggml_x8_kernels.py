@@ -11,6 +11,8 @@ In 64-bit words: a block_q4_0x8 is 18 words (0..1 = d[8]; 2 + 8h + r = row r's q
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numba import njit
 from numba import types as nt
@@ -23,7 +25,7 @@ from ..formats._jit import st64 as _st64
 
 _U = np.uint64
 _X88 = np.uint64(0x8888888888888888)
-_KERNEL = dict(cache=True, boundscheck=False)
+_KERNEL: dict[str, Any] = dict(cache=True, boundscheck=False)
 
 
 @njit

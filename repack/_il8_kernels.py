@@ -17,16 +17,20 @@ value (``_f16_exact``, ``_int8_q4_0_unpack``), after which the wrapper raises.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numba import njit
 from numba import types as nt
 
+from ..formats import qtypes
 from ..formats._jit import RO_F32 as _RO_F32
 from ..formats._jit import RO_U8 as _RO_U8
 from ..formats._jit import RO_U32 as _RO_U32
 from ..formats._jit import lazy_njit
 from ..formats._jit import ld64 as _ld64
 from ..formats._jit import st64 as _st64
+from ..formats.blocks import q4_0, q4_k
 
 _U = np.uint64
 _M0F = np.uint64(0x0F0F0F0F0F0F0F0F)
@@ -34,7 +38,11 @@ _MF0 = np.uint64(0xF0F0F0F0F0F0F0F0)
 _M08 = np.uint64(0x0808080808080808)
 _M80 = np.uint64(0x8080808080808080)
 _M88 = np.uint64(0x8888888888888888)
-_KERNEL = dict(cache=True, boundscheck=False)
+_KERNEL: dict[str, Any] = dict(cache=True, boundscheck=False)
+#: the Q4_0 and Q4_K block facts, from the type table and the codecs' byte maps (module globals:
+#: compile-time constants in numba)
+_Q40_BYTES, _Q40_QS, _Q4K_BYTES = qtypes.Q4_0.type_size, q4_0.AT.qs, qtypes.Q4_K.type_size
+_Q4K_DMIN, _Q4K_SC, _Q4K_QS = q4_k.AT.dmin, q4_k.AT.scales, q4_k.AT.qs
 
 
 @njit
@@ -135,18 +143,18 @@ def _f16_exact(s32, d16):
 # -- il8-nibble, Q4_0 -----------------------------------------------------------------------
 @lazy_njit(nt.void(_RO_U8, nt.int64, nt.int64, _RO_U32, nt.uint32[::1], nt.uint32[::1]), **_KERNEL)
 def _nibble_q4_0_pack(a8, n, nb, f16u, q32, scales):
-    rb = _U(nb * 18)
+    rb = _U(nb * _Q40_BYTES)
     for sr in range(n // 8):
         for b in range(nb):
             blk = _U(sr * nb + b)
             w = blk * _U(32)
             for r in range(4):
-                o0 = _U(8 * sr + r) * rb + _U(18 * b)
+                o0 = _U(8 * sr + r) * rb + _U(_Q40_BYTES * b)
                 o1 = o0 + _U(4) * rb
-                x0 = _ld64(a8, o0 + _U(2))
-                y0 = _ld64(a8, o0 + _U(10))
-                x1 = _ld64(a8, o1 + _U(2))
-                y1 = _ld64(a8, o1 + _U(10))
+                x0 = _ld64(a8, o0 + _U(_Q40_QS))
+                y0 = _ld64(a8, o0 + _U(_Q40_QS + 8))
+                x1 = _ld64(a8, o1 + _U(_Q40_QS))
+                y1 = _ld64(a8, o1 + _U(_Q40_QS + 8))
                 ur = _U(r)
                 _put2(q32, w + ur, w + _U(4) + ur, (x0 & _M0F) | ((x1 & _M0F) << _U(4)))
                 _put2(q32, w + _U(8) + ur, w + _U(12) + ur, (y0 & _M0F) | ((y1 & _M0F) << _U(4)))
@@ -159,23 +167,23 @@ def _nibble_q4_0_pack(a8, n, nb, f16u, q32, scales):
 @lazy_njit(nt.void(_RO_U32, _RO_U8, nt.int64, nt.int64, nt.uint8[::1]), **_KERNEL)
 def _nibble_q4_0_unpack(q32, d8, n, nb, a8):
     """``d8``: the f16 bits of every scale (2 bytes per (sr, b, r)), already checked exact."""
-    rb = _U(nb * 18)
+    rb = _U(nb * _Q40_BYTES)
     for sr in range(n // 8):
         for b in range(nb):
             blk = _U(sr * nb + b)
             w = blk * _U(32)
             for r in range(4):
                 ur = _U(r)
-                o0 = _U(8 * sr + r) * rb + _U(18 * b)
+                o0 = _U(8 * sr + r) * rb + _U(_Q40_BYTES * b)
                 o1 = o0 + _U(4) * rb
                 lx = _get2(q32, w + ur, w + _U(4) + ur)
                 ly = _get2(q32, w + _U(8) + ur, w + _U(12) + ur)
                 hx = _get2(q32, w + _U(16) + ur, w + _U(20) + ur)
                 hy = _get2(q32, w + _U(24) + ur, w + _U(28) + ur)
-                _st64(a8, o0 + _U(2), (lx & _M0F) | ((hx & _M0F) << _U(4)))
-                _st64(a8, o0 + _U(10), (ly & _M0F) | ((hy & _M0F) << _U(4)))
-                _st64(a8, o1 + _U(2), ((lx >> _U(4)) & _M0F) | (hx & _MF0))
-                _st64(a8, o1 + _U(10), ((ly >> _U(4)) & _M0F) | (hy & _MF0))
+                _st64(a8, o0 + _U(_Q40_QS), (lx & _M0F) | ((hx & _M0F) << _U(4)))
+                _st64(a8, o0 + _U(_Q40_QS + 8), (ly & _M0F) | ((hy & _M0F) << _U(4)))
+                _st64(a8, o1 + _U(_Q40_QS), ((lx >> _U(4)) & _M0F) | (hx & _MF0))
+                _st64(a8, o1 + _U(_Q40_QS + 8), ((ly >> _U(4)) & _M0F) | (hy & _MF0))
                 s = (blk * _U(8) + ur) * _U(2)
                 a8[o0] = d8[s]
                 a8[o0 + _U(1)] = d8[s + _U(1)]
@@ -186,15 +194,15 @@ def _nibble_q4_0_unpack(q32, d8, n, nb, a8):
 # -- il8-int8, Q4_0 -------------------------------------------------------------------------
 @lazy_njit(nt.void(_RO_U8, nt.int64, nt.int64, _RO_U32, nt.uint32[::1], nt.uint32[::1]), **_KERNEL)
 def _int8_q4_0_pack(a8, n, nb, f16u, q32, scales):
-    rb = _U(nb * 18)
+    rb = _U(nb * _Q40_BYTES)
     for sr in range(n // 8):
         for b in range(nb):
             blk = _U(sr * nb + b)
             w = blk * _U(64)
             for rr in range(8):
-                o = _U(8 * sr + rr) * rb + _U(18 * b)
-                x = _ld64(a8, o + _U(2))
-                y = _ld64(a8, o + _U(10))
+                o = _U(8 * sr + rr) * rb + _U(_Q40_BYTES * b)
+                x = _ld64(a8, o + _U(_Q40_QS))
+                y = _ld64(a8, o + _U(_Q40_QS + 8))
                 slot = w + _U(4 * (rr // 4) + rr % 4)  # 4h + r
                 _put2(q32, slot, slot + _U(8), _signed(x & _M0F))  # g = 0, 1
                 _put2(q32, slot + _U(16), slot + _U(24), _signed(y & _M0F))  # g = 2, 3
@@ -217,22 +225,22 @@ def _int8_q4_0_unpack(q32, d8, n, nb, a8):
     returns 0, or 1 when a code is outside -8..7 (``a8`` is then partly written: the wrapper
     raises). The range check (_q4_range_bits, masked once at the end) and the xor took the
     kernel from 1.7-2.2 to 2.4-2.8 GB/s (alone, same process) against the per-lane add."""
-    rb = _U(nb * 18)
+    rb = _U(nb * _Q40_BYTES)
     bad = _U(0)
     for sr in range(n // 8):
         for b in range(nb):
             blk = _U(sr * nb + b)
             w = blk * _U(64)
             for rr in range(8):
-                o = _U(8 * sr + rr) * rb + _U(18 * b)
+                o = _U(8 * sr + rr) * rb + _U(_Q40_BYTES * b)
                 slot = w + _U(4 * (rr // 4) + rr % 4)
                 vx = _get2(q32, slot, slot + _U(8))
                 vy = _get2(q32, slot + _U(16), slot + _U(24))
                 wx = _get2(q32, slot + _U(32), slot + _U(40))
                 wy = _get2(q32, slot + _U(48), slot + _U(56))
                 bad |= _q4_range_bits(vx) | _q4_range_bits(vy) | _q4_range_bits(wx) | _q4_range_bits(wy)
-                _st64(a8, o + _U(2), ((vx & _M0F) | ((wx & _M0F) << _U(4))) ^ _M88)
-                _st64(a8, o + _U(10), ((vy & _M0F) | ((wy & _M0F) << _U(4))) ^ _M88)
+                _st64(a8, o + _U(_Q40_QS), ((vx & _M0F) | ((wx & _M0F) << _U(4))) ^ _M88)
+                _st64(a8, o + _U(_Q40_QS + 8), ((vy & _M0F) | ((wy & _M0F) << _U(4))) ^ _M88)
                 s = (blk * _U(8) + _U(rr)) * _U(2)
                 a8[o] = d8[s]
                 a8[o + _U(1)] = d8[s + _U(1)]
@@ -246,34 +254,36 @@ def _int8_q4_0_unpack(q32, d8, n, nb, a8):
 @lazy_njit(nt.void(_RO_U8, nt.int64, nt.int64, _RO_F32, nt.uint32[::1], nt.float32[::1], nt.float32[::1]), **_KERNEL)
 def _nibble_q4_k_pack(a8, n, nsb, f16, q32, dsc, dmn):
     pow2 = _pow2_table()
-    rb = _U(nsb * 144)
+    rb = _U(nsb * _Q4K_BYTES)
     nb = nsb * 8
     for sr in range(n // 8):
         for j in range(nsb):
             for r in range(4):
                 ur = _U(r)
-                o0 = _U(8 * sr + r) * rb + _U(144 * j)
+                o0 = _U(8 * sr + r) * rb + _U(_Q4K_BYTES * j)
                 o1 = o0 + _U(4) * rb
                 for p in range(4):
                     wl = _U((sr * nb + 8 * j + 2 * p) * 32)  # sub-block 2p
                     wh = wl + _U(32)  # sub-block 2p + 1
                     for t in range(4):  # qs word t of the chunk -> steps g = 2t, 2t+1
-                        x0 = _ld64(a8, o0 + _U(16 + 32 * p + 8 * t))
-                        x1 = _ld64(a8, o1 + _U(16 + 32 * p + 8 * t))
+                        x0 = _ld64(a8, o0 + _U(_Q4K_QS + 32 * p + 8 * t))
+                        x1 = _ld64(a8, o1 + _U(_Q4K_QS + 32 * p + 8 * t))
                         g = _U(8 * t)
                         _put2(q32, wl + g + ur, wl + g + _U(4) + ur, (x0 & _M0F) | ((x1 & _M0F) << _U(4)))
                         _put2(q32, wh + g + ur, wh + g + _U(4) + ur, ((x0 >> _U(4)) & _M0F) | (x1 & _MF0))
                 for half in range(2):
                     o = o0 + _U(half * 4) * rb
                     d = _f16_d(a8, o, f16, pow2)
-                    dmin = _f16_d(a8, o + _U(2), f16, pow2)
+                    dmin = _f16_d(a8, o + _U(_Q4K_DMIN), f16, pow2)
                     for s in range(8):
                         if s < 4:
-                            sc = a8[o + _U(4 + s)] & np.uint8(63)
-                            m = a8[o + _U(8 + s)] & np.uint8(63)
+                            sc = a8[o + _U(_Q4K_SC + s)] & np.uint8(63)
+                            m = a8[o + _U(_Q4K_SC + 4 + s)] & np.uint8(63)
                         else:
-                            sc = (a8[o + _U(8 + s)] & np.uint8(15)) | ((a8[o + _U(s)] >> np.uint8(6)) << np.uint8(4))
-                            m = (a8[o + _U(8 + s)] >> np.uint8(4)) | ((a8[o + _U(4 + s)] >> np.uint8(6)) << np.uint8(4))
+                            sc = ((a8[o + _U(_Q4K_SC + 4 + s)] & np.uint8(15))
+                                  | ((a8[o + _U(_Q4K_SC - 4 + s)] >> np.uint8(6)) << np.uint8(4)))
+                            m = ((a8[o + _U(_Q4K_SC + 4 + s)] >> np.uint8(4))
+                                 | ((a8[o + _U(_Q4K_SC + s)] >> np.uint8(6)) << np.uint8(4)))
                         i = _U(sr * nb + 8 * j + s) * _U(8) + ur + _U(4 * half)
                         dsc[i] = d * np.float32(sc)
                         dmn[i] = dmin * np.float32(m)

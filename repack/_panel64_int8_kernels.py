@@ -41,11 +41,15 @@ into one byte by a multiply (_lane_bits) or put back at bit s of the qh lanes.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numba import njit
 from numba import types as nt
 
+from ..formats import qtypes
 from ..formats._jit import RO_U8, lazy_njit, ld64, prefetch, prefetch_w, st64
+from ..formats.blocks import q2_k, q3_k, q5_0, q5_1, q5_k, q6_k, q8_0
 
 _U = np.uint64
 
@@ -55,13 +59,13 @@ def _lanes(byte: int, lanes: range = range(8)) -> np.uint64:
     return _U(sum(byte << (8 * i) for i in lanes))
 
 
-_L01, _L03, _L04, _L07, _L0C, _L0F = (_lanes(b) for b in (0x01, 0x03, 0x04, 0x07, 0x0C, 0x0F))
-_L20, _L30, _L3F, _L80, _LC0 = (_lanes(b) for b in (0x20, 0x30, 0x3F, 0x80, 0xC0))
+_L01, _L03, _L0C, _L0F = (_lanes(b) for b in (0x01, 0x03, 0x0C, 0x0F))
+_L30, _L3F, _L80, _LC0 = (_lanes(b) for b in (0x30, 0x3F, 0x80, 0xC0))
 _LO4, _HI4 = _lanes(0x03, range(4)), _lanes(0x03, range(4, 8))  # 03 in lanes 0..3 / 4..7
 #: bit 8i of x -> bit 56 + i of x * _GATHER (the 8 partial products land on distinct bits)
 _GATHER = _U(0x0102040810204080)
 _U8 = nt.uint8[::1]
-_KERNEL = dict(cache=True, boundscheck=False)
+_KERNEL: dict[str, Any] = dict(cache=True, boundscheck=False)
 #: every kernel (_kernels): (source bytes, n, blocks a row, run, panels, four scale fields)
 #: packing, (panels, four scale fields, n, blocks a row, run, blocks) unpacking; the fields a
 #: type lacks are empty arrays
@@ -85,6 +89,18 @@ def _hi5_table(offset: int) -> np.ndarray:
 
 #: by code offset (Q5_0 16, Q5_1 0); the packing kernels take the table's bytes as a field
 _HI5 = {16: _hi5_table(16), 0: _hi5_table(0)}
+
+# Every byte offset below is the codec's (``AT``: formats/blocks/<type>.py, the one statement of
+# its byte diagram, checked against the type table's block bytes), every code offset the type
+# table's: numba reads these module globals as compile-time constants.
+_Q50, _Q51, _Q5K, _Q6K, _Q2K, _Q3K, _Q80 = (m.AT for m in (q5_0, q5_1, q5_k, q6_k, q2_k, q3_k, q8_0))
+#: Q5_0/Q5_1 unpacking: qh holds bit 4 of q; the panel's bit 4 of c = q - 16 is it inverted
+_QH_FLIP = {o: 0xFFFFFFFF * ((o >> 4) & 1) for o in _HI5}
+_Q50_FLIP, _Q51_FLIP = _QH_FLIP[qtypes.Q5_0.code_offset], _QH_FLIP[qtypes.Q5_1.code_offset]
+_Q6_OFF, _Q3_OFF = qtypes.Q6_K.code_offset, qtypes.Q3_K.code_offset
+#: adding a code offset of half the code range back is one xor per lane, then the code's bits
+_Q6_ADD, _Q6_BITS = _lanes(_Q6_OFF), _lanes((1 << (qtypes.Q6_K.code_bits or 0)) - 1)
+_Q3_ADD, _Q3_BITS = _lanes(_Q3_OFF), _lanes((1 << (qtypes.Q3_K.code_bits or 0)) - 1)
 
 
 # ---- little helpers (plain njit: LLVM inlines them and merges their byte loads/stores). The
@@ -199,50 +215,50 @@ def _copy(dst, do, src, so, nb):
 #   arguments (an NRT incref/decref pair per array and block, 3x slower), so each type has its
 #   own bodies around the shared code part.
 @njit
-def _q5_codes_put(a8, p8, hi5, oq, w):
-    """The codes of the block whose qh is at a8[oq] (qs after it); ``hi5``: the bytes of the
+def _q5_codes_put(a8, p8, hi5, oq, os, w):
+    """The codes of the block whose qh is at a8[oq], qs at a8[os]; ``hi5``: the bytes of the
     type's _HI5 table (entry h = 8 bytes at 8h)."""
     for p in range(4):
-        x = ld64(a8, oq + _U(4 + 8 * (p & 1)))
+        x = ld64(a8, os + _U(8 * (p & 1)))
         _put_words(p8, w + _U(512 * p), ((x >> _U(4 * (p >> 1))) & _L0F) | ld64(hi5, _U(a8[oq + _U(p)]) << _U(3)))
 
 
 @njit
-def _q5_codes_get(p8, a8, oq, w, flip):
+def _q5_codes_get(p8, a8, oq, os, w, flip):
     v0 = _get_words(p8, w)
     v1 = _get_words(p8, w + _U(512))
     v2 = _get_words(p8, w + _U(1024))
     v3 = _get_words(p8, w + _U(1536))
     qh = _lane_bits(v0, 4) | (_lane_bits(v1, 4) << _U(8)) | (_lane_bits(v2, 4) << _U(16)) | (_lane_bits(v3, 4) << _U(24))
     _st(a8, oq, qh ^ _U(flip), 4)
-    st64(a8, oq + _U(4), (v0 & _L0F) | ((v2 & _L0F) << _U(4)))
-    st64(a8, oq + _U(12), (v1 & _L0F) | ((v3 & _L0F) << _U(4)))
+    st64(a8, os, (v0 & _L0F) | ((v2 & _L0F) << _U(4)))
+    st64(a8, os + _U(8), (v1 & _L0F) | ((v3 & _L0F) << _U(4)))
 
 
 @_body
 def _q5_0_put(a8, p8, d8, hi5, f2, f3, ob, blk, c, w):
-    _copy(d8, _field(blk, c, 1, 0, 2), a8, ob, 2)
-    _q5_codes_put(a8, p8, hi5, ob + _U(2), w)
+    _copy(d8, _field(blk, c, 1, 0, 2), a8, ob + _U(_Q50.d), 2)
+    _q5_codes_put(a8, p8, hi5, ob + _U(_Q50.qh), ob + _U(_Q50.qs), w)
 
 
 @_body
 def _q5_0_get(a8, p8, d8, f1, f2, f3, ob, blk, c, w):
-    _copy(a8, ob, d8, _field(blk, c, 1, 0, 2), 2)
-    _q5_codes_get(p8, a8, ob + _U(2), w, 0xFFFFFFFF)
+    _copy(a8, ob + _U(_Q50.d), d8, _field(blk, c, 1, 0, 2), 2)
+    _q5_codes_get(p8, a8, ob + _U(_Q50.qh), ob + _U(_Q50.qs), w, _Q50_FLIP)
 
 
 @_body
 def _q5_1_put(a8, p8, d8, m8, hi5, f3, ob, blk, c, w):
-    _copy(d8, _field(blk, c, 1, 0, 2), a8, ob, 2)
-    _copy(m8, _field(blk, c, 1, 0, 2), a8, ob + _U(2), 2)
-    _q5_codes_put(a8, p8, hi5, ob + _U(4), w)
+    _copy(d8, _field(blk, c, 1, 0, 2), a8, ob + _U(_Q51.d), 2)
+    _copy(m8, _field(blk, c, 1, 0, 2), a8, ob + _U(_Q51.m), 2)
+    _q5_codes_put(a8, p8, hi5, ob + _U(_Q51.qh), ob + _U(_Q51.qs), w)
 
 
 @_body
 def _q5_1_get(a8, p8, d8, m8, f2, f3, ob, blk, c, w):
-    _copy(a8, ob, d8, _field(blk, c, 1, 0, 2), 2)
-    _copy(a8, ob + _U(2), m8, _field(blk, c, 1, 0, 2), 2)
-    _q5_codes_get(p8, a8, ob + _U(4), w, 0)
+    _copy(a8, ob + _U(_Q51.d), d8, _field(blk, c, 1, 0, 2), 2)
+    _copy(a8, ob + _U(_Q51.m), m8, _field(blk, c, 1, 0, 2), 2)
+    _q5_codes_get(p8, a8, ob + _U(_Q51.qh), ob + _U(_Q51.qs), w, _Q51_FLIP)
 
 
 # ---- Q5_K -----------------------------------------------------------------------------------
@@ -295,15 +311,15 @@ def _plane_to_lanes(f8, i, count):
 
 @_body
 def _q5_k_put(a8, p8, sc8, m8, d8, dmin8, ob, blk, c, w):
-    _copy(d8, _field(blk, c, 1, 0, 2), a8, ob, 2)
-    _copy(dmin8, _field(blk, c, 1, 0, 2), a8, ob + _U(2), 2)
-    sc, mm = _k_scales_get(a8, ob + _U(4))
+    _copy(d8, _field(blk, c, 1, 0, 2), a8, ob + _U(_Q5K.d), 2)
+    _copy(dmin8, _field(blk, c, 1, 0, 2), a8, ob + _U(_Q5K.dmin), 2)
+    sc, mm = _k_scales_get(a8, ob + _U(_Q5K.scales))
     _lanes_to_plane(sc8, _field(blk, c, 8, 0, 1), sc, 8)
     _lanes_to_plane(m8, _field(blk, c, 8, 0, 1), mm, 8)
     for t in range(4):
-        h = ld64(a8, ob + _U(16 + 8 * t))
+        h = ld64(a8, ob + _U(_Q5K.qh + 8 * t))
         for j in range(4):
-            x = ld64(a8, ob + _U(48 + 32 * j + 8 * t))
+            x = ld64(a8, ob + _U(_Q5K.qs + 32 * j + 8 * t))
             _put_words(p8, w + _U(256 * (16 * j + 2 * t)), (x & _L0F) | (((h >> _U(2 * j)) & _L01) << _U(4)))
             _put_words(p8, w + _U(256 * (16 * j + 8 + 2 * t)), ((x >> _U(4)) & _L0F) | (((h >> _U(2 * j + 1)) & _L01) << _U(4)))
 
@@ -315,12 +331,12 @@ def _q5_k_get(a8, p8, sc8, m8, d8, dmin8, ob, blk, c, w):
         for j in range(4):
             lo = _get_words(p8, w + _U(256 * (16 * j + 2 * t)))
             hi = _get_words(p8, w + _U(256 * (16 * j + 8 + 2 * t)))
-            st64(a8, ob + _U(48 + 32 * j + 8 * t), (lo & _L0F) | ((hi & _L0F) << _U(4)))
+            st64(a8, ob + _U(_Q5K.qs + 32 * j + 8 * t), (lo & _L0F) | ((hi & _L0F) << _U(4)))
             h |= (((lo >> _U(4)) & _L01) << _U(2 * j)) | (((hi >> _U(4)) & _L01) << _U(2 * j + 1))
-        st64(a8, ob + _U(16 + 8 * t), h)
-    _copy(a8, ob, d8, _field(blk, c, 1, 0, 2), 2)
-    _copy(a8, ob + _U(2), dmin8, _field(blk, c, 1, 0, 2), 2)
-    _k_scales_put(a8, ob + _U(4), _plane_to_lanes(sc8, _field(blk, c, 8, 0, 1), 8),
+        st64(a8, ob + _U(_Q5K.qh + 8 * t), h)
+    _copy(a8, ob + _U(_Q5K.d), d8, _field(blk, c, 1, 0, 2), 2)
+    _copy(a8, ob + _U(_Q5K.dmin), dmin8, _field(blk, c, 1, 0, 2), 2)
+    _k_scales_put(a8, ob + _U(_Q5K.scales), _plane_to_lanes(sc8, _field(blk, c, 8, 0, 1), 8),
                   _plane_to_lanes(m8, _field(blk, c, 8, 0, 1), 8))
 
 
@@ -336,36 +352,36 @@ def _q5_k_get(a8, p8, sc8, m8, d8, dmin8, ob, blk, c, w):
 #   lane (adding 32 mod 64 flips bit 5), its low nibble and bits 4-5 returned to ql/qh.
 @_body
 def _q6_k_put(a8, p8, s8, d8, f2, f3, ob, blk, c, w):
-    _copy(d8, _field(blk, c, 1, 0, 2), a8, ob + _U(208), 2)
-    _lanes_to_plane(s8, _field(blk, c, 16, 0, 1), ld64(a8, ob + _U(192)), 8)
-    _lanes_to_plane(s8, _field(blk, c, 16, 8, 1), ld64(a8, ob + _U(200)), 8)
+    _copy(d8, _field(blk, c, 1, 0, 2), a8, ob + _U(_Q6K.d), 2)
+    _lanes_to_plane(s8, _field(blk, c, 16, 0, 1), ld64(a8, ob + _U(_Q6K.scales)), 8)
+    _lanes_to_plane(s8, _field(blk, c, 16, 8, 1), ld64(a8, ob + _U(_Q6K.scales + 8)), 8)
     for h in range(2):
         for t in range(4):
-            a = ld64(a8, ob + _U(64 * h + 8 * t))
-            bq = ld64(a8, ob + _U(64 * h + 32 + 8 * t))
-            q = ld64(a8, ob + _U(128 + 32 * h + 8 * t))
+            a = ld64(a8, ob + _U(_Q6K.ql + 64 * h + 8 * t))
+            bq = ld64(a8, ob + _U(_Q6K.ql + 64 * h + 32 + 8 * t))
+            q = ld64(a8, ob + _U(_Q6K.qh + 32 * h + 8 * t))
             x = w + _U(256 * (32 * h + 2 * t))
-            _put_words(p8, x, _sub_lanes((a & _L0F) | ((q & _L03) << _U(4)), 32))
-            _put_words(p8, x + _U(2048), _sub_lanes((bq & _L0F) | (((q >> _U(2)) & _L03) << _U(4)), 32))
-            _put_words(p8, x + _U(4096), _sub_lanes(((a >> _U(4)) & _L0F) | (((q >> _U(4)) & _L03) << _U(4)), 32))
-            _put_words(p8, x + _U(6144), _sub_lanes(((bq >> _U(4)) & _L0F) | (((q >> _U(6)) & _L03) << _U(4)), 32))
+            _put_words(p8, x, _sub_lanes((a & _L0F) | ((q & _L03) << _U(4)), _Q6_OFF))
+            _put_words(p8, x + _U(2048), _sub_lanes((bq & _L0F) | (((q >> _U(2)) & _L03) << _U(4)), _Q6_OFF))
+            _put_words(p8, x + _U(4096), _sub_lanes(((a >> _U(4)) & _L0F) | (((q >> _U(4)) & _L03) << _U(4)), _Q6_OFF))
+            _put_words(p8, x + _U(6144), _sub_lanes(((bq >> _U(4)) & _L0F) | (((q >> _U(6)) & _L03) << _U(4)), _Q6_OFF))
 
 
 @_body
 def _q6_k_get(a8, p8, s8, d8, f2, f3, ob, blk, c, w):
-    _copy(a8, ob + _U(208), d8, _field(blk, c, 1, 0, 2), 2)
-    st64(a8, ob + _U(192), _plane_to_lanes(s8, _field(blk, c, 16, 0, 1), 8))
-    st64(a8, ob + _U(200), _plane_to_lanes(s8, _field(blk, c, 16, 8, 1), 8))
+    _copy(a8, ob + _U(_Q6K.d), d8, _field(blk, c, 1, 0, 2), 2)
+    st64(a8, ob + _U(_Q6K.scales), _plane_to_lanes(s8, _field(blk, c, 16, 0, 1), 8))
+    st64(a8, ob + _U(_Q6K.scales + 8), _plane_to_lanes(s8, _field(blk, c, 16, 8, 1), 8))
     for h in range(2):
         for t in range(4):
             x = w + _U(256 * (32 * h + 2 * t))
-            q0 = (_get_words(p8, x) ^ _L20) & _L3F
-            q1 = (_get_words(p8, x + _U(2048)) ^ _L20) & _L3F
-            q2 = (_get_words(p8, x + _U(4096)) ^ _L20) & _L3F
-            q3 = (_get_words(p8, x + _U(6144)) ^ _L20) & _L3F
-            st64(a8, ob + _U(64 * h + 8 * t), (q0 & _L0F) | ((q2 & _L0F) << _U(4)))
-            st64(a8, ob + _U(64 * h + 32 + 8 * t), (q1 & _L0F) | ((q3 & _L0F) << _U(4)))
-            st64(a8, ob + _U(128 + 32 * h + 8 * t), ((q0 >> _U(4)) & _L03) | ((q1 >> _U(2)) & _L0C) | (q2 & _L30)
+            q0 = (_get_words(p8, x) ^ _Q6_ADD) & _Q6_BITS
+            q1 = (_get_words(p8, x + _U(2048)) ^ _Q6_ADD) & _Q6_BITS
+            q2 = (_get_words(p8, x + _U(4096)) ^ _Q6_ADD) & _Q6_BITS
+            q3 = (_get_words(p8, x + _U(6144)) ^ _Q6_ADD) & _Q6_BITS
+            st64(a8, ob + _U(_Q6K.ql + 64 * h + 8 * t), (q0 & _L0F) | ((q2 & _L0F) << _U(4)))
+            st64(a8, ob + _U(_Q6K.ql + 64 * h + 32 + 8 * t), (q1 & _L0F) | ((q3 & _L0F) << _U(4)))
+            st64(a8, ob + _U(_Q6K.qh + 32 * h + 8 * t), ((q0 >> _U(4)) & _L03) | ((q1 >> _U(2)) & _L0C) | (q2 & _L30)
                  | ((q3 << _U(2)) & _LC0))
 
 
@@ -405,64 +421,64 @@ def _q3_k_scales_put(a8, o, sc0, sc1):
 
 @_body
 def _q2_k_put(a8, p8, sc8, m8, d8, dmin8, ob, blk, c, w):
-    _copy(d8, _field(blk, c, 1, 0, 2), a8, ob + _U(80), 2)
-    _copy(dmin8, _field(blk, c, 1, 0, 2), a8, ob + _U(82), 2)
+    _copy(d8, _field(blk, c, 1, 0, 2), a8, ob + _U(_Q2K.d), 2)
+    _copy(dmin8, _field(blk, c, 1, 0, 2), a8, ob + _U(_Q2K.dmin), 2)
     for half in range(2):
-        v = ld64(a8, ob + _U(8 * half))
+        v = ld64(a8, ob + _U(_Q2K.scales + 8 * half))
         _lanes_to_plane(sc8, _field(blk, c, 16, 8 * half, 1), v & _L0F, 8)
         _lanes_to_plane(m8, _field(blk, c, 16, 8 * half, 1), (v >> _U(4)) & _L0F, 8)
     for h in range(2):
         for t in range(4):
-            x = ld64(a8, ob + _U(16 + 32 * h + 8 * t))
+            x = ld64(a8, ob + _U(_Q2K.qs + 32 * h + 8 * t))
             for j in range(4):
                 _put_words(p8, w + _U(256 * (32 * h + 8 * j + 2 * t)), (x >> _U(2 * j)) & _L03)
 
 
 @_body
 def _q2_k_get(a8, p8, sc8, m8, d8, dmin8, ob, blk, c, w):
-    _copy(a8, ob + _U(80), d8, _field(blk, c, 1, 0, 2), 2)
-    _copy(a8, ob + _U(82), dmin8, _field(blk, c, 1, 0, 2), 2)
+    _copy(a8, ob + _U(_Q2K.d), d8, _field(blk, c, 1, 0, 2), 2)
+    _copy(a8, ob + _U(_Q2K.dmin), dmin8, _field(blk, c, 1, 0, 2), 2)
     for half in range(2):
         i = _field(blk, c, 16, 8 * half, 1)
-        st64(a8, ob + _U(8 * half), (_plane_to_lanes(sc8, i, 8) & _L0F) | ((_plane_to_lanes(m8, i, 8) & _L0F) << _U(4)))
+        st64(a8, ob + _U(_Q2K.scales + 8 * half), (_plane_to_lanes(sc8, i, 8) & _L0F) | ((_plane_to_lanes(m8, i, 8) & _L0F) << _U(4)))
     for h in range(2):
         for t in range(4):
             x = _U(0)
             for j in range(4):
                 x |= (_get_words(p8, w + _U(256 * (32 * h + 8 * j + 2 * t))) & _L03) << _U(2 * j)
-            st64(a8, ob + _U(16 + 32 * h + 8 * t), x)
+            st64(a8, ob + _U(_Q2K.qs + 32 * h + 8 * t), x)
 
 
 @_body
 def _q3_k_put(a8, p8, sc8, d8, f2, f3, ob, blk, c, w):
-    _copy(d8, _field(blk, c, 1, 0, 2), a8, ob + _U(108), 2)
-    sc0, sc1 = _q3_k_scales_get(a8, ob + _U(96))
+    _copy(d8, _field(blk, c, 1, 0, 2), a8, ob + _U(_Q3K.d), 2)
+    sc0, sc1 = _q3_k_scales_get(a8, ob + _U(_Q3K.scales))
     _lanes_to_plane(sc8, _field(blk, c, 16, 0, 1), sc0, 8)
     _lanes_to_plane(sc8, _field(blk, c, 16, 8, 1), sc1, 8)
     for t in range(4):
-        hm = ld64(a8, ob + _U(8 * t))
+        hm = ld64(a8, ob + _U(_Q3K.hmask + 8 * t))
         for h in range(2):
-            x = ld64(a8, ob + _U(32 + 32 * h + 8 * t))
+            x = ld64(a8, ob + _U(_Q3K.qs + 32 * h + 8 * t))
             for j in range(4):
                 u = ((x >> _U(2 * j)) & _L03) | (((hm >> _U(4 * h + j)) & _L01) << _U(2))
-                _put_words(p8, w + _U(256 * (32 * h + 8 * j + 2 * t)), _sub_lanes(u, 4))
+                _put_words(p8, w + _U(256 * (32 * h + 8 * j + 2 * t)), _sub_lanes(u, _Q3_OFF))
 
 
 @_body
 def _q3_k_get(a8, p8, sc8, d8, f2, f3, ob, blk, c, w):
-    _copy(a8, ob + _U(108), d8, _field(blk, c, 1, 0, 2), 2)
-    _q3_k_scales_put(a8, ob + _U(96), _plane_to_lanes(sc8, _field(blk, c, 16, 0, 1), 8),
+    _copy(a8, ob + _U(_Q3K.d), d8, _field(blk, c, 1, 0, 2), 2)
+    _q3_k_scales_put(a8, ob + _U(_Q3K.scales), _plane_to_lanes(sc8, _field(blk, c, 16, 0, 1), 8),
                      _plane_to_lanes(sc8, _field(blk, c, 16, 8, 1), 8))
     for t in range(4):
         hm = _U(0)
         for h in range(2):
             x = _U(0)
             for j in range(4):
-                u = (_get_words(p8, w + _U(256 * (32 * h + 8 * j + 2 * t))) ^ _L04) & _L07
+                u = (_get_words(p8, w + _U(256 * (32 * h + 8 * j + 2 * t))) ^ _Q3_ADD) & _Q3_BITS
                 x |= (u & _L03) << _U(2 * j)
                 hm |= ((u >> _U(2)) & _L01) << _U(4 * h + j)
-            st64(a8, ob + _U(32 + 32 * h + 8 * t), x)
-        st64(a8, ob + _U(8 * t), hm)
+            st64(a8, ob + _U(_Q3K.qs + 32 * h + 8 * t), x)
+        st64(a8, ob + _U(_Q3K.hmask + 8 * t), hm)
 
 
 # ---- Q8_0 -----------------------------------------------------------------------------------
@@ -474,16 +490,16 @@ def _q3_k_get(a8, p8, sc8, d8, f2, f3, ob, blk, c, w):
 #   replaces, two channels a uint64 store, ran 2.2-2.6 GB/s both ways.)
 @_body
 def _q8_0_put(a8, p8, d8, f1, f2, f3, ob, blk, c, w):
-    _copy(d8, _field(blk, c, 1, 0, 2), a8, ob, 2)
+    _copy(d8, _field(blk, c, 1, 0, 2), a8, ob + _U(_Q80.d), 2)
     for p in range(4):
-        _put_words(p8, w + _U(512 * p), ld64(a8, ob + _U(2 + 8 * p)))
+        _put_words(p8, w + _U(512 * p), ld64(a8, ob + _U(_Q80.qs + 8 * p)))
 
 
 @_body
 def _q8_0_get(a8, p8, d8, f1, f2, f3, ob, blk, c, w):
-    _copy(a8, ob, d8, _field(blk, c, 1, 0, 2), 2)
+    _copy(a8, ob + _U(_Q80.d), d8, _field(blk, c, 1, 0, 2), 2)
     for p in range(4):
-        st64(a8, ob + _U(2 + 8 * p), _get_words(p8, w + _U(512 * p)))
+        st64(a8, ob + _U(_Q80.qs + 8 * p), _get_words(p8, w + _U(512 * p)))
 
 
 # ---- the kernels and the wrappers panel64 dispatches to (its pack/unpack validated everything)
@@ -504,16 +520,26 @@ def _kernels(tag, put, get, bb, bs):
 
 _NONE = np.zeros(0, np.uint8)
 
-#: type -> (pack kernel, unpack kernel, scale regions in kernel order, blocks a row per sweep)
-_KERNELS = {name: (*_kernels(name, put, get, bb, bs), fields, run) for name, put, get, bb, bs, fields, run in (
-    ("Q5_0", _q5_0_put, _q5_0_get, 22, 32, ("d", "hi5"), "RUN_SMALL"),
-    ("Q5_1", _q5_1_put, _q5_1_get, 24, 32, ("d", "m", "hi5"), "RUN_SMALL"),
-    ("Q5_K", _q5_k_put, _q5_k_get, 176, 256, ("sc", "m", "d", "dmin"), "RUN_K"),
-    ("Q6_K", _q6_k_put, _q6_k_get, 210, 256, ("scale", "d"), "RUN_K"),
-    ("Q2_K", _q2_k_put, _q2_k_get, 84, 256, ("sc", "m", "d", "dmin"), "RUN_K"),
-    ("Q3_K", _q3_k_put, _q3_k_get, 110, 256, ("sc", "d"), "RUN_K"),
-    ("Q8_0", _q8_0_put, _q8_0_get, 34, 32, ("d",), "RUN_SMALL"),
-)}
+def _row(t: qtypes.GGMLType, put, get, hi5: bool = False):
+    """One row of _KERNELS: the block geometry is the type table's, the scale fields (in the
+    order the bodies take them) the regions panel64 stores (``GGMLType.scale_fields``), then
+    the _HI5 table where the body takes it."""
+    fields = tuple(name for name, _, _ in t.scale_fields) + (("hi5",) if hi5 else ())
+    run = "RUN_K" if t.block_size == qtypes.QK_K else "RUN_SMALL"
+    return t.name, (*_kernels(t.name, put, get, t.type_size, t.block_size), fields, run)
+
+
+#: type -> (pack kernel, unpack kernel, scale regions in kernel order, blocks a row per sweep):
+#: one line a type
+_KERNELS = dict((
+    _row(qtypes.Q5_0, _q5_0_put, _q5_0_get, hi5=True),
+    _row(qtypes.Q5_1, _q5_1_put, _q5_1_get, hi5=True),
+    _row(qtypes.Q5_K, _q5_k_put, _q5_k_get),
+    _row(qtypes.Q6_K, _q6_k_put, _q6_k_get),
+    _row(qtypes.Q2_K, _q2_k_put, _q2_k_get),
+    _row(qtypes.Q3_K, _q3_k_put, _q3_k_get),
+    _row(qtypes.Q8_0, _q8_0_put, _q8_0_get),
+))
 TYPES = frozenset(_KERNELS)
 
 

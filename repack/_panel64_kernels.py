@@ -14,11 +14,15 @@ type, are in ``_panel64_int8_kernels``).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numba import njit
 from numba import types as nt
 
+from ..formats import qtypes
 from ..formats._jit import lazy_njit, ld64, prefetch
+from ..formats.blocks import q4_0, q4_1, q4_k
 
 # ---- fast kernels -----------------------------------------------------------------------
 # The nibble and table kernels walk the 64 channels of one super-block in two steps:
@@ -40,8 +44,8 @@ _RO_U64 = nt.Array(nt.uint64, 1, "C", readonly=True)
 _RO_U32 = nt.Array(nt.uint32, 1, "C", readonly=True)
 _RO_U16 = nt.Array(nt.uint16, 1, "C", readonly=True)
 _RO_U8 = nt.Array(nt.uint8, 1, "C", readonly=True)
-_HELPER = dict(cache=True, boundscheck=False, no_cpython_wrapper=True)
-_KERNEL = dict(cache=True, boundscheck=False)
+_HELPER: dict[str, Any] = dict(cache=True, boundscheck=False, no_cpython_wrapper=True)
+_KERNEL: dict[str, Any] = dict(cache=True, boundscheck=False)
 
 
 @lazy_njit(nt.void(_RO_U8, nt.uint64, nt.uint64, nt.int64, nt.int64, nt.uint8[::1]), **_HELPER)
@@ -92,6 +96,14 @@ def _set_tb64(t8, i, c, x):
     for j in range(8):
         t8[_U(i + j) * _U(64) + c] = np.uint8((x >> _U(8 * j)) & _U(0xFF))
 
+
+# The blocks' byte offsets are their codecs' (``AT``, formats/blocks/<type>.py), in 16-bit units
+# (every field of these three types starts at an even byte), and their sizes the type table's:
+# module globals, which numba reads as compile-time constants.
+_Q40_UNITS, _Q40_D, _Q40_QS = qtypes.Q4_0.type_size // 2, q4_0.AT.d // 2, q4_0.AT.qs // 2
+_Q41_UNITS, _Q41_D, _Q41_M, _Q41_QS = qtypes.Q4_1.type_size // 2, q4_1.AT.d // 2, q4_1.AT.m // 2, q4_1.AT.qs // 2
+_Q4K_WORDS = qtypes.Q4_K.type_size // 8  # 18: a Q4_K block is whole 64-bit words
+_Q4K_D, _Q4K_DMIN, _Q4K_SC, _Q4K_QS = (q4_k.AT.d // 2, q4_k.AT.dmin // 2, q4_k.AT.scales // 2, q4_k.AT.qs // 2)
 
 #: 64-bit words of each row staged per sweep over a super-block's 64 channels (see _rows_slots):
 #: four 9-word Q4_0 steps, seven 5-word Q4_1 steps, or two 18-word Q4_K blocks
@@ -249,10 +261,10 @@ def _q4_0_quads(t, blk0, p64, d64):
     for b in range(4):
         blk = blk0 + _U(b)
         for q in range(16):
-            d64[blk * _U(16) + _U(q)] = _unit(t, 9 * b, _U(q))
+            d64[blk * _U(16) + _U(q)] = _unit(t, _Q40_UNITS * b + _Q40_D, _U(q))
         for i in range(4):
             for q in range(16):
-                _put_kg2(t, 9 * b + 1 + 2 * i, _U(q), p64, blk * _U(8) + _U(i))
+                _put_kg2(t, _Q40_UNITS * b + _Q40_QS + 2 * i, _U(q), p64, blk * _U(8) + _U(i))
 
 
 @njit
@@ -271,7 +283,7 @@ def _q4_0_unquads(p64, d64, blk0, t):
     of the slots are (d, qs0), (qs1, qs2) .. (qs7, d of block b+1), for odd b (qs0, qs1) ..."""
     for bp in range(2):
         blk = blk0 + _U(2 * bp)
-        m = 18 * bp
+        m = 2 * _Q40_UNITS * bp
         for q in range(16):
             uq = _U(q)
             kg = blk * _U(8)
@@ -296,12 +308,12 @@ def _q4_1_quads(t, blk0, p64, d64, m64):
     for b in range(2):
         blk = blk0 + _U(b)
         for q in range(16):
-            d64[blk * _U(16) + _U(q)] = _unit(t, 10 * b, _U(q))
+            d64[blk * _U(16) + _U(q)] = _unit(t, _Q41_UNITS * b + _Q41_D, _U(q))
         for q in range(16):
-            m64[blk * _U(16) + _U(q)] = _unit(t, 10 * b + 1, _U(q))
+            m64[blk * _U(16) + _U(q)] = _unit(t, _Q41_UNITS * b + _Q41_M, _U(q))
         for i in range(4):
             for q in range(16):
-                _put_kg2(t, 10 * b + 2 + 2 * i, _U(q), p64, blk * _U(8) + _U(i))
+                _put_kg2(t, _Q41_UNITS * b + _Q41_QS + 2 * i, _U(q), p64, blk * _U(8) + _U(i))
 
 
 @lazy_njit(nt.void(_RO_U64, _RO_U64, _RO_U64, nt.uint64, nt.uint64[::1]), **_HELPER)
@@ -310,10 +322,10 @@ def _q4_1_unquads(p64, d64, m64, blk0, t):
         blk = blk0 + _U(b)
         for q in range(16):
             uq = _U(q)
-            _put_units(t, 10 * b, uq, d64[blk * _U(16) + uq], m64[blk * _U(16) + uq])
+            _put_units(t, _Q41_UNITS * b + _Q41_D, uq, d64[blk * _U(16) + uq], m64[blk * _U(16) + uq])  # d, m
             for k in range(0, 8, 2):
                 v0, v1 = _qs_units(p64, blk * _U(8), uq, k)
-                _put_units(t, 10 * b + 2 + k, uq, v0, v1)
+                _put_units(t, _Q41_UNITS * b + _Q41_QS + k, uq, v0, v1)
 
 
 #: (blocks, words) of a row step: Q4_0 (hdr 2) four 18-byte blocks, Q4_1 (hdr 4) two of 20
@@ -418,16 +430,16 @@ def _widen(x):
 @njit
 def _scale_byte(t, i, q):
     """scales[i] of channels 4q..4q+3, one per 16-bit unit."""
-    return (_unit(t, 2 + (i >> 1), q) >> _U(8 * (i & 1))) & _B16
+    return (_unit(t, _Q4K_SC + (i >> 1), q) >> _U(8 * (i & 1))) & _B16
 
 
 @lazy_njit(nt.void(_RO_U64, nt.uint64, nt.uint64, nt.uint64[::1], nt.uint32[::1], nt.uint32[::1], nt.uint64[::1],
                    nt.uint64[::1]), **_HELPER)
 def _q4_k_quads(t, g0, sbj, p64, sc32, m32, d64, dmin64):
     for q in range(16):  # one output a loop (see _q4_0_quads)
-        d64[sbj * _U(16) + _U(q)] = _unit(t, 0, _U(q))
+        d64[sbj * _U(16) + _U(q)] = _unit(t, _Q4K_D, _U(q))
     for q in range(16):
-        dmin64[sbj * _U(16) + _U(q)] = _unit(t, 1, _U(q))
+        dmin64[sbj * _U(16) + _U(q)] = _unit(t, _Q4K_DMIN, _U(q))
     for s in range(4):
         i = (g0 + _U(s)) * _U(16)
         for q in range(16):
@@ -449,12 +461,12 @@ def _q4_k_quads(t, g0, sbj, p64, sc32, m32, d64, dmin64):
             lo = ((g0 + _U(2 * p)) * _U(8) + _U(i)) * _U(16)
             for q in range(16):
                 uq = _U(q)
-                p64[lo + uq] = _kg_low(_unit(t, 8 + 16 * p + 2 * i, uq), _unit(t, 9 + 16 * p + 2 * i, uq))
+                p64[lo + uq] = _kg_low(_unit(t, _Q4K_QS + 16 * p + 2 * i, uq), _unit(t, _Q4K_QS + 1 + 16 * p + 2 * i, uq))
         for i in range(8):
             hi = ((g0 + _U(2 * p + 1)) * _U(8) + _U(i)) * _U(16)
             for q in range(16):
                 uq = _U(q)
-                p64[hi + uq] = _kg_high(_unit(t, 8 + 16 * p + 2 * i, uq), _unit(t, 9 + 16 * p + 2 * i, uq))
+                p64[hi + uq] = _kg_high(_unit(t, _Q4K_QS + 16 * p + 2 * i, uq), _unit(t, _Q4K_QS + 1 + 16 * p + 2 * i, uq))
 
 
 @njit
@@ -473,15 +485,15 @@ def _k_bytes(sc32, m32, i):
 def _q4_k_unquads(p64, sc32, m32, d64, dmin64, g0, sbj, t):
     for q in range(16):
         uq = _U(q)
-        _put_units(t, 0, uq, d64[sbj * _U(16) + uq], dmin64[sbj * _U(16) + uq])
+        _put_units(t, _Q4K_D, uq, d64[sbj * _U(16) + uq], dmin64[sbj * _U(16) + uq])  # d, dmin
         i = g0 * _U(16) + uq
         a0, b0, c0 = _k_bytes(sc32, m32, i)
         a1, b1, c1 = _k_bytes(sc32, m32, i + _U(16))
         a2, b2, c2 = _k_bytes(sc32, m32, i + _U(32))
         a3, b3, c3 = _k_bytes(sc32, m32, i + _U(48))
-        _put_units(t, 2, uq, a0 | (a1 << _U(8)), a2 | (a3 << _U(8)))
-        _put_units(t, 4, uq, b0 | (b1 << _U(8)), b2 | (b3 << _U(8)))
-        _put_units(t, 6, uq, c0 | (c1 << _U(8)), c2 | (c3 << _U(8)))
+        _put_units(t, _Q4K_SC, uq, a0 | (a1 << _U(8)), a2 | (a3 << _U(8)))
+        _put_units(t, _Q4K_SC + 2, uq, b0 | (b1 << _U(8)), b2 | (b3 << _U(8)))
+        _put_units(t, _Q4K_SC + 4, uq, c0 | (c1 << _U(8)), c2 | (c3 << _U(8)))
     # the panel words read in address order, as _q4_k_quads writes them: group 2p's low
     # nibbles into the slots, then group 2p + 1's high nibbles OR-ed in (about 5-10% faster
     # than reading the two groups' words side by side)
@@ -491,35 +503,35 @@ def _q4_k_unquads(p64, sc32, m32, d64, dmin64, g0, sbj, t):
             for q in range(16):
                 uq = _U(q)
                 lw = p64[lo + uq]
-                _put_units(t, 8 + 16 * p + 2 * i, uq, _qs_low(lw, 0), _qs_low(lw, 1))
+                _put_units(t, _Q4K_QS + 16 * p + 2 * i, uq, _qs_low(lw, 0), _qs_low(lw, 1))
         for i in range(8):
             hi = ((g0 + _U(2 * p + 1)) * _U(8) + _U(i)) * _U(16)
             for q in range(16):
                 uq = _U(q)
                 hw = p64[hi + uq]
-                _or_units(t, 8 + 16 * p + 2 * i, uq, _qs_high(hw, 0), _qs_high(hw, 1))
+                _or_units(t, _Q4K_QS + 16 * p + 2 * i, uq, _qs_high(hw, 0), _qs_high(hw, 1))
 
 
 @lazy_njit(nt.void(_RO_U64, nt.int64, nt.int64, nt.uint64[::1], nt.uint32[::1], nt.uint32[::1], nt.uint64[::1],
                    nt.uint64[::1]), **_KERNEL)
 def _q4_k_pack(w64, n, nsb, p64, sc32, m32, d64, dmin64):
-    wr = _U(nsb * 18)
-    runk = _RUN_WORDS // 18  # super-blocks per sweep
+    wr = _U(nsb * _Q4K_WORDS)
+    runk = _RUN_WORDS // _Q4K_WORDS  # super-blocks per sweep
     t = np.zeros(_RUN_WORDS * 64, np.uint64)
     for sb in range((n + 63) >> 6):
         cn = min(64, n - sb * 64)
         for j0 in range(0, nsb, runk):
             steps = min(runk, nsb - j0)
-            _rows_slots(w64, t, _U(sb * 64) * wr + _U(18 * j0), wr, cn, 18 * steps, True)
+            _rows_slots(w64, t, _U(sb * 64) * wr + _U(_Q4K_WORDS * j0), wr, cn, _Q4K_WORDS * steps, True)
             for st in range(steps):
                 j = j0 + st
-                _q4_k_quads(t[1152 * st:], _U(sb * nsb * 8 + 8 * j), _U(sb * nsb + j), p64, sc32, m32, d64, dmin64)
+                _q4_k_quads(t[_Q4K_WORDS * 64 * st:], _U(sb * nsb * 8 + 8 * j), _U(sb * nsb + j), p64, sc32, m32, d64, dmin64)
 
 
 @lazy_njit(nt.void(_RO_U64, _RO_U32, _RO_U32, _RO_U64, _RO_U64, nt.int64, nt.int64, nt.uint64[::1]), **_KERNEL)
 def _q4_k_unpack(p64, sc32, m32, d64, dmin64, n, nsb, w64):
-    wr = _U(nsb * 18)
-    runk = _RUN_WORDS // 18
+    wr = _U(nsb * _Q4K_WORDS)
+    runk = _RUN_WORDS // _Q4K_WORDS
     t = np.zeros(_RUN_WORDS * 64, np.uint64)
     for sb in range((n + 63) >> 6):
         cn = min(64, n - sb * 64)
@@ -527,8 +539,8 @@ def _q4_k_unpack(p64, sc32, m32, d64, dmin64, n, nsb, w64):
             steps = min(runk, nsb - j0)
             for st in range(steps):
                 j = j0 + st
-                _q4_k_unquads(p64, sc32, m32, d64, dmin64, _U(sb * nsb * 8 + 8 * j), _U(sb * nsb + j), t[1152 * st:])
-            _rows_slots(t, w64, _U(sb * 64) * wr + _U(18 * j0), wr, cn, 18 * steps, False)
+                _q4_k_unquads(p64, sc32, m32, d64, dmin64, _U(sb * nsb * 8 + 8 * j), _U(sb * nsb + j), t[_Q4K_WORDS * 64 * st:])
+            _rows_slots(t, w64, _U(sb * 64) * wr + _U(_Q4K_WORDS * j0), wr, cn, _Q4K_WORDS * steps, False)
 
 
 # ---- byte loads of the Q4_0/Q4_1 block-column kernel below (LLVM merges them into one load)

@@ -50,11 +50,13 @@ of code i (Q4_0 i-8, Q4_1/Q4_K i), the other bytes 0.
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
 
 from ..formats import qtypes
+from ..formats.errors import UnsupportedError
 from . import _common as C
 
 NAME = "panel64"
@@ -68,21 +70,6 @@ KG = 4  # consecutive K per kg-block
 NIBBLE_KG_BYTES = CHANNELS * KG // 2  # 128: one nibble kg-block
 INT8_KG_BYTES = CHANNELS * KG  # 256: one int8 kg-block
 
-# Scale regions per type: (region = codec field name, dtype, "group" | "super")
-_SCALES: dict[str, tuple[tuple[str, str, str], ...]] = {
-    "Q4_0": (("d", "uint16", "group"),),
-    "Q5_0": (("d", "uint16", "group"),),
-    "Q8_0": (("d", "uint16", "group"),),
-    "Q4_1": (("d", "uint16", "group"), ("m", "uint16", "group")),
-    "Q5_1": (("d", "uint16", "group"), ("m", "uint16", "group")),
-    "Q4_K": (("sc", "uint8", "group"), ("m", "uint8", "group"), ("d", "uint16", "super"), ("dmin", "uint16", "super")),
-    "Q5_K": (("sc", "uint8", "group"), ("m", "uint8", "group"), ("d", "uint16", "super"), ("dmin", "uint16", "super")),
-    "Q6_K": (("scale", "int8", "group"), ("d", "uint16", "super")),
-    "Q2_K": (("sc", "uint8", "group"), ("m", "uint8", "group"), ("d", "uint16", "super"), ("dmin", "uint16", "super")),
-    "Q3_K": (("sc", "uint8", "group"), ("d", "uint16", "super")),
-}
-
-
 class Geometry(NamedTuple):
     g: int  # K per group
     ng: int  # groups along K
@@ -95,6 +82,8 @@ class Geometry(NamedTuple):
 
 def geometry(qtype, n: int, k: int) -> Geometry:
     t = qtypes.get(qtype)
+    if t.group is None:
+        raise UnsupportedError(f"panel64: type {t.name} has no integer form")
     sb = -(-n // CHANNELS)
     return Geometry(t.group, k // t.group, t.group // 4, sb, sb * CHANNELS,
                     k // qtypes.QK_K if t.block_size == qtypes.QK_K else 0, t.code_bits == 4)
@@ -131,7 +120,7 @@ def plan(qtype, n: int, k: int) -> list[C.RegionSpec]:
         out = [C.region("panels", "uint8", (geo.sb, geo.ng, geo.kq, NIBBLE_KG_BYTES))]
     else:
         out = [C.region("panels", "int8", (geo.sb, geo.ng, geo.kq, INT8_KG_BYTES))]
-    for name, dtype, per in _SCALES[t.name]:
+    for name, dtype, per in t.scale_fields:
         out.append(C.region(name, dtype, (geo.sb, geo.ng if per == "group" else geo.nsb, CHANNELS)))
     return out
 
@@ -201,7 +190,7 @@ def dequantize(regions, n: int, k: int, qtype) -> np.ndarray:
 def scale_fields(regions, n: int, qtype) -> dict[str, np.ndarray]:
     """The scale regions back in row order, ``[n, ng]`` or ``[n, nsb]`` each (codec field names)."""
     t = qtypes.get(qtype)
-    return {name: _from_channel_order(regions[name], n) for name, _, _ in _SCALES[t.name]}
+    return {name: _from_channel_order(regions[name], n) for name, _, _ in t.scale_fields}
 
 
 # ---- numpy references (via the codec fields: obviously right, slow) -----------------------
@@ -249,7 +238,7 @@ def pack_ref(blocks, n: int, k: int, qtype) -> dict[str, np.ndarray]:
         full[:n] = codes.astype(np.int16) - np.int16(t.code_offset)
         x = full.reshape(geo.sb, CHANNELS, geo.ng, geo.kq, 4).transpose(0, 2, 3, 1, 4)
         out["panels"] = np.ascontiguousarray(x.reshape(geo.sb, geo.ng, geo.kq, 256))
-    for name, dtype, _ in _SCALES[t.name]:
+    for name, dtype, _ in t.scale_fields:
         out[name] = _to_channel_order(f[name], geo, C.DTYPES[dtype])
     return out
 
@@ -265,7 +254,7 @@ def unpack_ref(regions, n: int, k: int, qtype) -> np.ndarray:
         c = _codes_from_int8_panels(r["panels"], geo, n, k).astype(np.int16)
         codes = (c + np.int16(t.code_offset)).astype(np.uint8)
     fields = {"codes": np.ascontiguousarray(codes)}
-    for name, _, _ in _SCALES[t.name]:
+    for name, _, _ in t.scale_fields:
         fields[name] = _from_channel_order(r[name], n)
     return C.codec_from_fields(t, fields, n, k)
 
@@ -278,15 +267,24 @@ def _k():
 
 
 def _pack_int8_rows(raw, t, n, k, out):
+    """An int8 type: its row kernel where _panel64_int8_kernels has a body for it, else
+    :func:`pack_ref` (a new type's panel64 support before, or without, a kernel of its own)."""
     from . import _panel64_int8_kernels
 
-    _panel64_int8_kernels.pack(raw, t, n, k, out)
+    if t.name in _panel64_int8_kernels.TYPES:
+        _panel64_int8_kernels.pack(raw, t, n, k, out)
+    else:
+        for name, a in pack_ref(raw, n, k, t).items():
+            out[name][...] = a
 
 
 def _unpack_int8_rows(r, t, n, k, raw):
     from . import _panel64_int8_kernels
 
-    _panel64_int8_kernels.unpack(r, t, n, k, raw)
+    if t.name in _panel64_int8_kernels.TYPES:
+        _panel64_int8_kernels.unpack(r, t, n, k, raw)
+    else:
+        raw[...] = unpack_ref(r, n, k, t)
 
 
 def _fill_pads(regions: dict[str, np.ndarray], t, n: int) -> None:
@@ -308,8 +306,11 @@ def _fill_pads(regions: dict[str, np.ndarray], t, n: int) -> None:
 
 
 
-#: header bytes of a Q4_0/Q4_1 block, and the blocks along K its channel-quad kernels need
-_Q4_STEP = {"Q4_0": (2, 4), "Q4_1": (4, 2)}
+def _q4_step(t) -> tuple[int, int]:
+    """(header bytes of a Q4_0/Q4_1 block: its scale fields, before the 16 code bytes; blocks
+    along K in a row step of the channel-quad kernels: the fewest that make whole 64-bit words,
+    Q4_0 4 x 18 = 72 bytes, Q4_1 2 x 20 = 40), from the type table."""
+    return t.type_size - t.block_size // 2, 8 // math.gcd(t.type_size, 8)
 
 
 def _pack_q4_small(raw, t, n, k, out):
@@ -317,7 +318,7 @@ def _pack_q4_small(raw, t, n, k, out):
     else the four-channel block-column kernel (_q4_small_cols); both write the regions as
     uint64 words (``m`` empty for Q4_0)."""
     geo = geometry(t, n, k)
-    hdr, nbk = _Q4_STEP[t.name]
+    hdr, nbk = _q4_step(t)
     views = [C.aligned_out(out[name]) for name in ("panels", "d", "m") if name in out]
     p64, d64 = views[0][0], views[1][0]
     m64 = views[2][0] if len(views) > 2 else d64[:0]
@@ -331,7 +332,7 @@ def _pack_q4_small(raw, t, n, k, out):
 
 def _unpack_q4_small(r, t, n, k, raw):
     geo = geometry(t, n, k)
-    hdr, nbk = _Q4_STEP[t.name]
+    hdr, nbk = _q4_step(t)
     if geo.ng % nbk == 0:
         w64, finish = C.aligned_out(raw)
         d64 = C.words(r["d"])
@@ -392,7 +393,7 @@ def _np_pack_q4_small(raw, t, n, k, out):
     # kg-block q < 4 (K 4q..4q+3) is the low nibbles of w[q] gathered into one u16 panel word
     # (bits 0, 4, 8, 12 = K offsets 0..3: the layout drawn at the top); q >= 4 the high ones.
     geo = geometry(t, n, k)
-    head = t.type_size - 16
+    head = t.type_size - t.block_size // 2  # the 16 code bytes end the block
     b3 = raw.reshape(n, geo.ng, t.type_size)
     panels = out["panels"].reshape(-1).view(np.uint16).reshape(geo.sb, geo.ng, geo.kq, CHANNELS)
     pad = pad_code(t) * 0x11111111
@@ -411,7 +412,7 @@ def _np_pack_q4_small(raw, t, n, k, out):
         high |= (wt >> 12) & 0xF00
         high |= (wt >> 16) & 0xF000
         panels[s0:s1, :, 4:] = high
-    _header_fields(b3, [name for name, _, _ in _SCALES[t.name]], geo, out)
+    _header_fields(b3, [name for name, _, _ in t.scale_fields], geo, out)
 
 
 def _np_pack_q8_0(raw, t, n, k, out):
@@ -422,14 +423,25 @@ def _np_pack_q8_0(raw, t, n, k, out):
     panels = out["panels"].reshape(-1).view(np.uint32).reshape(geo.sb, geo.ng, geo.kq, CHANNELS)
     for s0, s1, r0, r1 in _super_block_steps(geo, n, geo.ng * t.type_size):
         w = np.zeros(((s1 - s0) * CHANNELS, geo.ng, geo.kq), np.uint32)
-        w[:r1 - r0] = np.ascontiguousarray(b3[r0:r1, :, 2:]).view(np.uint32)
+        w[:r1 - r0] = np.ascontiguousarray(b3[r0:r1, :, t.type_size - t.block_size:]).view(np.uint32)  # the codes end the block
         panels[s0:s1] = w.reshape(s1 - s0, CHANNELS, geo.ng, geo.kq).transpose(0, 2, 3, 1)
     _header_fields(b3, ["d"], geo, out)
 
 
-_FAST_PACK = {"Q4_0": _pack_q4_small, "Q4_1": _pack_q4_small, "Q4_K": _pack_q4_k, "Q8_0": _pack_int8_rows,
-              "Q5_0": _pack_int8_rows, "Q5_1": _pack_int8_rows, "Q5_K": _pack_int8_rows,
-              "Q6_K": _pack_int8_rows, "Q2_K": _pack_int8_rows, "Q3_K": _pack_int8_rows}
+#: the nibble types' own kernels; every int8 type goes to the row kernels (_pack_int8_rows,
+#: which fall back on the references for a type without a body there)
+_NIBBLE_PACK = {"Q4_0": _pack_q4_small, "Q4_1": _pack_q4_small, "Q4_K": _pack_q4_k}
+_NIBBLE_UNPACK = {"Q4_0": _unpack_q4_small, "Q4_1": _unpack_q4_small, "Q4_K": _unpack_q4_k}
+
+
+def _by_form(nibble: dict, int8) -> dict:
+    """type name -> fast kernel wrapper of every source type that has one."""
+    return {t.name: nibble.get(t.name) if t.code_bits == 4 else int8 for t in SOURCE_TYPES
+            if t.code_bits != 4 or t.name in nibble}
+
+
+_FAST_PACK = _by_form(_NIBBLE_PACK, _pack_int8_rows)
+_FAST_UNPACK = _by_form(_NIBBLE_UNPACK, _unpack_int8_rows)
 _NUMPY_PACK = {"Q4_0": _np_pack_q4_small, "Q4_1": _np_pack_q4_small, "Q8_0": _np_pack_q8_0}
 
 
@@ -437,6 +449,3 @@ def numpy_pack_kind(t: qtypes.GGMLType) -> str:
     """The engine budget (formats/engine.py) a small job's pack of ``t`` counts against: a
     numpy packer of its own, or the field-by-field :func:`pack_ref`."""
     return "repack" if t.name in _NUMPY_PACK else "repack_ref"
-_FAST_UNPACK = {"Q4_0": _unpack_q4_small, "Q4_1": _unpack_q4_small, "Q4_K": _unpack_q4_k, "Q8_0": _unpack_int8_rows,
-                "Q5_0": _unpack_int8_rows, "Q5_1": _unpack_int8_rows, "Q5_K": _unpack_int8_rows,
-                "Q6_K": _unpack_int8_rows, "Q2_K": _unpack_int8_rows, "Q3_K": _unpack_int8_rows}

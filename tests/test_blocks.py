@@ -409,6 +409,22 @@ def test_unsupported_is_a_bad_input_error():
         blocks.quantize(np.zeros((1, 256), np.float32), "iq4_xs")
 
 
+def test_declare_builds_the_surface_and_writes_nothing_into_the_module():
+    """A type module names its surface itself (``dequantize = CODEC.dequantize``, ...): declare()
+    reads the module's globals and returns the pieces; the module's names are those pieces."""
+    from panelpack.formats.blocks import _codec, q5_1
+
+    ns = dict(vars(q5_1))
+    c = _codec.declare(ns, qtypes.Q5_1, q5_1.PLAN, decode_ref=_codec.min_ref, quantize_block=q5_1._quantize_block,
+                       encode_ref=q5_1._encode_ref, quantize_weighted_block=q5_1._weighted_block)
+    assert ns == dict(vars(q5_1))
+    assert c.quantize_weighted is not None and c.dequantize_ref is not None and c.quantize_ref_is_numpy
+    for name in ("dequantize", "dequantize_ref", "quantize", "quantize_ref", "quantize_weighted", "to_fields",
+                 "from_fields"):
+        assert getattr(q5_1, name) is getattr(q5_1.CODEC, name), name
+    assert q5_1._dequantize_range is q5_1.CODEC.dequantize_range
+
+
 def test_every_codec_has_the_surface():
     for t in qtypes.DECODABLE:
         mod = t.codec_module

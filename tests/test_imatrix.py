@@ -152,6 +152,6 @@ def test_factory_kernels_never_share_a_cache_key():
     kernel closing over them (the parallel twin) gets its own numba cache entry per type."""
     import pickle
 
-    keys = {pickle.dumps(blocks.codec(t)._quantize_weighted_parallel.py_func.__closure__[0].cell_contents)
+    keys = {pickle.dumps(blocks.codec(t).CODEC.quantize_weighted_parallel.py_func.__closure__[0].cell_contents)
             for t in WEIGHTED}
     assert len(keys) == len(WEIGHTED)

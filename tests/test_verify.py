@@ -221,14 +221,19 @@ def test_cli_exit_codes(tmp_path, bundle, gguf_bundle):
 
 
 # -- real checkpoints ---------------------------------------------------------------------
+def _verified_real_bundle(request, tmp_path, which: str, **how):
+    """A whole real checkpoint (fixture ``which``) converted and verified ``how``; it must pass."""
+    b = convert(request.getfixturevalue(which), tmp_path / "r.ppk").bundle
+    rep = bundle_check.verify(b, **how)
+    assert rep.ok, rep.render()
+    return rep
+
+
 @pytest.mark.slow
 @pytest.mark.real
 @pytest.mark.parametrize("which", ["smollm2", "gemma"])
 def test_real_bundles_agree_sampled(request, tmp_path, which):
-    src = request.getfixturevalue(which)
-    b = convert(src, tmp_path / "r.ppk").bundle
-    rep = bundle_check.verify(b, level="all", sample=1)
-    assert rep.ok, rep.render()
+    rep = _verified_real_bundle(request, tmp_path, which, level="all", sample=1)
     assert rep.counts()["AGREE"] == {"smollm2": 210, "gemma": 126}[which]
 
 
@@ -246,7 +251,4 @@ def test_real_layer_agrees(smollm2, tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("which", ["smollm2", "gemma"])
 def test_real_bundles_agree_all_rows(request, tmp_path, which):
-    src = request.getfixturevalue(which)
-    b = convert(src, tmp_path / "r.ppk").bundle
-    rep = bundle_check.verify(b, level="agreement", sample=0, seed=1)
-    assert rep.ok, rep.render()
+    _verified_real_bundle(request, tmp_path, which, level="agreement", sample=0, seed=1)

@@ -12,13 +12,16 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange, types
 
+from ..formats import qtypes
 from ..formats._jit import lazy_njit
+from ..formats.blocks import q2_k, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0
 from ..repack import panel64 as _panel64
 from . import _simd
 from . import il8 as _il8
 from .dispatch import rescale_lanes
 
 TILE = _panel64.CHANNELS  # output channels per tile (= one panel64 super-block = 8 interleaved super-rows)
+_INT8_KG = _panel64.INT8_KG_BYTES
 _TILES_PER_GRAB = 2  # dynamic scheduling chunk of the parallel driver
 I16_MAX = 32767
 
@@ -147,7 +150,7 @@ def _unpack_panel64_int8(wt, g, buf, tw):
     for q in range(buf.shape[0] // 4):
         for c in range(4):
             for ch in range(TILE):
-                buf[4 * q + c, ch] = np.int8(wt[0, g, 256 * q + 4 * ch + c])
+                buf[4 * q + c, ch] = np.int8(wt[0, g, _INT8_KG * q + 4 * ch + c])
 
 
 @lazy_njit(inline="always")
@@ -204,16 +207,24 @@ def _unpack_il8_int8(wt, g, buf, tw):
 
 # =============================================================================================
 # row decoders (rowmajor = the standard GGUF blocks, docs/FORMAT.md §2): signed codes c of row r of the
-# tile; wt = [rows, blocks, type_size] (a _tile_view), out = [TILE, blocks, block_size]
+# tile; wt = [rows, blocks, type_size] (a _tile_view), out = [TILE, blocks, block_size]. The byte
+# offsets are the codecs' (``AT``, formats/blocks/<type>.py), the code offsets the type table's:
+# numba reads these module globals as compile-time constants.
 # =============================================================================================
+_A40, _A41, _A50, _A51, _A80, _A2K, _A3K, _A4K, _A5K, _A6K = (
+    m.AT for m in (q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k))
+_OFF40, _OFF50, _OFF2K, _OFF3K, _OFF6K = (t.code_offset for t in (qtypes.Q4_0, qtypes.Q5_0, qtypes.Q2_K, qtypes.Q3_K,
+                                                                  qtypes.Q6_K))
+
+
 @lazy_njit(inline="always")
 def _row_q4_0(wt, r, out):
     # [d f16][qs 16]: element i < 16 low nibble of qs[i], i >= 16 high nibble of qs[i-16]; c = u - 8
     for b in range(wt.shape[1]):
         for i in range(16):
-            v = np.int16(wt[r, b, 2 + i])
-            out[r, b, i] = (v & 15) - 8
-            out[r, b, 16 + i] = (v >> 4) - 8
+            v = np.int16(wt[r, b, _A40.qs + i])
+            out[r, b, i] = (v & 15) - _OFF40
+            out[r, b, 16 + i] = (v >> 4) - _OFF40
 
 
 @lazy_njit(inline="always")
@@ -221,7 +232,7 @@ def _row_q4_1(wt, r, out):
     # [d f16][m f16][qs 16]: nibbles as Q4_0; c = u
     for b in range(wt.shape[1]):
         for i in range(16):
-            v = np.int16(wt[r, b, 4 + i])
+            v = np.int16(wt[r, b, _A41.qs + i])
             out[r, b, i] = v & 15
             out[r, b, 16 + i] = v >> 4
 
@@ -236,20 +247,20 @@ def _u32(wt, r, b, at):
 def _row_q5_0(wt, r, out):
     # [d f16][qh u32][qs 16]: low 4 bits as Q4_0, bit 4 of element e = (qh >> e) & 1; c = q - 16
     for b in range(wt.shape[1]):
-        qh = _u32(wt, r, b, 2)
+        qh = _u32(wt, r, b, _A50.qh)
         for i in range(16):
-            v = np.int16(wt[r, b, 6 + i])
-            out[r, b, i] = ((v & 15) | np.int16(((qh >> i) & 1) << 4)) - 16
-            out[r, b, 16 + i] = ((v >> 4) | np.int16(((qh >> (i + 16)) & 1) << 4)) - 16
+            v = np.int16(wt[r, b, _A50.qs + i])
+            out[r, b, i] = ((v & 15) | np.int16(((qh >> i) & 1) << 4)) - _OFF50
+            out[r, b, 16 + i] = ((v >> 4) | np.int16(((qh >> (i + 16)) & 1) << 4)) - _OFF50
 
 
 @lazy_njit(inline="always")
 def _row_q5_1(wt, r, out):
     # [d f16][m f16][qh u32][qs 16]: as Q5_0; c = q
     for b in range(wt.shape[1]):
-        qh = _u32(wt, r, b, 4)
+        qh = _u32(wt, r, b, _A51.qh)
         for i in range(16):
-            v = np.int16(wt[r, b, 8 + i])
+            v = np.int16(wt[r, b, _A51.qs + i])
             out[r, b, i] = (v & 15) | np.int16(((qh >> i) & 1) << 4)
             out[r, b, 16 + i] = (v >> 4) | np.int16(((qh >> (i + 16)) & 1) << 4)
 
@@ -259,7 +270,7 @@ def _row_q8_0(wt, r, out):
     # [d f16][qs i8 32]; c = q
     for b in range(wt.shape[1]):
         for i in range(32):
-            out[r, b, i] = np.int8(wt[r, b, 2 + i])
+            out[r, b, i] = np.int8(wt[r, b, _A80.qs + i])
 
 
 @lazy_njit(inline="always")
@@ -269,7 +280,7 @@ def _row_q4_k(wt, r, out):
     for j in range(wt.shape[1]):
         for c in range(4):
             for i in range(32):
-                v = np.int16(wt[r, j, 16 + 32 * c + i])
+                v = np.int16(wt[r, j, _A4K.qs + 32 * c + i])
                 out[r, j, 64 * c + i] = v & 15
                 out[r, j, 64 * c + 32 + i] = v >> 4
 
@@ -281,8 +292,8 @@ def _row_q5_k(wt, r, out):
     for j in range(wt.shape[1]):
         for c in range(4):
             for i in range(32):
-                v = np.int16(wt[r, j, 48 + 32 * c + i])
-                hb = np.int16(wt[r, j, 16 + i])
+                v = np.int16(wt[r, j, _A5K.qs + 32 * c + i])
+                hb = np.int16(wt[r, j, _A5K.qh + i])
                 out[r, j, 64 * c + i] = (v & 15) | (((hb >> (2 * c)) & 1) << 4)
                 out[r, j, 64 * c + 32 + i] = (v >> 4) | (((hb >> (2 * c + 1)) & 1) << 4)
 
@@ -294,13 +305,13 @@ def _row_q6_k(wt, r, out):
     for j in range(wt.shape[1]):
         for h in range(2):
             for i in range(32):
-                l0 = np.int16(wt[r, j, 64 * h + i])
-                l1 = np.int16(wt[r, j, 64 * h + 32 + i])
-                hb = np.int16(wt[r, j, 128 + 32 * h + i])
-                out[r, j, 128 * h + i] = ((l0 & 15) | ((hb & 3) << 4)) - 32
-                out[r, j, 128 * h + 32 + i] = ((l1 & 15) | (((hb >> 2) & 3) << 4)) - 32
-                out[r, j, 128 * h + 64 + i] = ((l0 >> 4) | (((hb >> 4) & 3) << 4)) - 32
-                out[r, j, 128 * h + 96 + i] = ((l1 >> 4) | (((hb >> 6) & 3) << 4)) - 32
+                l0 = np.int16(wt[r, j, _A6K.ql + 64 * h + i])
+                l1 = np.int16(wt[r, j, _A6K.ql + 64 * h + 32 + i])
+                hb = np.int16(wt[r, j, _A6K.qh + 32 * h + i])
+                out[r, j, 128 * h + i] = ((l0 & 15) | ((hb & 3) << 4)) - _OFF6K
+                out[r, j, 128 * h + 32 + i] = ((l1 & 15) | (((hb >> 2) & 3) << 4)) - _OFF6K
+                out[r, j, 128 * h + 64 + i] = ((l0 >> 4) | (((hb >> 4) & 3) << 4)) - _OFF6K
+                out[r, j, 128 * h + 96 + i] = ((l1 >> 4) | (((hb >> 6) & 3) << 4)) - _OFF6K
 
 
 @lazy_njit(inline="always")
@@ -321,13 +332,13 @@ def _row_k_2bit(wt, r, out, o_qs, o_hm, bias):
 @lazy_njit(inline="always")
 def _row_q2_k(wt, r, out):
     # [scales 16][qs 64][d f16][dmin f16]; c = q
-    _row_k_2bit(wt, r, out, 16, -1, 0)
+    _row_k_2bit(wt, r, out, _A2K.qs, -1, _OFF2K)
 
 
 @lazy_njit(inline="always")
 def _row_q3_k(wt, r, out):
     # [hmask 32][qs 64][scales 12][d f16]; c = u - 4
-    _row_k_2bit(wt, r, out, 32, 0, 4)
+    _row_k_2bit(wt, r, out, _A3K.qs, _A3K.hmask, _OFF3K)
 
 
 # =============================================================================================
@@ -492,7 +503,6 @@ def _column_tile(view, unpack):
 # the tile's bytes per layout: panel64 = one super-block of ng groups of G/4 kg-blocks; the
 # 8-row forms = the tile's tw/8 super-rows of units (blocks, or K-quant super-blocks). Unit sizes
 # are the layouts' own (their plan() and constants, via il8.UNIT_BYTES), frozen in as constants.
-_INT8_KG = _panel64.INT8_KG_BYTES
 _KG = _panel64.KG
 _X8_Q4_0 = _il8.UNIT_BYTES["x8_q4_0"]
 _X8_Q4_K = _il8.UNIT_BYTES["x8_q4_k"]

@@ -9,6 +9,8 @@ float operation orders and rounding rules. The functions here dispatch on the ty
 
 from __future__ import annotations
 
+from typing import Mapping
+
 import numpy as np
 
 from .. import engine, qtypes
@@ -44,7 +46,7 @@ def integer_codes(fields: dict[str, np.ndarray], qtype) -> np.ndarray:
     return fields["codes"].astype(np.int16) - np.int16(t.code_offset)
 
 
-def k_scales(fields: dict[str, np.ndarray], qtype) -> np.ndarray:
+def k_scales(fields: Mapping[str, np.ndarray], qtype) -> np.ndarray:
     """The signed per-group scale of a ``k_scale`` type (docs/FORMAT.md §3), int16 ``[n, k/G]``:
     the registry's ``scale_field`` minus ``scale_offset`` (Q6_K ``scale``, Q3_K ``sc - 32``).
     The field is read as int8 (Q6_K's is signed; Q3_K's 6-bit values are below 64 either way)."""
@@ -109,6 +111,7 @@ def quantize(x: np.ndarray, qtype, imatrix: np.ndarray | None = None, parallel: 
     if t.quantized and not t.can_quantize or not hasattr(mod, "quantize"):
         known = ", ".join(q.name for q in qtypes.QUANTIZABLE)
         raise UnsupportedError(f"panelpack cannot quantize into {t.name} (it can: {known}, F32, F16, BF16)")
+    assert mod is not None  # (a type without a codec was refused above)
     if isinstance(x, np.ndarray) and x.ndim == 1:
         x = x.reshape(1, -1)
     if imatrix is not None and t.name not in IGNORES_IMATRIX:

@@ -19,7 +19,9 @@ that are tested against them.
 
 from __future__ import annotations
 
+from collections import namedtuple
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -44,6 +46,26 @@ class Field:
     @property
     def count(self) -> int:
         return len(self.parts)
+
+
+def byte_map(qtype: GGMLType, **sizes: int) -> Any:
+    """The byte offsets of a block's arrays, from their sizes in block order: ``byte_map(Q6_K,
+    ql=128, qh=64, scales=16, d=2)`` is ``AT(ql=0, qh=128, scales=192, d=208)``, checked
+    against the type table (the sizes must sum to ``qtype.type_size``).
+
+    The one statement of a type's byte diagram in numbers: its :class:`BlockPlan` and every
+    kernel that reads the blocks directly (``repack/``, ``verify/``) take their offsets from
+    it. A namedtuple of ints, so numba kernels read it as compile-time constants
+    (``AT.d`` folds into the address arithmetic)."""
+    total = sum(sizes.values())
+    if total != qtype.type_size:
+        raise AssertionError(f"{qtype.name}: arrays {sizes} take {total} bytes, the type table says {qtype.type_size}")
+    offsets, at = [], 0
+    for size in sizes.values():
+        offsets.append(at)
+        at += size
+    at_type: Any = namedtuple(f"{qtype.name}_AT", list(sizes))  # type: ignore[misc]  # (a type made at run time)
+    return at_type(*offsets)
 
 
 def f16_word(byte: int) -> tuple[tuple[int, int, int, int], ...]:
@@ -194,7 +216,8 @@ def k_scale_parts(offset: int) -> tuple[tuple, tuple]:
         scales[4..7]:  m[4..7]>>4  | m[0..3]
         scales[8..11]: m[4..7]&15 (high nibble) | sc[4..7]&15 (low nibble)
     """
-    sc, m = [], []
+    sc: list[tuple] = []
+    m: list[tuple] = []
     for s in range(8):
         if s < 4:
             sc.append(((offset + s, 0, 6, 0),))
@@ -206,11 +229,19 @@ def k_scale_parts(offset: int) -> tuple[tuple, tuple]:
     return tuple(sc), tuple(m)
 
 
-def k_min_fields() -> list:
-    """The fields Q4_K and Q5_K share: ``d`` and ``dmin`` (f16 words at bytes 0 and 2) and the
-    6-bit ``sc`` and ``m`` of the 12 scale bytes at 4 (:func:`k_scale_parts`)."""
-    sc, m = k_scale_parts(4)
-    return [Field("d", "u2", (f16_word(0),)), Field("dmin", "u2", (f16_word(2),)),
+#: where Q4_K and Q5_K keep ``d``, ``dmin`` and their 12 scale bytes: the numba helpers they share
+#: (``_kquant.k_min_block``, ``_codec.k_scale_min``/``k_scale_put``) read them there, and
+#: :func:`k_min_fields` checks each type's ``AT`` against it
+K_MIN_HEAD = (0, 2, 4)
+
+
+def k_min_fields(at) -> list:
+    """The fields Q4_K and Q5_K share: ``d`` and ``dmin`` (f16 words at ``at.d``, ``at.dmin``)
+    and the 6-bit ``sc`` and ``m`` of the 12 scale bytes at ``at.scales`` (:func:`k_scale_parts`)."""
+    if (at.d, at.dmin, at.scales) != K_MIN_HEAD:
+        raise AssertionError(f"{at}: the Q4_K/Q5_K numba helpers read d, dmin, scales at bytes {K_MIN_HEAD}")
+    sc, m = k_scale_parts(at.scales)
+    return [Field("d", "u2", (f16_word(at.d),)), Field("dmin", "u2", (f16_word(at.dmin),)),
             Field("sc", "u1", sc), Field("m", "u1", m)]
 
 

@@ -7,6 +7,9 @@ catch and re-raise with that context.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any, Callable
+
 import numba
 import numpy as np
 
@@ -87,14 +90,14 @@ def _quantize_loop(x, out, b0, b1):
 
 def type_loop(template, namespace: dict, qtype: GGMLType, signature, name: str):
     """A type module's range kernel: ``template``'s code as a function of the type module itself
-    (its globals are ``namespace``, its file the module's). So the names it calls, the module's
-    ``inline_jit`` block body, are module globals, which numba inlines; the block geometry
-    (``_TYPE_SIZE``, ``_BLOCK_SIZE``, set here) is a compile-time constant; and numba caches the
-    kernel beside the type module, invalidated when that file changes."""
-    namespace.setdefault("_TYPE_SIZE", qtype.type_size)
-    namespace.setdefault("_BLOCK_SIZE", qtype.block_size)
-    namespace.setdefault("block_scratch", block_scratch)
-    fn = _numba_internals.rehome(template, namespace, name)
+    (its globals are ``namespace``'s names, its file the module's; ``namespace`` is read, never
+    written). So the names it calls, the module's ``inline_jit`` block body, are module globals,
+    which numba inlines; the block geometry (``_TYPE_SIZE``, ``_BLOCK_SIZE``, added to its
+    globals here) is a compile-time constant; and numba caches the kernel beside the type module,
+    invalidated when that file changes. The type module names the kernel (``name``) itself."""
+    scope = {"_TYPE_SIZE": qtype.type_size, "_BLOCK_SIZE": qtype.block_size, "block_scratch": block_scratch,
+             **namespace}
+    fn = _numba_internals.rehome(template, scope, name)
     return lazy_njit(signature, cache=True, error_model="numpy")(fn)
 
 
@@ -370,14 +373,42 @@ def k_min_ref(sub: int):
 
 
 # ---- declaring a codec: its public surface, built from its plan and kernels ---------------
+@dataclass(frozen=True)
+class Codec:
+    """The codec surface :func:`declare` builds for a type module, which names each piece it has
+    as a module global in plain sight (``dequantize = CODEC.dequantize``; docs/DEVELOPING.md).
+    ``None``: the type lacks that piece (and its module leaves the name out)."""
+
+    dequantize: Callable[..., np.ndarray]
+    dequantize_range: Any  # the range kernel ``(b, y, i0, i1, qk)`` (module global ``_dequantize_range``)
+    dequantize_parallel: Any  # its parallel twin (``_dequantize_parallel``)
+    to_fields: Any = None
+    from_fields: Any = None
+    dequantize_ref: Any = None
+    quantize: Any = None
+    quantize_range: Any = None  # (``_quantize_range``, when declare() built it from ``quantize_block``)
+    quantize_parallel: Any = None  # (``_quantize_parallel``)
+    quantize_weighted: Any = None
+    quantize_weighted_parallel: Any = None  # (``_quantize_weighted_parallel``)
+    quantize_ref: Any = None
+    quantize_ref_is_numpy: bool = False  # all numpy: a small job may run it instead (formats/engine.py)
+
+    @property
+    def surface(self) -> tuple:
+        """``(to_fields, from_fields, dequantize, dequantize_ref, quantize, quantize_ref)``: what
+        every quantized type module names in one line (``to_fields, ..., quantize_ref = CODEC.surface``)."""
+        return self.to_fields, self.from_fields, self.dequantize, self.dequantize_ref, self.quantize, self.quantize_ref
+
+
 def declare(namespace: dict, qtype: GGMLType, plan=None, *, dequantize_range=None, dequantize_word=None,
             chunk: int = CHUNK_BLOCKS, decode_ref=None, quantize_range=None, quantize_block=None,
             quantize_chunk: int = CHUNK_BLOCKS, encode_ref=None, scalar_range=None,
-            quantize_weighted_block=None) -> None:
-    """Give a type module (``namespace`` is its ``globals()``) the codec surface of
-    docs/DEVELOPING.md, the way gguf-py's ``__init_subclass__`` registers a quant class: the
-    module states its byte diagram, its :class:`~._bits.BlockPlan` and its kernels; this
-    builds the rest, identically for every type.
+            quantize_weighted_block=None) -> Codec:
+    """The codec surface of docs/DEVELOPING.md for a type module (``namespace`` is its
+    ``globals()``, read for its block bodies and file, never written), the way gguf-py's
+    ``__init_subclass__`` registers a quant class: the module states its byte diagram, its
+    :class:`~._bits.BlockPlan` and its kernels; this builds the rest, identically for every type,
+    and the module names what it gets (:class:`Codec`).
 
     * ``to_fields`` / ``from_fields``: ``plan``'s, both ways (when there is a plan);
     * ``dequantize(blocks, out=None, parallel=None)``: validates, then ``dequantize_range(b, y,
@@ -400,9 +431,9 @@ def declare(namespace: dict, qtype: GGMLType, plan=None, *, dequantize_range=Non
       per-block body ``quantize_block(xb, blk, iscr, fscr)``'s (with :func:`block_scratch`).
     """
     name = qtype.name
+    out: dict[str, Any] = {}
     if plan is not None:
-        namespace["to_fields"] = plan.to_fields
-        namespace["from_fields"] = plan.from_fields
+        out.update(to_fields=plan.to_fields, from_fields=plan.from_fields)
     for needed, body in ((dequantize_range is None and dequantize_word is None, "_dequantize_block"),
                          (quantize_range is None and quantize_block is not None, "_quantize_block")):
         if needed and body not in namespace:  # the loop template calls the module's body by this name
@@ -422,7 +453,7 @@ def declare(namespace: dict, qtype: GGMLType, plan=None, *, dequantize_range=Non
 
     dequantize.__doc__ = (f"uint8 ``[rows, row_bytes]`` (or flat) {name} blocks to f32 ``[rows, K]``; "
                           "bit-identical with gguf-py. ``parallel``: None picks by size.")
-    namespace.update(dequantize=dequantize, _dequantize_range=dequantize_range, _dequantize_parallel=par)
+    out.update(dequantize=dequantize, dequantize_range=dequantize_range, dequantize_parallel=par)
     if decode_ref is not None:
         def dequantize_ref(blocks: np.ndarray) -> np.ndarray:
             f, shape = ref_fields(blocks, qtype, plan)
@@ -430,10 +461,10 @@ def declare(namespace: dict, qtype: GGMLType, plan=None, *, dequantize_range=Non
                 return decode_ref(f).reshape(shape)
 
         dequantize_ref.__doc__ = f"numpy reference of {name} ``dequantize``, from the bit fields."
-        namespace["dequantize_ref"] = dequantize_ref
+        out["dequantize_ref"] = dequantize_ref
     if quantize_range is None and quantize_block is not None:  # the module's ``_quantize_block`` in the one loop
         quantize_range = type_loop(_quantize_loop, namespace, qtype, QUANTIZE_RANGE, "_quantize_range")
-        namespace["_quantize_range"] = quantize_range
+        out["quantize_range"] = quantize_range
     if quantize_range is not None:
         qpar = parallel_quantize(quantize_range, qtype.block_size, quantize_chunk)
 
@@ -442,7 +473,7 @@ def declare(namespace: dict, qtype: GGMLType, plan=None, *, dequantize_range=Non
 
         quantize.__doc__ = (f"f32 ``[rows, K]`` (or 1-D) to {name} blocks, byte-identical with ggml's "
                             "reference quantizer. ``parallel``: None picks by size.")
-        namespace.update(quantize=quantize, _quantize_parallel=qpar)
+        out.update(quantize=quantize, quantize_parallel=qpar)
     if quantize_weighted_block is not None:
         quantize_weighted_rows = weighted_rows(quantize_weighted_block, qtype.block_size, qtype.type_size)
         wpar = parallel_weighted(quantize_weighted_rows, _tag(quantize_weighted_block))
@@ -465,7 +496,7 @@ def declare(namespace: dict, qtype: GGMLType, plan=None, *, dequantize_range=Non
 
         quantize_weighted.__doc__ = (f"f32 ``[rows, K]`` to {name} blocks with importance weights ``[K]`` (an imatrix "
                                      "row), byte-identical with ggml's ``ggml_quantize_chunk`` given the same weights.")
-        namespace.update(quantize_weighted=quantize_weighted, _quantize_weighted_parallel=wpar)
+        out.update(quantize_weighted=quantize_weighted, quantize_weighted_parallel=wpar)
     if encode_ref == "scalar":
         def quantize_ref(x: np.ndarray) -> np.ndarray:
             xr = as_rows_f32(x, qtype)
@@ -483,7 +514,7 @@ def declare(namespace: dict, qtype: GGMLType, plan=None, *, dequantize_range=Non
 
         quantize_ref.__doc__ = (f"scalar reference of {name} ``quantize``: the block loop as plain Python "
                                 "(ggml's C order line by line), its search routines compiled.")
-        namespace["quantize_ref"] = quantize_ref
+        out["quantize_ref"] = quantize_ref
     elif encode_ref is not None:
         def quantize_ref(x: np.ndarray) -> np.ndarray:
             xr = as_rows_f32(x, qtype)
@@ -492,5 +523,5 @@ def declare(namespace: dict, qtype: GGMLType, plan=None, *, dequantize_range=Non
             return plan.from_fields(fields, n, k).reshape(bytes_shape(xr, qtype))
 
         quantize_ref.__doc__ = f"numpy reference of {name} ``quantize`` (ggml's scalar loop), packed by ``from_fields``."
-        namespace["quantize_ref"] = quantize_ref
-        namespace["QUANTIZE_REF_IS_NUMPY"] = True  # all numpy: a small job may run it instead (formats/engine.py)
+        out.update(quantize_ref=quantize_ref, quantize_ref_is_numpy=True)
+    return Codec(**out)

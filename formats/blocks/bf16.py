@@ -27,7 +27,9 @@ def bf16_to_f32(h):
     return bits_f32(np.uint32(h << 16))
 
 
-declare(globals(), QTYPE, dequantize_word=bf16_to_f32, chunk=CHUNK_BLOCKS * 32)
+#: the dequantize kernels from ``bf16_to_f32``, named here
+CODEC = declare(globals(), QTYPE, dequantize_word=bf16_to_f32, chunk=CHUNK_BLOCKS * 32)
+dequantize, _dequantize_range = CODEC.dequantize, CODEC.dequantize_range
 
 
 def dequantize_ref(blocks: np.ndarray) -> np.ndarray:

@@ -84,7 +84,9 @@ def f16_bits_ref(x: np.ndarray) -> np.ndarray:
 
 
 # ---- F16 tensors: element e is the LE u16 at byte 2e ---------------------------------------
-declare(globals(), QTYPE, dequantize_word=f16_to_f32, chunk=CHUNK_BLOCKS * 32)
+#: the dequantize kernels from ``f16_to_f32``, named here
+CODEC = declare(globals(), QTYPE, dequantize_word=f16_to_f32, chunk=CHUNK_BLOCKS * 32)
+dequantize, _dequantize_range = CODEC.dequantize, CODEC.dequantize_range
 
 
 def dequantize_ref(blocks: np.ndarray) -> np.ndarray:

@@ -24,7 +24,7 @@ from .._jit import lazy_njit
 from ..qtypes import F32 as QTYPE
 from ._codec import as_blocks, as_rows_f32, bytes_shape, check_out, out_shape
 
-if numba.config.DISABLE_JIT:  # plain-Python twins of the intrinsics below
+if numba.config.DISABLE_JIT:  # type: ignore[attr-defined]  # (set at run time) plain-Python twins of the intrinsics below
 
     def f32_bits(x):
         """The IEEE bits of a float32, as a signed int32 value."""

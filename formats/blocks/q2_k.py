@@ -27,7 +27,8 @@ import numpy as np
 
 from .._jit import inline_jit, lazy_njit
 from ..qtypes import Q2_K as QTYPE
-from ._bits import BlockPlan, Field, f16_word
+from ..qtypes import QK_K
+from ._bits import BlockPlan, Field, byte_map, f16_word
 from ._codec import CHUNK_BLOCKS, declare, k_min_ref
 from ._kquant import (
     RDELTA3,
@@ -44,19 +45,22 @@ from ._kquant import (
 )
 from .f16 import f16_at, f16_to_f32, f32_to_f16_bits
 
+#: byte offsets of the arrays drawn above, from their sizes (checked against the type table)
+AT = byte_map(QTYPE, scales=QK_K // 16, qs=QK_K // 4, d=2, dmin=2)
+
 
 def _code(e: int) -> tuple:
     c, t = divmod(e, 128)
     j, l = divmod(t, 32)
-    return ((16 + 32 * c + l, 2 * j, 2, 0),)
+    return ((AT.qs + 32 * c + l, 2 * j, 2, 0),)
 
 
 PLAN = BlockPlan(QTYPE, [
-    Field("sc", "u1", tuple(((g, 0, 4, 0),) for g in range(16))),
-    Field("m", "u1", tuple(((g, 4, 4, 0),) for g in range(16))),
+    Field("sc", "u1", tuple(((AT.scales + g, 0, 4, 0),) for g in range(16))),
+    Field("m", "u1", tuple(((AT.scales + g, 4, 4, 0),) for g in range(16))),
     Field("codes", "u1", tuple(_code(e) for e in range(256))),
-    Field("d", "u2", (f16_word(80),)),
-    Field("dmin", "u2", (f16_word(82),)),
+    Field("d", "u2", (f16_word(AT.d),)),
+    Field("dmin", "u2", (f16_word(AT.dmin),)),
 ])
 
 
@@ -154,6 +158,8 @@ def _weighted_block(xb, qb, blk, sigma2, iscr, fscr):
     _finish_block(xb, blk, L, f32_to_f16_bits(dm), f32_to_f16_bits(mm))
 
 
-declare(globals(), QTYPE, PLAN, chunk=CHUNK_BLOCKS // 8,
+CODEC = declare(globals(), QTYPE, PLAN, chunk=CHUNK_BLOCKS // 8,
         decode_ref=k_min_ref(16), quantize_block=_quantize_block, quantize_chunk=64, encode_ref="scalar",
         quantize_weighted_block=_weighted_block)
+to_fields, from_fields, dequantize, dequantize_ref, quantize, quantize_ref = CODEC.surface
+quantize_weighted, _dequantize_range, _quantize_range = CODEC.quantize_weighted, CODEC.dequantize_range, CODEC.quantize_range

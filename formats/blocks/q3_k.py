@@ -30,27 +30,31 @@ import numpy as np
 
 from .._jit import inline_jit, lazy_njit
 from ..qtypes import Q3_K as QTYPE
-from ._bits import BlockPlan, Field, f16_word
+from ..qtypes import QK_K
+from ._bits import BlockPlan, Field, byte_map, f16_word
 from ._codec import CHUNK_BLOCKS, declare, f16_field
 from ._kquant import clamp, importance_weights, int8, make_q3_quants, make_qx_quants, nearest_int, put_q2, sum_squares
 from .f16 import f16_at, f16_to_f32, f32_to_f16_bits
+
+#: byte offsets of the arrays drawn above, from their sizes (checked against the type table)
+AT = byte_map(QTYPE, hmask=QK_K // 8, qs=QK_K // 4, scales=12, d=2)
 
 
 def _code(e: int) -> tuple:
     c, t = divmod(e, 128)
     j, l = divmod(t, 32)
-    return ((32 + 32 * c + l, 2 * j, 2, 0), (e % 32, e // 32, 1, 2))
+    return ((AT.qs + 32 * c + l, 2 * j, 2, 0), (AT.hmask + e % 32, e // 32, 1, 2))
 
 
 def _scale(g: int) -> tuple:
-    low = (96 + g, 0, 4, 0) if g < 8 else (96 + g - 8, 4, 4, 0)
-    return (low, (96 + 8 + g % 4, 2 * (g // 4), 2, 4))
+    low = (AT.scales + g, 0, 4, 0) if g < 8 else (AT.scales + g - 8, 4, 4, 0)
+    return (low, (AT.scales + 8 + g % 4, 2 * (g // 4), 2, 4))
 
 
 PLAN = BlockPlan(QTYPE, [
     Field("codes", "u1", tuple(_code(e) for e in range(256))),
     Field("sc", "u1", tuple(_scale(g) for g in range(16))),
-    Field("d", "u2", (f16_word(108),)),
+    Field("d", "u2", (f16_word(AT.d),)),
 ])
 
 
@@ -165,6 +169,8 @@ def _weighted_block(xb, qb, blk, sigma2, iscr, fscr):
     _finish_block(xb, blk, L, f32_to_f16_bits(d_block))
 
 
-declare(globals(), QTYPE, PLAN, chunk=CHUNK_BLOCKS // 8,
+CODEC = declare(globals(), QTYPE, PLAN, chunk=CHUNK_BLOCKS // 8,
         decode_ref=_decode_ref, quantize_block=_quantize_block, quantize_chunk=64, encode_ref="scalar",
         quantize_weighted_block=_weighted_block)
+to_fields, from_fields, dequantize, dequantize_ref, quantize, quantize_ref = CODEC.surface
+quantize_weighted, _dequantize_range, _quantize_range = CODEC.quantize_weighted, CODEC.dequantize_range, CODEC.quantize_range

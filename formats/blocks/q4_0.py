@@ -26,15 +26,19 @@ import numpy as np
 
 from .._jit import RO_F32, inline_jit, lazy_njit
 from ..qtypes import Q4_0 as QTYPE
-from ._bits import BlockPlan, Field, f16_word, nibble_codes
+from ..qtypes import QK
+from ._bits import BlockPlan, Field, byte_map, f16_word, nibble_codes
 from ._codec import LANES, declare, load_lanes, offset_ref
 from ._kquant import put_q4, store_lanes, weighted_scale
 from .f16 import f16_at, f16_bits_ref
 from .f32 import cvtt_i32, cvtt_i32_ref, low_i8
 
+#: byte offsets of the arrays drawn above, from their sizes (checked against the type table)
+AT = byte_map(QTYPE, d=2, qs=QK // 2)
+
 PLAN = BlockPlan(QTYPE, [
-    Field("d", "u2", (f16_word(0),)),
-    Field("codes", "u1", nibble_codes(2)),
+    Field("d", "u2", (f16_word(AT.d),)),
+    Field("codes", "u1", nibble_codes(AT.qs)),
 ])
 
 
@@ -119,5 +123,7 @@ def _weighted_block(xb, qb, blk, sigma2, iscr, fscr):
     put_q4(blk, 2, weighted_scale(xb, qb, blk, sigma2, iscr, fscr, 8))
 
 
-declare(globals(), QTYPE, PLAN, decode_ref=offset_ref(8),
+CODEC = declare(globals(), QTYPE, PLAN, decode_ref=offset_ref(8),
         quantize_range=_quantize_range, encode_ref=_encode_ref, quantize_weighted_block=_weighted_block)
+to_fields, from_fields, dequantize, dequantize_ref, quantize, quantize_ref = CODEC.surface
+quantize_weighted, _dequantize_range, QUANTIZE_REF_IS_NUMPY = CODEC.quantize_weighted, CODEC.dequantize_range, CODEC.quantize_ref_is_numpy

@@ -17,16 +17,20 @@ import numpy as np
 
 from .._jit import inline_jit, lazy_njit
 from ..qtypes import Q4_1 as QTYPE
-from ._bits import BlockPlan, Field, f16_word, nibble_codes
+from ..qtypes import QK
+from ._bits import BlockPlan, Field, byte_map, f16_word, nibble_codes
 from ._codec import declare, min_ref
 from ._kquant import f16_fields, int8, min_scale_head, min_scale_ref, put_q4, weighted_scale_min
 from .f16 import f16_at
 from .f32 import add_first_nan, cvtt_i32, low_i8
 
+#: byte offsets of the arrays drawn above, from their sizes (checked against the type table)
+AT = byte_map(QTYPE, d=2, m=2, qs=QK // 2)
+
 PLAN = BlockPlan(QTYPE, [
-    Field("d", "u2", (f16_word(0),)),
-    Field("m", "u2", (f16_word(2),)),
-    Field("codes", "u1", nibble_codes(4)),
+    Field("d", "u2", (f16_word(AT.d),)),
+    Field("m", "u2", (f16_word(AT.m),)),
+    Field("codes", "u1", nibble_codes(AT.qs)),
 ])
 
 
@@ -76,5 +80,8 @@ def _weighted_block(xb, qb, blk, sigma2, iscr, fscr):
     put_q4(blk, 4, weighted_scale_min(xb, qb, blk, sigma2, iscr, fscr, 15))
 
 
-declare(globals(), QTYPE, PLAN, decode_ref=min_ref,
+CODEC = declare(globals(), QTYPE, PLAN, decode_ref=min_ref,
         quantize_block=_quantize_block, encode_ref=_encode_ref, quantize_weighted_block=_weighted_block)
+to_fields, from_fields, dequantize, dequantize_ref, quantize, quantize_ref = CODEC.surface
+quantize_weighted, QUANTIZE_REF_IS_NUMPY = CODEC.quantize_weighted, CODEC.quantize_ref_is_numpy
+_dequantize_range, _quantize_range = CODEC.dequantize_range, CODEC.quantize_range

@@ -33,15 +33,19 @@ import numpy as np
 
 from .._jit import RO_F32, inline_jit, lazy_njit
 from ..qtypes import Q4_K as QTYPE
-from ._bits import BlockPlan, Field, k_min_fields
+from ..qtypes import QK_K
+from ._bits import BlockPlan, Field, byte_map, k_min_fields
 from ._codec import CHUNK_BLOCKS, declare, k_min_ref, k_scale_put, load_lanes
 from ._kquant import k_final_codes, k_min_block, k_weighted_scales
 from .f16 import f16_bits_ref, f16_to_f32, f32_to_f16_bits
 from .f32 import f32_bits
 
+#: byte offsets of the arrays drawn above, from their sizes (checked against the type table)
+AT = byte_map(QTYPE, d=2, dmin=2, scales=12, qs=QK_K // 2)
+
 PLAN = BlockPlan(QTYPE, [
-    *k_min_fields(),
-    Field("codes", "u1", tuple(((16 + 32 * (e // 64) + e % 32, 4 * ((e % 64) // 32), 4, 0),)
+    *k_min_fields(AT),
+    Field("codes", "u1", tuple(((AT.qs + 32 * (e // 64) + e % 32, 4 * ((e % 64) // 32), 4, 0),)
                                for e in range(256))),
 ])
 
@@ -49,7 +53,7 @@ PLAN = BlockPlan(QTYPE, [
 # ---- dequantize ----------------------------------------------------------------------------
 @inline_jit
 def _dequantize_block(blk, yb, qk):
-    k_min_block(blk, yb, qk, 16, -1)
+    k_min_block(blk, yb, qk, AT.qs, -1)
 
 
 # ---- quantize ------------------------------------------------------------------------------
@@ -382,6 +386,8 @@ def _weighted_block(xb, qb, blk, sigma2, iscr, fscr):
             qs[32 * c + t] = np.uint8((L[64 * c + t] | (L[64 * c + 32 + t] << 4)) & 0xFF)
 
 
-declare(globals(), QTYPE, PLAN, chunk=CHUNK_BLOCKS // 8,
+CODEC = declare(globals(), QTYPE, PLAN, chunk=CHUNK_BLOCKS // 8,
         decode_ref=k_min_ref(32), quantize_range=_quantize_range, quantize_chunk=64, encode_ref=_encode_ref,
         quantize_weighted_block=_weighted_block)
+to_fields, from_fields, dequantize, dequantize_ref, quantize, quantize_ref = CODEC.surface
+quantize_weighted, _dequantize_range, QUANTIZE_REF_IS_NUMPY = CODEC.quantize_weighted, CODEC.dequantize_range, CODEC.quantize_ref_is_numpy

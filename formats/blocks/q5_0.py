@@ -16,15 +16,19 @@ import numpy as np
 
 from .._jit import inline_jit, lazy_njit
 from ..qtypes import Q5_0 as QTYPE
-from ._bits import BlockPlan, Field, f16_word, nibble_codes, qh_bit
+from ..qtypes import QK
+from ._bits import BlockPlan, Field, byte_map, f16_word, nibble_codes, qh_bit
 from ._codec import declare, offset_ref
 from ._kquant import f16_fields, int8, put_q5, q5_code, u32_at, weighted_scale
 from .f16 import f16_at, f32_to_f16_bits
 from .f32 import cvtt_i32, cvtt_i32_ref, first_absmax_ref, low_i8
 
+#: byte offsets of the arrays drawn above, from their sizes (checked against the type table)
+AT = byte_map(QTYPE, d=2, qh=4, qs=QK // 2)
+
 PLAN = BlockPlan(QTYPE, [
-    Field("d", "u2", (f16_word(0),)),
-    Field("codes", "u1", tuple(lo + (qh_bit(2, e),) for e, lo in enumerate(nibble_codes(6)))),
+    Field("d", "u2", (f16_word(AT.d),)),
+    Field("codes", "u1", tuple(lo + (qh_bit(AT.qh, e),) for e, lo in enumerate(nibble_codes(AT.qs)))),
 ])
 
 
@@ -85,5 +89,8 @@ def _weighted_block(xb, qb, blk, sigma2, iscr, fscr):
     put_q5(blk, 2, 6, weighted_scale(xb, qb, blk, sigma2, iscr, fscr, 16))
 
 
-declare(globals(), QTYPE, PLAN, decode_ref=offset_ref(16),
+CODEC = declare(globals(), QTYPE, PLAN, decode_ref=offset_ref(16),
         quantize_block=_quantize_block, encode_ref=_encode_ref, quantize_weighted_block=_weighted_block)
+to_fields, from_fields, dequantize, dequantize_ref, quantize, quantize_ref = CODEC.surface
+quantize_weighted, QUANTIZE_REF_IS_NUMPY = CODEC.quantize_weighted, CODEC.quantize_ref_is_numpy
+_dequantize_range, _quantize_range = CODEC.dequantize_range, CODEC.quantize_range

@@ -17,7 +17,8 @@ import numpy as np
 
 from .._jit import inline_jit, lazy_njit
 from ..qtypes import Q5_1 as QTYPE
-from ._bits import BlockPlan, Field, f16_word, nibble_codes, qh_bit
+from ..qtypes import QK
+from ._bits import BlockPlan, Field, byte_map, f16_word, nibble_codes, qh_bit
 from ._codec import declare, min_ref
 from ._kquant import (
     f16_fields,
@@ -31,10 +32,13 @@ from ._kquant import (
 from .f16 import f16_at
 from .f32 import add_first_nan, cvtt_i32
 
+#: byte offsets of the arrays drawn above, from their sizes (checked against the type table)
+AT = byte_map(QTYPE, d=2, m=2, qh=4, qs=QK // 2)
+
 PLAN = BlockPlan(QTYPE, [
-    Field("d", "u2", (f16_word(0),)),
-    Field("m", "u2", (f16_word(2),)),
-    Field("codes", "u1", tuple(lo + (qh_bit(4, e),) for e, lo in enumerate(nibble_codes(8)))),
+    Field("d", "u2", (f16_word(AT.d),)),
+    Field("m", "u2", (f16_word(AT.m),)),
+    Field("codes", "u1", tuple(lo + (qh_bit(AT.qh, e),) for e, lo in enumerate(nibble_codes(AT.qs)))),
 ])
 
 
@@ -81,5 +85,8 @@ def _weighted_block(xb, qb, blk, sigma2, iscr, fscr):
     put_q5(blk, 4, 8, weighted_scale_min(xb, qb, blk, sigma2, iscr, fscr, 31))
 
 
-declare(globals(), QTYPE, PLAN, decode_ref=min_ref,
+CODEC = declare(globals(), QTYPE, PLAN, decode_ref=min_ref,
         quantize_block=_quantize_block, encode_ref=_encode_ref, quantize_weighted_block=_weighted_block)
+to_fields, from_fields, dequantize, dequantize_ref, quantize, quantize_ref = CODEC.surface
+quantize_weighted, QUANTIZE_REF_IS_NUMPY = CODEC.quantize_weighted, CODEC.quantize_ref_is_numpy
+_dequantize_range, _quantize_range = CODEC.dequantize_range, CODEC.quantize_range

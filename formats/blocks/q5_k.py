@@ -17,7 +17,8 @@ import numpy as np
 
 from .._jit import inline_jit, lazy_njit
 from ..qtypes import Q5_K as QTYPE
-from ._bits import BlockPlan, Field, k_min_fields
+from ..qtypes import QK_K
+from ._bits import BlockPlan, Field, byte_map, k_min_fields
 from ._codec import CHUNK_BLOCKS, declare, k_min_ref, k_scale_put
 from ._kquant import (
     k_final_codes,
@@ -28,17 +29,20 @@ from ._kquant import (
     positive_max,
 )
 
+#: byte offsets of the arrays drawn above, from their sizes (checked against the type table)
+AT = byte_map(QTYPE, d=2, dmin=2, scales=12, qh=QK_K // 8, qs=QK_K // 2)
+
 PLAN = BlockPlan(QTYPE, [
-    *k_min_fields(),
-    Field("codes", "u1", tuple(((48 + 32 * (e // 64) + e % 32, 4 * ((e // 32) % 2), 4, 0),
-                                (16 + e % 32, e // 32, 1, 4)) for e in range(256))),
+    *k_min_fields(AT),
+    Field("codes", "u1", tuple(((AT.qs + 32 * (e // 64) + e % 32, 4 * ((e // 32) % 2), 4, 0),
+                                (AT.qh + e % 32, e // 32, 1, 4)) for e in range(256))),
 ])
 
 
 # ---- dequantize ----------------------------------------------------------------------------
 @inline_jit
 def _dequantize_block(blk, yb, qk):
-    k_min_block(blk, yb, qk, 48, 16)
+    k_min_block(blk, yb, qk, AT.qs, AT.qh)
 
 
 # ---- quantize ------------------------------------------------------------------------------
@@ -106,6 +110,8 @@ def _weighted_block(xb, qb, blk, sigma2, iscr, fscr):
     _finish_block(xb, blk, L, d_block, m_block)
 
 
-declare(globals(), QTYPE, PLAN, chunk=CHUNK_BLOCKS // 8,
+CODEC = declare(globals(), QTYPE, PLAN, chunk=CHUNK_BLOCKS // 8,
         decode_ref=k_min_ref(32), quantize_block=_quantize_block, quantize_chunk=64, encode_ref="scalar",
         quantize_weighted_block=_weighted_block)
+to_fields, from_fields, dequantize, dequantize_ref, quantize, quantize_ref = CODEC.surface
+quantize_weighted, _dequantize_range, _quantize_range = CODEC.quantize_weighted, CODEC.dequantize_range, CODEC.quantize_range

@@ -20,22 +20,26 @@ import numpy as np
 
 from .._jit import RO_F32, inline_jit, lazy_njit
 from ..qtypes import Q6_K as QTYPE
-from ._bits import BlockPlan, Field, f16_word, whole_byte
+from ..qtypes import QK_K
+from ._bits import BlockPlan, Field, byte_map, f16_word, whole_byte
 from ._codec import CHUNK_BLOCKS, LANES, declare, f16_field, load_lanes
 from ._kquant import GROUP_MAX_EPS, NO_WEIGHTS, clamp, int8, make_qx_quants, make_qx_quants_lanes, nearest_int
 from .f16 import f16_at, f16_to_f32, f32_to_f16_bits
+
+#: byte offsets of the arrays drawn above, from their sizes (checked against the type table)
+AT = byte_map(QTYPE, ql=QK_K // 2, qh=QK_K // 4, scales=QK_K // 16, d=2)
 
 
 def _code(e: int) -> tuple:
     h, t = divmod(e, 128)
     g, l = divmod(t, 32)
-    return ((64 * h + 32 * (g % 2) + l, 4 * (g // 2), 4, 0), (128 + 32 * h + l, 2 * g, 2, 4))
+    return ((AT.ql + 64 * h + 32 * (g % 2) + l, 4 * (g // 2), 4, 0), (AT.qh + 32 * h + l, 2 * g, 2, 4))
 
 
 PLAN = BlockPlan(QTYPE, [
     Field("codes", "u1", tuple(_code(e) for e in range(256))),
-    Field("scale", "i1", tuple(whole_byte(192 + i) for i in range(16))),
-    Field("d", "u2", (f16_word(208),)),
+    Field("scale", "i1", tuple(whole_byte(AT.scales + i) for i in range(16))),
+    Field("d", "u2", (f16_word(AT.d),)),
 ])
 
 
@@ -178,7 +182,9 @@ def _weighted_block(xb, qb, blk, sigma2, iscr, fscr):
     _quantize_block(xb, blk, iscr[0], fscr[0, :16], qb)
 
 
-declare(globals(), QTYPE, PLAN, chunk=CHUNK_BLOCKS // 8,
+CODEC = declare(globals(), QTYPE, PLAN, chunk=CHUNK_BLOCKS // 8,
         decode_ref=_decode_ref, quantize_range=_quantize_range, quantize_chunk=64, encode_ref="scalar",
         scalar_range=_quantize_range_scalar,
         quantize_weighted_block=_weighted_block)
+to_fields, from_fields, dequantize, dequantize_ref, quantize, quantize_ref = CODEC.surface
+quantize_weighted, _dequantize_range = CODEC.quantize_weighted, CODEC.dequantize_range

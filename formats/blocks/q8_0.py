@@ -24,15 +24,19 @@ import numpy as np
 
 from .._jit import RO_F32, inline_jit, lazy_njit
 from ..qtypes import Q8_0 as QTYPE
-from ._bits import BlockPlan, Field, f16_word, whole_byte
+from ..qtypes import QK
+from ._bits import BlockPlan, Field, byte_map, f16_word, whole_byte
 from ._codec import LANES, declare, load_lanes, offset_ref
 from ._kquant import store_lanes
 from .f16 import f16_at, f16_bits_ref
 from .f32 import cvtt_i32, cvtt_i32_ref, low_i8
 
+#: byte offsets of the arrays drawn above, from their sizes (checked against the type table)
+AT = byte_map(QTYPE, d=2, qs=QK)
+
 PLAN = BlockPlan(QTYPE, [
-    Field("d", "u2", (f16_word(0),)),
-    Field("codes", "i1", tuple(whole_byte(2 + e) for e in range(32))),
+    Field("d", "u2", (f16_word(AT.d),)),
+    Field("codes", "i1", tuple(whole_byte(AT.qs + e) for e in range(QK))),
 ])
 
 
@@ -104,5 +108,7 @@ def _encode_ref(xr: np.ndarray) -> dict[str, np.ndarray]:
     return fields
 
 
-declare(globals(), QTYPE, PLAN, decode_ref=offset_ref(0),
+CODEC = declare(globals(), QTYPE, PLAN, decode_ref=offset_ref(0),
         quantize_range=_quantize_range, encode_ref=_encode_ref)
+to_fields, from_fields, dequantize, dequantize_ref, quantize, quantize_ref = CODEC.surface
+_dequantize_range, QUANTIZE_REF_IS_NUMPY = CODEC.dequantize_range, CODEC.quantize_ref_is_numpy
