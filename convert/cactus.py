@@ -296,7 +296,7 @@ def _write_tensor(path: Path, st: SourceTensor, pol: Policy, panels: bool, famil
         extra["rotation"] = "orthogonal (signed permuted DCT-II, f16)"
         name = path.name
     else:
-        t = cq.quantize_hadamard(w, pol.bits)
+        t = cq.quantize_hadamard(w, pol.bits if pol.bits is not None else 4)  # a hadamard policy always has bits
         rr = cq.hadamard_relative_rmse(t) if t.k == t.kp else None
         extra["relative_rmse"] = round(rr if rr is not None else cq.relative_rmse(w, cq.dequantize(t)), 6)
         extra["rotation"] = f"hadamard seed {t.seed}"
@@ -370,7 +370,8 @@ def convert_cactus(source: str | os.PathLike, out: str | os.PathLike, bits: int 
             for st in tensors:
                 out_name, comp, recognized = cactus_name(st.hf_name, row)
                 pol = tensor_policy(out_name, comp, st.shape, bits)
-                status, fname, extra = "ignored", None, {}
+                extra: dict[str, Any] = {}
+                status, fname = "ignored", None
                 if pol.action != "ignored" and out_name is not None:
                     ts = time.perf_counter()
                     fname, extra = _write_tensor(tmp / out_name, st, pol, panels, family)

@@ -48,7 +48,7 @@ import logging
 import operator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 from .cactus_tokenizer_types import FLAG_KEYS, Resolved, TokenizerSpec  # noqa: F401  (FLAG_KEYS: re-exported)
 
@@ -140,7 +140,7 @@ def spec_from_hf(src: Path, model_type: str) -> Optional[TokenizerSpec]:
     tj = _load(src / "tokenizer.json")
     tc = _load(src / "tokenizer_config.json")
     chat = src / "chat_template.jinja"
-    common = dict(config=tc or {}, special_map=_load(src / "special_tokens_map.json") or {},
+    common: dict[str, Any] = dict(config=tc or {}, special_map=_load(src / "special_tokens_map.json") or {},
                   chat_file=chat.read_text(encoding="utf-8") if chat.is_file() else None,
                   model_type=model_type, has_config_file=tc is not None)
     if tj is None and (src / "tokenizer.model").is_file():
@@ -152,7 +152,8 @@ def spec_from_hf(src: Path, model_type: str) -> Optional[TokenizerSpec]:
                     "tokenizer.json files and SentencePiece tokenizer.model files)", src,
                     f"tokenizer.json has a {kind} model" if kind else "no readable tokenizer.json or tokenizer.model")
         return None
-    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model.get("merges") or []]
+    merges = [cast("tuple[str, str]", tuple(m.split(" ")) if isinstance(m, str) else tuple(m))
+              for m in model.get("merges") or []]
     entries = [a for a in tj.get("added_tokens") or []
                if isinstance(a, dict) and isinstance(a.get("content"), str) and a.get("id") is not None]
     added = [(int(a["id"]), a["content"]) for a in entries]
@@ -210,7 +211,7 @@ def spec_from_gguf(meta: Any, model_type: str, what: str = "GGUF") -> Optional[T
     tc["added_tokens_decoder"] = {str(i): {"content": tok, "lstrip": False, "normalized": types[i] != sentencepiece.CONTROL,
                                            "rstrip": False, "single_word": False,
                                            "special": types[i] == sentencepiece.CONTROL} for i, tok in added}
-    common = dict(config=tc, model_type=model_type, has_config_file=True)
+    common: dict[str, Any] = dict(config=tc, model_type=model_type, has_config_file=True)
     if model == "llama":
         merges = sorted(t.merges, key=t.merges.__getitem__) if t.merges else generate_merges(vocab)
         plain = frozenset(tok for i, tok in added if types[i] == sentencepiece.USER_DEFINED)
@@ -436,11 +437,11 @@ def write_spec(spec: TokenizerSpec, out: Path, family: str, what: str = "source"
     special: dict[int, str] = {}
     ids: dict[str, int] = {}
     for key in CACTUS_SPECIAL_IDS:
-        tok = r.specials.get(f"{key}_token")
-        i = r.token_id(tok) if tok else None
-        if i is not None:
-            ids[f"{key}_token_id"] = i
-            special[i] = tok
+        named = r.specials.get(f"{key}_token")
+        tid = r.token_id(named) if named else None
+        if named and tid is not None:
+            ids[f"{key}_token_id"] = tid
+            special[tid] = named
     lookup = {t: i for i, t in enumerate(id_to_token) if t}
     for key, tok in CORE_FALLBACKS.items():
         if key not in ids and tok in lookup:
@@ -455,7 +456,8 @@ def write_spec(spec: TokenizerSpec, out: Path, family: str, what: str = "source"
 
     for i, tok in r.added.items():
         note(tok, i)
-    unk = r.token_id(r.specials["unk_token"]) if r.specials.get("unk_token") else None
+    unk_token = r.specials.get("unk_token")
+    unk = r.token_id(unk_token) if unk_token else None
     tools: dict[int, str] = {}
 
     def note_additional(tok: Any) -> None:

@@ -111,9 +111,15 @@ def _template(r: Resolved, add_bos: bool, add_eos: bool) -> dict:
     def seq(name: str, type_id: int) -> dict:
         return {"Sequence": {"id": name, "type_id": type_id}}
 
-    single = ([special(bos, 0)] if add_bos else []) + [seq("A", 0)] + ([special(eos, 0)] if add_eos else [])
-    pair = single + ([special(bos, 1)] if add_bos else []) + [seq("B", 1)] + ([special(eos, 1)] if add_eos else [])
-    toks = ([bos] if add_bos else []) + ([eos] if add_eos else [])
+    first = bos if add_bos else None
+    last = eos if add_eos else None
+
+    def around(tok: str | None, type_id: int) -> list[dict]:
+        return [] if tok is None else [special(tok, type_id)]
+
+    single = around(first, 0) + [seq("A", 0)] + around(last, 0)
+    pair = single + around(first, 1) + [seq("B", 1)] + around(last, 1)
+    toks = [t for t in (first, last) if t is not None]
     specials = {t: {"id": t, "ids": [r.token_id(t)], "tokens": [t]} for t in sorted(set(toks))}
     return {"type": "TemplateProcessing", "single": single, "pair": pair, "special_tokens": specials}
 
