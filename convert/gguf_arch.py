@@ -28,7 +28,7 @@ from typing import Any, Callable, Mapping, Optional
 import numpy as np
 
 from ..formats import arch
-from ..formats.arch import transforms
+from ..formats.arch import lfm2, transforms
 from ..formats.errors import BadInputError, UnsupportedError
 from ..formats.gguf_kv import VT, KVList
 
@@ -257,15 +257,7 @@ def lfm2_layer_types(hp: Mapping[str, Any]) -> list[str]:
 def lfm2_ff_dim(hp: Mapping[str, Any]) -> int:
     """LFM2Model._add_feed_forward_length: llama.cpp's rule (the round-up to block_multiple_of
     whenever it adjusts; transformers rounds up only with a multiplier: formats/arch/lfm2.py)."""
-    ff = int(_find(hp, ("block_ff_dim", "intermediate_size")))
-    if hp.get("block_auto_adjust_ff_dim", True):
-        ff = int(2 * ff / 3)
-        mult = hp.get("block_ffn_dim_multiplier", 1.0)
-        if mult is not None:
-            ff = int(mult * ff)
-        step = int(hp.get("block_multiple_of", 256))
-        ff = step * ((ff + step - 1) // step)
-    return ff
+    return lfm2.adjusted_ff(int(_find(hp, ("block_ff_dim", "intermediate_size"))), hp, round_without_multiplier=True)
 
 
 def _lfm2_params(kv: KVList, a: str, hp: Mapping[str, Any], folder: Path, file_type: int) -> None:

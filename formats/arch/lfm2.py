@@ -33,19 +33,24 @@ from typing import Any, Mapping
 from .spec import Arch
 
 
-def hf_n_ff(c: Mapping[str, Any]) -> int:
-    """The FFN width transformers 5.5.4's ``Lfm2MLP`` builds from the config (the round-up to
-    ``block_multiple_of`` happens only with a multiplier, as there; llama.cpp's converter rounds
-    up whenever it adjusts)."""
-    ff = int(c["intermediate_size"])
+def adjusted_ff(ff: int, c: Mapping[str, Any], round_without_multiplier: bool) -> int:
+    """LFM2's FFN width from the configured ``ff``: two thirds, times ``block_ffn_dim_multiplier``,
+    rounded up to ``block_multiple_of``. transformers 5.5.4 rounds up only when a multiplier is
+    given; llama.cpp's converter whenever it adjusts (``round_without_multiplier``)."""
     if c.get("block_auto_adjust_ff_dim", True):
         ff = int(2 * ff / 3)
         mult = c.get("block_ffn_dim_multiplier", 1.0)
         if mult is not None:
             ff = int(mult * ff)
+        if mult is not None or round_without_multiplier:
             step = int(c.get("block_multiple_of", 256))
             ff = step * ((ff + step - 1) // step)
     return ff
+
+
+def hf_n_ff(c: Mapping[str, Any]) -> int:
+    """The FFN width transformers 5.5.4's ``Lfm2MLP`` builds from the config."""
+    return adjusted_ff(int(c["intermediate_size"]), c, round_without_multiplier=False)
 
 
 LFM2 = Arch(
