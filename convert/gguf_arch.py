@@ -543,6 +543,9 @@ def writer_for(cfg: Mapping[str, Any]) -> Writer:
         raise UnsupportedError(f"architecture {name!r} ({row.name}): the GGUF writer writes "
                                f"{', '.join(row.hf_architectures)} (llama.cpp's converter picks its class by it)")
     defaults = {k: v for k, v in row.hf_defaults.items()}
+    if row.gguf_converter not in CONVERTERS:
+        raise UnsupportedError(f"{row.name}: the GGUF writer does not write it yet (llama.cpp's {row.gguf_converter}); "
+                               f"the runtime and plain repacking read the HF checkpoint")
     kinds = [k for k in row.rope_theta if k != "*"]
     rope_default: dict[str, Any] = ({k: {"rope_type": "default", "rope_theta": row.default_theta(k)} for k in kinds}
                                     if kinds else {"rope_type": "default", "rope_theta": row.default_theta("*")})

@@ -7,7 +7,8 @@ torch import for a whole batch of checkpoints). Operations (``op`` plus argument
 * ``build`` ``config_class, config (kwargs), folder, seed, std``: the model from transformers'
   own config class, every parameter redrawn from a seeded normal (matrices
   ``N(0, std/sqrt(fan_in))``, norm weights around their neutral value, biases ``N(0, 0.1)``,
-  embeddings ``N(0, 0.1)``), stored as bf16 safetensors by ``save_pretrained`` (which writes the
+  embeddings ``N(0, 0.1)``, Gemma 4's ``layer_scalar`` buffers ``U(0.5, 1.5)``), stored as bf16
+  safetensors by ``save_pretrained`` (which writes the
   5.x ``config.json``)
 * ``forward`` ``folder, ids, out``: logits f32 ``[len(ids), vocab]`` of the checkpoint loaded
   in f32 (the bf16 values widened exactly) -> ``out`` (.npy)
@@ -32,8 +33,9 @@ def _redraw(model, seed: int, std: float) -> None:
         for name, p in sorted(model.named_parameters(), key=lambda kv: kv[0]):
             shape = tuple(p.shape)
             if name.endswith("norm.weight"):  # every RMSNorm weight (input_layernorm, q_norm, norm, ...)
-                # Gemma multiplies by (1 + w): keep w small; the others multiply by w: around 1
-                neutral = 0.0 if "gemma" in type(model).__name__.lower() else 1.0
+                # Gemma 2/3 multiply by (1 + w): keep w small; the others (Gemma 4 too) by w: around 1
+                cls = type(model).__name__.lower()
+                neutral = 0.0 if "gemma" in cls and "gemma4" not in cls else 1.0
                 v = neutral + rng.normal(0, 0.2, shape)
             elif name.endswith(".bias"):
                 v = rng.normal(0, 0.1, shape)
@@ -42,6 +44,9 @@ def _redraw(model, seed: int, std: float) -> None:
             else:
                 v = rng.normal(0, std / np.sqrt(shape[-1]), shape)
             p.copy_(torch.from_numpy(v.astype(np.float32)))
+        for name, b in sorted(model.named_buffers(), key=lambda kv: kv[0]):
+            if name.endswith("layer_scalar"):  # Gemma 4's per-layer output multiplier (a saved buffer)
+                b.copy_(torch.from_numpy(rng.uniform(0.5, 1.5, tuple(b.shape)).astype(np.float32)))
 
 
 def main(job_path: str) -> None:

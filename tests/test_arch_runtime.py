@@ -150,3 +150,50 @@ def test_decode_kernel_bit_identical_with_prefill(tmp_path, kind):
         apart = Model.open(b, fuse=False)
         assert apart.layers[0].qkv is None
         assert np.array_equal(apart.logits(IDS, chunk=1).view(np.uint32), whole.view(np.uint32))
+
+
+G4 = dict(BASE, model_type="gemma4_text", num_hidden_layers=5, global_head_dim=32, num_global_key_value_heads=1,
+          attention_k_eq_v=True, num_kv_shared_layers=2, use_double_wide_mlp=True, hidden_size_per_layer_input=8,
+          vocab_size_per_layer_input=V, sliding_window=5, final_logit_softcapping=20.0,
+          layer_types=["sliding_attention", "full_attention", "sliding_attention", "sliding_attention", "full_attention"])
+
+
+def _table_checkpoint(folder, config: dict, seed: int = 0) -> None:
+    """A bf16 checkpoint of every tensor the architecture table expects for ``config`` (seeded
+    normals, 1-D tensors near 1): the table's own shapes, no independent decoder."""
+    from panelpack.formats import arch
+
+    rng = np.random.default_rng(seed)
+    bits = {}
+    for name, (shape, _) in arch.expected_tensors(arch.from_hf_config(config), "hf").items():
+        v = 1.0 + rng.normal(0, 0.2, shape) if len(shape) == 1 else rng.normal(0, 1.0 / np.sqrt(shape[-1]), shape)
+        bits[name] = ref.f32_to_bf16_bits(v.astype(np.float32))
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(__import__("json").dumps(config))
+    ref.save_file({n: ("BF16", b) for n, b in bits.items()}, folder / "model.safetensors")
+
+
+def test_gemma4_shared_kv_and_per_layer_inputs_through_the_cache(tmp_path):
+    """Gemma 4 (shared-KV, sliding and global layers, k = v, per-layer inputs): a token at a
+    time through the KV cache gives the whole prompt's logits (the shared layers read the cache
+    of layers 1 and 2, allocate none of their own); the layer that owns the shared KV matters
+    (another layer's keys change the logits); on a Q8_0 panel64 bundle the decode and prefill
+    paths give the same bits (transformers' forward: tests/test_arch_transformers.py, slow)."""
+    _table_checkpoint(tmp_path / "g4", G4)
+    m = Model.open(tmp_path / "g4", "f32")
+    assert [L.spec.kv_from for L in m.layers] == [-1, -1, -1, 2, 1] and m.layers[1].v is None
+    whole = m.logits(IDS, chunk=len(IDS))
+    steps = m.logits(IDS, chunk=1)
+    np.testing.assert_allclose(steps, whole, rtol=0, atol=1e-5 * np.abs(whole).max())
+    assert [m.cache.k[i].shape[0] for i in range(5)] == [NKV, 1, NKV, 0, 0]
+    assert np.abs(whole).max() <= 20.0  # the final softcap
+    from dataclasses import replace
+
+    m.layers[3].spec = replace(m.layers[3].spec, kv_from=0)  # the wrong (earlier) sliding layer
+    moved = m.logits(IDS, chunk=len(IDS))
+    assert np.abs(moved - whole).max() > 1e-2 * np.abs(whole).max()
+    b = convert(tmp_path / "g4", tmp_path / "g4.ppk", layout="panel64", quant="q8_0").bundle
+    q = Model.open(b)
+    qw = q.logits(IDS, chunk=len(IDS))
+    assert np.array_equal(qw.view(np.uint32), q.logits(IDS, chunk=1).view(np.uint32))
+    assert np.abs(qw - whole).max() <= 0.35 * np.abs(whole).max()  # see test_arch_transformers.Q8_BOUND

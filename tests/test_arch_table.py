@@ -168,6 +168,52 @@ def test_lfm2_convolution_kernel_kept_as_stored_by_the_policy():
     assert (d.role, d.action, d.layout) == ("matmul", "quantize", "panel64")
 
 
+G4_LAYERS = ["sliding_attention", "full_attention", "sliding_attention", "sliding_attention", "full_attention",
+             "sliding_attention"]
+
+
+def test_gemma4_layers_shared_kv_heads_and_per_layer_inputs():
+    """Gemma 4 (transformers 5.5.4's Gemma4TextConfig fields): global layers with their own head
+    size, KV heads (attention_k_eq_v) and proportional RoPE; the last num_kv_shared_layers read
+    the last earlier layer of their kind and have no k/v/k_norm (and, double-wide, twice the FFN);
+    the last layer forced global as transformers does; per-layer inputs; q.k unscaled."""
+    c = cfg("gemma4_text", num_hidden_layers=6, head_dim=16, global_head_dim=32, num_global_key_value_heads=1,
+            attention_k_eq_v=True, num_kv_shared_layers=3, use_double_wide_mlp=True, hidden_size_per_layer_input=8,
+            vocab_size_per_layer_input=100, sliding_window=5, final_logit_softcapping=30.0, layer_types=G4_LAYERS)
+    hp = arch.from_hf_config(c)
+    assert hp.arch.name == "gemma4" and hp.v_norm and hp.norm_offset == 0.0 and hp.final_softcap == 30.0
+    assert [L.kind for L in hp.layers] == G4_LAYERS[:-1] + ["full_attention"]
+    assert [L.kv_from for L in hp.layers] == [-1, -1, -1, 2, 1, 1]
+    assert [(L.head_dim, L.n_head_kv, L.k_eq_v) for L in hp.layers[:2]] == [(16, 2, False), (32, 1, True)]
+    assert [L.n_ff for L in hp.layers] == [96, 96, 96, 192, 192, 192]
+    assert [L.window for L in hp.layers] == [5, 0, 5, 5, 0, 0] and {L.attn_scale for L in hp.layers} == {1.0}
+    assert (hp.n_embd_pl, hp.n_vocab_pl, hp.n_layer_pl, hp.embed_scale) == (8, 100, 6, 8.0)
+    # proportional RoPE: all 16 pairs of the 32-wide head, the first int(0.25*32//2) = 4 rotating
+    g = hp.layers[1].rope
+    assert g.dim == 32 and len(g.inv_freq) == 16
+    np.testing.assert_allclose(g.inv_freq[:4], 1e6 ** (-np.arange(0, 8, 2) / 32.0))
+    assert not any(g.inv_freq[4:])
+    assert hp.layers[0].rope.dim == 16 and hp.layers[0].rope.inv_freq[1] == pytest.approx(1e4 ** (-2 / 16))
+    want = arch.expected_tensors(hp)
+    assert "model.layers.0.self_attn.v_proj.weight" in want and "model.layers.1.self_attn.v_proj.weight" not in want
+    assert "model.layers.1.self_attn.k_proj.weight" in want and "model.layers.3.self_attn.k_proj.weight" not in want
+    assert "model.layers.3.self_attn.k_norm.weight" not in want and "model.layers.3.self_attn.q_norm.weight" in want
+    assert want["model.embed_tokens_per_layer.weight"] == ((100, 48), "pl_embed")
+    assert want["model.per_layer_model_projection.weight"] == ((48, 64), "pl_model_proj")
+    assert want["model.layers.5.per_layer_input_gate.weight"] == ((8, 64), "pl_gate")
+    assert want["model.layers.5.layer_scalar"] == ((1,), "layer_scalar")
+    assert want["model.layers.4.mlp.up_proj.weight"] == ((192, 64), "up")
+    assert arch.hf_derived_hparams(c) == {"n_head_kv": [2, 1, 2, 2, 1, 1], "n_ff": [96, 96, 96, 192, 192, 192]}
+    # the text tower of a gemma4 checkpoint without towers is the same model
+    wrap = {"model_type": "gemma4", "architectures": ["Gemma4ForConditionalGeneration"], "text_config": c}
+    assert arch.from_hf_config(wrap).layers == hp.layers
+    # without per-layer inputs or sharing
+    hp = arch.from_hf_config(cfg("gemma4_text", hidden_size_per_layer_input=0, num_kv_shared_layers=0))
+    assert not hp.has("pl_embed") and all(L.kv_from < 0 for L in hp.layers)
+    with pytest.raises(BadInputError, match="shares the KV"):  # no full layer before the shared ones
+        arch.from_hf_config(cfg("gemma4_text", num_kv_shared_layers=1, layer_types=["sliding_attention"] * 4))
+
+
 def test_gguf_reading():
     meta = {"general.architecture": "phi3", "phi3.block_count": 2, "phi3.embedding_length": 64,
             "phi3.attention.head_count": 4, "phi3.attention.head_count_kv": [2, 1], "phi3.feed_forward_length": 96,
@@ -192,7 +238,7 @@ def test_gguf_reading():
 
 # ---- refusals ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("config,words", [
-    (cfg("llama", rope_parameters={"rope_type": "proportional", "rope_theta": 1e4}), "RoPE type 'proportional'"),
+    (cfg("llama", rope_parameters={"rope_type": "ntk_alpha", "rope_theta": 1e4}), "RoPE type 'ntk_alpha'"),
     (cfg("qwen3", rope_parameters={"rope_type": "default", "rope_theta": 1e4, "mrope_section": [8, 8, 8]}), "mrope"),
     (cfg("gemma3_text", attn_logit_softcapping=50.0), "attention-logit softcapping"),
     (cfg("gemma3_text", use_bidirectional_attention=True), "bidirectional attention"),
@@ -206,6 +252,15 @@ def test_gguf_reading():
       "vision_config": {"hidden_size": 8}}, "vision tower"),
     (cfg("qwen2", layer_types=["full_attention", "conv", "full_attention", "full_attention"]), "layer 1 is 'conv'"),
     (cfg("phi3", partial_rotary_factor=0.01), "partial_rotary_factor"),
+    (cfg("gemma4_text", enable_moe_block=True), "mixture-of-experts blocks"),
+    (cfg("gemma4_text", num_experts=8, enable_moe_block=True), "mixture-of-experts"),
+    (cfg("gemma4_text", attention_bias=True), "attention biases"),
+    (cfg("gemma4_text", use_bidirectional_attention="all"), "bidirectional attention"),
+    (cfg("gemma4_text", global_head_dim=128, head_dim=64,
+         rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                          "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}), "proportional RoPE there"),
+    ({"model_type": "gemma4", "architectures": ["Gemma4ForConditionalGeneration"], "text_config": cfg("gemma4_text"),
+      "audio_config": {"hidden_size": 8}}, "audio tower"),
 ])
 def test_unsupported_settings_refused_by_name(config, words):
     with pytest.raises(UnsupportedError, match=words):

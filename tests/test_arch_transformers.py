@@ -24,6 +24,13 @@ import hf_models as hm
 
 pytestmark = pytest.mark.slow
 
+#: the Q8_0 bundle's bound on max |Δlogit| / max |logit| where it is not 0.1: Gemma 4 does not
+#: scale q·k (its q/k RMSNorms set the scale), so on random norm weights near 1 the scores spread
+#: over ~±sqrt(head_dim) and attention is nearly one-hot; Q8_0's weight error alone (f32
+#: activations) moves the logits by 0.23 of the largest, the compiled path by 0.28 (measured),
+#: with the same top-1 at every position
+Q8_BOUND = {"gemma4": 0.35}
+
 
 @pytest.mark.parametrize("arch", hm.ARCHES)
 def test_f32_logits_and_greedy_generate_match_transformers(hf_models, arch):
@@ -49,7 +56,7 @@ def test_compiled_q8_0_bundle(hf_models, arch, tmp_path):
     rep = evaluate(b, ids=m.ids, against="standard")
     assert rep.comparison.identical and rep.ok, rep.render()
     got = Model.open(b).logits(m.ids)
-    assert np.abs(got - m.logits).max() <= 0.1 * np.abs(m.logits).max(), arch
+    assert np.abs(got - m.logits).max() <= Q8_BOUND.get(arch, 0.1) * np.abs(m.logits).max(), arch
     assert (got.argmax(1) == m.logits.argmax(1)).mean() >= 0.85, arch
 
 

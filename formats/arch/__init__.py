@@ -1,7 +1,7 @@
 """The architecture table: what panelpack knows of each decoder architecture, in one place.
 
 One row (:class:`~.spec.Arch`) per architecture, a module per family (``llama.py``: llama,
-mistral, smollm3, granite; ``qwen.py``: qwen2, qwen3; ``gemma.py``: gemma3; ``phi.py``: phi3; ``lfm2.py``: lfm2),
+mistral, smollm3, granite; ``qwen.py``: qwen2, qwen3; ``gemma.py``: gemma3; ``gemma4.py``: gemma4; ``phi.py``: phi3; ``lfm2.py``: lfm2),
 registered in :data:`ARCHITECTURES`. Around the rows:
 
 * :mod:`.names`: the tensor roles with their HF, GGUF and cactus names and shapes;
@@ -25,7 +25,7 @@ import functools
 import re
 from typing import Any, Iterable, Mapping
 
-from . import gemma, keys, lfm2, llama, names, phi, qwen, rope, transforms
+from . import gemma, gemma4, keys, lfm2, llama, names, phi, qwen, rope, transforms
 from .hyper import KINDS, REFUSED, Hyper, LayerSpec, expected_tensors, gguf_arch, hf_arch, hf_rope_parameters, tensor_problems, text_config
 from .hyper import from_gguf as _from_gguf
 from .hyper import from_hf_config as _from_hf_config
@@ -89,12 +89,13 @@ def hf_derived_hparams(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """``n_head_kv`` and ``n_ff`` as the model runs them, for the rows that derive them from
     ``config.json`` rather than state them (LFM2: no KV heads in its convolution layers, the FFN
     width computed from ``intermediate_size``): one value, or a list where layers differ, as a
-    GGUF holds them. Empty for every other row, and for a config the table cannot read."""
+    GGUF holds them (Gemma 4: global layers' KV heads, double-wide FFNs). Empty for every other row,
+    and for a config the table cannot read."""
     from ..errors import BadInputError
 
     try:
         row = for_hf_config(cfg)
-        if row.hf_n_ff is None and row.layer_rule != "conv":
+        if row.hf_n_ff is None and row.layer_rule != "conv" and row.hf_layers is None:
             return {}
         hp = from_hf_config(cfg)
     except (BadInputError, KeyError, TypeError, ValueError):
@@ -117,7 +118,7 @@ def _patterns(arch: str, naming: str) -> tuple[tuple[re.Pattern, str], ...]:
     return tuple(out)
 
 
-for _row in (*llama.ROWS, *qwen.ROWS, *gemma.ROWS, *phi.ROWS, *lfm2.ROWS):
+for _row in (*llama.ROWS, *qwen.ROWS, *gemma.ROWS, *gemma4.ROWS, *phi.ROWS, *lfm2.ROWS):
     register(_row)
 
 

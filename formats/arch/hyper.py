@@ -35,6 +35,11 @@ from .spec import Arch
 KINDS = ("full_attention", "sliding_attention", "conv")
 #: config.json activation names -> the runtime's
 HF_ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh"}
+#: the role conditions (spec.CONDITIONS) that hold layer by layer
+LAYER_CONDITIONS: dict[str, Callable[["LayerSpec"], bool]] = {
+    "own_kv": lambda L: L.kv_from < 0,
+    "own_v": lambda L: L.kv_from < 0 and not L.k_eq_v,
+}
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,8 @@ class LayerSpec:
     window: int  # attends to the last `window` positions (itself included); 0: all before it
     rope: rope.Rope | None  # None: this layer has no RoPE
     attn_scale: float  # multiplies q·k
+    kv_from: int = -1  # >= 0: the layer reads the keys and values of that earlier layer (Gemma 4's shared KV)
+    k_eq_v: bool = False  # the values are the key projection (before its norm and RoPE): attention_k_eq_v
 
     @property
     def mixer(self) -> str:
@@ -99,21 +106,31 @@ class Hyper:
     bos_id: int | None = None
     eos_ids: tuple[int, ...] = field(default_factory=tuple)
     conv_l: int = 0  # the short convolution's kernel length (LFM2's conv_L_cache; 0: no convolution layers)
+    v_norm: bool = False  # values RMS-normalized per head, without a weight (Gemma 4)
+    n_embd_pl: int = 0  # width of each layer's per-layer input (Gemma 4's hidden_size_per_layer_input; 0: none)
+    n_vocab_pl: int = 0  # rows of the per-layer input embedding (vocab_size_per_layer_input)
+    n_layer_pl: int = 0  # layers the per-layer inputs cover (n_layer; kept when a model is truncated)
 
     @property
     def tied(self) -> bool:
         return "untied" not in self.flags
 
     def has(self, role: str) -> bool:
-        """Whether this model has the role's tensor(s)."""
+        """Whether this model has the role's tensor(s) (a per-layer condition: in some layer)."""
         cond = self.arch.roles.get(role)
+        if cond in LAYER_CONDITIONS:
+            return any(LAYER_CONDITIONS[cond](L) for L in self.layers)
         return cond is not None and (cond == "always" or cond in self.flags)
 
     def has_at(self, role: str, layer: int) -> bool:
         """Whether layer ``layer`` has the role's tensor (a role of one mixer block exists only in
-        the layers of that block)."""
+        the layers of that block; a per-layer condition holds in that layer)."""
         block = ROLES[role].block
-        return self.has(role) and (not block or block == self.layers[layer].mixer)
+        L = self.layers[layer]
+        cond = self.arch.roles.get(role)
+        if cond in LAYER_CONDITIONS and not LAYER_CONDITIONS[cond](L):
+            return False
+        return self.has(role) and (not block or block == L.mixer)
 
     def truncated(self, n_layer: int) -> "Hyper":
         return replace(self, n_layer=n_layer, layers=self.layers[:n_layer])
@@ -122,7 +139,8 @@ class Hyper:
         """The shape symbols of :mod:`.names` for a layer (None: model-level)."""
         rd = max((L.rope.dim for L in self.layers if L.rope is not None), default=0)
         d = {"n_embd": self.n_embd, "n_vocab": self.n_vocab, "rope_half": rd // 2, "conv_L": self.conv_l,
-             "conv3": 3 * self.n_embd, "one": 1}
+             "conv3": 3 * self.n_embd, "one": 1, "n_embd_pl": self.n_embd_pl, "n_vocab_pl": self.n_vocab_pl,
+             "pl_total": self.n_layer_pl * self.n_embd_pl}
         if layer is not None:
             L = self.layers[layer]
             d.update(q_dim=L.q_dim, kv_dim=L.kv_dim, v_dim=L.v_dim, qkv_dim=L.qkv_dim, head_dim=L.head_dim,
@@ -140,7 +158,7 @@ REFUSED = {
     "granitemoe": "mixture-of-experts FFN layers", "granitemoeshared": "mixture-of-experts FFN layers",
     "olmoe": "mixture-of-experts FFN layers", "llama4": "mixture-of-experts FFN layers and chunked attention",
     "gemma2": "attention-logit softcapping", "gemma3n": "AltUp and per-layer inputs",
-    "gemma4": "per-layer inputs and shared KV caches", "lfm2_moe": "mixture-of-experts FFN layers",
+    "lfm2_moe": "mixture-of-experts FFN layers",
     "lfm2moe": "mixture-of-experts FFN layers",
     "qwen3_next": "linear-attention layers", "granitemoehybrid": "Mamba layers",
 }
@@ -367,6 +385,10 @@ def from_hf_config(cfg: Mapping[str, Any], table: Mapping[str, Arch]) -> Hyper:
     flags = {f for f, on in (("untied", not c.get("tie_word_embeddings", True)),
                              ("attention_bias", bool(c.get("attention_bias"))),
                              ("mlp_bias", bool(c.get("mlp_bias")))) if on}
+    extra: dict[str, Any] = {}
+    if arch.hf_layers is not None:  # a row that lays out its layers itself (Gemma 4)
+        layers, extra = arch.hf_layers(c, layers, params, n_ctx)
+        flags |= set(extra.pop("flags", ()))
     eos = c.get("eos_token_id")
     eos_ids = tuple(eos) if isinstance(eos, list) else ((eos,) if isinstance(eos, int) else ())
     emb = math.sqrt(n_embd) if arch.embed_scale_sqrt else _float(c.get("embedding_multiplier", 1.0), "embedding_multiplier")
@@ -378,7 +400,7 @@ def from_hf_config(cfg: Mapping[str, Any], table: Mapping[str, Arch]) -> Hyper:
         logit_scale=_float(c.get("logits_scaling", 1.0), "logits_scaling"),
         final_softcap=_float(c.get("final_logit_softcapping") or 0.0, "final_logit_softcapping"),
         bos_id=c.get("bos_token_id") if isinstance(c.get("bos_token_id"), int) else None,
-        eos_ids=tuple(int(x) for x in eos_ids if isinstance(x, int)), conv_l=conv_l,
+        eos_ids=tuple(int(x) for x in eos_ids if isinstance(x, int)), conv_l=conv_l, **extra,
     )
 
 

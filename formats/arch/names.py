@@ -11,7 +11,8 @@ row (:class:`~.spec.Arch`) lists the roles it has and overrides the names that d
 Shape symbols: ``n_embd``, ``n_vocab``, ``rope_half`` (model); ``q_dim`` (= n_head·head_dim),
 ``kv_dim`` (n_head_kv·head_dim), ``v_dim`` (n_head_kv·head_dim_v), ``qkv_dim`` (q + k + v),
 ``head_dim``, ``n_ff``, ``ff2`` (2·n_ff) (layer); ``conv_L`` (the short convolution's length),
-``conv3`` (3·n_embd), ``one`` (1) (LFM2's convolution layers).
+``conv3`` (3·n_embd), ``one`` (1) (LFM2's convolution layers); ``n_embd_pl``, ``n_vocab_pl``,
+``pl_total`` (n_layer·n_embd_pl) (Gemma 4's per-layer inputs).
 
 A role with a ``block`` exists only in the layers whose mixer is that block (LFM2: q/k/v in
 its attention layers, ``conv``/``conv_in``/``conv_out`` in its convolution layers).
@@ -104,6 +105,21 @@ ROLES: dict[str, Role] = {r.name: r for r in (
     Role("down_bias", _B + "ffn_down.bias", _L + "mlp.down_proj.bias", _C + "mlp_down_proj.bias", ("n_embd",)),
     Role("post_ffn_norm", _B + "post_ffw_norm.weight", _L + "post_feedforward_layernorm.weight",
          _C + "post_ffn_norm.weights", ("n_embd",), "RMSNorm of the FFN output (Gemma)"),
+    Role("pl_embed", "per_layer_token_embd.weight", "model.embed_tokens_per_layer.weight", None,
+         ("n_vocab_pl", "pl_total"), "per-layer input embeddings: n_layer rows of n_embd_pl per token, gathered "
+         "by id (Gemma 4)"),
+    Role("pl_model_proj", "per_layer_model_proj.weight", "model.per_layer_model_projection.weight", None,
+         ("pl_total", "n_embd"), "the embedding's projection to the per-layer inputs (Gemma 4)"),
+    Role("pl_proj_norm", "per_layer_proj_norm.weight", "model.per_layer_projection_norm.weight", None,
+         ("n_embd_pl",), "RMSNorm of each layer's projected input (Gemma 4)"),
+    Role("pl_gate", _B + "inp_gate.weight", _L + "per_layer_input_gate.weight", None, ("n_embd_pl", "n_embd"),
+         "a layer's per-layer-input gate (Gemma 4)"),
+    Role("pl_proj", _B + "proj.weight", _L + "per_layer_projection.weight", None, ("n_embd", "n_embd_pl"),
+         "a layer's per-layer-input projection back to n_embd (Gemma 4)"),
+    Role("pl_post_norm", _B + "post_norm.weight", _L + "post_per_layer_input_norm.weight", None, ("n_embd",),
+         "RMSNorm of the per-layer-input branch (Gemma 4)"),
+    Role("layer_scalar", _B + "layer_output_scale.weight", _L + "layer_scalar", None, ("one",),
+         "the layer's output multiplier (Gemma 4)"),
 )}
 
 #: roles that are 1-D (norm weights, biases, RoPE factors)

@@ -24,8 +24,13 @@ rotates pair ``i`` by ``p · inv_freq[i]``::
                max_position_embeddings / L; GGUF: ``rope_factors_short.weight`` and the key
                ``rope.scaling.attn_factor``
 
-Anything else (a ``rope_type`` not above, ``mrope`` sections, Gemma 4's ``proportional``) is
-refused by name (:class:`~panelpack.formats.errors.UnsupportedError`), never defaulted.
+    proportional  (Gemma 4's global layers) every pair of the head rotates by halves (i, i + D/2),
+               the first ``a = int(partial_rotary_factor·D // 2)`` with base^(-2i/D), the rest
+               with frequency 0 (cos 1, sin 0: unrotated); all divided by ``factor``. llama.cpp's
+               converter writes the same as divisors 1 and 1e30 (``rope_freqs.weight``)
+
+Anything else (a ``rope_type`` not above, ``mrope`` sections) is refused by name
+(:class:`~panelpack.formats.errors.UnsupportedError`), never defaulted.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ import numpy as np
 from ..errors import BadInputError, UnsupportedError
 
 #: rope types (transformers' ``rope_type`` names) the runtime implements
-ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn", "longrope")
+ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn", "longrope", "proportional")
 #: transformers' older spellings
 ALIASES = {"su": "longrope"}
 
@@ -139,6 +144,8 @@ def from_hf(params: Mapping[str, Any], head_dim: int, max_position_embeddings: i
     if params.get("mrope_section") or params.get("mrope_interleaved"):
         raise UnsupportedError(f"{where}: multimodal RoPE sections (mrope) are not implemented by the runtime")
     base = _num(params, "rope_theta", where)
+    if kind == "proportional":
+        return _proportional(base, head_dim, params, where)
     dim = rotary_dim(head_dim, params.get("partial_rotary_factor"), where)
     inv = default_inv_freq(base, dim)
     label = f"{kind} base {base:g}" + (f" on {dim} of {head_dim} dims" if dim != head_dim else "")
@@ -176,6 +183,23 @@ def from_hf(params: Mapping[str, Any], head_dim: int, max_position_embeddings: i
     if att is None:
         att = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(orig))
     return Rope(dim, tuple(inv / short), float(att), orig, f"{label}, longrope (short factors to {orig})")
+
+
+def _proportional(base: float, head_dim: int, params: Mapping[str, Any], where: str) -> Rope:
+    """transformers 5.5.4's ``_compute_proportional_rope_parameters``: D/2 frequencies over the
+    whole head, the leading ``int(partial·D // 2)`` of them rotating, the rest 0."""
+    if head_dim < 2 or head_dim % 2:
+        raise UnsupportedError(f"{where}: proportional RoPE on an odd head size {head_dim}")
+    partial = _num(params, "partial_rotary_factor", where, 1.0)
+    factor = _num(params, "factor", where, 1.0)
+    angles = int(partial * head_dim // 2)
+    if not 0 <= angles <= head_dim // 2 or factor <= 0:
+        raise BadInputError(f"{where}: proportional RoPE with partial_rotary_factor {partial:g}, factor {factor:g}")
+    inv = np.zeros(head_dim // 2, np.float64)
+    inv[:angles] = default_inv_freq(base, head_dim)[:angles]
+    label = f"proportional base {base:g}, {2 * angles} of {head_dim} dims rotated" + (
+        f", factor {factor:g}" if factor != 1.0 else "")
+    return Rope(head_dim, tuple(inv / factor), label=label)
 
 
 def from_gguf(base: float, dim: int, head_dim: int, scaling: str, factor: float, original: int,

@@ -26,6 +26,9 @@ CONDITIONS = {
     "mlp_bias": "config mlp_bias: gate, up and down projections have biases",
     "rope_freqs": "GGUF only: Llama 3 RoPE scaling, written by llama.cpp's converter as a tensor",
     "longrope": "GGUF only: LongRoPE factors, written by llama.cpp's converter as tensors",
+    "per_layer_input": "config hidden_size_per_layer_input: per-layer input embeddings (Gemma 4)",
+    "own_kv": "per layer: the layer computes its keys (not a KV-shared layer; Gemma 4's num_kv_shared_layers)",
+    "own_v": "per layer: the layer computes its values (own_kv, and not attention_k_eq_v's global layers)",
 }
 
 #: what llama.cpp's ``convert_hf_to_gguf.py`` does to a role's HF tensor (and its inverse)
@@ -77,6 +80,7 @@ class Arch:
     nope_interval: int = 0  # every n-th layer without RoPE (HF default; llama.cpp's fixed step)
     layer_kinds: tuple[str, ...] = ("full_attention", "sliding_attention")  # the kinds its layers may be
     hf_n_ff: Callable[[Mapping[str, Any]], int] | None = None  # the FFN width from config.json, where derived
+    hf_layers: Callable[..., Any] | None = None  # builds the LayerSpecs itself (Gemma 4: gemma4.hf_layers)
     rope_theta: Mapping[str, float] = field(default_factory=dict)  # layer kind ("*": any) -> default base
     hf_theta_keys: Mapping[str, str] = field(default_factory=dict)  # layer kind -> 4.x top-level key
     rope_scaling_kinds: tuple[str, ...] | None = None  # 4.x rope_scaling applies to these kinds only

@@ -77,10 +77,14 @@ class Layer:
     conv_in: Linear | None = None  # a short-convolution layer's projections and kernel [L, d]
     conv_out: Linear | None = None
     conv: np.ndarray | None = None
+    pl_gate: Linear | None = None  # the per-layer-input branch (Gemma 4)
+    pl_proj: Linear | None = None
+    pl_post_norm: np.ndarray | None = None
+    layer_scalar: np.ndarray | None = None  # [1]: the layer's output multiplier (Gemma 4)
 
     def linears(self) -> list[Linear]:
         return [x for x in (self.q, self.k, self.v, self.qkv, self.o, self.conv_in, self.conv_out, self.gate, self.up,
-                            self.gate_up, self.down) if x is not None]
+                            self.gate_up, self.down, self.pl_gate, self.pl_proj) if x is not None]
 
 
 @dataclass
@@ -102,8 +106,9 @@ class KVCache:
         cap = max(need, 2 * have, 64)
         n = self.length
         for i, L in enumerate(layers):
-            k = np.zeros((L.n_head_kv, L.head_dim, cap), np.float32)
-            v = np.zeros((L.n_head_kv, cap, L.head_dim_v), np.float32)
+            heads = 0 if L.kv_from >= 0 else L.n_head_kv  # a KV-shared layer reads another layer's cache
+            k = np.zeros((heads, L.head_dim, cap), np.float32)
+            v = np.zeros((heads, cap, L.head_dim_v), np.float32)
             if i < len(self.k):
                 k[:, :, :n] = self.k[i][:, :, :n]
                 v[:, :n] = self.v[i][:, :n]
@@ -179,6 +184,13 @@ class Model:
             raise BadInputError(f"embedding has {self.embed.k} columns, the model's n_embd is {hp.n_embd}")
         self.out_norm = vec("out_norm")
         self.output = linear(tn("embed"), e, r, kernels) if hp.tied else lin("output")
+        self.pl_embed = self.pl_model_proj = self.pl_proj_norm = None
+        if hp.has("pl_embed"):  # per-layer inputs (Gemma 4)
+            self.pl_embed = Embedding(*source.get(tn("pl_embed")))
+            self.pl_model_proj, self.pl_proj_norm = lin("pl_model_proj"), vec("pl_proj_norm")
+            if self.pl_embed.k != hp.n_layer_pl * hp.n_embd_pl:
+                raise BadInputError(f"{tn('pl_embed')} has {self.pl_embed.k} columns; {hp.n_layer_pl} layers of "
+                                    f"{hp.n_embd_pl} per-layer inputs need {hp.n_layer_pl * hp.n_embd_pl}")
         self.layers: list[Layer] = []
         for i, spec in enumerate(hp.layers):
             conv = spec.mixer == "conv"
@@ -190,16 +202,21 @@ class Model:
             elif hp.has("qkv"):
                 L.qkv = lin("qkv", i)
             else:
-                L.q, L.k, L.v = lin("q", i), lin("k", i), lin("v", i)
-                L.qkv = stack(("q", "k", "v"), i)
+                L.q = lin("q", i)
+                L.k = lin("k", i) if hp.has_at("k", i) else None
+                L.v = lin("v", i) if hp.has_at("v", i) else None
+                if L.k is not None and L.v is not None:
+                    L.qkv = stack(("q", "k", "v"), i)
             if hp.has("gate_up"):
                 L.gate_up = lin("gate_up", i)
             else:
                 L.gate, L.up = lin("gate", i), lin("up", i)
                 L.gate_up = stack(("gate", "up"), i)
             for role in ("q_bias", "k_bias", "v_bias", "o_bias", "gate_bias", "up_bias", "down_bias",
-                         "q_norm", "k_norm", "post_attn_norm", "post_ffn_norm"):
+                         "q_norm", "k_norm", "post_attn_norm", "post_ffn_norm", "pl_post_norm", "layer_scalar"):
                 setattr(L, role, vec(role, i) if hp.has_at(role, i) else None)
+            if hp.has_at("pl_gate", i):
+                L.pl_gate, L.pl_proj = lin("pl_gate", i), lin("pl_proj", i)
             self.layers.append(L)
         self.n_vocab = self.output.n
         self.act = ops.ACTIVATIONS[hp.activation]
@@ -254,6 +271,7 @@ class Model:
         x = self.embed(ids)
         if hp.embed_scale != 1.0:
             x = x * np.float32(hp.embed_scale)
+        pli = self._per_layer_inputs(ids, x) if self.pl_embed is not None else None
         positions = np.arange(pos0, pos0 + m)
         tables: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         none = (np.zeros((m, 0), np.float32), np.zeros((m, 0), np.float32))
@@ -266,6 +284,10 @@ class Model:
                     tables[id(rope)] = rope.tables(positions)
                 cos, sin = tables[id(rope)]
             x = self._layer(i, L, x, pos0, cos, sin)
+            if L.pl_gate is not None and pli is not None:
+                x = self._per_layer_branch(L, x, pli[:, i])
+            if L.layer_scalar is not None:
+                x = x * L.layer_scalar[0]
         self.cache.length = pos0 + m
         h = ops.rms_norm(x[-1:] if last_only else x, self.out_norm, hp.eps)
         logits = self.output(h)
@@ -283,6 +305,8 @@ class Model:
         if L.conv is not None:
             o = self._short_conv(i, L, h)
             return self._ffn(L, x + (o * np.float32(hp.residual_scale) if hp.residual_scale != 1.0 else o))
+        if s.kv_from >= 0 or s.k_eq_v or hp.v_norm:
+            return self._layer_gemma4(i, L, x, h, pos0, cos, sin)
         kt, vc = self.cache.k[i], self.cache.v[i]
         if m == 1 and s.head_dim_v == s.head_dim:  # a decoded token: q/k/v to attention in one pass
             # (q, k, v in one product where they stack; else three, side by side: the same bits)
@@ -312,6 +336,45 @@ class Model:
         kt[:, :, pos0:pos0 + m] = k.transpose(1, 2, 0)
         vc[:, pos0:pos0 + m] = v.transpose(1, 0, 2)
         return self._layer_rest(i, L, x, pos0, q, kt, vc)
+
+    def _layer_gemma4(self, i, L: Layer, x, h, pos0, cos, sin):
+        """Attention with Gemma 4's blocks: values RMS-normalized (no weight), the key projection as
+        the values (``k_eq_v``), or another layer's keys and values (``kv_from``: that layer ran
+        earlier in this call, so its cache holds this chunk's positions)."""
+        hp, s = self.hp, L.spec
+        m = x.shape[0]
+        q = ops.rms_norm(L.q(h).reshape(m, s.n_head, s.head_dim), L.q_norm, hp.eps)
+        q = ops.rope(q, cos, sin, hp.rope_pairs)
+        if s.kv_from >= 0:
+            return self._layer_rest(i, L, x, pos0, q, self.cache.k[s.kv_from], self.cache.v[s.kv_from])
+        kt, vc = self.cache.k[i], self.cache.v[i]
+        if L.v is None:
+            k = L.k(h)
+            v = k
+        else:
+            k, v = _matmuls((L.k, L.v), h)
+        k = ops.rms_norm(k.reshape(m, s.n_head_kv, s.head_dim), L.k_norm, hp.eps)
+        v = v.reshape(m, s.n_head_kv, s.head_dim_v)
+        if hp.v_norm:
+            v = ops.rms_norm(v, np.ones(s.head_dim_v, np.float32), hp.eps)
+        kt[:, :, pos0:pos0 + m] = ops.rope(k, cos, sin, hp.rope_pairs).transpose(1, 2, 0)
+        vc[:, pos0:pos0 + m] = v.transpose(1, 0, 2)
+        return self._layer_rest(i, L, x, pos0, q, kt, vc)
+
+    def _per_layer_inputs(self, ids, x):
+        """Gemma 4's per-layer inputs ``[M, n_layer, P]`` of this chunk (see formats/arch/gemma4.py):
+        ``(RMSNorm(W·x / √n_embd) + emb_pl(ids)·√P) / √2``, ``x`` the scaled embedding."""
+        hp = self.hp
+        m, p = ids.size, hp.n_embd_pl
+        e = self.pl_embed(ids).reshape(m, hp.n_layer_pl, p) * np.float32(np.sqrt(p))
+        proj = self.pl_model_proj(x) * np.float32(hp.n_embd ** -0.5)
+        proj = ops.rms_norm(proj.reshape(m, hp.n_layer_pl, p), self.pl_proj_norm, hp.eps)
+        return (proj + e) * np.float32(2.0 ** -0.5)
+
+    def _per_layer_branch(self, L: Layer, x, pl):
+        """``x + RMSNorm(W_proj·(act(W_gate·x) ⊙ pl))·w_post`` (Gemma 4, after the FFN)."""
+        h = self.act(L.pl_gate(x)) * pl
+        return x + ops.rms_norm(L.pl_proj(h), L.pl_post_norm, self.hp.eps)
 
     def _layer_rest(self, i, L: Layer, x, pos0, q, kt, vc):
         """The layer from attention on (q rotated, this chunk's k and v in the cache)."""
