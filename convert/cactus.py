@@ -117,6 +117,8 @@ def tensor_policy(out: Optional[str], component: str, shape: tuple[int, ...], bi
     if component != "embedding" and not head and shape[1] % cq.GROUP:
         return Policy("fallback", "FP16", None, "none", False, False,
                       f"input width is not aligned to CQ group size {cq.GROUP}")
+    if out == "embed_tokens_per_layer.weights":  # Gemma 4's per-layer table: the requested bits, Hadamard
+        return Policy("convert", f"CQ{bits}", bits, "hadamard", False, False, None)
     if component == "embedding" or head:
         il = head and shape[0] % 4 == 0 and shape[1] % 32 == 0
         return Policy("convert", "CQ4", 4, "orthogonal", il, False, None)
@@ -384,6 +386,16 @@ def convert_cactus(source: str | os.PathLike, out: str | os.PathLike, bits: int 
                 result.ledger.append({"name": st.hf_name, "file": fname, "shape": list(st.shape),
                                       "source_type": st.source_type, "precision": pol.precision,
                                       "status": status, **({"note": st.note} if st.note else {}), **extra})
+            for buf, shape, dtype, values in ccfg.buffer_files(row, hf, family) if kind == "hf" else ():
+                comp = "embedding" if "embed" in buf else "language"
+                fname = buf.replace(".", "_") + ".weights"
+                pol = tensor_policy(fname, comp, shape, bits)
+                (tmp / fname).write_bytes(cfile.fp16_file_bytes(values))
+                result.rows.append(_manifest_row(SourceTensor(buf, shape, dtype, "F32", None), fname, comp, pol,
+                                                 "fallback", True, family, (tmp / fname).stat().st_size))
+                result.ledger.append({"name": buf, "file": fname, "shape": list(shape), "source_type": "buffer",
+                                      "precision": pol.precision, "status": "fallback",
+                                      "note": "a model buffer transformers computes (cactus's gemma4 adapter writes it)"})
             for buf, shape, dtype in ccfg.model_buffers(row, hf) if kind == "hf" else ():
                 comp = "embedding" if "embed" in buf else "language"
                 result.rows.append(_manifest_row(SourceTensor(buf, shape, dtype, "F32", None), None, comp,

@@ -20,6 +20,7 @@ fallbacks: the layer norms ``(w + 1)/16 - 1``, ``output_norm`` ``(w + 1)·16 - 1
 
 from __future__ import annotations
 
+import math
 from typing import Any, Optional
 
 import numpy as np
@@ -52,9 +53,24 @@ def _gemma3_scale(out: str) -> float:
     return _GEMMA_SCALE if base in ("ffn_gate", "ffn_up") else 1.0 / _GEMMA_SCALE if base == "token_embeddings" else 1.0
 
 
+_GEMMA4_MULT = ("ffn_gate", "ffn_up", "per_layer_gate", "moe_gate_proj", "moe_up_proj")
+_GEMMA4_DIV = ("token_embeddings", "output_weight", "embed_vision_proj", "embed_audio_proj")
+_GEMMA4_NORMS = ("input_norm", "post_attn_norm", "pre_ffn_norm", "post_ffn_norm", "post_per_layer_norm", "post_proj_norm")
+
+
+def _gemma4_scale(out: str) -> float:
+    """cactus's ``gemma4_scale_factor`` (its norms are ``x·w``: the factor multiplies every value)."""
+    base = _base_name(out)
+    if base in _GEMMA4_MULT:
+        return _GEMMA_SCALE
+    if base in _GEMMA4_DIV or any(x in out for x in _GEMMA4_NORMS) or "router_scale" in out:
+        return 1.0 / _GEMMA_SCALE
+    return _GEMMA_SCALE if out == "output_norm.weights" else 1.0
+
+
 #: family -> the factor a CQ file's norms are multiplied by, from its file name (cactus's
 #: adapter ``scale_factor``; 1.0 for the families without one)
-FAMILY_SCALES = {"gemma3": _gemma3_scale}
+FAMILY_SCALES = {"gemma3": _gemma3_scale, "gemma4": _gemma4_scale}
 
 
 def scale_factor(family: str, out: str) -> float:
@@ -64,6 +80,9 @@ def scale_factor(family: str, out: str) -> float:
 
 def fp16_values(family: str, out: str, w: np.ndarray) -> np.ndarray:
     """The values an FP16 fallback file of ``family`` stores for ``w`` (f32)."""
+    if family == "gemma4":  # save_tensor_with_header: data * gemma4_scale_factor(name)
+        f = _gemma4_scale(out)
+        return w * np.float32(f) if f != 1.0 else w
     if family != "gemma3":
         return w
     one, s = np.float32(1.0), np.float32(_GEMMA_SCALE)
@@ -78,8 +97,27 @@ def fp16_values(family: str, out: str, w: np.ndarray) -> np.ndarray:
     return w
 
 
+_WRAPPER_COMMON = ("chunk_size_feed_forward", "id2label", "is_encoder_decoder", "label2id", "output_attentions",
+                   "output_hidden_states", "problem_type", "return_dict")
+
+
+def _wrapper_config_dict(config: dict[str, Any], source: str, row: _arch.Arch) -> dict[str, Any]:
+    """transformers 5.5.4's dict of a multimodal wrapper's config.json (Gemma4Config): its own
+    keys over the common ones (no pad_token_id), ``text_config`` the text config's dict (its
+    ``_name_or_path`` empty, ``architectures`` and ``dtype`` null)."""
+    common = {k: COMMON_DEFAULTS[k] for k in _WRAPPER_COMMON}
+    tc = {("dtype" if k == "torch_dtype" else k): v for k, v in config["text_config"].items()}
+    text = {"_name_or_path": "", **common, "architectures": None, "dtype": None, **row.hf_defaults, **tc}
+    outer = {"_name_or_path": source, **common, **{("dtype" if k == "torch_dtype" else k): v
+                                                   for k, v in config.items() if k != "text_config"}}
+    outer["text_config"] = text
+    return outer
+
+
 def hf_config_dict(config: dict[str, Any], source: str, row: _arch.Arch) -> dict[str, Any]:
     """The config dict transformers 5.5.4 produces for a ``config.json`` of ``row``."""
+    if config.get("model_type") in row.hf_wrapper_types and isinstance(config.get("text_config"), dict):
+        return _wrapper_config_dict(config, source, row)
     raw = {("dtype" if k == "torch_dtype" else k): v for k, v in config.items()}
     for old, new in row.hf_aliases.items():  # transformers pops the older key (LFM2's tie_embedding)
         if old in raw:
@@ -124,13 +162,76 @@ def _lfm2_runtime(cfg: dict[str, Any]) -> dict[str, Any]:
             "routed_scaling_factor": float(cfg.get("routed_scaling_factor", 1.0))}
 
 
-#: family -> the runtime keys its adapter adds over the base ones (``runtime_config`` overrides)
-FAMILY_RUNTIME = {"lfm2": _lfm2_runtime}
+def _gemma4_runtime(cfg: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
+    """cactus's ``extract_complex_gemma_config`` of the text config ``cfg`` and the wrapper's
+    ``root`` (a key of ``cfg`` wins even when null, as its ``cfg_get`` does)."""
+    def get(key, default=None):
+        return cfg[key] if key in cfg else root.get(key, default)
+
+    from ..formats.errors import UnsupportedError
+
+    if get("final_logit_softcapping") is None:  # cactus: float(None) fails
+        raise UnsupportedError("gemma4: cactus's gemma4 adapter needs final_logit_softcapping (the released models "
+                               "set 30.0); this config has none")
+    rp = get("rope_parameters", {}) or {}
+    full = rp.get("full_attention", {}) if isinstance(rp, dict) else {}
+    slide = rp.get("sliding_attention", {}) if isinstance(rp, dict) else {}
+    theta = root.get("rope_theta")
+    if theta is None:
+        theta = cfg.get("rope_theta", 1000000.0)
+    if (theta is None or theta == 1000000.0) and isinstance(full, dict) and full.get("rope_theta") is not None:
+        theta = float(full["rope_theta"])
+    local = float(get("rope_local_base_freq", 10000.0))
+    if isinstance(slide, dict) and "rope_theta" in slide:
+        local = float(slide["rope_theta"])
+    pattern = get("attention_type_pattern") or get("attention_types") or get("layer_types")
+    n = int(cfg.get("num_hidden_layers", cfg.get("num_layers", 30)))
+    pl = get("hidden_size_per_layer_input")
+    out: dict[str, Any] = {
+        "altup_num_inputs": int(get("altup_num_inputs", 4)), "laurel_rank": int(get("laurel_rank", 64)),
+        "hidden_size_per_layer_input": int(pl) if pl is not None else 0,
+        "num_kv_shared_layers": int(get("num_kv_shared_layers", 0)), "sliding_window": int(get("sliding_window", 512)),
+        "rope_local_base_freq": local, "rope_theta": float(theta),
+        "final_logit_softcapping": float(get("final_logit_softcapping", 30.0)),
+        "query_pre_attn_scalar": int(get("query_pre_attn_scalar", 0)),
+        "global_partial_rotary_factor": float(get("global_partial_rotary_factor",
+                                                  full.get("partial_rotary_factor", 1.0) if isinstance(full, dict) else 1.0)),
+        "attention_k_eq_v": bool(get("attention_k_eq_v", False)), "enable_moe_block": bool(get("enable_moe_block", False)),
+    }
+    top_k = get("top_k_experts")
+    if top_k is None:
+        top_k = get("num_experts_per_tok")
+    if top_k is not None:
+        out["num_top_experts"] = out["num_experts_per_tok"] = int(top_k)
+    expert_ff = get("expert_intermediate_size")
+    if expert_ff is None:
+        expert_ff = get("moe_intermediate_size")
+    for key, v in (("global_head_dim", get("global_head_dim")), ("num_global_key_value_heads", get("num_global_key_value_heads")),
+                   ("expert_intermediate_size", expert_ff), ("vocab_size_per_layer_input", get("vocab_size_per_layer_input")),
+                   ("sliding_window_pattern", get("_sliding_window_pattern"))):
+        if v is not None:
+            out[key] = int(v)
+    if pattern:
+        kinds = list(pattern) if isinstance(pattern, (list, tuple)) else [str(pattern)]
+        out["layer_types"] = ["global" if "global" in str(kinds[i % len(kinds)]).lower()
+                              or "full" in str(kinds[i % len(kinds)]).lower() else "sliding" for i in range(n)]
+    return out
+
+
+#: family -> the runtime keys its adapter adds over the base ones (``runtime_config`` overrides):
+#: ``(text config, wrapper config) -> keys``
+FAMILY_RUNTIME = {"lfm2": lambda cfg, root: _lfm2_runtime(cfg), "gemma4": _gemma4_runtime}
+#: families whose adapter reads the runtime keys from a wrapper's ``text_config`` (Gemma4Adapter)
+TEXT_CONFIG_FAMILIES = ("gemma4",)
 
 
 def runtime_config(cfg: dict[str, Any], family: Optional[str] = None) -> dict[str, Any]:
     """The runtime keys cactus's converter derives (its ``extract_base_config``, then the
     family's own: :data:`FAMILY_RUNTIME`)."""
+    root = cfg
+    if family in TEXT_CONFIG_FAMILIES and isinstance(cfg.get("text_config"), dict):
+        cfg = cfg["text_config"]
+
     def get(*keys, default=None):
         for k in keys:
             if cfg.get(k) is not None:
@@ -172,8 +273,60 @@ def runtime_config(cfg: dict[str, Any], family: Optional[str] = None) -> dict[st
         out["conv_L_cache"] = int(cfg["conv_L_cache"])
     extra = FAMILY_RUNTIME.get(family or "")
     if extra:
-        out.update(extra(cfg))
+        out.update(extra(cfg, root))
     return out
+
+
+def _torch_inv_freq(base: float, dim: int, angles: int) -> np.ndarray:
+    """transformers' ``1 / base^(arange(0, 2·angles, 2) / dim)`` in f32 (its RoPE init functions)."""
+    e = np.arange(0, 2 * angles, 2, dtype=np.int64).astype(np.float32) / np.float32(dim)
+    return (np.float32(1.0) / (np.float32(base) ** e)).astype(np.float32)
+
+
+def _gemma4_buffers(row: _arch.Arch, hf: dict[str, Any]) -> list[tuple[str, tuple[int, ...], str, np.ndarray]]:
+    """Gemma 4's non-persistent buffers, which cactus's gemma4 adapter writes as FP16 files (its
+    ``GEMMA4_RUNTIME_BUFFER_SUFFIXES``), in the module's order: the embedding scale (the model
+    loaded in f16), the rotary frequencies of each layer type (f32; sorted, see convert/cactus.py),
+    the per-layer embedding scale."""
+    wrapped = isinstance(hf.get("text_config"), dict)
+    text = hf["text_config"] if wrapped else hf
+    pre = "model.language_model." if wrapped else "model."
+
+    def scale(x: float) -> np.ndarray:
+        return np.asarray(np.float32(x)).astype(np.float16)
+
+    out: list[tuple[str, tuple[int, ...], str, np.ndarray]] = [
+        (pre + "embed_tokens.embed_scale", (), "torch.float16", scale(math.sqrt(int(text["hidden_size"]))))]
+    rp = text.get("rope_parameters") or {}
+    for kind in sorted(set(text.get("layer_types") or [])):
+        p = rp.get(kind) or {}
+        full = kind == "full_attention"
+        if p.get("rope_type") == "proportional":
+            hd = int(text.get("global_head_dim") or text["head_dim"]) if full else int(text["head_dim"])
+            angles = int(float(p.get("partial_rotary_factor", 1.0)) * hd // 2)
+            inv = np.concatenate([_torch_inv_freq(float(p["rope_theta"]), hd, angles),
+                                  np.zeros(hd // 2 - angles, np.float32)]) / np.float32(p.get("factor", 1.0))
+        else:
+            hd = int(text["head_dim"])
+            inv = _torch_inv_freq(float(p["rope_theta"]), hd, hd // 2)
+        inv = inv.astype(np.float32)
+        shape = (int(inv.size),)
+        out += [(f"{pre}rotary_emb.{kind}_inv_freq", shape, "torch.float32", inv),
+                (f"{pre}rotary_emb.{kind}_original_inv_freq", shape, "torch.float32", inv)]
+    if text.get("hidden_size_per_layer_input"):
+        out.append((pre + "embed_tokens_per_layer.embed_scale", (), "torch.float16",
+                    scale(math.sqrt(int(text["hidden_size_per_layer_input"])))))
+    return out
+
+
+#: family -> the model buffers its adapter writes as tensor files ``(name, shape, dtype, values)``
+#: (named ``name.replace(".", "_") + ".weights"``); the other families list them as ignored rows
+FAMILY_BUFFER_FILES = {"gemma4": _gemma4_buffers}
+
+
+def buffer_files(row: _arch.Arch, hf: dict[str, Any], family: str) -> list[tuple[str, tuple[int, ...], str, np.ndarray]]:
+    f = FAMILY_BUFFER_FILES.get(family)
+    return f(row, hf) if f else []
 
 
 def model_buffers(row: _arch.Arch, hf: dict[str, Any]) -> list[tuple[str, tuple[int, ...], str]]:
@@ -181,6 +334,8 @@ def model_buffers(row: _arch.Arch, hf: dict[str, Any]) -> list[tuple[str, tuple[
     ``(name, shape, torch dtype)`` (Gemma's embedding scale; the rotary frequencies, one pair
     per layer type where transformers keeps one RoPE per type)."""
     out: list[tuple[str, tuple[int, ...], str]] = []
+    if row.cactus_family in FAMILY_BUFFER_FILES:  # written as files instead
+        return out
     if row.embed_scale_sqrt:
         out.append(("model.embed_tokens.embed_scale", (), "torch.float16"))  # the model loads in f16
     head_dim = int(hf.get("head_dim") or int(hf["hidden_size"]) // int(hf["num_attention_heads"]))

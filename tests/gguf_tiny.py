@@ -60,7 +60,8 @@ EXTRA = {
                                  "long_factor": [1.0 + 0.5 * i for i in range(4)]}},
     "lfm2": {"full_attn_idxs": [1], "norm_eps": 1e-6, "conv_L_cache": 3},  # a convolution layer, then attention
     "gemma4": {"head_dim": 16, "global_head_dim": 32, "sliding_window": 8, "hidden_size_per_layer_input": 8,
-               "vocab_size_per_layer_input": 300, "layer_types": ["sliding_attention", "full_attention"],
+               "vocab_size_per_layer_input": 300, "num_hidden_layers": 3, "num_kv_shared_layers": 1,
+               "layer_types": ["sliding_attention", "full_attention", "full_attention"],
                "rope_parameters": {"full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
                                                       "rope_theta": 1e6},
                                    "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}},

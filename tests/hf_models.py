@@ -103,6 +103,10 @@ SPECS: dict[str, Spec] = {s.arch: s for s in (
                                           rope_parameters={"rope_type": "default", "rope_theta": 1e4}), seed=8),
 )}
 ARCHES = tuple(SPECS)
+#: checkpoints of a multimodal wrapper with its text tower only: Gemma 4's ``gemma4``
+#: (Gemma4ForConditionalGeneration, tensors under ``model.language_model.``), the form cactus's
+#: ``gemma4`` adapter loads
+WRAPPED: dict[str, Spec] = {"gemma4": Spec("gemma4", "Gemma4Config", {"text_config": SPECS["gemma4"].config}, seed=11)}
 #: the architectures whose GGUF route (llama.cpp's converter, panelpack's GGUF writer and reader)
 #: is tested: Gemma 4's is not built yet (issue 22, item 2)
 GGUF_ARCHES = tuple(a for a in ARCHES if a != "gemma4")

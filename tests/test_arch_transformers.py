@@ -49,6 +49,22 @@ def test_f32_logits_and_greedy_generate_match_transformers(hf_models, arch):
     assert gen == m.generated, (arch, gen, m.generated)
 
 
+def test_gemma4_text_tower_of_a_gemma4_checkpoint(tmp_path):
+    """A ``gemma4`` checkpoint without vision or audio towers (Gemma4ForConditionalGeneration,
+    tensors under ``model.language_model.``): its text tower against transformers' forward and
+    greedy generate, as for ``gemma4_text``."""
+    m = hm.build(tmp_path, ["gemma4"], specs=hm.WRAPPED)["gemma4"]
+    model = Model.open(m.folder, "f32")
+    assert model.hp.naming == "hf_text" and model.hp.arch.name == "gemma4"
+    got = model.logits(m.ids, chunk=16)
+    rel = np.abs(got - m.logits).max() / np.abs(m.logits).max()
+    assert rel <= 1e-3, rel
+    top2 = np.sort(m.logits, axis=1)[:, -2:]
+    clear = top2[:, 1] - top2[:, 0] > 1e-3
+    assert clear.sum() >= 48 and np.array_equal(got.argmax(1)[clear], m.logits.argmax(1)[clear])
+    assert list(model.generate(m.ids[:hm.PROMPT], n=hm.GENERATE, stop=())) == m.generated
+
+
 @pytest.mark.parametrize("arch", hm.ARCHES)
 def test_compiled_q8_0_bundle(hf_models, arch, tmp_path):
     m = hf_models[arch]

@@ -1,12 +1,13 @@
 """A whole ``--target cactus`` conversion of a checkpoint of every architecture cactus has a
-family for (llama -> generic, qwen2 and qwen3 -> qwen, gemma3 -> gemma3, lfm2 -> lfm2: the
-llama/qwen2 ones from tests/cactus_models.py, qwen3/gemma3/lfm2 from tests/hf_models.py) compared file by file with
+family for (llama -> generic, qwen2 and qwen3 -> qwen, gemma3 -> gemma3, lfm2 -> lfm2, gemma4 -> gemma4: the
+llama/qwen2 ones from tests/cactus_models.py, qwen3/gemma3/lfm2 from tests/hf_models.py, gemma4 its
+text-only ``gemma4`` checkpoint, hf_models.WRAPPED) compared file by file with
 cactus-compute 2.2.2's own converter on the same checkpoint (skipped when the oracle is not
 installed).
 
 Expected, and asserted: every file cactus writes is present with identical bytes, except
 * LFM2's depthwise convolution kernels (INT8, a scale per channel): identical bytes; cactus's own
-  reader (``qdq``) reads every LFM2 file to the values panelpack's reader gives;
+  reader (``qdq``) reads every LFM2 and Gemma 4 file to the values panelpack's reader gives;
 * CQ Hadamard files: header and every metadata field identical; indices identical except
   counted near-ties (each within ``cq.ROTATION_TOL`` of a decision midpoint, recomputed here);
 * orthogonal CQ4 files (embeddings, output head): header, codebook, input scale and norms
@@ -28,6 +29,7 @@ from panelpack.formats.checkpoint import open_checkpoint
 from panelpack.formats.safetensors import bf16_to_f32
 
 import cactus_peer
+import hf_models as hm
 from cactus_models import build_hf
 
 pytestmark = pytest.mark.slow
@@ -37,7 +39,7 @@ TOKENIZER_FILES = {"vocab.txt", "merges.txt", "special_tokens.json", "tokenizer_
 REPORT: dict = {}
 
 
-FAMILIES = ("llama", "qwen2", "qwen3", "gemma3", "lfm2")
+FAMILIES = ("llama", "qwen2", "qwen3", "gemma3", "lfm2", "gemma4")
 WITH_TOKENIZER_JSON = ("llama", "qwen2")  # the hf_models folders carry a SentencePiece model only
 
 
@@ -47,7 +49,10 @@ def converted(tmp_path_factory, hf_models):
     d = tmp_path_factory.mktemp("cactus_convert")
     ops, pairs = [], {}
     for arch in FAMILIES:
-        src = build_hf(d / f"{arch}-hf", arch) if arch in WITH_TOKENIZER_JSON else hf_models[arch].folder
+        if arch in hm.WRAPPED:  # cactus's adapter loads the multimodal class: the wrapper's checkpoint
+            src = hm.build(d / f"{arch}-wrapped", [arch], specs=hm.WRAPPED, reference=False)[arch].folder
+        else:
+            src = build_hf(d / f"{arch}-hf", arch) if arch in WITH_TOKENIZER_JSON else hf_models[arch].folder
         ops.append({"op": "convert", "model": str(src), "out": str(d / f"{arch}-cactus"), "bits": 4})
         target.convert_cactus(src, d / f"{arch}-ours", bits=4)
         pairs[arch] = (src, d / f"{arch}-cactus", d / f"{arch}-ours")
@@ -74,8 +79,8 @@ def test_folder_matches_cactus_converter(converted, arch):
         if a == b:
             continue
         assert name not in TOKENIZER_FILES, f"{name} differs"
-        if name == "conversion_manifest.json":
-            assert _rope_buffers_sorted(a) == b, f"{name} differs beyond the order of the per-type RoPE buffers"
+        if name in ("conversion_manifest.json", "weights_manifest.json"):
+            assert _rope_buffers_sorted(a, name) == b, f"{name} differs beyond the order of the per-type RoPE buffers"
             continue
         assert name.endswith(".weights"), f"{name} differs"
         ft, fo = cactus.read(theirs / name), cactus.read(ours / name)
@@ -99,11 +104,21 @@ def test_folder_matches_cactus_converter(converted, arch):
         rows = {r["output_file"]: r for r in target_rows(ours)}
         assert rows["layer_0_ffn_gate.weights"]["scale_factor"] == 16.0
         assert rows["token_embeddings.weights"]["scale_factor"] == 0.0625
-    if arch == "lfm2":  # the convolution kernels: INT8 files, equal bytes (checked above), readable
+    if arch == "gemma4":  # factors of 16 (x·w norms scaled, gate/up/per-layer gate x16, embedding /16),
+        # the per-layer table CQ4 Hadamard, buffers as files, no K/V in the KV-shared layers 4 and 5
+        rows = {r["output_file"]: r for r in target_rows(ours)}
+        assert rows["layer_0_per_layer_gate.weights"]["scale_factor"] == 16.0
+        assert rows["layer_0_input_norm.weights"]["scale_factor"] == 0.0625
+        assert rows["output_norm.weights"]["scale_factor"] == 16.0
+        assert rows["embed_tokens_per_layer.weights"]["precision"] == "CQ4"
+        assert "model_language_model_rotary_emb_full_attention_inv_freq.weights" in their_files
+        assert "layer_3_attn_k.weights" in their_files and "layer_4_attn_k.weights" not in their_files
+    if arch in ("lfm2", "gemma4"):  # cactus's own reader reads every file to the values ours gives
         conv = [n for n in their_files if n.endswith("_conv_depthwise.weights")]
-        assert len(conv) == 2 and all((theirs / n).read_bytes() == (ours / n).read_bytes() for n in conv)
+        assert len(conv) == (2 if arch == "lfm2" else 0)
+        assert all((theirs / n).read_bytes() == (ours / n).read_bytes() for n in conv)
         files = sorted(n for n in our_files if n.endswith(".weights"))
-        qdq = ours.parent / "qdq"
+        qdq = ours.parent / f"qdq-{arch}"
         qdq.mkdir(exist_ok=True)
         cactus_peer.run([{"op": "qdq", "path": str(ours / n), "out": str(qdq / f"{n}.npz")} for n in files],
                         ours.parent)  # cactus's own reader, on every file
@@ -117,19 +132,22 @@ def test_folder_matches_cactus_converter(converted, arch):
             assert got.shape == want.shape and np.abs(got - want).max() <= np.abs(want).max() / 127 * 0.51 + 1e-6
 
 
-def _rope_buffers_sorted(manifest: bytes) -> bytes:
+def _rope_buffers_sorted(manifest: bytes, name: str = "conversion_manifest.json") -> bytes:
     """cactus's ``conversion_manifest.json`` with its per-layer-type rotary buffer rows in name
     order. transformers 5.5.4 registers them in ``list(set(config.layer_types))`` order (Gemma 3's
     rotary embedding), which changes with the process's string hash seed, so cactus writes the
     ``sliding_attention`` and ``full_attention`` pairs in either order from one run to the next;
-    panelpack writes them sorted (convert/cactus.py)."""
+    panelpack writes them sorted (convert/cactus.py). Gemma 4's are under
+    ``model.language_model.rotary_emb.`` and written as files, so listed in
+    ``weights_manifest.json`` too."""
     import json
 
-    rows = json.loads(manifest)
-    at = [i for i, r in enumerate(rows) if r["hf_name"].startswith("model.rotary_emb.")]
+    doc = json.loads(manifest)
+    rows = doc["weights"] if name == "weights_manifest.json" else doc
+    at = [i for i, r in enumerate(rows) if ".rotary_emb." in f".{r['hf_name']}"]
     for i, r in zip(at, sorted((rows[i] for i in at), key=lambda r: r["hf_name"])):
         rows[i] = r
-    return json.dumps(rows, indent=2, sort_keys=True).encode()
+    return json.dumps(doc, indent=2, sort_keys=True).encode()
 
 
 def target_rows(folder):

@@ -307,3 +307,63 @@ def test_lfm2_from_gguf_writes_the_hf_routes_tensor_files(tmp_path, monkeypatch)
     assert a.family == b.family == "lfm2" and target.check_folder(tmp_path / "from-gguf") == []
     txt = (tmp_path / "from-gguf" / "config.txt").read_text()
     assert "layer_types=conv,full_attention\n" in txt and "conv_L_cache=3\n" in txt
+
+
+@pytest.mark.slow  # ~4 s: CQ quantization of every matrix
+def test_gemma4_family_text_tower(tmp_path):
+    """Gemma 4 (cactus's gemma4 family) from a text-only ``gemma4`` checkpoint (tensors under
+    ``model.language_model.``): the per-layer-input files, the x·w norms and the FFN gates moved by
+    cactus's factor 16, the per-layer table CQ4 Hadamard, the buffers transformers computes
+    (embedding scales, RoPE frequencies: proportional on the global layers) as FP16 files, the
+    KV-shared layers without K/V files, config.txt with cactus's gemma4 keys; a config without
+    final_logit_softcapping refused by name (cactus's adapter cannot read it)."""
+    import gguf_tiny
+
+    text = gguf_tiny.folder(tmp_path / "t", "gemma4", hidden=128)
+    tc = json.loads((text / "config.json").read_text())
+    tc.update(final_logit_softcapping=30.0, architectures=None)
+    src = tmp_path / "g4"
+    src.mkdir()
+    (src / "config.json").write_text(json.dumps({"model_type": "gemma4", "architectures": ["Gemma4ForConditionalGeneration"],
+                                                 "text_config": tc, "vision_config": None, "audio_config": None,
+                                                 "tie_word_embeddings": False, "dtype": "bfloat16"}))
+    from panelpack.formats.checkpoint import open_checkpoint
+    from panelpack.formats.errors import UnsupportedError
+    from panelpack.formats.safetensors import bf16_to_f32, save_file
+
+    with open_checkpoint(text) as ck:
+        w = {t.name: np.asarray(ck.array(t.name)) for t in ck.tensors}
+    renamed = {("lm_head.weight" if n == "lm_head.weight" else "model.language_model." + n[len("model."):]): a
+               for n, a in w.items()}
+    save_file({n: ("BF16", a) for n, a in renamed.items()}, src / "model.safetensors")
+    r = target.convert_cactus(src, tmp_path / "out", bits=4)
+    out = tmp_path / "out"
+    assert r.family == "gemma4" and target.check_folder(out) == []
+    names = {p.name for p in out.iterdir()}
+    for n in ("embed_tokens_per_layer.weights", "per_layer_model_proj.weights", "per_layer_proj_norm.weights",
+              "layer_2_per_layer_gate.weights", "layer_2_per_layer_proj.weights", "layer_2_post_per_layer_norm.weights",
+              "layer_2_layer_scalar.weights", "layer_1_attn_k.weights", "output_weight.weights",
+              "model_language_model_embed_tokens_embed_scale.weights",
+              "model_language_model_rotary_emb_full_attention_inv_freq.weights",
+              "model_language_model_embed_tokens_per_layer_embed_scale.weights"):
+        assert n in names, n
+    assert "layer_2_attn_k.weights" not in names and "layer_2_attn_k_norm.weights" not in names  # layer 2 shares KV
+    norm = cactus.read(out / "layer_0_input_norm.weights").array()
+    src_norm = bf16_to_f32(renamed["model.language_model.layers.0.input_layernorm.weight"])
+    np.testing.assert_allclose(norm, (src_norm / 16).astype(np.float16).astype(np.float32))
+    inv = cactus.read(out / "model_language_model_rotary_emb_full_attention_inv_freq.weights").array()
+    assert inv.shape == (16,) and np.count_nonzero(inv) == 4  # 32-wide global heads, 0.25 of them rotated
+    rows = {r["output_file"]: r for r in json.loads((out / "conversion_manifest.json").read_text())}
+    assert rows["layer_1_ffn_gate.weights"]["scale_factor"] == 16.0
+    assert rows["embed_tokens_per_layer.weights"]["precision"] == "CQ4"
+    assert rows["embed_tokens_per_layer.weights"]["component"] == "embedding"
+    txt = (out / "config.txt").read_text()
+    for line in ("model_type=gemma4", "layer_types=sliding,global,global", "global_head_dim=32", "hidden_size_per_layer_input=8",
+                 "num_kv_shared_layers=1", "final_logit_softcapping=30.0", "global_partial_rotary_factor=0.25",
+                 "rope_theta=1000000.0", "rope_local_base_freq=10000.0"):
+        assert f"{line}\n" in txt, line
+    cfg = json.loads((src / "config.json").read_text())
+    cfg["text_config"]["final_logit_softcapping"] = None
+    (src / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(UnsupportedError, match="needs final_logit_softcapping"):
+        target.convert_cactus(src, tmp_path / "out2", bits=4)

@@ -111,10 +111,13 @@ def hf_derived_hparams(cfg: Mapping[str, Any]) -> dict[str, Any]:
 def _patterns(arch: str, naming: str) -> tuple[tuple[re.Pattern, str], ...]:
     a = ARCHITECTURES[arch]
     out = []
-    for role in a.roles:
-        t = a.name_of(role, naming)
-        if t:
-            out.append((names.compile_template(t), role))
+    # HF names: a multimodal wrapper's text-tower spelling too (Gemma 4's model.language_model.)
+    namings = (naming, "hf_text") if naming == "hf" and a.hf_text_prefix else (naming,)
+    for n in namings:
+        for role in a.roles:
+            t = a.name_of(role, n)
+            if t and (n == naming or t != a.name_of(role, naming)):
+                out.append((names.compile_template(t), role))
     return tuple(out)
 
 

@@ -24,7 +24,10 @@ Gemma 3's layer (norms before and after attention and FFN, GELU-tanh gated FFN, 
 
 Refused by name: MoE blocks (``enable_moe_block``, ``num_experts``), attention biases,
 bidirectional attention, a ``per_layer_config``. The vision and audio towers of ``gemma4``
-checkpoints are passed through by plain repacking and refused by the runtime (:func:`.hyper.hf_arch`).
+checkpoints are passed through by plain repacking and refused by the runtime and the cactus target
+(:func:`.hyper.hf_arch`); a ``gemma4`` checkpoint without them (``Gemma4ForConditionalGeneration``,
+``text_config``) names its tensors ``model.language_model.*`` (naming ``hf_text``), as do the
+ones cactus-compute's ``gemma4`` adapter reads.
 """
 
 from __future__ import annotations
@@ -150,8 +153,9 @@ GEMMA4 = Arch(
                  "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
                                      "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
                                                         "rope_theta": 1000000.0}}},
+    hf_wrapper_types=("gemma4",), hf_text_prefix="model.language_model.",
     gguf_converter="Gemma4Model",
-    cactus_refusal="the cactus target does not write Gemma 4 yet",
+    cactus_family="gemma4",
 )
 
 ROWS = (GEMMA4,)

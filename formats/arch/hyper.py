@@ -88,7 +88,7 @@ class Hyper:
     """Hyperparameters of one model, whatever the source format."""
 
     arch: Arch
-    naming: str  # "hf" or "gguf": how the checkpoint names and stores its tensors
+    naming: str  # "hf", "hf_text" (a multimodal wrapper's text tower) or "gguf": how the checkpoint names its tensors
     n_layer: int
     n_embd: int
     n_vocab: int
@@ -215,6 +215,8 @@ def hf_arch(cfg: Mapping[str, Any], table: Mapping[str, Arch]) -> Arch:
     mt = c.get("model_type")
     archs = c.get("architectures") or []
     by_type = {t: a for a in table.values() for t in a.hf_model_types}
+    if isinstance(cfg.get("text_config"), Mapping):  # a multimodal wrapper's text tower (Gemma 4's gemma4)
+        by_type.update({t: a for a in table.values() for t in a.hf_wrapper_types})
     by_class = {t: a for a in table.values() for t in a.hf_architectures}
     row = by_type.get(mt) if isinstance(mt, str) else None
     if row is None and not mt and archs and isinstance(archs[0], str):  # no model_type: the class decides
@@ -385,6 +387,7 @@ def from_hf_config(cfg: Mapping[str, Any], table: Mapping[str, Arch]) -> Hyper:
     flags = {f for f, on in (("untied", not c.get("tie_word_embeddings", True)),
                              ("attention_bias", bool(c.get("attention_bias"))),
                              ("mlp_bias", bool(c.get("mlp_bias")))) if on}
+    naming = "hf_text" if cfg.get("model_type") in arch.hf_wrapper_types else "hf"  # a wrapper's text tower
     extra: dict[str, Any] = {}
     if arch.hf_layers is not None:  # a row that lays out its layers itself (Gemma 4)
         layers, extra = arch.hf_layers(c, layers, params, n_ctx)
@@ -393,7 +396,7 @@ def from_hf_config(cfg: Mapping[str, Any], table: Mapping[str, Arch]) -> Hyper:
     eos_ids = tuple(eos) if isinstance(eos, list) else ((eos,) if isinstance(eos, int) else ())
     emb = math.sqrt(n_embd) if arch.embed_scale_sqrt else _float(c.get("embedding_multiplier", 1.0), "embedding_multiplier")
     return Hyper(
-        arch=arch, naming="hf", n_layer=n, n_embd=n_embd, n_vocab=_int(c["vocab_size"], "vocab_size", 1),
+        arch=arch, naming=naming, n_layer=n, n_embd=n_embd, n_vocab=_int(c["vocab_size"], "vocab_size", 1),
         n_ctx=n_ctx, eps=_float(keys.hf_get(c, "eps", 1e-6), "rms_norm_eps"), layers=layers,
         flags=frozenset(flags), activation=_activation(c, arch), rope_pairs=False, norm_offset=arch.hf_norm_offset,
         embed_scale=emb, residual_scale=_float(c.get("residual_multiplier", 1.0), "residual_multiplier"),

@@ -41,7 +41,7 @@ class Role:
 
     def shape_in(self, naming: str) -> tuple[str, ...]:
         """The shape symbols in ``naming`` (``hf``, ``gguf``, ``cactus``)."""
-        return self.hf_shape if naming == "hf" and self.hf_shape is not None else self.shape
+        return self.hf_shape if naming.startswith("hf") and self.hf_shape is not None else self.shape
 
     @property
     def per_layer(self) -> bool:
@@ -105,20 +105,25 @@ ROLES: dict[str, Role] = {r.name: r for r in (
     Role("down_bias", _B + "ffn_down.bias", _L + "mlp.down_proj.bias", _C + "mlp_down_proj.bias", ("n_embd",)),
     Role("post_ffn_norm", _B + "post_ffw_norm.weight", _L + "post_feedforward_layernorm.weight",
          _C + "post_ffn_norm.weights", ("n_embd",), "RMSNorm of the FFN output (Gemma)"),
-    Role("pl_embed", "per_layer_token_embd.weight", "model.embed_tokens_per_layer.weight", None,
+    Role("pl_embed", "per_layer_token_embd.weight", "model.embed_tokens_per_layer.weight", "embed_tokens_per_layer.weights",
          ("n_vocab_pl", "pl_total"), "per-layer input embeddings: n_layer rows of n_embd_pl per token, gathered "
          "by id (Gemma 4)"),
-    Role("pl_model_proj", "per_layer_model_proj.weight", "model.per_layer_model_projection.weight", None,
+    Role("pl_model_proj", "per_layer_model_proj.weight", "model.per_layer_model_projection.weight",
+         "per_layer_model_proj.weights",
          ("pl_total", "n_embd"), "the embedding's projection to the per-layer inputs (Gemma 4)"),
-    Role("pl_proj_norm", "per_layer_proj_norm.weight", "model.per_layer_projection_norm.weight", None,
+    Role("pl_proj_norm", "per_layer_proj_norm.weight", "model.per_layer_projection_norm.weight",
+         "per_layer_proj_norm.weights",
          ("n_embd_pl",), "RMSNorm of each layer's projected input (Gemma 4)"),
-    Role("pl_gate", _B + "inp_gate.weight", _L + "per_layer_input_gate.weight", None, ("n_embd_pl", "n_embd"),
+    Role("pl_gate", _B + "inp_gate.weight", _L + "per_layer_input_gate.weight", _C + "per_layer_gate.weights",
+         ("n_embd_pl", "n_embd"),
          "a layer's per-layer-input gate (Gemma 4)"),
-    Role("pl_proj", _B + "proj.weight", _L + "per_layer_projection.weight", None, ("n_embd", "n_embd_pl"),
+    Role("pl_proj", _B + "proj.weight", _L + "per_layer_projection.weight", _C + "per_layer_proj.weights",
+         ("n_embd", "n_embd_pl"),
          "a layer's per-layer-input projection back to n_embd (Gemma 4)"),
-    Role("pl_post_norm", _B + "post_norm.weight", _L + "post_per_layer_input_norm.weight", None, ("n_embd",),
+    Role("pl_post_norm", _B + "post_norm.weight", _L + "post_per_layer_input_norm.weight",
+         _C + "post_per_layer_norm.weights", ("n_embd",),
          "RMSNorm of the per-layer-input branch (Gemma 4)"),
-    Role("layer_scalar", _B + "layer_output_scale.weight", _L + "layer_scalar", None, ("one",),
+    Role("layer_scalar", _B + "layer_output_scale.weight", _L + "layer_scalar", _C + "layer_scalar.weights", ("one",),
          "the layer's output multiplier (Gemma 4)"),
 )}
 

@@ -91,6 +91,8 @@ class Arch:
     hf_aliases: Mapping[str, str] = field(default_factory=dict)  # older config key -> the key it sets (it wins)
     gguf_transforms: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # role -> GGUF_TRANSFORMS
     gguf_converter: str = "LlamaModel"  # llama.cpp's converter class in convert_hf_to_gguf.py (convert/gguf_arch.py)
+    hf_wrapper_types: tuple[str, ...] = ()  # multimodal model types whose text_config is this row (Gemma 4: gemma4)
+    hf_text_prefix: str = ""  # their text tower's prefix for HF's "model." (naming "hf_text"; lm_head stays)
     cactus_family: str | None = None  # cactus-compute 2.2.2's adapter family
     cactus_refusal: str = ""  # why the cactus target refuses it (when cactus_family is None)
 
@@ -114,7 +116,11 @@ class Arch:
         return self.cactus_names.get(role, ROLES[role].cactus)
 
     def name_of(self, role: str, naming: str) -> str:
-        """The role's name template in ``naming`` (``hf``, ``gguf`` or ``cactus``)."""
+        """The role's name template in ``naming`` (``hf``, ``gguf`` or ``cactus``; ``hf_text``: the
+        text tower of a multimodal wrapper's checkpoint, ``model.`` -> :attr:`hf_text_prefix`)."""
+        if naming == "hf_text":
+            t = self.hf_name(role)
+            return self.hf_text_prefix + t[len("model."):] if self.hf_text_prefix and t.startswith("model.") else t
         return {"hf": self.hf_name, "gguf": self.gguf_name, "cactus": self.cactus_name}[naming](role) or ""
 
     def default_theta(self, kind: str) -> float:
