@@ -74,7 +74,9 @@ def convert(hf_dir: str | Path, out: str | Path, outtype: str = "f32", *extra: s
 #: ``tokenizer.model`` only): LFM2Model reads a byte-level BPE ``tokenizer.json`` and refuses one
 #: whose pre-tokenizer llama.cpp does not know by hash (a random vocabulary's); its tensors and
 #: hyperparameters are still LFM2Model's own
-VOCAB_OVERRIDES = {"conversion.lfm2:LFM2Model": "_set_vocab_sentencepiece"}
+VOCAB_OVERRIDES = {"conversion.lfm2:LFM2Model": "_set_vocab_sentencepiece",
+                   # Gemma4Model reads tokenizer.json through gguf-py's LlamaHfVocab
+                   "conversion.gemma:Gemma4Model": "_set_vocab_sentencepiece"}
 #: the same overrides for panelpack's GGUF writer (``convert/gguf_arch.CONVERTERS``: class ->
 #: the vocabulary kinds it tries), so both sides read the same tokenizer.model
 WRITER_VOCAB = {"LFM2Model": ("spm",)}

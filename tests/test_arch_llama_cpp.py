@@ -7,7 +7,8 @@ all of them), then
   <= 1e-5, the same top-1 wherever llama.cpp's top-2 margin exceeds 1e-3;
 * the runtime on the F32 GGUF against transformers on the HF folder (the GGUF route: Llama 3's
   ``rope_freqs.weight``, Gemma's stored ``1 + w``, the permuted q/k rows, Phi-3's LongRoPE
-  factors), within 1e-3 of the largest logit; Mistral and Phi-3 over their first WINDOW
+  factors, Gemma 4's per-layer head sizes, shared KV and proportional RoPE as ``rope_freqs``),
+  within 1e-3 of the largest logit; Mistral and Phi-3 over their first WINDOW
   positions only: llama.cpp runs no window for either (GGUF ``llama`` has no key; llama.cpp
   disables Phi-3's), and the runtime on a GGUF follows llama.cpp;
 * the runtime (compiled kernels, int8 activations) on the Q8_0 GGUF against llama.cpp: the
@@ -44,8 +45,8 @@ def ggufs(hf_models, tmp_path_factory):
     llama_proc.require()
     d = tmp_path_factory.mktemp("arch_gguf")
     kinds = ("f32", "f16", "q8_0")
-    llama_convert.convert_batch([(hf_models[a].folder, d / f"{a}-{t}.gguf", t) for a in hm.GGUF_ARCHES for t in kinds])
-    return {(a, t): d / f"{a}-{t}.gguf" for a in hm.GGUF_ARCHES for t in kinds}
+    llama_convert.convert_batch([(hf_models[a].folder, d / f"{a}-{t}.gguf", t) for a in hm.ARCHES for t in kinds])
+    return {(a, t): d / f"{a}-{t}.gguf" for a in hm.ARCHES for t in kinds}
 
 
 def _kl(ref: np.ndarray, run: np.ndarray) -> float:
@@ -62,7 +63,7 @@ def _same_top1_where_clear(ref, run, margin):
     return clear, bool(np.array_equal(run.argmax(1)[clear], ref.argmax(1)[clear]))
 
 
-@pytest.mark.parametrize("arch", hm.GGUF_ARCHES)
+@pytest.mark.parametrize("arch", hm.ARCHES)
 @pytest.mark.parametrize("kind", ["f32", "f16"])
 def test_float_gguf_against_llama_cpp_and_transformers(hf_models, ggufs, arch, kind):
     m = hf_models[arch]
@@ -84,7 +85,7 @@ def test_float_gguf_against_llama_cpp_and_transformers(hf_models, ggufs, arch, k
 Q8_MARGIN = {"lfm2": 0.2}
 
 
-@pytest.mark.parametrize("arch", hm.GGUF_ARCHES)
+@pytest.mark.parametrize("arch", hm.ARCHES)
 def test_q8_0_gguf_against_llama_cpp(hf_models, ggufs, arch):
     m = hf_models[arch]
     g = ggufs[(arch, "q8_0")]
@@ -97,7 +98,7 @@ def test_q8_0_gguf_against_llama_cpp(hf_models, ggufs, arch):
     assert same and top1 >= 0.85 and _kl(want, got) <= 2e-3, (arch, top1, _kl(want, got))
 
 
-@pytest.mark.parametrize("arch", hm.GGUF_ARCHES)
+@pytest.mark.parametrize("arch", hm.ARCHES)
 def test_q4_k_m_equals_llama_model_quantize(ggufs, arch, tmp_path):
     src = ggufs[(arch, "f16")]
     bad, n = llama_ref.mix_differences(src, tmp_path, "Q4_K_M")

@@ -214,6 +214,35 @@ def test_gemma4_layers_shared_kv_heads_and_per_layer_inputs():
         arch.from_hf_config(cfg("gemma4_text", num_kv_shared_layers=1, layer_types=["sliding_attention"] * 4))
 
 
+def test_gemma4_gguf_reading():
+    """Gemma 4 as llama.cpp's Gemma4Model writes it: head sizes key_length / key_length_swa, KV
+    heads per layer, shared_kv_layers, the global layers' proportional RoPE as rope_freqs
+    divisors (1, then 1e30), no attn_v where K = V."""
+    a = "gemma4"
+    meta = {"general.architecture": a, f"{a}.block_count": 4, f"{a}.embedding_length": 64,
+            f"{a}.attention.head_count": 4, f"{a}.attention.head_count_kv": [2, 1, 2, 1],
+            f"{a}.feed_forward_length": [96, 96, 192, 192], f"{a}.attention.key_length": 32,
+            f"{a}.attention.value_length": 32, f"{a}.attention.key_length_swa": 16,
+            f"{a}.attention.value_length_swa": 16, f"{a}.rope.dimension_count": 32, f"{a}.rope.dimension_count_swa": 16,
+            f"{a}.rope.freq_base": 1e6, f"{a}.rope.freq_base_swa": 1e4, f"{a}.attention.sliding_window": 8,
+            f"{a}.attention.sliding_window_pattern": [True, False, True, False], f"{a}.attention.shared_kv_layers": 2,
+            f"{a}.embedding_length_per_layer_input": 8, f"{a}.final_logit_softcapping": 30.0}
+    ff = np.array([1.0] * 4 + [1e30] * 12, np.float32)
+    names = ["rope_freqs.weight", "per_layer_token_embd.weight", "blk.0.attn_v.weight"]
+    hp = arch.from_gguf(meta, 100, names, lambda n: ff)
+    assert [(L.kind, L.head_dim, L.n_head_kv, L.kv_from, L.k_eq_v) for L in hp.layers] == [
+        ("sliding_attention", 16, 2, -1, False), ("full_attention", 32, 1, -1, True),
+        ("sliding_attention", 16, 2, 0, False), ("full_attention", 32, 1, 1, False)]
+    assert [L.window for L in hp.layers] == [8, 0, 8, 0] and {L.attn_scale for L in hp.layers} == {1.0}
+    g = hp.layers[1].rope
+    np.testing.assert_allclose(g.inv_freq[:4], 1e6 ** (-np.arange(0, 8, 2) / 32.0))
+    assert max(g.inv_freq[4:]) < 1e-29 and hp.layers[0].rope.dim == 16
+    assert hp.v_norm and hp.n_embd_pl == 8 and hp.final_softcap == 30.0 and hp.norm_offset == 0.0
+    want = arch.expected_tensors(hp)
+    assert "blk.1.attn_v.weight" not in want and "blk.2.attn_k.weight" not in want and "blk.0.attn_v.weight" in want
+    assert want["per_layer_token_embd.weight"] == ((100, 32), "pl_embed") and "rope_freqs.weight" in want
+
+
 def test_gguf_reading():
     meta = {"general.architecture": "phi3", "phi3.block_count": 2, "phi3.embedding_length": 64,
             "phi3.attention.head_count": 4, "phi3.attention.head_count_kv": [2, 1], "phi3.feed_forward_length": 96,

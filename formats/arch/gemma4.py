@@ -41,7 +41,7 @@ from .spec import Arch
 
 _ATTN = {"q": "always", "q_norm": "always", "k": "own_kv", "k_norm": "own_kv", "v": "own_v"}
 ROLES = {
-    "embed": "always", "output": "untied", "out_norm": "always",
+    "embed": "always", "output": "untied", "out_norm": "always", "rope_freqs": "rope_freqs",
     "pl_embed": "per_layer_input", "pl_model_proj": "per_layer_input", "pl_proj_norm": "per_layer_input",
     "attn_norm": "always", **_ATTN, "o": "always", "post_attn_norm": "always",
     "ffn_norm": "always", "gate": "always", "up": "always", "down": "always", "post_ffn_norm": "always",
@@ -131,13 +131,49 @@ def hf_layers(c: Mapping[str, Any], base: Sequence[Any], params: Mapping[str, Ma
     return tuple(layers), extra
 
 
+def gguf_layers(get: Any, names: set[str], base: Sequence[Any], vector: Any,
+                n_vocab: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The layers of a GGUF that llama.cpp's ``Gemma4Model`` wrote: head sizes ``key_length``
+    (global) and ``key_length_swa``, KV heads per layer, RoPE per kind (the global layers'
+    proportional rotation as ``rope_freqs.weight``: divisors 1, then 1e30 for the pairs that do
+    not rotate), ``shared_kv_layers``, no ``attn_v`` in a global layer where K = V."""
+    from ..errors import BadInputError as _Bad
+
+    kinds = [L.kind for L in base]
+    hd = {"full_attention": int(get("head_dim", base[0].head_dim)),
+          "sliding_attention": int(get("head_dim_swa", get("head_dim", base[0].head_dim)))}
+    rd = {"full_attention": int(get("rope_dim", hd["full_attention"])),
+          "sliding_attention": int(get("rope_dim_swa", hd["sliding_attention"]))}
+    ff = None
+    if "rope_freqs.weight" in names:
+        ff = vector("rope_freqs.weight") if vector else None
+        if ff is None:
+            raise _Bad("rope_freqs.weight: the RoPE factors cannot be read")
+    ropes = {"full_attention": rope.from_gguf(float(get("rope_theta", 1e6)), rd["full_attention"], hd["full_attention"],
+                                              "none", 1.0, 0, 1.0, ff, "gemma4 rope (global layers)"),
+             "sliding_attention": rope.from_gguf(float(get("rope_theta_swa", 1e4)), rd["sliding_attention"],
+                                                 hd["sliding_attention"], "none", 1.0, 0, 1.0, None,
+                                                 "gemma4 rope (sliding layers)")}
+    src = kv_sources(kinds, int(get("n_kv_shared", 0) or 0))
+    layers = []
+    for i, L in enumerate(base):
+        k_eq_v = src[i] < 0 and f"blk.{i}.attn_v.weight" not in names
+        layers.append(replace(L, head_dim=hd[L.kind], head_dim_v=hd[L.kind], rope=ropes[L.kind], attn_scale=1.0,
+                              kv_from=src[i], k_eq_v=k_eq_v))
+    pl = int(get("n_embd_pl", 0) or 0)
+    extra: dict[str, Any] = {"v_norm": True}
+    if pl and "per_layer_token_embd.weight" in names:
+        extra.update(n_embd_pl=pl, n_layer_pl=len(layers), n_vocab_pl=n_vocab, flags={"per_layer_input"})
+    return tuple(layers), extra
+
+
 GEMMA4 = Arch(
     "gemma4", "gemma4", ("gemma4_text",), ("Gemma4ForCausalLM",), ROLES,
     doc="Gemma 4 text decoder (E2B, E4B: per-layer inputs, shared KV, global layers of their own head size)",
     hf_names={"ffn_norm": "model.layers.{i}.pre_feedforward_layernorm.weight"},
     cactus_names={"ffn_norm": "layer_{i}_pre_ffn_norm.weights"},
     activation="gelu_tanh", hf_norm_offset=0.0, embed_scale_sqrt=True,
-    layer_rule="every_nth", swa_pattern=6, hf_layers=hf_layers,
+    layer_rule="every_nth", swa_pattern=6, hf_layers=hf_layers, gguf_layers=gguf_layers,
     rope_theta={"full_attention": 1000000.0, "sliding_attention": 10000.0},
     hf_defaults={"vocab_size": 262144, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 30,
                  "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,

@@ -468,7 +468,8 @@ def from_gguf(meta: Mapping[str, Any], n_vocab: int, names: Iterable[str], table
     if min(heads) < 1 or any(x < 1 and not c for x, c in zip(kv, conv)):
         raise UnsupportedError(f"{a}: layers without attention heads are not run by the runtime")
     head_dim = _int(get("head_dim", n_embd // heads[0]), "key_length", 1)
-    if _int(get("head_dim_v", head_dim), "value_length") != head_dim:
+    if _int(get("head_dim_v", head_dim), "value_length") != head_dim or \
+            get("head_dim_swa") is not None and get("head_dim_v_swa", get("head_dim_swa")) != get("head_dim_swa"):
         raise UnsupportedError(f"{a}: key and value head sizes differ")
     window = _int(get("sliding_window", 0), "sliding_window")
     if window and "sliding_attention" not in arch.layer_kinds:
@@ -526,6 +527,10 @@ def from_gguf(meta: Mapping[str, Any], n_vocab: int, names: Iterable[str], table
         flags.add("rope_freqs")
     if "rope_factors_long.weight" in names:
         flags.add("longrope")
+    extra: dict[str, Any] = {}
+    if arch.gguf_layers is not None:  # a row that lays out its layers itself (Gemma 4)
+        layers, extra = arch.gguf_layers(get, names, layers, vector, n_vocab)
+        flags |= set(extra.pop("flags", ()))
     eos = meta.get("tokenizer.ggml.eos_token_id")
     eot = meta.get("tokenizer.ggml.eot_token_id")
     bos = meta.get("tokenizer.ggml.bos_token_id")
@@ -537,7 +542,7 @@ def from_gguf(meta: Mapping[str, Any], n_vocab: int, names: Iterable[str], table
         residual_scale=float(get("residual_scale", 1.0)), logit_scale=float(get("logit_scale", 1.0) or 1.0),
         final_softcap=float(get("final_softcap", 0.0) or 0.0),
         bos_id=bos if isinstance(bos, int) else None,
-        eos_ids=tuple(int(x) for x in (eos, eot) if isinstance(x, int)), conv_l=conv_l,
+        eos_ids=tuple(int(x) for x in (eos, eot) if isinstance(x, int)), conv_l=conv_l, **extra,
     )
 
 

@@ -61,6 +61,13 @@ HPARAMS: tuple[HParam, ...] = (
     HParam("final_softcap", ("final_logit_softcapping",), "final_logit_softcapping", "cap·tanh(logits/cap)"),
     HParam("attn_softcap", ("attn_logit_softcapping",), "attn_logit_softcapping", "cap·tanh(scores/cap)"),
     HParam("conv_l", ("conv_L_cache",), "shortconv.l_cache", "short-convolution kernel length (LFM2)"),
+    HParam("head_dim_swa", (), "attention.key_length_swa", "key head size of sliding layers (Gemma 4)"),
+    HParam("head_dim_v_swa", (), "attention.value_length_swa", "value head size of sliding layers (Gemma 4)"),
+    HParam("rope_dim_swa", (), "rope.dimension_count_swa", "rotated dims of sliding layers (Gemma 4)"),
+    HParam("n_kv_shared", ("num_kv_shared_layers",), "attention.shared_kv_layers",
+           "last layers reusing an earlier layer's KV (Gemma 4)"),
+    HParam("n_embd_pl", ("hidden_size_per_layer_input",), "embedding_length_per_layer_input",
+           "per-layer input width (Gemma 4)"),
     HParam("n_expert", ("num_local_experts", "num_experts", "n_routed_experts"), "expert_count", "MoE experts"),
     HParam("n_expert_used", ("num_experts_per_tok",), "expert_used_count", "MoE experts per token"),
 )

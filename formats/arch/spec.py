@@ -81,6 +81,7 @@ class Arch:
     layer_kinds: tuple[str, ...] = ("full_attention", "sliding_attention")  # the kinds its layers may be
     hf_n_ff: Callable[[Mapping[str, Any]], int] | None = None  # the FFN width from config.json, where derived
     hf_layers: Callable[..., Any] | None = None  # builds the LayerSpecs itself (Gemma 4: gemma4.hf_layers)
+    gguf_layers: Callable[..., Any] | None = None  # the same from GGUF metadata (Gemma 4: gemma4.gguf_layers)
     rope_theta: Mapping[str, float] = field(default_factory=dict)  # layer kind ("*": any) -> default base
     hf_theta_keys: Mapping[str, str] = field(default_factory=dict)  # layer kind -> 4.x top-level key
     rope_scaling_kinds: tuple[str, ...] | None = None  # 4.x rope_scaling applies to these kinds only
