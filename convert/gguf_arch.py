@@ -217,6 +217,55 @@ def _gemma3_params(kv: KVList, a: str, hp: Mapping[str, Any], folder: Path, file
     kv.add(f"{a}.attention.head_count_kv", hp.get("num_key_value_heads", 4))
 
 
+def _gemma4_rope_full(hp: Mapping[str, Any]) -> tuple[Mapping[str, Any], int, int]:
+    """The global layers' RoPE parameters, head size and rotated pairs (Gemma4Model asserts a
+    ``proportional`` RoPE there and refuses per_layer_config's head sizes here)."""
+    if hp.get("per_layer_config") is not None:
+        raise UnsupportedError("Gemma 4 per_layer_config is not written by the GGUF writer")
+    full = hp["_rope"].get("full_attention") or {}
+    if full.get("rope_type") != "proportional":
+        raise UnsupportedError("Gemma 4 without proportional RoPE on its global layers: llama.cpp's converter asserts it")
+    head_full = int(hp.get("global_head_dim") or hp["head_dim"])
+    return full, head_full, int(head_full * full["partial_rotary_factor"] / 2)
+
+
+def _gemma4_params(kv: KVList, a: str, hp: Mapping[str, Any], folder: Path, file_type: int) -> None:
+    """Gemma4Model: Gemma3Model's keys (the global layers' proportional RoPE written as
+    rope_freqs.weight, not as a scaling type), then KV sharing, the per-layer input width, the
+    sliding pattern, head sizes and rotated dims per layer kind, the per-layer FFN widths
+    (double-wide) and KV heads (num_global_key_value_heads)."""
+    full, head_full, _ = _gemma4_rope_full(hp)
+    rope = {**hp["_rope"], "full_attention": {**full, "rope_type": "default"}}
+    _gemma3_params(kv, a, {**hp, "_rope": rope}, folder, file_type)
+    n = int(hp["num_hidden_layers"])
+    n_shared = int(hp["num_kv_shared_layers"])
+    kv.add(f"{a}.attention.shared_kv_layers", n_shared)
+    kv.add(f"{a}.embedding_length_per_layer_input", hp.get("hidden_size_per_layer_input") or 0)
+    swa = [t == "sliding_attention" for t in hp["layer_types"]]
+    kv.add(f"{a}.attention.sliding_window_pattern", swa, VT.ARRAY, VT.BOOL)
+    head_swa = int(hp["head_dim"])
+    kv.add(f"{a}.attention.key_length", head_full)
+    kv.add(f"{a}.attention.value_length", head_full)
+    kv.add(f"{a}.attention.key_length_swa", head_swa)
+    kv.add(f"{a}.attention.value_length_swa", head_swa)
+    if hp.get("use_double_wide_mlp"):
+        ff = int(hp["intermediate_size"])
+        kv.add(f"{a}.feed_forward_length", [ff if i < n - n_shared else 2 * ff for i in range(n)], VT.ARRAY, VT.INT32)
+    g_kv, s_kv = hp.get("num_global_key_value_heads"), hp.get("num_key_value_heads")
+    if g_kv is not None and s_kv is not None:
+        kv.add(f"{a}.attention.head_count_kv", [int(s_kv if w else g_kv) for w in swa], VT.ARRAY, VT.INT32)
+    kv.add(f"{a}.rope.dimension_count", head_full)
+    kv.add(f"{a}.rope.dimension_count_swa", head_swa)  # rope_parameters' top level has no partial factor
+
+
+def _gemma4_generated(a: str, hp: Mapping[str, Any]) -> Generated:
+    """Gemma4Model.generate_extra_tensors: the global layers' proportional RoPE as divisors, 1 on
+    the rotated pairs and 1e30 on the others (ggml's NeoX RoPE rotates the leading pairs only)."""
+    _, head_full, rot = _gemma4_rope_full(hp)
+    values = np.asarray([1.0] * rot + [1e30] * (head_full // 2 - rot), np.float32)
+    return [("rope_freqs.weight", values, "Gemma 4 proportional RoPE divisors (llama.cpp's converter)")], []
+
+
 def _phi3_rope(hp: Mapping[str, Any]) -> tuple[Mapping[str, Any], int, int, int]:
     rope = hp["_rope"]
     n_embd, n_head = hp["hidden_size"], hp["num_attention_heads"]
@@ -391,6 +440,9 @@ CONVERTERS: dict[str, Converter] = {
     "Qwen3Model": Converter(_qwen_params, ("spm", "gpt2")),
     "Gemma3Model": Converter(_gemma3_params, ("spm", "gpt2"), vocab_after=_gemma3_vocab_suffix),
     "Phi3MiniModel": Converter(_phi3_params, ("phi3",), _phi3_generated),
+    # its vocabulary: gguf-py's LlamaHfVocab (tokenizer model "gemma4"), not reproduced: the
+    # SentencePiece reading where a tokenizer.model is given
+    "Gemma4Model": Converter(_gemma4_params, ("spm",), _gemma4_generated),
     "LFM2Model": Converter(_lfm2_params, ("gpt2",)),
     "BertModel": Converter(_bert_params, ("bert",)),
 }

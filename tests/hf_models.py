@@ -108,9 +108,6 @@ ARCHES = tuple(SPECS)
 #: (Gemma4ForConditionalGeneration, tensors under ``model.language_model.``), the form cactus's
 #: ``gemma4`` adapter loads
 WRAPPED: dict[str, Spec] = {"gemma4": Spec("gemma4", "Gemma4Config", {"text_config": SPECS["gemma4"].config}, seed=11)}
-#: the architectures panelpack's HF -> GGUF writer writes (tests/test_gguf_reference.py): not Gemma 4
-#: yet (its GGUF from llama.cpp's converter is read and run: tests/test_arch_llama_cpp.py)
-GGUF_ARCHES = tuple(a for a in ARCHES if a != "gemma4")
 
 
 def spec(arch: str, **overrides: Any) -> Spec:

@@ -27,7 +27,7 @@ import llama_ref
 
 pytestmark = pytest.mark.slow
 
-ARCHS = hf_models.GGUF_ARCHES
+ARCHS = hf_models.ARCHES
 OUTTYPES = ("f32", "f16", "bf16", "q8_0")
 MIXES = ("Q4_0", "Q4_K_M", "Q5_K_M", "Q6_K")
 

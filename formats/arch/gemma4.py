@@ -190,7 +190,7 @@ GEMMA4 = Arch(
                                      "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
                                                         "rope_theta": 1000000.0}}},
     hf_wrapper_types=("gemma4",), hf_text_prefix="model.language_model.",
-    gguf_converter="Gemma4Model",
+    gguf_transforms={"embed": ("vocab_rows",)}, gguf_converter="Gemma4Model",
     cactus_family="gemma4",
 )
 

@@ -25,6 +25,15 @@ the architecture row and the checkpoint have them)::
     logits = Wout·(RMSNorm(x)·w_out) / logit_scale ; [cap·tanh(logits/cap)]
                                                Wout = the embedding when tied
 
+Gemma 4 (``Model._layer_gemma4``): q·k unscaled (``attn_scale`` 1), values RMS-normalized per
+head without a weight (``Hyper.v_norm``), a global layer's k projection used as its values
+(``LayerSpec.k_eq_v``), and a KV-shared layer (``LayerSpec.kv_from``) computing q only and
+attending over the keys and values of the layer it shares (that layer's cache; the shared layer
+keeps none). Its per-layer inputs ``pl [M, n_layer, P]`` come from the embedding
+(``_per_layer_inputs``) and enter each layer after its FFN::
+
+    x = x + RMSNorm(Wproj·(act(Wgate·x) ⊙ pl[:, i]))·w_post ;   x = x·layer_scalar
+
 A short-convolution layer (LFM2; the row's ``layer_kinds`` and the config's layer pattern say
 which layers) replaces the attention lines::
 
