@@ -30,6 +30,9 @@ pytestmark = pytest.mark.slow
 #: activations) moves the logits by 0.23 of the largest, the compiled path by 0.28 (measured),
 #: with the same top-1 at every position
 Q8_BOUND = {"gemma4": 0.35}
+#: layers run on every kernel path where one is not enough: Gemma 4's KV-shared layers are its
+#: last two (and its global k = v layers the 2nd and 4th): all six
+FULL_DEPTH = {"gemma4": None}
 
 
 @pytest.mark.parametrize("arch", hm.ARCHES)
@@ -79,14 +82,15 @@ def test_compiled_q8_0_bundle(hf_models, arch, tmp_path):
 @pytest.mark.parametrize("arch", hm.ARCHES)
 def test_every_kernel_path_bit_identical(hf_models, arch, tmp_path):
     """A Q4_0 panel64 bundle of each architecture: compiled, standard, emulated SME2 and NEON
-    give the same bits (one layer, prefill of 3 tokens then one decoded token: every block of
-    the family runs on every path)."""
+    give the same bits (one layer, Gemma 4 all: prefill of 3 tokens then one decoded token: every
+    block of the family runs on every path)."""
     m = hf_models[arch]
     b = convert(m.folder, tmp_path / "b.ppk", layout="panel64", quant="q4_0").bundle
     ids = m.ids[:3]
     want = None
+    depth = FULL_DEPTH.get(arch, 1)
     for kern in ("compiled", "standard", "emulated-sme2", "emulated-neon"):
-        model = Model.open(b, kern, n_layer=1)
+        model = Model.open(b, kern, n_layer=depth)
         got = np.concatenate([model.logits(ids, chunk=3), model.forward([m.ids[3]])])
         if want is None:
             want = got
@@ -170,3 +174,39 @@ def test_cli_eval_and_generate_lfm2_hf_and_gguf(hf_models, tmp_path):
     (moe / "config.json").write_text(json.dumps(dict(cfg, model_type="lfm2_moe", architectures=["Lfm2MoeForCausalLM"])))
     r = cli("eval", moe, "--text", text, "--tokens", 8)
     assert r.returncode == 2 and "mixture-of-experts" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_cli_eval_and_generate_gemma4_hf_and_gguf(hf_models, tmp_path):
+    """Gemma 4 through the CLI: ``eval`` (compiled against standard, bit-identical) and
+    ``generate`` on the HF folder (a byte-level tokenizer.json added) and on the Q8_0 GGUF that
+    llama.cpp's converter writes; the F16 GGUF's greedy tokens through the library equal
+    transformers'."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    from panelpack.convert.example import _tokenizer
+
+    import llama_convert
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "panelpack", *map(str, args)], capture_output=True, text=True,
+                              timeout=900)
+
+    m = hf_models["gemma4"]
+    hf = tmp_path / "gemma4"
+    shutil.copytree(m.folder, hf)
+    (hf / "tokenizer.json").write_text(json.dumps(_tokenizer(hm.VOCAB)))
+    q8, f16 = llama_convert.convert_batch([(m.folder, tmp_path / "g4-q8_0.gguf", "q8_0"),
+                                           (m.folder, tmp_path / "g4-f16.gguf", "f16")])
+    text = tmp_path / "t.txt"
+    text.write_text("The quick brown fox jumps over the lazy dog. " * 8)
+    for src in (hf, q8):
+        r = cli("eval", src, "--json", "--text", text, "--tokens", 24)
+        assert r.returncode == 0, r.stderr
+        doc = json.loads(r.stdout)
+        assert doc["tokens"] == 24 and doc["bit_identical"] is True and doc["ok"], doc
+        r = cli("generate", src, "--prompt", "The quick brown", "-n", "4")
+        assert r.returncode == 0 and r.stdout.startswith("The quick brown"), r.stderr
+    assert list(Model.open(f16, "f32").generate(m.ids[:hm.PROMPT], n=hm.GENERATE, stop=())) == m.generated
