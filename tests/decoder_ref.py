@@ -216,3 +216,81 @@ def llama3_divisors(base, dim, factor, low, high, orig):
             sm = (orig / wl - low) / (high - low)
             out.append(1 / ((1 - sm) / factor + sm))
     return np.array(out)
+
+
+@dataclass
+class G4Layer:
+    """One Gemma 4 layer as the test spells it out."""
+
+    head_dim: int
+    kv_heads: int
+    inv_freq: np.ndarray  # head_dim/2 frequencies (zeros: pairs that do not rotate)
+    window: int = 0
+    kv_from: int = -1  # >= 0: the layer whose keys and values this one reads
+    k_eq_v: bool = False  # the values are the key projection (no v_proj)
+
+
+def gemma4_forward(layers: list[G4Layer], heads: int, eps: float, pl: int, softcap: float,
+                   w: dict[str, np.ndarray], ids) -> np.ndarray:
+    """transformers 5.5.4's Gemma4ForCausalLM forward in f64 (HF names ``model.*``, tied head):
+    x·w norms, values normalized without a weight, q·k unscaled, per-layer inputs, shared KV,
+    layer scalars, final softcap. Logits ``[len(ids), vocab]``."""
+    T = len(ids)
+    emb = w["model.embed_tokens.weight"]
+    n = len(layers)
+
+    def rms(x, g=None):
+        y = x / np.sqrt((x * x).mean(-1, keepdims=True) + eps)
+        return y if g is None else y * g
+
+    def gelu(x):
+        return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+
+    def rot(x, inv):  # halves of the whole head
+        ang = np.arange(T)[:, None] * inv[None]
+        cos, sin = np.cos(np.concatenate([ang, ang], 1)), np.sin(np.concatenate([ang, ang], 1))
+        h = x.shape[-1] // 2
+        return x * cos[:, None] + np.concatenate([-x[..., h:], x[..., :h]], -1) * sin[:, None]
+
+    x = emb[ids] * np.sqrt(emb.shape[1])
+    pli = None
+    if pl:
+        e = w["model.embed_tokens_per_layer.weight"][ids].reshape(T, n, pl) * np.sqrt(pl)
+        proj = (x @ w["model.per_layer_model_projection.weight"].T) / np.sqrt(emb.shape[1])
+        pli = (rms(proj.reshape(T, n, pl), w["model.per_layer_projection_norm.weight"]) + e) / np.sqrt(2)
+    kv: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    tt = np.arange(T)
+    for i, L in enumerate(layers):
+        p = f"model.layers.{i}."
+        a = rms(x, w[p + "input_layernorm.weight"])
+        d = L.head_dim
+        q = rot(rms((a @ w[p + "self_attn.q_proj.weight"].T).reshape(T, heads, d), w[p + "self_attn.q_norm.weight"]),
+                L.inv_freq)
+        if L.kv_from >= 0:
+            k, v = kv[L.kv_from]
+        else:
+            kr = (a @ w[p + "self_attn.k_proj.weight"].T).reshape(T, L.kv_heads, d)
+            vr = kr if L.k_eq_v else (a @ w[p + "self_attn.v_proj.weight"].T).reshape(T, L.kv_heads, d)
+            k, v = rot(rms(kr, w[p + "self_attn.k_norm.weight"]), L.inv_freq), rms(vr)
+            kv[i] = (k, v)
+        mask = tt[None, :] > tt[:, None]
+        if L.window:
+            mask |= tt[:, None] - tt[None, :] >= L.window
+        out = np.zeros((T, heads, d))
+        g = heads // k.shape[1]
+        for hh in range(heads):
+            sc = q[:, hh] @ k[:, hh // g].T
+            sc[mask] = -np.inf
+            pr = np.exp(sc - sc.max(1, keepdims=True))
+            out[:, hh] = (pr / pr.sum(1, keepdims=True)) @ v[:, hh // g]
+        o = rms(out.reshape(T, heads * d) @ w[p + "self_attn.o_proj.weight"].T, w[p + "post_attention_layernorm.weight"])
+        x = x + o
+        a = rms(x, w[p + "pre_feedforward_layernorm.weight"])
+        f = (gelu(a @ w[p + "mlp.gate_proj.weight"].T) * (a @ w[p + "mlp.up_proj.weight"].T)) @ w[p + "mlp.down_proj.weight"].T
+        x = x + rms(f, w[p + "post_feedforward_layernorm.weight"])
+        if pli is not None:
+            hgate = gelu(x @ w[p + "per_layer_input_gate.weight"].T) * pli[:, i]
+            x = x + rms(hgate @ w[p + "per_layer_projection.weight"].T, w[p + "post_per_layer_input_norm.weight"])
+        x = x * w[p + "layer_scalar"][0]
+    logits = rms(x, w["model.norm.weight"]) @ emb.T
+    return np.tanh(logits / softcap) * softcap if softcap else logits

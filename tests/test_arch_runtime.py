@@ -4,8 +4,9 @@ one tiny numpy-built checkpoint per family, fast tier: Llama 3 RoPE scaling read
 softcap in both config forms, Phi-3's fused projections with partial rotary, LongRoPE and a
 window, Qwen3's q/k norms, SmolLM3's layers without RoPE, Granite's multipliers, Mistral's
 window on every layer, LFM2's short-convolution layers between its attention layers (the
-convolution state carried across chunks); the decode kernel bit-identical with the prefill path
-on each."""
+convolution state carried across chunks), Gemma 4's shared-KV, global (K = V, proportional RoPE)
+and sliding layers with per-layer inputs (decoder_ref.gemma4_forward); the decode kernel
+bit-identical with the prefill path on each."""
 
 from __future__ import annotations
 
@@ -158,9 +159,9 @@ G4 = dict(BASE, model_type="gemma4_text", num_hidden_layers=5, global_head_dim=3
           layer_types=["sliding_attention", "full_attention", "sliding_attention", "sliding_attention", "full_attention"])
 
 
-def _table_checkpoint(folder, config: dict, seed: int = 0) -> None:
+def _table_checkpoint(folder, config: dict, seed: int = 0) -> dict[str, np.ndarray]:
     """A bf16 checkpoint of every tensor the architecture table expects for ``config`` (seeded
-    normals, 1-D tensors near 1): the table's own shapes, no independent decoder."""
+    normals, 1-D tensors near 1); returns the weights as f64 (the bf16 values)."""
     from panelpack.formats import arch
 
     rng = np.random.default_rng(seed)
@@ -171,6 +172,7 @@ def _table_checkpoint(folder, config: dict, seed: int = 0) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(__import__("json").dumps(config))
     ref.save_file({n: ("BF16", b) for n, b in bits.items()}, folder / "model.safetensors")
+    return {n: (np.asarray(b, np.uint32) << 16).view(np.float32).astype(np.float64) for n, b in bits.items()}
 
 
 def test_gemma4_shared_kv_and_per_layer_inputs_through_the_cache(tmp_path):
@@ -197,3 +199,24 @@ def test_gemma4_shared_kv_and_per_layer_inputs_through_the_cache(tmp_path):
     qw = q.logits(IDS, chunk=len(IDS))
     assert np.array_equal(qw.view(np.uint32), q.logits(IDS, chunk=1).view(np.uint32))
     assert np.abs(qw - whole).max() <= 0.35 * np.abs(whole).max()  # see test_arch_transformers.Q8_BOUND
+
+
+def test_gemma4_blocks_against_the_f64_reference(tmp_path):
+    """Gemma 4's blocks against decoder_ref.gemma4_forward (f64, the layers spelled out here, not
+    read through the table): 16-wide sliding heads with 2 KV heads and base 1e4, 32-wide global
+    heads with 1 KV head, K = V, proportional RoPE (4 of 16 pairs rotating, base 1e6), windows of
+    5, the last two layers reading layers 2 and 1, double-wide FFNs there, per-layer inputs of
+    8, layer scalars, x·w norms, v norm, softcap 20; prefill in chunks of 7 through the cache."""
+    w = _table_checkpoint(tmp_path / "g4", G4)
+    for i in range(5):  # layer scalars away from 1 (the table checkpoint draws 1-D tensors near 1)
+        w[f"model.layers.{i}.layer_scalar"] = w[f"model.layers.{i}.layer_scalar"] * 0 + (0.6 + 0.2 * i)
+    bits = {n: ref.f32_to_bf16_bits(v.astype(np.float32)) for n, v in w.items()}
+    ref.save_file({n: ("BF16", b) for n, b in bits.items()}, tmp_path / "g4" / "model.safetensors")
+    w = {n: (np.asarray(b, np.uint32) << 16).view(np.float32).astype(np.float64) for n, b in bits.items()}
+    slide = ref.inv_freq(1e4, D)
+    glob = np.concatenate([1e6 ** (-np.arange(0, 8, 2) / 32.0), np.zeros(12)])
+    S, F = ref.G4Layer(D, NKV, slide, window=5), ref.G4Layer(32, 1, glob, k_eq_v=True)
+    layers = [S, F, S, ref.G4Layer(D, NKV, slide, window=5, kv_from=2), ref.G4Layer(32, 1, glob, kv_from=1)]
+    want = ref.gemma4_forward(layers, NH, 1e-6, 8, 20.0, w, IDS)
+    got = Model.open(tmp_path / "g4", "f32").logits(IDS, chunk=7)
+    np.testing.assert_allclose(got, want, rtol=0, atol=3e-5 * np.abs(want).max())
