@@ -2,7 +2,7 @@
 ``tokenizer.json``. Token ids follow llama.cpp's tokenizer (``src/llama-vocab.cpp``), which the
 tests compare against on a shipped corpus.
 
-Two models, one registry (:data:`MODELS`, keyed by ``tokenizer.ggml.model``):
+Three models, one registry (:data:`MODELS`, keyed by ``tokenizer.ggml.model``):
 
 * ``gpt2``: byte-level BPE. Text is split at special tokens, each remaining fragment is split
   by the pre-tokenizer that ``tokenizer.ggml.pre`` names (:data:`PRE_TOKENIZERS`: a list of
@@ -14,6 +14,10 @@ Two models, one registry (:data:`MODELS`, keyed by ``tokenizer.ggml.model``):
   ``add_space_prefix``), the characters are merged pair by pair, highest vocabulary score first
   (leftmost on ties), while the merged text is a token; a symbol that is no token is split back
   along its merges, and what is left becomes ``<0xXX>`` byte tokens.
+* ``gemma4``: Gemma 4's BPE over SentencePiece text. Spaces become ``▁`` (no prefix), the
+  whole fragment (no pre-split, no byte mapping) is merged pair by pair, lowest merge rank
+  first; a symbol outside the vocabulary becomes ``<0xXX>`` byte tokens (llama.cpp's own
+  vocabulary test of the real vocabulary passes: tests/test_tokenizer.py).
 
 Special tokens: control tokens (type 3) are recognised in the text only with
 ``parse_special=True``; user-defined tokens (type 4) always, as llama.cpp does; longest first.
@@ -106,7 +110,7 @@ def _as_list(v) -> list:
 class Tokenizer:
     """Token ids <-> text for one vocabulary."""
 
-    model: str  # "gpt2" | "llama"
+    model: str  # "gpt2" | "llama" | "gemma4"
     tokens: list[str]
     types: list[int]
     scores: list[float] = field(default_factory=list)
@@ -313,6 +317,58 @@ class Tokenizer:
             elif self.unk_id is not None:
                 out.append(self.unk_id)
 
+    # gemma4 (Gemma 4's BPE over SentencePiece text) ------------------------------------------
+    def _encode_gemma4(self, text: str, first: bool) -> list[int]:
+        """Spaces become ``▁`` (no prefix), no byte mapping and no pre-split: the whole fragment
+        is merged pair by pair, lowest merge rank first (leftmost on ties); a symbol that is no
+        token becomes ``<0xXX>`` byte tokens."""
+        syms = list(text.replace(" ", "\u2581"))
+        n = len(syms)
+        if n == 0:
+            return []
+        prev = list(range(-1, n - 1))
+        nxt = list(range(1, n + 1))
+        nxt[-1] = -1
+        alive = [True] * n
+        heap: list = []
+        ranks = self.merges
+
+        def push(left: int, right: int) -> None:
+            if left >= 0 and right >= 0:
+                r = ranks.get((syms[left], syms[right]))
+                if r is not None:
+                    heapq.heappush(heap, (r, left, syms[left], syms[right]))
+
+        for j in range(n - 1):
+            push(j, j + 1)
+        while heap:
+            _, left, a, b = heapq.heappop(heap)
+            right = nxt[left]
+            if not alive[left] or right < 0 or syms[left] != a or syms[right] != b:
+                continue
+            syms[left] = a + b
+            alive[right] = False
+            nxt[left] = nxt[right]
+            if nxt[right] >= 0:
+                prev[nxt[right]] = left
+            push(prev[left], left)
+            push(left, nxt[left])
+        out: list[int] = []
+        j = 0
+        while j >= 0:
+            i = self.ids.get(syms[j])
+            if i is not None:
+                out.append(i)
+            else:
+                for byte in syms[j].encode("utf-8"):
+                    bi = self._byte_ids.get(byte)
+                    if bi is not None:
+                        out.append(bi)
+                    elif self.unk_id is not None:
+                        out.append(self.unk_id)
+            j = nxt[j]
+        return out
+
     # -- decoding ----------------------------------------------------------------------------
     def token_bytes(self, i: int) -> bytes:
         """The bytes one token stands for (what a streaming printer appends)."""
@@ -336,7 +392,7 @@ class Tokenizer:
 
 
 #: tokenizer.ggml.model -> encoder of one text fragment (the one registry of tokenizer models)
-MODELS = {"gpt2": Tokenizer._encode_gpt2, "llama": Tokenizer._encode_spm}
+MODELS = {"gpt2": Tokenizer._encode_gpt2, "llama": Tokenizer._encode_spm, "gemma4": Tokenizer._encode_gemma4}
 
 
 def from_gguf_metadata(meta: Mapping[str, Any]) -> Tokenizer:

@@ -109,3 +109,24 @@ def test_lfm2_pre_tokenizer_is_llama3s_with_bos():
     assert lfm2.encode(text)[0] == 258 and llama3.encode(text)[0] != 258
     no_bos = T.from_gguf_metadata(dict(meta, **{"tokenizer.ggml.pre": "lfm2", "tokenizer.ggml.add_bos_token": False}))
     assert no_bos.encode(text)[0] != 258
+
+
+def test_gemma4_tokenizer_equals_llama_cpps_vocabulary_tests():
+    """Gemma 4's ``tokenizer.ggml.model`` ``gemma4`` (BPE by merge rank over the ``▁`` text, no
+    byte mapping, byte tokens as fallback) on llama.cpp's own vocabulary test of the real
+    vocabulary (``models/ggml-vocab-gemma-4.gguf`` with its ``.inp``/``.out``, beside the
+    reference converter): every case's ids, and the text back from them."""
+    import llama_convert
+
+    d = llama_convert.vocab_dir()
+    if d is None or not (d / "ggml-vocab-gemma-4.gguf.out").is_file():
+        pytest.skip("llama.cpp's vocabulary tests are not unpacked (tests/llama_convert.py)")
+    with gguf.open_file(d / "ggml-vocab-gemma-4.gguf") as f:
+        tok = T.from_gguf_metadata(f.metadata)
+    cases = (d / "ggml-vocab-gemma-4.gguf.inp").read_text("utf-8").split("\n__ggml_vocab_test__\n")
+    outs = (d / "ggml-vocab-gemma-4.gguf.out").read_text("utf-8").split("\n")
+    assert len(cases) >= 40 and tok.add_bos and not tok.add_space_prefix
+    for text, want in zip(cases, outs):
+        ids = tok.encode(text, add_special=False)
+        assert ids == [int(x) for x in want.split()], text
+        assert tok.decode(ids) == text, text
