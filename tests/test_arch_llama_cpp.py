@@ -103,3 +103,20 @@ def test_q4_k_m_equals_llama_model_quantize(ggufs, arch, tmp_path):
     src = ggufs[(arch, "f16")]
     bad, n = llama_ref.mix_differences(src, tmp_path, "Q4_K_M")
     assert not bad, f"{arch}: {len(bad)} of {n} tensors differ from llama.cpp: {bad[:5]}"
+
+
+def test_gemma4_text_tower_of_a_gemma4_checkpoint_to_gguf(tmp_path):
+    """A text-only ``gemma4`` checkpoint (Gemma4ForConditionalGeneration, ``model.language_model.*``,
+    the form Gemma 4's E2B/E4B ship in): panelpack's GGUF equals llama.cpp's converter's (every
+    key and tensor), and the runtime on it agrees with llama.cpp (KL <= 1e-5)."""
+    import gguf_compare
+
+    from panelpack.convert import to_gguf
+
+    m = hm.build(tmp_path / "hf", ["gemma4"], specs=hm.WRAPPED, reference=False)["gemma4"]
+    ref = llama_convert.convert(m.folder, tmp_path / "ref.gguf", "f32")
+    ours = to_gguf(m.folder, tmp_path / "ours.gguf", outtype="f32").path
+    assert gguf_compare.differences(ours, ref) == []
+    want = llama_proc.logits(ours, m.ids, kv_f32=True)
+    got = Model.open(ours, "f32").logits(m.ids, chunk=16)
+    assert _kl(want, got) <= 1e-5

@@ -168,7 +168,7 @@ def gguf_layers(get: Any, names: set[str], base: Sequence[Any], vector: Any,
 
 
 GEMMA4 = Arch(
-    "gemma4", "gemma4", ("gemma4_text",), ("Gemma4ForCausalLM",), ROLES,
+    "gemma4", "gemma4", ("gemma4_text",), ("Gemma4ForCausalLM", "Gemma4ForConditionalGeneration"), ROLES,
     doc="Gemma 4 text decoder (E2B, E4B: per-layer inputs, shared KV, global layers of their own head size)",
     hf_names={"ffn_norm": "model.layers.{i}.pre_feedforward_layernorm.weight"},
     cactus_names={"ffn_norm": "layer_{i}_pre_ffn_norm.weights"},
