@@ -109,9 +109,9 @@ def test_gemma4_text_tower_of_a_gemma4_checkpoint_to_gguf(tmp_path):
     """A text-only ``gemma4`` checkpoint (Gemma4ForConditionalGeneration, ``model.language_model.*``,
     the form Gemma 4's E2B/E4B ship in): panelpack's GGUF equals llama.cpp's converter's (every
     key and tensor), and the runtime on it agrees with llama.cpp (KL <= 1e-5)."""
-    import gguf_compare
-
     from panelpack.convert import to_gguf
+
+    import gguf_compare
 
     m = hm.build(tmp_path / "hf", ["gemma4"], specs=hm.WRAPPED, reference=False)["gemma4"]
     ref = llama_convert.convert(m.folder, tmp_path / "ref.gguf", "f32")
