@@ -2,7 +2,7 @@
 (cactus-compute 2.2.2, ``python -m cactus.convert convert --bits N``) writes it, without torch,
 for every architecture of :mod:`panelpack.formats.arch` that has a cactus family
 (``cactus_family``: llama -> ``generic``, qwen2/qwen3 -> ``qwen``, gemma3 -> ``gemma3``, lfm2 ->
-``lfm2``); the
+``lfm2``, gemma4 -> ``gemma4``: its text tower, from an HF folder or a GGUF); the
 others are refused by name (cactus's converter would fall back to its ``qwen`` family with a
 warning, and its engine would run them wrong), as are MoE experts and vision/audio towers.
 
@@ -157,8 +157,43 @@ def _hf_sources(ckpt) -> tuple[list[SourceTensor], dict[str, Any], _arch.Arch]:
     return out, config, row
 
 
+def _gemma4_gguf_config(md, row: _arch.Arch, hp: _arch.Hyper) -> dict[str, Any]:
+    """The text-only ``gemma4`` config.json a Gemma 4 GGUF stands for (the form cactus's gemma4
+    adapter loads): its text config from the layers, the global layers' proportional RoPE from
+    the ``rope_freqs`` divisors (the pairs whose frequency is not ~0 rotate)."""
+    full = next(L for L in hp.layers if L.kind == "full_attention")
+    slide = next((L for L in hp.layers if L.kind == "sliding_attention"), full)
+    own = [L for L in hp.layers if L.kv_from < 0]
+    rot = sum(1 for f in (full.rope.inv_freq if full.rope is not None else ()) if f > 1e-20)
+    a = row.gguf_arch
+    k_eq_v = any(L.k_eq_v for L in hp.layers)
+    text: dict[str, Any] = {
+        "model_type": row.hf_model_types[0], "hidden_size": hp.n_embd, "intermediate_size": own[0].n_ff,
+        "num_hidden_layers": hp.n_layer, "num_attention_heads": full.n_head, "num_key_value_heads": slide.n_head_kv,
+        "head_dim": slide.head_dim, "global_head_dim": full.head_dim, "vocab_size": hp.n_vocab,
+        "max_position_embeddings": hp.n_ctx, "rms_norm_eps": float(_arch.keys.gguf_get(md, "eps", a, 1e-6)),
+        "sliding_window": slide.window or None, "layer_types": [L.kind for L in hp.layers],
+        "num_kv_shared_layers": hp.n_layer - len(own), "hidden_size_per_layer_input": hp.n_embd_pl,
+        "vocab_size_per_layer_input": hp.n_vocab_pl or hp.n_vocab, "final_logit_softcapping": hp.final_softcap or None,
+        "tie_word_embeddings": hp.tied, "use_double_wide_mlp": any(L.n_ff == 2 * own[0].n_ff for L in hp.layers),
+        "attention_k_eq_v": k_eq_v, "num_global_key_value_heads": full.n_head_kv if k_eq_v else None,
+        "rope_parameters": {
+            "sliding_attention": {"rope_type": "default",
+                                  "rope_theta": float(_arch.keys.gguf_get(md, "rope_theta_swa", a, 10000.0))},
+            "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 2 * rot / full.head_dim,
+                               "rope_theta": float(_arch.keys.gguf_get(md, "rope_theta", a, 1000000.0))}},
+    }
+    for k, key in (("bos_token_id", "tokenizer.ggml.bos_token_id"), ("eos_token_id", "tokenizer.ggml.eos_token_id")):
+        if md.get(key) is not None:
+            text[k] = int(md.get(key))
+    return {"architectures": ["Gemma4ForConditionalGeneration"], "model_type": row.hf_wrapper_types[0],
+            "text_config": text, "tie_word_embeddings": hp.tied, "torch_dtype": "float32"}
+
+
 def _gguf_config(ckpt, row: _arch.Arch, hp: _arch.Hyper) -> dict[str, Any]:
     """The config.json the GGUF stands for (the keys llama.cpp's converter read from it)."""
+    if row.hf_wrapper_types:  # Gemma 4: its RoPE divisors are the proportional RoPE of its config
+        return _gemma4_gguf_config(ckpt.metadata, row, hp)
     if "rope_freqs" in hp.flags or "longrope" in hp.flags:
         raise UnsupportedError("GGUF RoPE scaling written as tensors (rope_freqs.weight, rope_factors_*) has no "
                                "config.json form here; convert the HF folder to the cactus target instead")
@@ -207,10 +242,11 @@ def _gguf_sources(ckpt) -> tuple[list[SourceTensor], dict[str, Any], _arch.Arch]
     n_vocab = len(tok) if tok is not None else (emb.shape[0] if emb is not None else 0)
     hp = _arch.from_gguf(ckpt.metadata, n_vocab, ckpt.names, vector)
     config = _gguf_config(ckpt, row, hp)
+    naming = "hf_text" if config.get("model_type") in row.hf_wrapper_types else "hf"  # the names it stands for
     out = []
     for info in ckpt.tensors:
         hit = _arch.role_of(row, info.name, "gguf")
-        hf = _arch.tensor_name(row, hit[0], hit[1], "hf") if hit else ""
+        hf = _arch.tensor_name(row, hit[0], hit[1], naming) if hit else ""
         if not hf:
             log.info("GGUF tensor %s has no Hugging Face name in %s; skipped", info.name, row.name)
             continue
@@ -386,7 +422,7 @@ def convert_cactus(source: str | os.PathLike, out: str | os.PathLike, bits: int 
                 result.ledger.append({"name": st.hf_name, "file": fname, "shape": list(st.shape),
                                       "source_type": st.source_type, "precision": pol.precision,
                                       "status": status, **({"note": st.note} if st.note else {}), **extra})
-            for buf, shape, dtype, values in ccfg.buffer_files(row, hf, family) if kind == "hf" else ():
+            for buf, shape, dtype, values in ccfg.buffer_files(row, hf, family):
                 comp = "embedding" if "embed" in buf else "language"
                 fname = buf.replace(".", "_") + ".weights"
                 pol = tensor_policy(fname, comp, shape, bits)

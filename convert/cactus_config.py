@@ -288,9 +288,8 @@ def _gemma4_buffers(row: _arch.Arch, hf: dict[str, Any]) -> list[tuple[str, tupl
     ``GEMMA4_RUNTIME_BUFFER_SUFFIXES``), in the module's order: the embedding scale (the model
     loaded in f16), the rotary frequencies of each layer type (f32; sorted, see convert/cactus.py),
     the per-layer embedding scale."""
-    wrapped = isinstance(hf.get("text_config"), dict)
-    text = hf["text_config"] if wrapped else hf
-    pre = "model.language_model." if wrapped else "model."
+    text = hf["text_config"] if isinstance(hf.get("text_config"), dict) else hf
+    pre = "model.language_model."  # cactus loads any gemma4 checkpoint as Gemma4ForConditionalGeneration
 
     def scale(x: float) -> np.ndarray:
         return np.asarray(np.float32(x)).astype(np.float16)

@@ -367,3 +367,31 @@ def test_gemma4_family_text_tower(tmp_path):
     (src / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(UnsupportedError, match="needs final_logit_softcapping"):
         target.convert_cactus(src, tmp_path / "out2", bits=4)
+
+
+@pytest.mark.slow  # ~6 s: two CQ conversions
+def test_gemma4_from_gguf_writes_the_hf_routes_tensor_files(tmp_path):
+    """A Gemma 4 GGUF (the F32 file Gemma4Model writes: the global layers' proportional RoPE as
+    rope_freqs divisors, head sizes and KV sharing as keys) gives the same tensor files as its HF
+    folder: its config rebuilt as the text-only gemma4 config cactus's adapter loads (layer
+    pattern, global head size, shared layers, per-layer inputs, partial rotary 0.25)."""
+    from panelpack.convert import to_gguf
+
+    import gguf_tiny
+
+    hf = gguf_tiny.folder(tmp_path / "hf", "gemma4", hidden=128)
+    cfg = json.loads((hf / "config.json").read_text())
+    (hf / "config.json").write_text(json.dumps(dict(cfg, final_logit_softcapping=30.0)))
+    g = to_gguf(hf, tmp_path / "m.gguf", outtype="f32").path
+    a = target.convert_cactus(hf, tmp_path / "from-hf", bits=4)
+    b = target.convert_cactus(g, tmp_path / "from-gguf", bits=4)
+    files = sorted(p.name for p in (tmp_path / "from-hf").iterdir() if p.name.endswith(".weights"))
+    assert "layer_2_per_layer_gate.weights" in files and "model_language_model_embed_tokens_embed_scale.weights" in files
+    assert files == sorted(p.name for p in (tmp_path / "from-gguf").iterdir() if p.name.endswith(".weights"))
+    for n in files:
+        assert (tmp_path / "from-hf" / n).read_bytes() == (tmp_path / "from-gguf" / n).read_bytes(), n
+    assert a.family == b.family == "gemma4" and target.check_folder(tmp_path / "from-gguf") == []
+    txt = (tmp_path / "from-gguf" / "config.txt").read_text()
+    for line in ("layer_types=sliding,global,global", "global_head_dim=32", "num_kv_shared_layers=1",
+                 "hidden_size_per_layer_input=8", "global_partial_rotary_factor=0.25", "final_logit_softcapping=30.0"):
+        assert f"{line}\n" in txt, line

@@ -174,7 +174,7 @@ GEMMA4 = Arch(
     cactus_names={"ffn_norm": "layer_{i}_pre_ffn_norm.weights"},
     activation="gelu_tanh", hf_norm_offset=0.0, embed_scale_sqrt=True,
     layer_rule="every_nth", swa_pattern=6, hf_layers=hf_layers, gguf_layers=gguf_layers,
-    rope_theta={"full_attention": 1000000.0, "sliding_attention": 10000.0},
+    rope_theta={"full_attention": 1000000.0, "sliding_attention": 10000.0}, rope_scaling_kinds=("full_attention",),
     hf_defaults={"vocab_size": 262144, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 30,
                  "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
                  "hidden_activation": "gelu_pytorch_tanh", "max_position_embeddings": 131072,
