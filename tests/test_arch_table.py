@@ -207,6 +207,8 @@ def test_gemma4_layers_shared_kv_heads_and_per_layer_inputs():
     # the text tower of a gemma4 checkpoint without towers is the same model
     wrap = {"model_type": "gemma4", "architectures": ["Gemma4ForConditionalGeneration"], "text_config": c}
     assert arch.from_hf_config(wrap).layers == hp.layers
+    # "vision": bidirectional among image tokens only, text causal (transformers' mask): read
+    assert arch.from_hf_config(dict(c, use_bidirectional_attention="vision")).layers == hp.layers
     # without per-layer inputs or sharing
     hp = arch.from_hf_config(cfg("gemma4_text", hidden_size_per_layer_input=0, num_kv_shared_layers=0))
     assert not hp.has("pl_embed") and all(L.kv_from < 0 for L in hp.layers)

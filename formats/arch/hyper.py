@@ -360,7 +360,8 @@ def from_hf_config(cfg: Mapping[str, Any], table: Mapping[str, Arch]) -> Hyper:
     for key, why in (("attn_logit_softcapping", "attention-logit softcapping"),
                      ("use_bidirectional_attention", "bidirectional attention"),
                      ("conv_bias", "biases on the short convolution")):
-        if c.get(key):
+        # Gemma 4's "vision": bidirectional among image tokens only, text stays causal
+        if c.get(key) and not (key == "use_bidirectional_attention" and c[key] == "vision"):
             raise UnsupportedError(f"{arch.name}: {why} ({key}={c[key]!r}) is not implemented by the runtime")
     n = _int(c["num_hidden_layers"], "num_hidden_layers", 1)
     n_embd = _int(c["hidden_size"], "hidden_size", 1)
