@@ -130,3 +130,30 @@ def test_gemma4_tokenizer_equals_llama_cpps_vocabulary_tests():
         ids = tok.encode(text, add_special=False)
         assert ids == [int(x) for x in want.split()], text
         assert tok.decode(ids) == text, text
+
+
+@pytest.mark.slow  # ~3 s: the 262144-token vocabulary read twice
+def test_gemma4_vocabulary_as_tokenizer_json_gives_the_same_ids():
+    """The same vocabulary as an HF tokenizer.json (BPE, byte fallback, spaces replaced by ▁:
+    Gemma's form) reads as the SentencePiece-style model, merge ranks as scores: llama.cpp's ids
+    on every case of its vocabulary test."""
+    import llama_convert
+
+    d = llama_convert.vocab_dir()
+    if d is None or not (d / "ggml-vocab-gemma-4.gguf.out").is_file():
+        pytest.skip("llama.cpp's vocabulary tests are not unpacked (tests/llama_convert.py)")
+    cases = (d / "ggml-vocab-gemma-4.gguf.inp").read_text("utf-8").split("\n__ggml_vocab_test__\n")
+    outs = (d / "ggml-vocab-gemma-4.gguf.out").read_text("utf-8").split("\n")
+    with gguf.open_file(d / "ggml-vocab-gemma-4.gguf") as f:
+        md = f.metadata
+        toks, types = [str(t) for t in md["tokenizer.ggml.tokens"]], list(md["tokenizer.ggml.token_type"])
+        merges = [str(m) for m in md["tokenizer.ggml.merges"]]
+    doc = {"model": {"type": "BPE", "byte_fallback": True, "unk_token": "<unk>",
+                     "vocab": {t: i for i, t in enumerate(toks) if types[i] not in (3, 4)},
+                     "merges": merges},
+           "added_tokens": [{"id": i, "content": toks[i], "special": types[i] == 3}
+                            for i in range(len(toks)) if types[i] in (3, 4)],
+           "normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}, "pre_tokenizer": None}
+    hf = T.from_tokenizer_json(doc, {"bos_token_id": 2, "eos_token_id": 1})
+    for text, want in zip(cases, outs):
+        assert hf.encode(text, add_special=False) == [int(x) for x in want.split()], text
