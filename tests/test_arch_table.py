@@ -395,7 +395,7 @@ def test_a_new_row_is_enough(tmp_path):
     try:
         spec = ref.RefSpec(64, 4, 2, 16, 96, 96, [ref.RefLayer(ref.inv_freq(1e4, 16), scale=0.25)] * 2)
         config = dict(SMALL, model_type="tiny_llama_test", num_hidden_layers=2, head_dim=16, vocab_size=96,
-                      tie_word_embeddings=True)
+                      tie_word_embeddings=True, architectures=["TinyLlamaTestForCausalLM"])
         w = ref.write(tmp_path / "m", spec, config)
         got = Model.open(tmp_path / "m", "f32").logits([1, 5, 9, 2])
         want = ref.forward(spec, w, [1, 5, 9, 2])
@@ -409,5 +409,12 @@ def test_a_new_row_is_enough(tmp_path):
             "blk.1.ffn_up.weight"
         with pytest.raises(UnsupportedError, match="a test row has no cactus family"):
             target.convert_cactus(tmp_path / "m", tmp_path / "c")
+        from dataclasses import replace
+
+        from panelpack.convert import to_gguf
+
+        arch.register(replace(row, gguf_converter="TinyLlamaTestModel"))  # a converter class the writer lacks
+        with pytest.raises(UnsupportedError, match="tinyllama: the GGUF writer does not write it yet"):
+            to_gguf(tmp_path / "m", tmp_path / "t.gguf", outtype="f32")
     finally:
         arch.unregister("tinyllama")
