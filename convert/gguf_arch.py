@@ -34,6 +34,9 @@ from ..formats.gguf_kv import VT, KVList
 
 #: tensors the converter never writes (anywhere in the name)
 ALWAYS_SKIPPED = (".attention.masked_bias", ".attention.bias", ".rotary_emb.inv_freq")
+#: a multimodal checkpoint's towers, which TextModel.filter_tensors drops (llama.cpp writes them to
+#: a separate mmproj file): where a converter class takes the wrapper (Converter.text_tower)
+TOWER_TENSORS = ("model.vision_tower.", "model.audio_tower.", "model.embed_vision.", "model.embed_audio.")
 
 
 # ---- hyperparameters as the converter reads them -------------------------------------------
@@ -429,6 +432,7 @@ class Converter:
     generated: Callable[[str, Mapping[str, Any]], Generated] = _none_generated
     vocab_before: Optional[VocabHook] = None
     vocab_after: Optional[VocabHook] = None
+    text_tower: bool = False  # writes the text model of a checkpoint with vision/audio towers (TOWER_TENSORS dropped)
 
 
 _LLAMA = Converter(_llama_params, ("spm", "gpt2"), _llama_generated, _llama_vocab_prefix, _llama_vocab_suffix)
@@ -442,7 +446,7 @@ CONVERTERS: dict[str, Converter] = {
     "Phi3MiniModel": Converter(_phi3_params, ("phi3",), _phi3_generated),
     # its vocabulary: gguf-py's LlamaHfVocab (tokenizer model "gemma4"), not reproduced: the
     # SentencePiece reading where a tokenizer.model is given
-    "Gemma4Model": Converter(_gemma4_params, ("spm",), _gemma4_generated),
+    "Gemma4Model": Converter(_gemma4_params, ("spm",), _gemma4_generated, text_tower=True),
     "LFM2Model": Converter(_lfm2_params, ("gpt2",)),
     "BertModel": Converter(_bert_params, ("bert",)),
 }
@@ -552,7 +556,7 @@ class Writer:
     def gguf_name(self, hf: str) -> Optional[str]:
         """The tensor's GGUF name (None: the converter drops it); an HF name the architecture
         does not have is refused by name."""
-        if any(s in hf for s in ALWAYS_SKIPPED):
+        if any(s in hf for s in ALWAYS_SKIPPED) or self.converter.text_tower and hf.startswith(TOWER_TENSORS):
             return None
         if self.row is None:
             out = _bert_name(hf)
@@ -590,7 +594,12 @@ def writer_for(cfg: Mapping[str, Any]) -> Writer:
         raise BadInputError("config.json names no architectures (llama.cpp's converter needs architectures[0])")
     if name in BERT_ARCHITECTURES:
         return Writer("bert", CONVERTERS["BertModel"], hf_hparams(cfg, BERT_DEFAULTS, {}))
-    row = arch.for_hf_config(cfg)
+    towers = ("vision_config", "audio_config")
+    text_only = {k: v for k, v in cfg.items() if k not in towers}
+    row = arch.for_hf_config(text_only)
+    if any(isinstance(cfg.get(k), Mapping) for k in towers) and not (
+            row.gguf_converter in CONVERTERS and CONVERTERS[row.gguf_converter].text_tower):
+        row = arch.for_hf_config(cfg)  # refuses the towers by name
     if name not in row.hf_architectures:
         raise UnsupportedError(f"architecture {name!r} ({row.name}): the GGUF writer writes "
                                f"{', '.join(row.hf_architectures)} (llama.cpp's converter picks its class by it)")

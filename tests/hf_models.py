@@ -108,6 +108,14 @@ ARCHES = tuple(SPECS)
 #: (Gemma4ForConditionalGeneration, tensors under ``model.language_model.``), the form cactus's
 #: ``gemma4`` adapter loads
 WRAPPED: dict[str, Spec] = {"gemma4": Spec("gemma4", "Gemma4Config", {"text_config": SPECS["gemma4"].config}, seed=11)}
+#: the same with tiny vision and audio towers (E2B/E4B's form): passed through by plain repacking,
+#: refused by the runtime and the cactus target, dropped from GGUF (llama.cpp's mmproj holds them)
+WITH_TOWERS: dict[str, Spec] = {"gemma4": Spec("gemma4", "Gemma4Config", {
+    "text_config": SPECS["gemma4"].config,
+    "vision_config": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                          num_key_value_heads=2, head_dim=16, patch_size=4, position_embedding_size=64),
+    "audio_config": dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, subsampling_conv_channels=[8, 4],
+                         output_proj_dims=32)}, seed=12)}
 
 
 def spec(arch: str, **overrides: Any) -> Spec:

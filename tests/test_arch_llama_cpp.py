@@ -120,3 +120,29 @@ def test_gemma4_text_tower_of_a_gemma4_checkpoint_to_gguf(tmp_path):
     want = llama_proc.logits(ours, m.ids, kv_f32=True)
     got = Model.open(ours, "f32").logits(m.ids, chunk=16)
     assert _kl(want, got) <= 1e-5
+
+
+def test_gemma4_with_vision_and_audio_towers(tmp_path):
+    """A gemma4 checkpoint with (tiny) vision and audio towers, the form E2B/E4B ship in: its GGUF
+    is the text model, equal to llama.cpp's converter's (which drops the towers: they go to its
+    mmproj file); plain repacking passes every tower tensor through; the runtime and the cactus
+    target refuse it by name."""
+    import json
+
+    from panelpack.convert import convert, to_gguf
+    from panelpack.convert.cactus import convert_cactus
+    from panelpack.formats.errors import UnsupportedError
+
+    import gguf_compare
+
+    m = hm.build(tmp_path / "hf", ["gemma4"], specs=hm.WITH_TOWERS, reference=False)["gemma4"]
+    ref = llama_convert.convert(m.folder, tmp_path / "ref.gguf", "f32")
+    ours = to_gguf(m.folder, tmp_path / "ours.gguf", outtype="f32").path
+    assert gguf_compare.differences(ours, ref) == []
+    b = convert(m.folder, tmp_path / "b.ppk", layout="panel64", quant="q8_0").bundle
+    manifest = json.loads((b / "manifest.json").read_text())
+    names = [t["name"] for t in manifest["tensors"]]
+    assert any(n.startswith("model.vision_tower.") for n in names) and any(n.startswith("model.audio_tower.") for n in names)
+    for run in (lambda: Model.open(m.folder, "f32"), lambda: convert_cactus(m.folder, tmp_path / "c")):
+        with pytest.raises(UnsupportedError, match="a vision tower"):
+            run()
