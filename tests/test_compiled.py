@@ -189,43 +189,28 @@ def test_nibble_group_dot_against_numpy_reference(rng):
 
 
 @needs_avx2
-def test_int8_group_dot_against_numpy_reference(rng):
+@pytest.mark.parametrize("group, name, last_aoff", [(32, "int8_group_dot", 160), (16, "int8_group_dot16", 176)])
+def test_int8_group_dot_against_numpy_reference(rng, group, name, last_aoff):
+    """The int8 group dots, G = 32 (panel64 Q4_K ... Q8_0) and G = 16 (Q6_K, Q2_K, Q3_K): at
+    random offsets, and at the bound |code| 127 against a = -128 and 127 in every lane."""
     from numba import njit
+
+    dot = getattr(_simd, name)
 
     @njit
     def call(w, woff, a, aoff, acc):
-        _simd.int8_group_dot(w, woff, a, aoff, acc)
+        dot(w, woff, a, aoff, acc)
 
-    w = rng.integers(-127, 128, 5 * 2048 + 9).astype(np.int8).view(np.uint8)
+    gb = 64 * group  # bytes of one group of a 64-channel int8 tile
+    w = rng.integers(-127, 128, 5 * gb + 9).astype(np.int8).view(np.uint8)
     a = rng.integers(-128, 128, 200, dtype=np.int8)
-    cases = [(w, woff, a, aoff) for woff, aoff in ((0, 0), (2048 + 3, 8), (3 * 2048 + 9, 160))]
-    for code in (127, -127):  # the bound: |code| 127 against a = -128 and 127 in every lane
-        cases += [(np.full(2048, code, np.int8).view(np.uint8), 0, np.full(32, v, np.int8), 0) for v in (-128, 127)]
-    for wb, woff, ab, aoff in cases:
-        acc = np.full(70, -1, np.int32)
-        call(wb, woff, ab, aoff, acc)
-        assert np.array_equal(acc[:64], _simd.int8_group_dot_ref(wb, woff, ab, aoff)), (woff, aoff)
-        assert np.all(acc[64:] == -1)
-
-
-@needs_avx2
-def test_int8_group_dot16_against_numpy_reference(rng):
-    """The G = 16 int8 group dot (panel64 Q6_K, Q2_K, Q3_K), the same bounds as G = 32's."""
-    from numba import njit
-
-    @njit
-    def call(w, woff, a, aoff, acc):
-        _simd.int8_group_dot16(w, woff, a, aoff, acc)
-
-    w = rng.integers(-127, 128, 5 * 1024 + 9).astype(np.int8).view(np.uint8)
-    a = rng.integers(-128, 128, 200, dtype=np.int8)
-    cases = [(w, woff, a, aoff) for woff, aoff in ((0, 0), (1024 + 3, 8), (3 * 1024 + 9, 176))]
+    cases = [(w, woff, a, aoff) for woff, aoff in ((0, 0), (gb + 3, 8), (3 * gb + 9, last_aoff))]
     for code in (127, -127):
-        cases += [(np.full(1024, code, np.int8).view(np.uint8), 0, np.full(16, v, np.int8), 0) for v in (-128, 127)]
+        cases += [(np.full(gb, code, np.int8).view(np.uint8), 0, np.full(group, v, np.int8), 0) for v in (-128, 127)]
     for wb, woff, ab, aoff in cases:
         acc = np.full(70, -1, np.int32)
         call(wb, woff, ab, aoff, acc)
-        assert np.array_equal(acc[:64], _simd.int8_group_dot_ref(wb, woff, ab, aoff, 16)), (woff, aoff)
+        assert np.array_equal(acc[:64], _simd.int8_group_dot_ref(wb, woff, ab, aoff, group)), (woff, aoff)
         assert np.all(acc[64:] == -1)
 
 
