@@ -74,20 +74,29 @@ void ppk_neon_panel(int form, const uint8_t *panels, const uint8_t *zt0, const i
 typedef void (*ppk_il8_kernel)(const uint8_t *w, const int8_t *a, int64_t m, int64_t n, int64_t k,
                                int offset, int32_t *P);
 
-void ppk_avx2_il8_nibble(const uint8_t *w, const int8_t *a, int64_t m, int64_t n, int64_t k, int offset, int32_t *P);
-void ppk_avx2_il8_int8(const uint8_t *w, const int8_t *a, int64_t m, int64_t n, int64_t k, int offset, int32_t *P);
-void ppk_avx2_x8_q4_0(const uint8_t *w, const int8_t *a, int64_t m, int64_t n, int64_t k, int offset, int32_t *P);
-void ppk_avx2_x8_q4_k(const uint8_t *w, const int8_t *a, int64_t m, int64_t n, int64_t k, int offset, int32_t *P);
+/* Every ISA's four kernels, ppk_<isa>_il8_nibble, _il8_int8, _x8_q4_0, _x8_q4_k, are one loop
+ * over the (super-row sr, unit u) of w [N/8][units][unit bytes] around the ISA's static
+ * <isa>_<form>(PPK_IL8_UNIT_ARGS) on the unit at blk; the unit sizes are stated here once:
+ * a 32-element block (128, 256, 144 bytes) or, ggml-x8 Q4_K, a 256-element super-block. */
+#define PPK_IL8_ARGS const uint8_t *w, const int8_t *a, int64_t m, int64_t n, int64_t k, int offset, int32_t *P
+#define PPK_IL8_UNIT_ARGS \
+    const uint8_t *blk, const int8_t *a, int64_t m, int64_t n, int64_t k, int64_t sr, int64_t u, int offset, int32_t *P
+#define PPK_IL8_FORMS(X, isa) \
+    X(isa, il8_nibble, 32, 128) X(isa, il8_int8, 32, 256) X(isa, x8_q4_0, 32, 144) X(isa, x8_q4_k, 256, 1152)
+#define PPK_IL8_DECLARE_ONE(isa, form, unit_k, unit_bytes) void ppk_##isa##_##form(PPK_IL8_ARGS);
+#define PPK_IL8_DEFINE_ONE(isa, form, unit_k, unit_bytes)                                     \
+    void ppk_##isa##_##form(PPK_IL8_ARGS) {                                                     \
+        const int64_t nu = k / (unit_k);                                                        \
+        for (int64_t sr = 0; sr < n / 8; sr++)                                                  \
+            for (int64_t u = 0; u < nu; u++)                                                    \
+                isa##_##form(w + (sr * nu + u) * (unit_bytes), a, m, n, k, sr, u, offset, P);    \
+    }
+/* in <isa>_il8.c, after its four unit functions: */
+#define PPK_IL8_DEFINE(isa) PPK_IL8_FORMS(PPK_IL8_DEFINE_ONE, isa)
 
-void ppk_neon_il8_nibble(const uint8_t *w, const int8_t *a, int64_t m, int64_t n, int64_t k, int offset, int32_t *P);
-void ppk_neon_il8_int8(const uint8_t *w, const int8_t *a, int64_t m, int64_t n, int64_t k, int offset, int32_t *P);
-void ppk_neon_x8_q4_0(const uint8_t *w, const int8_t *a, int64_t m, int64_t n, int64_t k, int offset, int32_t *P);
-void ppk_neon_x8_q4_k(const uint8_t *w, const int8_t *a, int64_t m, int64_t n, int64_t k, int offset, int32_t *P);
-
-void ppk_i8mm_il8_nibble(const uint8_t *w, const int8_t *a, int64_t m, int64_t n, int64_t k, int offset, int32_t *P);
-void ppk_i8mm_il8_int8(const uint8_t *w, const int8_t *a, int64_t m, int64_t n, int64_t k, int offset, int32_t *P);
-void ppk_i8mm_x8_q4_0(const uint8_t *w, const int8_t *a, int64_t m, int64_t n, int64_t k, int offset, int32_t *P);
-void ppk_i8mm_x8_q4_k(const uint8_t *w, const int8_t *a, int64_t m, int64_t n, int64_t k, int offset, int32_t *P);
+PPK_IL8_FORMS(PPK_IL8_DECLARE_ONE, avx2)
+PPK_IL8_FORMS(PPK_IL8_DECLARE_ONE, neon)
+PPK_IL8_FORMS(PPK_IL8_DECLARE_ONE, i8mm)
 
 /* ---- the types and where their scales live (layouts.c) ----------------------------------- */
 /* How a type's factors s, o (§3) come from its scale fields (f16 kept as raw bits):
