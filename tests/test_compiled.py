@@ -242,6 +242,19 @@ def test_q6_k_block_dot_against_references(rng):
         assert np.all(acc == 63 * 16 * v)
 
 
+def assert_fast_is_portable(prep, portable, blocks, n, k, qname, x):
+    """The prepared AVX2 kernel ``prep`` and its portable twin give the same partials and
+    outputs bit for bit, and the partials are the standard dispatch's, on activations ``x``
+    (row 1 scaled by 1e3, row 2 starting with 40 codes of -128: partials() takes any int8)."""
+    x = np.asarray(x, np.float32)
+    x[1] *= 1e3
+    a, da = D.quantize_activations(x)
+    a[2, :40] = -128
+    for p_fast, p_port in zip(prep.run(a, da), portable.run(a, da)):
+        assert np.array_equal(np.asarray(p_fast).view(np.uint32), np.asarray(p_port).view(np.uint32))
+    assert np.array_equal(prep.run(a, da)[0], D.standard_partials(blocks, n, k, qname, a)[0])
+
+
 @needs_avx2
 @pytest.mark.parametrize("qname", fast_only(["Q6_K", "Q5_0", "Q5_1", "Q5_K", "Q2_K", "Q3_K"], {"Q6_K"}))
 def test_avx2_and_portable_int8_panel_kernels_agree(qname, rng):
@@ -257,13 +270,7 @@ def test_avx2_and_portable_int8_panel_kernels_agree(qname, rng):
     prep = C.prepare("panel64", ref_pack_panel64(blocks, n, k, qname), n, k, qname)
     assert prep.spec.kernel is C._INT8_PANEL_TILES_AVX2[t.group] and prep.spec.path == "compiled.panel64.avx2"
     portable = dataclasses.replace(prep, spec=dataclasses.replace(prep.spec, kernel=C._tile_panel64_int8))
-    x = rng.standard_normal((3, k)).astype(np.float32)
-    x[1] *= 1e3
-    a, da = D.quantize_activations(x)
-    a[2, :40] = -128
-    for p_fast, p_port in zip(prep.run(a, da), portable.run(a, da)):
-        assert np.array_equal(np.asarray(p_fast).view(np.uint32), np.asarray(p_port).view(np.uint32))
-    assert np.array_equal(prep.run(a, da)[0], D.standard_partials(blocks, n, k, qname, a)[0])
+    assert_fast_is_portable(prep, portable, blocks, n, k, qname, rng.standard_normal((3, k)))
 
 
 @needs_avx2
@@ -277,13 +284,7 @@ def test_avx2_and_portable_nibble_kernels_agree(qname, rng):
     assert prep.spec.kernel is C._tile_panel64_nibble_avx2  # the default where AVX2 runs
     portable = dataclasses.replace(prep, spec=dataclasses.replace(prep.spec, kernel=C._tile_panel64_nibble,
                                                                   activations=None))
-    x = rng.standard_normal((3, k)).astype(np.float32)
-    x[1] *= 1e3
-    a, da = D.quantize_activations(x)
-    a[2, :40] = -128  # partials() takes any int8
-    for p_fast, p_port in zip(prep.run(a, da), portable.run(a, da)):
-        assert np.array_equal(np.asarray(p_fast).view(np.uint32), np.asarray(p_port).view(np.uint32))
-    assert np.array_equal(prep.run(a, da)[0], D.standard_partials(blocks, n, k, qname, a)[0])
+    assert_fast_is_portable(prep, portable, blocks, n, k, qname, rng.standard_normal((3, k)))
 
 
 @needs_avx2
@@ -306,13 +307,8 @@ def test_avx2_and_portable_rowmajor_kernels_agree(qname, rng):
     assert prep.spec.kernel is C._ROW_TILES_AVX2[qname] and prep.spec.path == "compiled.rowmajor.avx2"
     portable = dataclasses.replace(prep, geom=C._geom_rows(prep.qtype, n, k), spec=dataclasses.replace(
         prep.spec, kernel=C._ROW_TILES[qname], activations=None))
-    x = rng.standard_normal((5 if qname == "Q6_K" else 3, k)).astype(np.float32)  # Q6_K: M >= 4 too
-    x[1] *= 1e3
-    a, da = D.quantize_activations(x)
-    a[2, :40] = -128
-    for p_fast, p_port in zip(prep.run(a, da), portable.run(a, da)):
-        assert np.array_equal(np.asarray(p_fast).view(np.uint32), np.asarray(p_port).view(np.uint32))
-    assert np.array_equal(prep.run(a, da)[0], D.standard_partials(blocks, n, k, qname, a)[0])
+    x = rng.standard_normal((5 if qname == "Q6_K" else 3, k))  # Q6_K: M >= 4 too
+    assert_fast_is_portable(prep, portable, blocks, n, k, qname, x)
 
 
 def test_panel64_reference_reader_matches_codes(rng):
