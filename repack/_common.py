@@ -7,6 +7,7 @@ Nothing here knows a particular layout; the layout modules (``rowmajor.py``, ``p
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -211,6 +212,13 @@ def out_blocks(layout_name: str, out: np.ndarray | None, t: qtypes.GGMLType, n: 
     if not (out.flags.c_contiguous and out.flags.writeable):
         raise BadInputError(f"layout {layout_name}: out must be C-contiguous and writable")
     return out
+
+
+def word_step(t: qtypes.GGMLType) -> tuple[int, int]:
+    """(blocks, 64-bit words) of the fewest whole blocks of ``t`` that are whole words: Q4_0
+    4 x 18 bytes = 9 words, Q4_1 2 x 20 = 5, Q4_K 1 x 144 = 18 (a row step of the word kernels)."""
+    blocks = 8 // math.gcd(t.type_size, 8)
+    return blocks, blocks * t.type_size // 8
 
 
 def aligned_words(flat: np.ndarray) -> np.ndarray:
