@@ -390,6 +390,61 @@ def _convert_cactus(source, out, target, quant, panels, dry_run, force, as_json)
     echo_result(result, as_json)
 
 
+class _BatchProgress:
+    """The batch's progress bar over jobs (stderr, TTY only); called with each job's row."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.bar = None
+
+    def start(self, jobs: int) -> None:
+        if self.enabled:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=jobs, unit="job", desc="batch", file=sys.stderr, dynamic_ncols=True, leave=False)
+
+    def __call__(self, row) -> None:
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"{row.name[-30:]}: {row.status}", refresh=False)
+            self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+@main.command()
+@click.argument("plan", type=click.Path(exists=False))
+@click.option("--ray", "ray_address", is_flag=False, flag_value="", default=None, metavar="[ADDRESS]",
+              help="Run the jobs on a Ray cluster (pip install 'panelpack[ray]'): ADDRESS (host:port, ray://..., "
+                   "auto), or none for a local one. Write it after PLAN, or as --ray=ADDRESS.")
+@click.option("-w", "--workers", default=None, type=click.IntRange(1, 256),
+              help="Local executor: jobs at once (default: the plan's workers, else the usable cores).")
+@click.option("--retries", default=None, type=click.IntRange(0, 100),
+              help="New attempts for a job whose worker died (default: the plan's retries, else 2).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--no-progress", is_flag=True, help="No progress bar.")
+@command
+def batch(plan, ray_address, workers, retries, as_json, no_progress):
+    """Run a TOML plan of sources x targets (docs/CONVERT.md, "Batches"): each source read once,
+    verified and packed as the plan says, on local processes or a Ray cluster. Finished jobs are
+    skipped; a bad source fails its own row; a worker that dies is retried. Exit code: the worst
+    row's (0 done or skipped, 1 a verification failed, 2 a bad source, 3 an internal error)."""
+    from panelpack.convert.batch import batch as batch_fn
+
+    _install_sigterm()
+    bar = _BatchProgress(enabled=not (as_json or no_progress) and sys.stderr.isatty())
+    try:
+        result = batch_fn(plan, executor="local" if ray_address is None else "ray", address=ray_address or None,
+                          workers=workers, retries=retries, on_start=bar.start, on_row=bar)
+    finally:
+        bar.close()
+    echo_result(result, as_json)
+    if result.exit_code:
+        sys.exit(result.exit_code)
+
+
 @main.command()
 @click.argument("bundle", type=click.Path(exists=False))
 @click.option("-o", "--out", "out", required=True, type=click.Path(), help="GGUF file to write.")
