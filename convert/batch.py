@@ -131,10 +131,11 @@ def _manifest_sha(out: str) -> str:
     return sha256_file(Path(out) / "manifest.json")
 
 
-def finished(job: Job) -> Optional[JobRow]:
+def finished(job: Job, source_digests: Optional[dict[str, str]] = None) -> Optional[JobRow]:
     """The job's row from its record when the run it records still stands: the same plan entry,
     the same source digest, every output there with the manifest it recorded (sound and naming
-    that source) and every archive there; else None (the job runs)."""
+    that source) and every archive there; else None (the job runs). ``source_digests``: a memo
+    of :func:`source_digest` by path (a source several jobs share is hashed once)."""
     from ..formats.bundle import Bundle
 
     try:
@@ -149,7 +150,10 @@ def finished(job: Job) -> Optional[JobRow]:
                 return None
             if o.get("pack") and not Path(o["pack"]).is_file():
                 return None
-        if source_digest(job.source) != rec["source_digest"]:
+        memo = source_digests if source_digests is not None else {}
+        if job.source not in memo:
+            memo[job.source] = source_digest(job.source)
+        if memo[job.source] != rec["source_digest"]:
             return None
     except (OSError, ValueError, KeyError, TypeError, PanelpackError):
         return None
@@ -278,8 +282,9 @@ def batch(plan: str | os.PathLike | BatchPlan, executor: str = "local", address:
             on_row(row)
 
     todo = []
+    memo: dict[str, str] = {}
     for job in bp.jobs:
-        row = finished(job)
+        row = finished(job, memo)
         if row is not None:
             done(row)
         else:
