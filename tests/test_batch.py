@@ -203,19 +203,21 @@ def test_a_worker_killed_mid_job_is_retried_and_leaves_nothing_half_written(tmp_
 
 # -- the Ray executor -------------------------------------------------------------------------
 @pytest.mark.slow
-def test_ray_executor_same_outputs_as_local(tmp_path, sources):
+def test_ray_executor_same_outputs_as_local(tmp_path, sources, monkeypatch):
     ray = pytest.importorskip("ray")
     local = tmp_path / "local"
     on_ray = tmp_path / "ray"
     local.mkdir()
     on_ray.mkdir()
     res_local = batch(write_plan(local, sources, names=("tiny.gguf", "corrupt.gguf", "hf")))
+    monkeypatch.setenv(FAULT_ENV, "kill:tiny:1")  # the Ray workers inherit it: tiny's first attempt dies
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         res_ray = batch(write_plan(on_ray, sources, names=("tiny.gguf", "corrupt.gguf", "hf")), executor="ray")
     finally:
         ray.shutdown()
     assert [r.status for r in res_ray.rows] == [r.status for r in res_local.rows] == ["done", "failed", "done"]
+    assert [r.attempts for r in res_ray.rows] == [2, 1, 1]  # the killed worker's job ran again
     for name in ("tiny.panel64.ppk", "tiny-x8.ppk", "hf.panel64.ppk", "hf-x8.ppk"):
         assert tree(on_ray / "out" / name) == tree(local / "out" / name)
     assert batch(write_plan(on_ray, sources, names=("tiny.gguf", "hf")), executor="local").counts() == {"skipped": 2}
