@@ -233,3 +233,17 @@ def load_plan_stub():
     from panelpack.convert.batch_plan import BatchPlan
 
     return BatchPlan("stub.toml", "out", [])
+
+
+@pytest.mark.slow
+def test_real_checkpoint_batch_matches_single_commands(tmp_path, smollm2):
+    p = tmp_path / "plan.toml"
+    p.write_text(f'out_dir = "out"\nverify = "lossless"\n[[source]]\npath = "{smollm2}"\nname = "smollm2"\n'
+                 '[[source.target]]\nlayout = "panel64"\n[[source.target]]\nlayout = "ggml-x8"\nrequant = "q4_0"\n')
+    res = batch(p)
+    assert res.counts() == {"done": 1} and [o["verify"] for o in res.rows[0].outputs] == ["ok", "ok"]
+    (tmp_path / "alone").mkdir()
+    for layout, requant, name in (("panel64", None, "smollm2.panel64.ppk"), ("ggml-x8", "q4_0", "smollm2.ggml-x8.ppk")):
+        single = convert(smollm2, tmp_path / "alone" / name, layout=layout, requant=requant)
+        assert tree(tmp_path / "out" / name) == tree(single.bundle)
+    assert batch(p).counts() == {"skipped": 1}
