@@ -415,10 +415,10 @@ class _BatchProgress:
 
 
 @main.command()
-@click.argument("plan", type=click.Path(exists=False))
+@click.argument("plan", type=click.Path(exists=False), required=False)
 @click.option("--ray", "ray_address", is_flag=False, flag_value="", default=None, metavar="[ADDRESS]",
               help="Run the jobs on a Ray cluster (pip install 'panelpack[ray]'): ADDRESS (host:port, ray://..., "
-                   "auto), or none for a local one. Write it after PLAN, or as --ray=ADDRESS.")
+                   "auto), or none for a local one (write ADDRESS as --ray=ADDRESS when PLAN follows).")
 @click.option("-w", "--workers", default=None, type=click.IntRange(1, 256),
               help="Local executor: jobs at once (default: the plan's workers, else the usable cores).")
 @click.option("--retries", default=None, type=click.IntRange(0, 100),
@@ -433,6 +433,10 @@ def batch(plan, ray_address, workers, retries, as_json, no_progress):
     row's (0 done or skipped, 1 a verification failed, 2 a bad source, 3 an internal error)."""
     from panelpack.convert.batch import batch as batch_fn
 
+    if plan is None and ray_address and ray_address.lower().endswith(".toml"):
+        plan, ray_address = ray_address, ""  # `batch --ray PLAN`: --ray took the plan as its address
+    if plan is None:
+        raise click.UsageError("missing the PLAN file (a TOML plan: docs/CONVERT.md, \"Batches\")")
     _install_sigterm()
     bar = _BatchProgress(enabled=not (as_json or no_progress) and sys.stderr.isatty())
     try:

@@ -158,8 +158,9 @@ def test_a_corrupt_source_fails_its_row_with_one_line(tmp_path, sources):
 def test_ray_missing_is_a_clear_message(tmp_path, sources, monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
     p = write_plan(tmp_path, sources, names=("tiny.gguf",))
-    r = CliRunner().invoke(main, ["batch", str(p), "--ray"])
-    assert r.exit_code == 2 and "pip install 'panelpack[ray]'" in r.output and "Traceback" not in r.output
+    for args in (["batch", str(p), "--ray"], ["batch", "--ray", str(p)]):
+        r = CliRunner().invoke(main, args)
+        assert r.exit_code == 2 and "pip install 'panelpack[ray]'" in r.output and "Traceback" not in r.output
     assert not (tmp_path / "out").exists()
 
 
@@ -221,6 +222,11 @@ def test_ray_executor_same_outputs_as_local(tmp_path, sources, monkeypatch):
     for name in ("tiny.panel64.ppk", "tiny-x8.ppk", "hf.panel64.ppk", "hf-x8.ppk"):
         assert tree(on_ray / "out" / name) == tree(local / "out" / name)
     assert batch(write_plan(on_ray, sources, names=("tiny.gguf", "hf")), executor="local").counts() == {"skipped": 2}
+
+
+def test_cli_needs_a_plan():
+    r = CliRunner().invoke(main, ["batch"])
+    assert r.exit_code == 2 and "missing the PLAN file" in r.output
 
 
 def test_executors_table():
