@@ -56,7 +56,9 @@ class JobRow:
     attempts: int = 0
     seconds: float = 0.0
     error: Optional[str] = None
-    outputs: list[dict[str, Any]] = field(default_factory=list)  # out, layout, bytes, fallbacks, verify, pack
+    #: per output: out, layout, bytes, fallbacks (count) and fallback_reasons (tensor -> the ledger's
+    #: reason), verify (verdict), pack (the archive), manifest_sha256
+    outputs: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "source": self.source, "status": self.status, "attempts": self.attempts,
@@ -220,9 +222,9 @@ def _run_job(job: Job, attempt: int) -> JobRow:
                            progress=_progress_for(job, attempt))
     outputs, ok = [], True
     for jt, r in zip(job.targets, results):
-        o: dict[str, Any] = {"out": jt.out, "layout": jt.layout, "bytes": r.bytes_out,
-                             "fallbacks": sum(1 for row in r.ledger if row["written"] != row["requested"]),
-                             "verify": "-"}
+        fallbacks = {row["name"]: row["reason"] for row in r.ledger if row["written"] != row["requested"]}
+        o: dict[str, Any] = {"out": jt.out, "layout": jt.layout, "bytes": r.bytes_out, "fallbacks": len(fallbacks),
+                             "fallback_reasons": fallbacks, "verify": "-"}
         if job.verify != "none":
             rep = verify(jt.out, level=job.verify)
             o["verify"] = "ok" if rep.ok else "FAILED " + ", ".join(f"{k}: {v}" for k, v in sorted(rep.counts().items()))

@@ -106,6 +106,9 @@ def test_a_job_writes_the_single_commands_bytes_and_resumes(tmp_path, sources):
     assert finished(job) is None
     row = run_job(job)
     assert row.status == "done" and [o["verify"] for o in row.outputs] == ["ok", "ok"], row
+    x8 = row.outputs[1]
+    assert x8["fallbacks"] == len(x8["fallback_reasons"]) > 0
+    assert "not a multiple of 8" in x8["fallback_reasons"]["output.weight"]
     (tmp_path / "alone").mkdir()
     for t in job.targets:
         single = convert(sources / "tiny.gguf", tmp_path / "alone" / Path(t.out).name, layout=t.layout)
