@@ -1,0 +1,117 @@
+"""panel64-compact through the verifier: the compiled kernel and the closed-form reader give the
+standard dispatch's integer partials and bit-identical outputs (M = 1, 16, 17, N not a multiple
+of 64, every K the types allow); a GGUF converted to it verifies at every level and exports
+byte for byte."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+
+import numpy as np
+import pytest
+
+from panelpack.convert import convert
+from panelpack.convert.gguf_export import export_gguf
+from panelpack.formats import qtypes
+from panelpack.repack import panel64_compact as PC
+from panelpack.verify import bundle_check, registry
+from panelpack.verify import compiled as C
+from panelpack.verify import dispatch as D
+
+from builders import random_blocks, tiny_llama_gguf
+
+COMPACT = ["Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q2_K", "Q3_K"]
+
+
+def _same_bits(y, z):
+    return y.shape == z.shape and np.array_equal(np.asarray(y, np.float32).view(np.uint32),
+                                                  np.asarray(z, np.float32).view(np.uint32))
+
+
+def _ks(qname):
+    return (256, 768) if qtypes.get(qname).block_size == 256 else (32, 96, 256)
+
+
+@pytest.mark.parametrize("qname", COMPACT)
+def test_compiled_kernel_matches_the_standard_dispatch(qname, rng):
+    for n in (1, 70, 129):
+        for k in _ks(qname):
+            blocks = random_blocks(qname, n, k, rng)
+            prep = C.prepare(PC.NAME, PC.pack_ref(blocks, n, k, qname), n, k, qname)
+            for m in (1, 16, 17):
+                x = (rng.standard_normal((m, k)) * rng.uniform(0.1, 10, (m, 1))).astype(np.float32)
+                a, _ = D.quantize_activations(x)
+                P0, A0 = D.standard_partials(blocks, n, k, qname, a)
+                P, A = prep.partials(a)
+                assert np.array_equal(P, P0) and np.array_equal(A, A0), (qname, n, k, m)
+                assert _same_bits(prep.matmul(x), D.standard_matmul(blocks, n, k, qname, x)), (qname, n, k, m)
+
+
+@pytest.mark.parametrize("qname", COMPACT)
+def test_extreme_codes(qname, rng):
+    # every weight at the lowest, then the highest code, activations at +-127: the int16 runs hold
+    t = qtypes.get(qname)
+    n, k = 70, 256
+    from panelpack.formats import blocks as B
+
+    for code in (0, (1 << t.code_bits) - 1):
+        f = B.to_fields(random_blocks(t, n, k, rng), t, n, k)
+        f["codes"] = np.full_like(f["codes"], code)
+        blocks = B.from_fields(f, t, n, k)
+        prep = C.prepare(PC.NAME, PC.pack(blocks, n, k, t), n, k, t)
+        a = np.where(rng.random((17, k)) < 0.5, -127, 127).astype(np.int8)
+        assert np.array_equal(prep.partials(a)[0], D.standard_partials(blocks, n, k, t, a)[0])
+
+
+def test_registry_rows():
+    v = registry.verifier(PC.NAME)
+    for name in COMPACT:
+        paths = v.paths(name)
+        assert paths == ["compiled.panel64-compact", "reader.closed_form"], paths
+    assert "sme2/neon leaves" in v.paths("Q4_K") and "sme2/neon leaves" in v.paths("Q8_0")
+    assert registry.kernel_spec(PC.NAME, "Q4_K").kernel is registry.kernel_spec("panel64", "Q4_K").kernel
+
+
+def test_closed_form_reader_catches_a_wrong_plane_bit(rng):
+    from panelpack.verify import compact
+
+    qname, n, k = "Q5_K", 70, 256
+    blocks = random_blocks(qname, n, k, rng)
+    reg = PC.pack(blocks, n, k, qname)
+    a, da = D.quantize_activations(rng.standard_normal((1, k)).astype(np.float32))
+    P0, A0 = D.standard_partials(blocks, n, k, qname, a)
+    sample = registry.Sample(PC.NAME, reg, qtypes.get(qname), n, k, PC.params(qname, n, k), a, da, A0,
+                             np.arange(2), np.arange(n), 512)
+    ((path, P, _, rows),) = compact.integer_form_reader(sample)
+    assert path == "reader.panel64-compact.closed_form" and np.array_equal(P, P0[:, rows])
+    bad = dict(reg)
+    bad["panels"] = reg["panels"].copy()
+    f = PC.form(qname)
+    bad["panels"][0, 0, f.kq * 32 * f.base_bits] ^= 1  # plane bit of channel 0, K 0
+    ((_, P, _, _),) = compact.integer_form_reader(dataclasses.replace(sample, regions=bad))
+    assert P[0, 0, 0] != P0[0, 0, 0] and np.array_equal(P[:, 1:], P0[:, 1:])
+
+
+def sha(p) -> str:
+    return hashlib.sha256(open(p, "rb").read()).hexdigest()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("output_type", ["Q2_K", "Q3_K"])
+def test_gguf_converts_verifies_and_exports_byte_for_byte(tmp_path, output_type):
+    src = tmp_path / "tiny.gguf"
+    tiny_llama_gguf(src, output_type=output_type)  # layers: Q5_0, Q5_1, Q5_K, Q6_K; output N = 100
+    res = convert(src, tmp_path / "c.ppk", layout=PC.NAME)
+    forms = {row["name"]: row for row in res.ledger}
+    compact = [name for name, row in forms.items() if row["type"] in COMPACT]
+    assert compact and all(forms[name]["written"] == PC.NAME for name in compact)
+    rep = bundle_check.verify(res.bundle, level="all")
+    assert rep.ok, rep.render()
+    mine = [v for v in rep.tensors if v.layout == PC.NAME and v.type in COMPACT]
+    assert {v.type for v in mine} == {"Q5_0", "Q5_1", "Q5_K", "Q6_K", output_type}
+    for v in mine:
+        assert v.verdict == "AGREE" and "compiled.panel64-compact" in v.paths, v
+        assert v.levels == {"structure": "ok", "lossless": "ok", "agreement": "ok"}, v
+    out = export_gguf(res.bundle, tmp_path / "back.gguf")
+    assert out.identical and sha(tmp_path / "back.gguf") == sha(src)
