@@ -68,7 +68,7 @@ def test_registry_rows():
     v = registry.verifier(PC.NAME)
     for name in COMPACT:
         paths = v.paths(name)
-        assert paths == ["compiled.panel64-compact", "reader.closed_form"], paths
+        assert paths == ["compiled.panel64-compact", "reader.closed_form", "sme2 compact leaves"], paths
     assert "sme2/neon leaves" in v.paths("Q4_K") and "sme2/neon leaves" in v.paths("Q8_0")
     assert registry.kernel_spec(PC.NAME, "Q4_K").kernel is registry.kernel_spec("panel64", "Q4_K").kernel
 
@@ -115,3 +115,59 @@ def test_gguf_converts_verifies_and_exports_byte_for_byte(tmp_path, output_type)
         assert v.levels == {"structure": "ok", "lossless": "ok", "agreement": "ok"}, v
     out = export_gguf(res.bundle, tmp_path / "back.gguf")
     assert out.identical and sha(tmp_path / "back.gguf") == sha(src)
+
+
+# ---- the emulated SME2 instructions and leaves ----------------------------------------------
+def test_luti2_four_registers_byte_form(rng):
+    from panelpack.verify import sme2
+
+    st = sme2.new_state()
+    st.ZT0[:] = rng.integers(0, 256, 64, dtype=np.uint8)
+    st.Z[16] = rng.integers(0, 256, 64, dtype=np.uint8)
+    for idx in range(4):  # one segment at 8-bit elements: the index selects nothing
+        sme2.luti2_x4(st.Z, 4, st.ZT0, 16, idx, 8)
+        fields = (st.Z[16][:, None] >> (2 * np.arange(4))) & 3  # field 4j + i of byte j
+        want = st.ZT0[4 * fields.reshape(-1)].reshape(4, 64)  # low byte of entry 0..3
+        assert np.array_equal(st.Z[4:8], want)
+    sme2.luti2_x4(st.Z, 16, st.ZT0, 16, 0, 8)  # Zn inside Zd: read before written
+    assert np.array_equal(st.Z[16:20], want)
+
+
+def test_ldr_p_and_predicated_add(rng):
+    from panelpack.verify import sme2
+
+    st = sme2.new_state()
+    mem = rng.integers(0, 256, 16, dtype=np.uint8)
+    sme2.ldr_p(st.P, 6, mem, 3)
+    assert np.array_equal(st.P[6], np.unpackbits(mem[3:11], bitorder="little"))
+    st.Z[1] = rng.integers(0, 256, 64, dtype=np.uint8)
+    before = st.Z[1].copy()
+    sme2.dup_imm_b(st.Z, 20, 0x30)
+    assert (st.Z[20] == 0x30).all()
+    sme2.add_b_pred(st.Z, 1, st.P, 6, 20)
+    want = np.where(st.P[6] == 1, (before.astype(np.int64) + 0x30) & 0xFF, before)
+    assert np.array_equal(st.Z[1], want)
+
+
+@pytest.mark.parametrize("qname", COMPACT)
+def test_emulated_leaves_match_the_standard_dispatch(qname, rng):
+    from panelpack.verify import compact_leaves as L
+
+    t = qtypes.get(qname)
+    f = PC.form(t)
+    n, k = 70, t.block_size * (1 if t.block_size == 256 else 3)
+    blocks = random_blocks(qname, n, k, rng)
+    reg = PC.pack(blocks, n, k, qname)
+    zt0 = np.frombuffer(PC.zt0_table(t), np.uint8)
+    for m, leaf in ((1, L.gemv_leaf), (17, L.gemm_leaf), (16, L.gemm_leaf)):
+        a = rng.integers(-127, 128, (m, k), dtype=np.int8)
+        P0, _ = D.standard_partials(blocks, n, k, qname, a)
+        assert np.array_equal(leaf(reg["panels"], zt0, a, n, k, t.group, f.base_bits, f.planes), P0), (qname, m)
+    # a wrong plane bit changes exactly that channel's partial
+    bad = reg["panels"].copy()
+    if f.planes:
+        bad[0, 0, f.kq * 32 * f.base_bits] ^= 1
+        a = np.ones((1, k), np.int8)
+        P = L.gemv_leaf(bad, zt0, a, n, k, t.group, f.base_bits, f.planes)
+        P0, _ = D.standard_partials(blocks, n, k, qname, a)
+        assert P[0, 0, 0] != P0[0, 0, 0] and np.array_equal(P[0, 1:], P0[0, 1:])

@@ -180,6 +180,8 @@ def _compact_forms_accept(layout: str, t: qtypes.GGMLType) -> bool:
 
 PANEL64_FORM_LEAVES = Runner("sme2/neon leaves", _panel64_forms_accept, PANEL_LEAVES.run, kernels=PANEL_LEAVES.kernels)
 COMPACT_READER = Runner("reader.closed_form", _compact_forms_accept, _named("compact", "integer_form_reader"))
+COMPACT_LEAVES = Runner("sme2 compact leaves", _compact_forms_accept, _named("compact", "leaves_runner"),
+                        kernels=("compact_leaves.gemv_program", "compact_leaves.gemm_program"))
 
 
 def _interleaved(mod, kernel: str, form: str) -> LayoutVerifier:
@@ -195,7 +197,7 @@ VERIFIERS: dict[str, LayoutVerifier] = {v.name: v for v in (
     _interleaved(il8_nibble, "il8_nibble_kernel", "il8_nibble_form"),
     _interleaved(il8_int8, "il8_int8_kernel", "il8_int8_form"),
     LayoutVerifier(panel64_compact.NAME, _named("compact", "panel64_compact_kernel"),
-                   runners=(PANEL64_FORM_LEAVES, COMPACT_READER), superblock_major=True,
+                   runners=(PANEL64_FORM_LEAVES, COMPACT_READER, COMPACT_LEAVES), superblock_major=True,
                    stack_rows=panel64.CHANNELS),
 )}
 
