@@ -13,11 +13,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from numba import njit
+
 from ..formats._jit import lazy_njit
+from ..repack import _panel64_compact_kernels as _planes
 from ..repack import panel64 as _panel64
 from ..repack import panel64_compact as _compact
+from . import _simd
 from . import compiled as _compiled
-from ._compiled_kernels import TILE, _column_tile, _tile_view
+from ._compiled_kernels import TILE, _column_tile, _group_done, _tile_done, _tile_view, _tile_width
 from .registry import PathResult, Sample
 
 _PLANE = _compact.PLANE_KG_BYTES
@@ -70,6 +74,65 @@ _TILES = {2: _column_tile(_view_bits2, _unpack_compact), 3: _column_tile(_view_b
           5: _column_tile(_view_bits5, _unpack_compact), 6: _column_tile(_view_bits6, _unpack_compact)}
 
 
+# ---- where numba targets AVX2: each group's record expanded to its int8 panel (uint64 SWAR, the
+# ---- unpacking kernel's steps), then _simd's int8 group dot on it, as panel64's int8 tiles
+_U = np.uint64
+_L01, _L80 = _U(0x0101010101010101), _U(0x8080808080808080)
+_SPREAD = _planes.SPREAD
+
+
+def _avx2_tile(base: int, nplanes: int, kq: int):
+    """The AVX2 tile of one compact form (constants as in the repack plane kernels)."""
+    bb = 32 * base
+    gb = kq * (bb + _PLANE * nplanes)
+    dot = _simd.int8_group_dot16 if kq == 4 else _simd.int8_group_dot
+
+    @njit(cache=True)
+    def tile(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
+        ng = s_t.shape[1]
+        tw = _tile_width(n, t)
+        k = a.shape[1]
+        af = a.reshape(-1)
+        sub = _U(geom[0]) * _L01
+        acc = np.empty(TILE, np.int32)
+        yt = np.zeros((a.shape[0], TILE), np.float32)
+        s64 = np.empty(kq * 32, np.uint64)  # the group's int8 panel (kq x 256 bytes)
+        s8 = s64.view(np.uint8)
+        for g in range(ng):
+            rec = (t * ng + g) * gb
+            for q in range(kq):
+                sb0 = rec + q * bb
+                sp = rec + kq * bb + q * _PLANE
+                for wd in range(32):
+                    if base == 4:
+                        o = sb0 + 4 * wd
+                        x = (_U(w[o]) | (_U(w[o + 1]) << _U(8)) | (_U(w[o + 2]) << _U(16))
+                             | (_U(w[o + 3]) << _U(24)))
+                        x = (x | (x << _U(16))) & _U(0x0000FFFF0000FFFF)
+                        x = (x | (x << _U(8))) & _U(0x00FF00FF00FF00FF)
+                        u = (x | (x << _U(4))) & _U(0x0F0F0F0F0F0F0F0F)
+                    else:
+                        o = sb0 + 2 * wd
+                        x = _U(w[o]) | (_U(w[o + 1]) << _U(8))
+                        x = (x | (x << _U(24))) & _U(0x000000FF000000FF)
+                        x = (x | (x << _U(12))) & _U(0x000F000F000F000F)
+                        u = (x | (x << _U(6))) & _U(0x0303030303030303)
+                    for p in range(nplanes):
+                        u |= _SPREAD[w[sp + p * kq * _PLANE + wd]] << _U(base + p)
+                    s64[q * 32 + wd] = ((u | _L80) - sub) ^ _L80
+            for m in range(a.shape[0]):
+                dot(s8, 0, af, m * k + g * group, acc)
+                _group_done(acc, t, g, m, tw, 0, A, s_t, o_t, da, kind, g * group, P, yt, want_p, want_y)
+        _tile_done(yt, t, tw, y, want_y)
+
+    return tile
+
+
+#: code bits -> the AVX2 tile of that form (None where numba does not target AVX2)
+_AVX2_TILES = {f.bits: _avx2_tile(f.base_bits, f.planes, f.kq) for f in map(_compact.form, _compact.COMPACT_TYPES)
+               } if _simd.AVAILABLE else {}
+
+
 def compact_code_bytes(t, regions, n, k, layout=_compact.NAME):
     """The group records (the first region of panel64-compact's plan) as flat uint8."""
     codes = _compact.plan(t, n, k)[0]
@@ -84,8 +147,13 @@ def panel64_compact_kernel(layout: str, t) -> _compiled.KernelSpec | None:
         return _compiled.panel64_kernel(layout, t)
     if t.scheme is None:
         return None
+    offset = lambda t_, n, k: np.array([t_.code_offset], np.int64)  # noqa: E731
+    fast = _AVX2_TILES.get(f.bits)
+    if fast is not None:  # signed codes into the int8 group dot (|c| <= 32: never -128)
+        return _compiled.KernelSpec(layout, t.name, fast, compact_code_bytes, _compiled.panel64_scale_arrays, offset,
+                                    max(t.code_offset, (1 << f.bits) - 1 - t.code_offset), variant="avx2")
     return _compiled.KernelSpec(layout, t.name, _TILES[f.bits], compact_code_bytes, _compiled.panel64_scale_arrays,
-                                lambda t_, n, k: np.array([t_.code_offset], np.int64), (1 << f.bits) - 1)
+                                offset, (1 << f.bits) - 1)
 
 
 # ---- the runners the registry lists for panel64-compact -------------------------------------
