@@ -12,7 +12,6 @@ writes the stored codes ``u`` into ``buf[G][64]``; the shared column-tile loop t
 from __future__ import annotations
 
 import numpy as np
-
 from numba import njit
 
 from ..formats._jit import lazy_njit
