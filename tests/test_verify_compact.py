@@ -95,7 +95,7 @@ def test_registry_rows():
     for name in COMPACT:
         paths = v.paths(name)
         assert paths[0].startswith("compiled.panel64-compact") and paths[1:] == ["reader.closed_form",
-                                                                                  "sme2 compact leaves"], paths
+                                                                                  "sme2/neon compact leaves"], paths
     assert "sme2/neon leaves" in v.paths("Q4_K") and "sme2/neon leaves" in v.paths("Q8_0")
     assert registry.kernel_spec(PC.NAME, "Q4_K").kernel is registry.kernel_spec("panel64", "Q4_K").kernel
 
@@ -138,7 +138,9 @@ def test_gguf_converts_verifies_and_exports_byte_for_byte(tmp_path, output_type)
     mine = [v for v in rep.tensors if v.layout == PC.NAME and v.type in COMPACT]
     assert {v.type for v in mine} == {"Q5_0", "Q5_1", "Q5_K", "Q6_K", output_type}
     for v in mine:
-        assert v.verdict == "AGREE" and "compiled.panel64-compact" in v.paths, v
+        assert v.verdict == "AGREE" and any(p.startswith("compiled.panel64-compact") for p in v.paths), v
+        assert {"reader.panel64-compact.closed_form", "neon.compact"} <= set(v.paths), v.paths
+        assert any(p.startswith("sme2.gemv.") for p in v.paths) and any(p.startswith("sme2.gemm.") for p in v.paths)
         assert v.levels == {"structure": "ok", "lossless": "ok", "agreement": "ok"}, v
     out = export_gguf(res.bundle, tmp_path / "back.gguf")
     assert out.identical and sha(tmp_path / "back.gguf") == sha(src)
@@ -158,6 +160,27 @@ def test_luti2_four_registers_byte_form(rng):
         assert np.array_equal(st.Z[4:8], want)
     sme2.luti2_x4(st.Z, 16, st.ZT0, 16, 0, 8)  # Zn inside Zd: read before written
     assert np.array_equal(st.Z[16:20], want)
+
+
+def test_neon_ld1r_ushl_cmtst_add(rng):
+    from panelpack.verify import neon
+
+    V = neon.new_vregs()
+    mem = rng.integers(0, 256, 16, dtype=np.uint8)
+    neon.ld1r(V, 1, mem, 5, 2)
+    assert np.array_equal(V[1], np.tile(mem[5:7], 8))
+    neon.ld1r(V, 2, mem, 3, 4)
+    assert np.array_equal(V[2], np.tile(mem[3:7], 4))
+    V[3] = rng.integers(0, 256, 16, dtype=np.uint8)
+    V[4] = (np.arange(16) - 8).astype(np.int8).view(np.uint8)  # shifts -8 .. 7
+    neon.ushl_16b(V, 5, 3, 4)
+    sh = np.arange(16) - 8
+    x = V[3].astype(np.int64)
+    assert np.array_equal(V[5], np.where(sh >= 0, (x << np.maximum(sh, 0)) & 0xFF, x >> np.maximum(-sh, 0)))
+    neon.cmtst_16b(V, 6, 3, 1)
+    assert np.array_equal(V[6], np.where(V[3] & V[1], 0xFF, 0))
+    neon.add_16b(V, 7, 3, 1)
+    assert np.array_equal(V[7], (V[3].astype(np.int64) + V[1]) & 0xFF)
 
 
 def test_ldr_p_and_predicated_add(rng):
@@ -186,7 +209,7 @@ def test_emulated_leaves_match_the_standard_dispatch(qname, rng):
     blocks = random_blocks(qname, n, k, rng)
     reg = PC.pack(blocks, n, k, qname)
     zt0 = np.frombuffer(PC.zt0_table(t), np.uint8)
-    for m, leaf in ((1, L.gemv_leaf), (17, L.gemm_leaf), (16, L.gemm_leaf)):
+    for m, leaf in ((1, L.gemv_leaf), (17, L.gemm_leaf), (16, L.gemm_leaf), (1, L.neon_leaf), (2, L.neon_leaf)):
         a = rng.integers(-127, 128, (m, k), dtype=np.int8)
         P0, _ = D.standard_partials(blocks, n, k, qname, a)
         assert np.array_equal(leaf(reg["panels"], zt0, a, n, k, t.group, f.base_bits, f.planes), P0), (qname, m)
@@ -195,6 +218,7 @@ def test_emulated_leaves_match_the_standard_dispatch(qname, rng):
     if f.planes:
         bad[0, 0, f.kq * 32 * f.base_bits] ^= 1
         a = np.ones((1, k), np.int8)
-        P = L.gemv_leaf(bad, zt0, a, n, k, t.group, f.base_bits, f.planes)
         P0, _ = D.standard_partials(blocks, n, k, qname, a)
-        assert P[0, 0, 0] != P0[0, 0, 0] and np.array_equal(P[0, 1:], P0[0, 1:])
+        for leaf in (L.gemv_leaf, L.neon_leaf):
+            P = leaf(bad, zt0, a, n, k, t.group, f.base_bits, f.planes)
+            assert P[0, 0, 0] != P0[0, 0, 0] and np.array_equal(P[0, 1:], P0[0, 1:])

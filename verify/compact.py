@@ -173,7 +173,8 @@ def integer_form_reader(s: Sample) -> list[PathResult]:
 
 def leaves_runner(s: Sample) -> list[PathResult]:
     """The emulated SME2 leaves on the sampled super-blocks' records (verify/compact_leaves.py):
-    GEMV (LUTI + predicated ADD + SDOT) at M = 1, GEMM (... + SMOPA) for more rows."""
+    GEMV (LUTI + predicated ADD + SDOT) and the NEON path (TBL/USHL/CMTST + SDOT) at M = 1,
+    GEMM (... + SMOPA) for more rows."""
     from . import compact_leaves, dispatch, leaves
 
     t = s.qtype
@@ -184,12 +185,13 @@ def leaves_runner(s: Sample) -> list[PathResult]:
     sc, of = _compiled.panel64_scale_arrays(t, part, rows, s.k, s.layout)
     zt0 = np.asarray(s.params.get("zt0", list(_compact.zt0_table(t))), np.uint8)
     expand = "luti4" if f.base_bits == 4 else "luti2"
+    args = (recs, zt0, s.a, rows, s.k, int(t.group), f.base_bits, f.planes)
     if s.a.shape[0] == 1:
-        path, leaf = f"sme2.gemv.{expand}_planes_sdot", compact_leaves.gemv_leaf
+        runs = [(f"sme2.gemv.{expand}_planes_sdot", compact_leaves.gemv_leaf(*args)),
+                ("neon.compact", compact_leaves.neon_leaf(*args))]
     else:
-        path, leaf = f"sme2.gemm.{expand}_planes_smopa", compact_leaves.gemm_leaf
-    P = leaf(recs, zt0, s.a, rows, s.k, int(t.group), f.base_bits, f.planes)
-    return [(path, P, dispatch.rescale(P, s.A, sc, of, s.da, t), s.rows)]
+        runs = [(f"sme2.gemm.{expand}_planes_smopa", compact_leaves.gemm_leaf(*args))]
+    return [(path, P, dispatch.rescale(P, s.A, sc, of, s.da, t), s.rows) for path, P in runs]
 
 
 assert _panel64.CHANNELS == TILE

@@ -26,6 +26,22 @@ from numba import types
 
 from ..formats._jit import lazy_njit
 from . import leaves as _leaves
+from .neon import (
+    Q,
+    add_16b,
+    and_16b,
+    cmtst_16b,
+    ld1_16b,
+    ld1r,
+    movi_16b,
+    sdot_4s_elem,
+    st1_4s,
+    tbl1_16b,
+    ushl_16b,
+    ushr_16b,
+    zip1_16b,
+    zip2_16b,
+)
 from .sme2 import (
     LANES_S,
     VL,
@@ -184,4 +200,121 @@ def gemm_leaf(records, zt0, a, n: int, k: int, G: int, base: int, nplanes: int, 
     apk = _leaves.pack_activations_ref(a, G).reshape(-1)
     out = np.zeros(a.shape[0] * len(sbs_arr) * ng * CHANNELS * 4, np.uint8)
     gemm_program(recs, z, apk, a.shape[0], n, k, G, base, nplanes, sbs_arr, out, st.Z, st.ZA, st.ZT0, st.P)
+    return _leaves.gather_partials(out, a.shape[0], sbs_arr, n, ng)
+
+
+# ============================================================================================
+# the NEON path on the same records (128-bit Advanced SIMD, no LUTI, no predicates)
+# ============================================================================================
+#
+# An int8 register R (0..15) of a kg-block = bytes 16R .. 16R+15 of its int8 panel = channels
+# 4R .. 4R+3 x 4 K (lane L = 16R + e). Its codes come from the record as follows:
+#
+#   base B = 4: panel64's nibble path (neon.py): ld1 16 bytes at base + 16r (r = R // 2), and/ushr/
+#               zip1/zip2 -> the nibbles of registers 2r, 2r+1, tbl {v1} -> base values
+#   base B = 2: ld1r .4s the 4 bytes at base + 4R (one a channel), tbl by v8 (byte c -> lanes
+#               4c .. 4c+3), ushl by v9 (0, -2, -4, -6: crumb j to bits 0..1), and v10 (#3),
+#               tbl {v1} -> base values
+#   bit plane p: ld1r .8h the 2 plane bytes at plane + 2R (bits of lanes 16R .. 16R+15), tbl by
+#               v11 (byte 0 -> lanes 0..7, byte 1 -> lanes 8..15), cmtst with v12 (1, 2, .., 128
+#               twice), and with v(13+p) (2^(B+p)), add to the values
+#
+# then sdot v(16+R).4s, values.16b, v0.4b[q % 4], as on int8 panels.
+#
+# Registers: v0 activations, v1 base table (byte i = low byte of ZT0 entry i), v2 #0x0f, v3..v7
+# scratch, v8..v12 the constants above, v13, v14 plane splats, v15 plane scratch, v16..v31 sums.
+
+#: the constant vectors v8, v9, v11, v12 (loaded with ld1 from this literal pool)
+NEON_CONSTS = np.concatenate([
+    np.repeat(np.arange(4), 4),  # v8: byte c -> lanes 4c .. 4c+3
+    np.tile(np.array([0, -2, -4, -6]) & 0xFF, 4),  # v9: crumb j -> bits 0..1
+    np.repeat(np.arange(2), 8),  # v11: plane byte 0 -> lanes 0..7, byte 1 -> lanes 8..15
+    np.tile(1 << np.arange(8), 2),  # v12: the lane's bit
+]).astype(np.uint8)
+
+
+@lazy_njit(_void(_u8_2d, _i64, _i64, _u8_1d, _i64, _i64, _i64), cache=True, inline="always")
+def _neon_planes(V, vr, R, recs, plane0, nplanes, qn):
+    """Add the bit planes of int8 register ``R`` to the values in ``vr`` (the module text)."""
+    for p in range(nplanes):
+        ld1r(V, 15, recs, plane0 + p * qn * PLANE + 2 * R, 2)
+        tbl1_16b(V, 15, 15, 11)
+        cmtst_16b(V, 15, 15, 12)
+        and_16b(V, 15, 15, 13 + p)
+        add_16b(V, vr, vr, 15)
+
+
+@lazy_njit(_void(_u8_1d, _u8_1d, _u8_1d, _u8_1d, _i64, _i64, _i64, _i64, _i64, _i64, _i64_1d, _u8_1d, _u8_2d),
+           cache=True)
+def neon_program(records, table16, consts, acts, m_rows, n, k, G, base, nplanes, sbs, out, V):
+    """The NEON path on group records for ``m_rows`` activation rows; ``out`` as the SME2
+    leaves: int32 bytes ``[m_rows][len(sbs)][ng][64]``."""
+    ng = k // G
+    qn = G // 4
+    bb = 32 * base
+    gb = qn * 32 * (base + nplanes)
+    nsel = sbs.shape[0]
+    ld1_16b(V, 1, table16, 0)
+    movi_16b(V, 2, 0x0F)
+    ld1_16b(V, 8, consts, 0)
+    ld1_16b(V, 9, consts, Q)
+    movi_16b(V, 10, 0x03)
+    ld1_16b(V, 11, consts, 2 * Q)
+    ld1_16b(V, 12, consts, 3 * Q)
+    for p in range(nplanes):
+        movi_16b(V, 13 + p, 1 << (base + p))
+    for row in range(m_rows):
+        arow = row * k
+        for si in range(nsel):
+            sb = sbs[si]
+            for g in range(ng):
+                for j in range(16):
+                    movi_16b(V, 16 + j, 0)
+                rec = (sb * ng + g) * gb
+                for q in range(qn):
+                    if q % 4 == 0:
+                        ld1_16b(V, 0, acts, arow + G * g + 4 * q)
+                    lane = q % 4
+                    blk = rec + q * bb
+                    plane0 = rec + qn * bb + q * PLANE
+                    if base == 4:
+                        for r in range(8):
+                            ld1_16b(V, 3, records, blk + Q * r)
+                            and_16b(V, 4, 3, 2)
+                            ushr_16b(V, 5, 3, 4)
+                            zip1_16b(V, 6, 4, 5)
+                            zip2_16b(V, 7, 4, 5)
+                            tbl1_16b(V, 6, 1, 6)
+                            tbl1_16b(V, 7, 1, 7)
+                            _neon_planes(V, 6, 2 * r, records, plane0, nplanes, qn)
+                            _neon_planes(V, 7, 2 * r + 1, records, plane0, nplanes, qn)
+                            sdot_4s_elem(V, 16 + 2 * r, 6, 0, lane)
+                            sdot_4s_elem(V, 17 + 2 * r, 7, 0, lane)
+                    else:
+                        for r in range(16):
+                            ld1r(V, 3, records, blk + 4 * r, 4)
+                            tbl1_16b(V, 3, 3, 8)
+                            ushl_16b(V, 3, 3, 9)
+                            and_16b(V, 3, 3, 10)
+                            tbl1_16b(V, 6, 1, 3)
+                            _neon_planes(V, 6, r, records, plane0, nplanes, qn)
+                            sdot_4s_elem(V, 16 + r, 6, 0, lane)
+                o = (((row * nsel) + si) * ng + g) * CHANNELS
+                for j in range(16):
+                    if sb * CHANNELS + 4 * j < n:
+                        st1_4s(V, 16 + j, out, (o + 4 * j) * 4)
+
+
+def neon_leaf(records, zt0, a, n: int, k: int, G: int, base: int, nplanes: int, sbs=None, vregs=None) -> np.ndarray:
+    """The NEON path on every activation row: int32 ``P[M, C, ng]`` (the table: the low byte of
+    each ZT0 entry, as for panel64's nibble panels)."""
+    from .neon import new_vregs
+
+    recs, z, sbs_arr = _args(records, zt0, n, k, G, base, nplanes, sbs)
+    a = np.ascontiguousarray(np.atleast_2d(a), np.int8)
+    V = vregs if vregs is not None else new_vregs()
+    ng = k // G
+    out = np.zeros(a.shape[0] * len(sbs_arr) * ng * CHANNELS * 4, np.uint8)
+    neon_program(recs, np.ascontiguousarray(z[0::4]), NEON_CONSTS, a.view(np.uint8).reshape(-1), a.shape[0],
+                 n, k, G, base, nplanes, sbs_arr, out, V)
     return _leaves.gather_partials(out, a.shape[0], sbs_arr, n, ng)

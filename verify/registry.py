@@ -180,8 +180,9 @@ def _compact_forms_accept(layout: str, t: qtypes.GGMLType) -> bool:
 
 PANEL64_FORM_LEAVES = Runner("sme2/neon leaves", _panel64_forms_accept, PANEL_LEAVES.run, kernels=PANEL_LEAVES.kernels)
 COMPACT_READER = Runner("reader.closed_form", _compact_forms_accept, _named("compact", "integer_form_reader"))
-COMPACT_LEAVES = Runner("sme2 compact leaves", _compact_forms_accept, _named("compact", "leaves_runner"),
-                        kernels=("compact_leaves.gemv_program", "compact_leaves.gemm_program"))
+COMPACT_LEAVES = Runner("sme2/neon compact leaves", _compact_forms_accept, _named("compact", "leaves_runner"),
+                        kernels=("compact_leaves.gemv_program", "compact_leaves.neon_program",
+                                 "compact_leaves.gemm_program"))
 
 
 def _interleaved(mod, kernel: str, form: str) -> LayoutVerifier:
