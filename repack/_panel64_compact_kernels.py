@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 from numba import types as nt
 
-from ..formats._jit import RO_U8, lazy_njit
+from ..formats._jit import lazy_njit
 
 _U = np.uint64
 _L01 = _U(0x0101010101010101)
@@ -38,11 +38,11 @@ PLANE_KG = 32  # bytes of one 1-bit plane of a kg-block
 
 _U64 = nt.uint64[::1]
 _RO_U64 = nt.Array(nt.uint64, 1, "C", readonly=True)
-#: (int8 panels as uint64 words, groups, kq, base bits, planes, lane xor, lane mask, out bytes)
-_PACK_SIG = nt.void(_RO_U64, nt.int64, nt.int64, nt.int64, nt.int64, nt.uint64, nt.uint64, nt.uint8[::1])
+#: (int8 panels as uint64 words, groups, kq, base bits, planes, lane xor, lane mask, out words)
+_PACK_SIG = nt.void(_RO_U64, nt.int64, nt.int64, nt.int64, nt.int64, nt.uint64, nt.uint64, _U64)
 #: (compact bytes, groups, kq, base bits, planes, offset in every lane, out int8 panels as uint64
 #: words, spread table)
-_UNPACK_SIG = nt.void(RO_U8, nt.int64, nt.int64, nt.int64, nt.int64, nt.uint64, _U64, _RO_U64)
+_UNPACK_SIG = nt.void(_RO_U64, nt.int64, nt.int64, nt.int64, nt.int64, nt.uint64, _U64, _RO_U64)
 
 
 def lanes(byte: int) -> np.uint64:
@@ -53,79 +53,94 @@ def lanes(byte: int) -> np.uint64:
 def _pack_kernel(base: int, nplanes: int, kq: int):
     """The packing kernel of one form (base bits, plane count and kg-blocks a group as
     compile-time constants: the loops over lanes and planes unroll; measured 2x faster than one
-    kernel taking them as arguments)."""
+    kernel taking them as arguments). Output as uint64 words: 8 int8 words make one plane word
+    per plane and 4 (B = 4) or 2 (B = 2) base words, stored whole (1.5x faster than bytes)."""
+    bw = 4 * base  # base words of a kg-block (32 * base bytes)
+    per = 2 if base == 4 else 4  # int8 words per base word
 
     @lazy_njit(_PACK_SIG, tag=f"b{base}p{nplanes}q{kq}", cache=True, boundscheck=False)
     def pack_planes(src, ngroups, kq_, base_, nplanes_, xor, mask, dst):
-        """int8 panels (``src``: ``ngroups * kq * 256`` bytes as uint64) -> compact group records."""
-        bb = 32 * base
-        gb = kq * (bb + PLANE_KG * nplanes)
+        """int8 panels (``src``: ``ngroups * kq * 256`` bytes as uint64) -> compact group records
+        (``dst`` as uint64 words)."""
+        gw = kq * (bw + 4 * nplanes)  # words of a group record
         for gi in range(ngroups):
-            s0 = gi * kq * (KG_INT8 // 8)
-            d0 = gi * gb
+            s0 = gi * kq * 32
+            d0 = gi * gw
             for q in range(kq):
-                sq = s0 + q * (KG_INT8 // 8)
-                db = d0 + q * bb
-                dp = d0 + kq * bb + q * PLANE_KG
-                for w in range(KG_INT8 // 8):  # lanes 8w .. 8w+7
-                    u = (src[sq + w] ^ xor) & mask
-                    if base == 4:  # lanes 2i, 2i+1 -> byte i (low nibble first): 4 bytes
-                        lo = u & _U(0x0F0F0F0F0F0F0F0F)
-                        x = (lo | (lo >> _U(4))) & _U(0x00FF00FF00FF00FF)
-                        x = (x | (x >> _U(8))) & _U(0x0000FFFF0000FFFF)
-                        x = x | (x >> _U(16))
-                        o = db + 4 * w
-                        dst[o] = np.uint8(x & _U(0xFF))
-                        dst[o + 1] = np.uint8((x >> _U(8)) & _U(0xFF))
-                        dst[o + 2] = np.uint8((x >> _U(16)) & _U(0xFF))
-                        dst[o + 3] = np.uint8((x >> _U(24)) & _U(0xFF))
-                    else:  # lanes 4i .. 4i+3 -> byte i (bits 2j): 2 bytes
-                        lo = u & _U(0x0303030303030303)
-                        x = (lo | (lo >> _U(6))) & _U(0x000F000F000F000F)
-                        x = (x | (x >> _U(12))) & _U(0x000000FF000000FF)
-                        x = x | (x >> _U(24))
-                        o = db + 2 * w
-                        dst[o] = np.uint8(x & _U(0xFF))
-                        dst[o + 1] = np.uint8((x >> _U(8)) & _U(0xFF))
-                    for p in range(nplanes):
-                        bits = (u >> _U(base + p)) & _L01
-                        dst[dp + p * kq * PLANE_KG + w] = np.uint8((bits * _GATHER) >> _U(56))
+                sq = s0 + q * 32
+                db = d0 + q * bw
+                dp = d0 + kq * bw + q * 4
+                for w8 in range(4):  # int8 words 8 w8 .. 8 w8 + 7: one word of each plane
+                    pl0 = _U(0)
+                    pl1 = _U(0)
+                    acc = _U(0)
+                    for i in range(8):
+                        u = (src[sq + 8 * w8 + i] ^ xor) & mask
+                        if base == 4:  # lanes 2j, 2j+1 -> byte j (low nibble first): 32 bits
+                            lo = u & _U(0x0F0F0F0F0F0F0F0F)
+                            x = (lo | (lo >> _U(4))) & _U(0x00FF00FF00FF00FF)
+                            x = (x | (x >> _U(8))) & _U(0x0000FFFF0000FFFF)
+                            x = (x | (x >> _U(16))) & _U(0xFFFFFFFF)
+                            acc |= x << _U(32 * (i % 2))
+                        else:  # lanes 4j .. 4j+3 -> byte j (bits 2(lane % 4)): 16 bits
+                            lo = u & _U(0x0303030303030303)
+                            x = (lo | (lo >> _U(6))) & _U(0x000F000F000F000F)
+                            x = (x | (x >> _U(12))) & _U(0x000000FF000000FF)
+                            x = (x | (x >> _U(24))) & _U(0xFFFF)
+                            acc |= x << _U(16 * (i % 4))
+                        if i % per == per - 1:
+                            dst[db + (8 * w8 + i) // per] = acc
+                            acc = _U(0)
+                        if nplanes > 0:
+                            pl0 |= ((((u >> _U(base)) & _L01) * _GATHER) >> _U(56)) << _U(8 * i)
+                        if nplanes > 1:
+                            pl1 |= ((((u >> _U(base + 1)) & _L01) * _GATHER) >> _U(56)) << _U(8 * i)
+                    if nplanes > 0:
+                        dst[dp + w8] = pl0
+                    if nplanes > 1:
+                        dst[dp + kq * 4 + w8] = pl1
 
     return pack_planes
 
 
 def _unpack_kernel(base: int, nplanes: int, kq: int):
-    """The unpacking kernel of one form (constants as in :func:`_pack_kernel`)."""
+    """The unpacking kernel of one form (constants as in :func:`_pack_kernel`; the records read
+    as uint64 words)."""
+    bw = 4 * base
+    per = 2 if base == 4 else 4
 
     @lazy_njit(_UNPACK_SIG, tag=f"b{base}p{nplanes}q{kq}", cache=True, boundscheck=False)
     def unpack_planes(src, ngroups, kq_, base_, nplanes_, sub, dst, spread):
-        """Compact group records -> int8 panels (``dst``: ``ngroups * kq * 256`` bytes as uint64)."""
-        bb = 32 * base
-        gb = kq * (bb + PLANE_KG * nplanes)
+        """Compact group records (``src`` as uint64 words) -> int8 panels (``dst``: ``ngroups *
+        kq * 256`` bytes as uint64)."""
+        gw = kq * (bw + 4 * nplanes)
         for gi in range(ngroups):
-            s0 = gi * gb
-            d0 = gi * kq * (KG_INT8 // 8)
+            s0 = gi * gw
+            d0 = gi * kq * 32
             for q in range(kq):
-                sb = s0 + q * bb
-                sp = s0 + kq * bb + q * PLANE_KG
-                dq = d0 + q * (KG_INT8 // 8)
-                for w in range(KG_INT8 // 8):
-                    if base == 4:
-                        o = sb + 4 * w
-                        x = (_U(src[o]) | (_U(src[o + 1]) << _U(8)) | (_U(src[o + 2]) << _U(16))
-                             | (_U(src[o + 3]) << _U(24)))
-                        x = (x | (x << _U(16))) & _U(0x0000FFFF0000FFFF)
-                        x = (x | (x << _U(8))) & _U(0x00FF00FF00FF00FF)
-                        u = (x | (x << _U(4))) & _U(0x0F0F0F0F0F0F0F0F)
-                    else:
-                        o = sb + 2 * w
-                        x = _U(src[o]) | (_U(src[o + 1]) << _U(8))
-                        x = (x | (x << _U(24))) & _U(0x000000FF000000FF)
-                        x = (x | (x << _U(12))) & _U(0x000F000F000F000F)
-                        u = (x | (x << _U(6))) & _U(0x0303030303030303)
-                    for p in range(nplanes):
-                        u |= spread[src[sp + p * kq * PLANE_KG + w]] << _U(base + p)
-                    dst[dq + w] = ((u | _L80) - sub) ^ _L80  # u - offset in each lane (u < 128: no borrow)
+                sb = s0 + q * bw
+                sp = s0 + kq * bw + q * 4
+                dq = d0 + q * 32
+                for w8 in range(4):
+                    p0 = src[sp + w8] if nplanes > 0 else _U(0)
+                    p1 = src[sp + kq * 4 + w8] if nplanes > 1 else _U(0)
+                    for i in range(8):
+                        bword = src[sb + (8 * w8 + i) // per]
+                        if base == 4:
+                            x = (bword >> _U(32 * (i % 2))) & _U(0xFFFFFFFF)
+                            x = (x | (x << _U(16))) & _U(0x0000FFFF0000FFFF)
+                            x = (x | (x << _U(8))) & _U(0x00FF00FF00FF00FF)
+                            u = (x | (x << _U(4))) & _U(0x0F0F0F0F0F0F0F0F)
+                        else:
+                            x = (bword >> _U(16 * (i % 4))) & _U(0xFFFF)
+                            x = (x | (x << _U(24))) & _U(0x000000FF000000FF)
+                            x = (x | (x << _U(12))) & _U(0x000F000F000F000F)
+                            u = (x | (x << _U(6))) & _U(0x0303030303030303)
+                        if nplanes > 0:
+                            u |= spread[(p0 >> _U(8 * i)) & _U(0xFF)] << _U(base)
+                        if nplanes > 1:
+                            u |= spread[(p1 >> _U(8 * i)) & _U(0xFF)] << _U(base + 1)
+                        dst[dq + 8 * w8 + i] = ((u | _L80) - sub) ^ _L80  # u - offset per lane (no borrow)
 
     return unpack_planes
 
@@ -138,12 +153,14 @@ _UNPACK = {f: _unpack_kernel(*f) for f in _FORMS}
 
 
 def pack_planes(src, ngroups, kq, base, nplanes, xor, mask, dst) -> None:
-    """int8 panels (``src``: ``ngroups * kq * 256`` bytes as uint64) -> compact group records."""
+    """int8 panels (``src``: ``ngroups * kq * 256`` bytes as uint64) -> compact group records
+    (``dst`` as uint64 words)."""
     _PACK[(base, nplanes, kq)](src, ngroups, kq, base, nplanes, xor, mask, dst)
 
 
 def unpack_planes(src, ngroups, kq, base, nplanes, sub, dst, spread) -> None:
-    """Compact group records -> int8 panels (``dst``: ``ngroups * kq * 256`` bytes as uint64)."""
+    """Compact group records (``src`` as uint64 words) -> int8 panels (``dst``: ``ngroups * kq *
+    256`` bytes as uint64)."""
     _UNPACK[(base, nplanes, kq)](src, ngroups, kq, base, nplanes, sub, dst, spread)
 
 
