@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ..formats._jit import lazy_njit
+from ..formats._jit import lazy_njit, ld64
 from ..repack import _panel64_compact_kernels as _planes
 from ..repack import panel64 as _panel64
 from ..repack import panel64_compact as _compact
@@ -102,23 +102,26 @@ def _avx2_tile(base: int, nplanes: int, kq: int):
             for q in range(kq):
                 sb0 = rec + q * bb
                 sp = rec + kq * bb + q * _PLANE
-                for wd in range(32):
-                    if base == 4:
-                        o = sb0 + 4 * wd
-                        x = (_U(w[o]) | (_U(w[o + 1]) << _U(8)) | (_U(w[o + 2]) << _U(16))
-                             | (_U(w[o + 3]) << _U(24)))
-                        x = (x | (x << _U(16))) & _U(0x0000FFFF0000FFFF)
-                        x = (x | (x << _U(8))) & _U(0x00FF00FF00FF00FF)
-                        u = (x | (x << _U(4))) & _U(0x0F0F0F0F0F0F0F0F)
-                    else:
-                        o = sb0 + 2 * wd
-                        x = _U(w[o]) | (_U(w[o + 1]) << _U(8))
-                        x = (x | (x << _U(24))) & _U(0x000000FF000000FF)
-                        x = (x | (x << _U(12))) & _U(0x000F000F000F000F)
-                        u = (x | (x << _U(6))) & _U(0x0303030303030303)
-                    for p in range(nplanes):
-                        u |= _SPREAD[w[sp + p * kq * _PLANE + wd]] << _U(base + p)
-                    s64[q * 32 + wd] = ((u | _L80) - sub) ^ _L80
+                for w8 in range(4):  # int8 words 8 w8 .. 8 w8 + 7: one 8-byte word of each plane
+                    p0 = ld64(w, _U(sp + 8 * w8)) if nplanes > 0 else _U(0)
+                    p1 = ld64(w, _U(sp + kq * _PLANE + 8 * w8)) if nplanes > 1 else _U(0)
+                    for i in range(8):
+                        wd = 8 * w8 + i
+                        if base == 4:  # 8 base bytes = two int8 words
+                            x = (ld64(w, _U(sb0 + 8 * (wd // 2))) >> _U(32 * (wd % 2))) & _U(0xFFFFFFFF)
+                            x = (x | (x << _U(16))) & _U(0x0000FFFF0000FFFF)
+                            x = (x | (x << _U(8))) & _U(0x00FF00FF00FF00FF)
+                            u = (x | (x << _U(4))) & _U(0x0F0F0F0F0F0F0F0F)
+                        else:  # 8 base bytes = four int8 words
+                            x = (ld64(w, _U(sb0 + 8 * (wd // 4))) >> _U(16 * (wd % 4))) & _U(0xFFFF)
+                            x = (x | (x << _U(24))) & _U(0x000000FF000000FF)
+                            x = (x | (x << _U(12))) & _U(0x000F000F000F000F)
+                            u = (x | (x << _U(6))) & _U(0x0303030303030303)
+                        if nplanes > 0:
+                            u |= _SPREAD[(p0 >> _U(8 * i)) & _U(0xFF)] << _U(base)
+                        if nplanes > 1:
+                            u |= _SPREAD[(p1 >> _U(8 * i)) & _U(0xFF)] << _U(base + 1)
+                        s64[q * 32 + wd] = ((u | _L80) - sub) ^ _L80
             for m in range(a.shape[0]):
                 dot(s8, 0, af, m * k + g * group, acc)
                 _group_done(acc, t, g, m, tw, 0, A, s_t, o_t, da, kind, g * group, P, yt, want_p, want_y)
