@@ -217,3 +217,37 @@ def test_plane_kernels_against_the_references_on_random_panels():
     for fn in (*K._PACK.values(), *K._UNPACK.values()):
         if hasattr(fn.dispatcher, "signatures"):
             assert fn.dispatcher.signatures  # compiled with its explicit signature
+
+
+@pytest.mark.slow
+def test_kernels_without_jit_match_the_references():
+    """The plane kernels, the compiled tiles and the emulated leaves as plain Python
+    (NUMBA_DISABLE_JIT=1: coverage sees their bodies), against the references."""
+    from builders import run_without_jit
+
+    code = """
+import numpy as np
+from panelpack.formats import engine, qtypes
+from panelpack.repack import panel64_compact as PC
+from panelpack.verify import compiled as C, compact_leaves as L, dispatch as D
+from builders import random_blocks
+engine.start_kernels()
+rng = np.random.default_rng(3)
+for name in ("Q5_0", "Q6_K", "Q2_K", "Q3_K"):
+    t = qtypes.get(name)
+    f = PC.form(t)
+    n, k = 65, t.block_size
+    raw = random_blocks(t, n, k, rng)
+    reg = PC.pack(raw, n, k, t)
+    ref = PC.pack_ref(raw, n, k, t)
+    assert all(np.array_equal(reg[x].view(np.uint8), ref[x].view(np.uint8)) for x in ref), name
+    assert np.array_equal(PC.unpack(reg, n, k, t), raw), name
+    a = rng.integers(-127, 128, (1, k), dtype=np.int8)
+    P0, _ = D.standard_partials(raw, n, k, t, a)
+    assert np.array_equal(C.prepare(PC.NAME, reg, n, k, t).partials(a)[0], P0), name
+    zt0 = np.frombuffer(PC.zt0_table(t), np.uint8)
+    for leaf in (L.gemv_leaf, L.neon_leaf):
+        assert np.array_equal(leaf(reg["panels"], zt0, a, n, k, t.group, f.base_bits, f.planes), P0), name
+print("ok")
+"""
+    assert run_without_jit(code) == "ok"
