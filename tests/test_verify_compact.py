@@ -222,3 +222,21 @@ def test_emulated_leaves_match_the_standard_dispatch(qname, rng):
         for leaf in (L.gemv_leaf, L.neon_leaf):
             P = leaf(bad, zt0, a, n, k, t.group, f.base_bits, f.planes)
             assert P[0, 0, 0] != P0[0, 0, 0] and np.array_equal(P[0, 1:], P0[0, 1:])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("quant", ["q5_0", "q3_k"])
+def test_runtime_eval_on_a_compact_bundle_is_bit_identical_to_standard(tmp_path, quant):
+    from panelpack.convert.example import write_tiny_llama
+    from panelpack.verify.runtime import Model
+    from panelpack.verify.runtime.evaluate import evaluate
+
+    src = write_tiny_llama(tmp_path / "hf")
+    res = convert(src, tmp_path / "t.ppk", layout=PC.NAME, quant=quant)
+    written = {row["type"] for row in res.ledger if row["written"] == PC.NAME}
+    assert quant.upper() in written, written
+    ids = [1, 17, 300, 42, 499, 3, 256, 128]
+    m = Model.open(res.bundle, "compiled")
+    assert any("compiled.panel64-compact" in p for p in m.paths())
+    rep = evaluate(res.bundle, ids=ids, against="standard")
+    assert rep.comparison.identical and rep.ok
