@@ -155,16 +155,13 @@ def pack(blocks, n: int, k: int, qtype, out: dict[str, np.ndarray] | None = None
     from . import _panel64_int8_kernels as I8
 
     geo = panel64.geometry(t, n, k)
-    xor, mask = K.lanes(t.code_offset), K.lanes((1 << f.bits) - 1)
     for s0, s1, r0, r1 in _steps(geo, n, k):
         scratch = np.empty((s1 - s0, geo.ng, geo.kq, K.KG_INT8), np.int8)
         part = {name: (scratch if name == "panels" else a[s0:s1]) for name, a in regions.items()}
         I8.pack(raw[r0:r1], t, r1 - r0, k, part)
         panel64._fill_pads(part, t, r1 - r0)  # pad codes c = 0, pad scales 0
-        words, finish = C.aligned_out(regions["panels"][s0:s1])
-        K.pack_planes(scratch.reshape(-1).view(np.uint64), (s1 - s0) * geo.ng, geo.kq, f.base_bits, f.planes,
-                      xor, mask, words)
-        finish()
+        K.pack_records(scratch.reshape(-1).view(np.uint8), (s1 - s0) * geo.ng, geo.kq, f.base_bits, f.planes,
+                       t.code_offset, f.bits, regions["panels"][s0:s1].reshape(-1))
     return regions
 
 
@@ -180,11 +177,10 @@ def unpack(regions, n: int, k: int, qtype, out: np.ndarray | None = None) -> np.
     from . import _panel64_int8_kernels as I8
 
     geo = panel64.geometry(t, n, k)
-    sub = K.lanes(t.code_offset)
     for s0, s1, r0, r1 in _steps(geo, n, k):
         scratch = np.empty((s1 - s0, geo.ng, geo.kq, K.KG_INT8), np.int8)
-        K.unpack_planes(C.words(r["panels"][s0:s1]), (s1 - s0) * geo.ng, geo.kq, f.base_bits, f.planes, sub,
-                        scratch.reshape(-1).view(np.uint64), K.SPREAD)
+        K.unpack_records(np.ascontiguousarray(r["panels"][s0:s1]).reshape(-1), (s1 - s0) * geo.ng, geo.kq,
+                         f.base_bits, f.planes, t.code_offset, scratch.reshape(-1).view(np.uint8))
         part = {name: (scratch if name == "panels" else np.ascontiguousarray(a[s0:s1])) for name, a in r.items()}
         I8.unpack(part, t, r1 - r0, k, raw[r0:r1])
     return raw
@@ -210,8 +206,8 @@ def _as_int8_panels(r: dict[str, np.ndarray], t, n: int, k: int) -> dict[str, np
     out = dict(r)
     if C.prefer_jit(r["panels"].nbytes, "repack_ref"):
         int8 = np.empty((geo.sb, geo.ng, geo.kq, K.KG_INT8), np.int8)
-        K.unpack_planes(C.words(r["panels"]), geo.sb * geo.ng, geo.kq, f.base_bits, f.planes,
-                        K.lanes(t.code_offset), int8.reshape(-1).view(np.uint64), K.SPREAD)
+        K.unpack_records(np.ascontiguousarray(r["panels"]).reshape(-1), geo.sb * geo.ng, geo.kq, f.base_bits,
+                         f.planes, t.code_offset, int8.reshape(-1).view(np.uint8))
     else:
         int8 = K.int8_ref(r["panels"], f.kq, f.base_bits, f.planes, t.code_offset, f.bits).reshape(
             geo.sb, geo.ng, geo.kq, K.KG_INT8)

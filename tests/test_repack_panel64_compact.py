@@ -205,18 +205,16 @@ def test_plane_kernels_against_the_references_on_random_panels():
         f = PC.form(t)
         c = (rng.integers(0, 1 << f.bits, (3, 2, f.kq, 256)) - t.code_offset).astype(np.int8)
         ref = K.planes_ref(c, f.kq, f.base_bits, f.planes, t.code_offset, f.bits)
-        out = np.empty(3 * 2 * f.group_bytes // 8, np.uint64)
-        K.pack_planes(c.reshape(-1).view(np.uint64), 6, f.kq, f.base_bits, f.planes, K.lanes(t.code_offset),
-                      K.lanes((1 << f.bits) - 1), out)
-        assert np.array_equal(out.view(np.uint8), ref.reshape(-1)), name
-        back = np.empty(c.size // 8, np.uint64)
-        K.unpack_planes(out, 6, f.kq, f.base_bits, f.planes, K.lanes(t.code_offset), back, K.SPREAD)
+        out = np.zeros(3 * 2 * f.group_bytes, np.uint8)
+        K.pack_records(c.reshape(-1).view(np.uint8), 6, f.kq, f.base_bits, f.planes, t.code_offset, f.bits, out)
+        assert np.array_equal(out, ref.reshape(-1)), name
+        back = np.zeros(c.size, np.uint8)
+        K.unpack_records(out, 6, f.kq, f.base_bits, f.planes, t.code_offset, back)
         assert np.array_equal(back.view(np.int8), c.reshape(-1)), name
         assert np.array_equal(K.int8_ref(ref, f.kq, f.base_bits, f.planes, t.code_offset, f.bits), c), name
-    assert set(K._PACK) == set(K._UNPACK) == {(f.base_bits, f.planes, f.kq) for f in map(PC.form, COMPACT)}
-    for fn in (*K._PACK.values(), *K._UNPACK.values()):
-        if hasattr(fn.dispatcher, "signatures"):
-            assert fn.dispatcher.signatures  # compiled with its explicit signature
+    assert set(K._VPACK) == set(K._VUNPACK) == {(f.base_bits, f.planes, f.kq) for f in map(PC.form, COMPACT)}
+    for fn in (*K._VPACK.values(), *K._VUNPACK.values()):
+        assert len(fn.signatures) == 1  # compiled with its explicit signature only
 
 
 @pytest.mark.slow
