@@ -14,8 +14,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ..formats._jit import lazy_njit, ld64
-from ..repack import _panel64_compact_kernels as _planes
+from ..formats._jit import lazy_njit
 from ..repack import panel64 as _panel64
 from ..repack import panel64_compact as _compact
 from . import _simd
@@ -73,18 +72,66 @@ _TILES = {2: _column_tile(_view_bits2, _unpack_compact), 3: _column_tile(_view_b
           5: _column_tile(_view_bits5, _unpack_compact), 6: _column_tile(_view_bits6, _unpack_compact)}
 
 
-# ---- where numba targets AVX2: each group's record expanded to its int8 panel (uint64 SWAR, the
-# ---- unpacking kernel's steps), then _simd's int8 group dot on it, as panel64's int8 tiles
-_U = np.uint64
-_L01, _L80 = _U(0x0101010101010101), _U(0x8080808080808080)
-_SPREAD = _planes.SPREAD
+# ---- where numba targets AVX2: each group's record expanded to its int8 panel, then _simd's
+# ---- int8 group dot on it, as panel64's int8 tiles. The expansion is the SME2 leaf's sequence in
+# ---- LLVM vector IR, written here from §4.2.1 (not repack's converter): per 32 lanes the base
+# ---- value (nibbles or crumbs to lanes, minus the code offset: the ZT0 value), then per bit plane
+# ---- the plane's 32 bits as an i1 mask selecting 2^(B+p) to add (the predicated ADD).
+def _expand_intrinsic(base: int, nplanes: int, kq: int):
+    from llvmlite import ir
+    from numba import types
+    from numba.extending import intrinsic
+
+    i8, i32, i64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
+    v32i8, v16i8, v8i8, v32i1 = (ir.VectorType(i8, 32), ir.VectorType(i8, 16), ir.VectorType(i8, 8),
+                                 ir.VectorType(ir.IntType(1), 32))
+    vi = ir.VectorType(i32, 32)
+
+    def const(v, ty=v32i8):
+        return ir.Constant(ty, [v] * ty.count)
+
+    @intrinsic
+    def expand(typingctx, w, rec, out, off):
+        """The group record at ``w[rec:]`` -> its int8 panel in ``out[0 : kq*256]`` (signed codes)."""
+        sig = types.void(w, rec, out, off)
+
+        def codegen(context, builder, signature, args):
+            wp = builder.gep(context.make_array(signature.args[0])(context, builder, args[0]).data, [args[1]])
+            op = context.make_array(signature.args[2])(context, builder, args[2]).data
+            ob = builder.insert_element(ir.Constant(v32i8, None), builder.trunc(args[3], i8), ir.Constant(i32, 0))
+            offs = builder.shuffle_vector(ob, ir.Constant(v32i8, None), ir.Constant(vi, [0] * 32))
+
+            def at(p, o, ty):
+                return builder.bitcast(builder.gep(p, [ir.Constant(i64, o)]), ty.as_pointer())
+
+            for q in range(kq):
+                for c in range(8):  # lanes 32c .. 32c+31 of kg-block q
+                    if base == 4:
+                        b = builder.load(at(wp, q * 128 + 16 * c, v16i8), align=1)
+                        lo, hi = builder.and_(b, const(15, v16i8)), builder.lshr(b, const(4, v16i8))
+                        u = builder.shuffle_vector(lo, hi, ir.Constant(vi, [x for i in range(16) for x in (i, 16 + i)]))
+                    else:
+                        b = builder.load(at(wp, q * 64 + 8 * c, v8i8), align=1)
+                        rep = builder.shuffle_vector(b, ir.Constant(v8i8, None), ir.Constant(vi, [i // 4 for i in range(32)]))
+                        u = builder.and_(builder.lshr(rep, ir.Constant(v32i8, [2 * (i % 4) for i in range(32)])), const(3))
+                    val = builder.sub(u, offs)
+                    for p in range(nplanes):
+                        word = builder.load(at(wp, kq * 32 * base + (p * kq + q) * 32 + 4 * c, i32), align=1)
+                        mask = builder.bitcast(word, v32i1)
+                        val = builder.add(val, builder.select(mask, const(1 << (base + p)), const(0)))
+                    builder.store(val, at(op, q * 256 + 32 * c, v32i8), align=1)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return expand
 
 
 def _avx2_tile(base: int, nplanes: int, kq: int):
-    """The AVX2 tile of one compact form (constants as in the repack plane kernels)."""
-    bb = 32 * base
-    gb = kq * (bb + _PLANE * nplanes)
+    """The AVX2 tile of one compact form."""
+    gb = kq * (32 * base + _PLANE * nplanes)
     dot = _simd.int8_group_dot16 if kq == 4 else _simd.int8_group_dot
+    expand = _expand_intrinsic(base, nplanes, kq)
 
     @njit(cache=True)
     def tile(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
@@ -92,36 +139,11 @@ def _avx2_tile(base: int, nplanes: int, kq: int):
         tw = _tile_width(n, t)
         k = a.shape[1]
         af = a.reshape(-1)
-        sub = _U(geom[0]) * _L01
         acc = np.empty(TILE, np.int32)
         yt = np.zeros((a.shape[0], TILE), np.float32)
-        s64 = np.empty(kq * 32, np.uint64)  # the group's int8 panel (kq x 256 bytes)
-        s8 = s64.view(np.uint8)
+        s8 = np.empty(kq * 256, np.uint8)  # the group's int8 panel
         for g in range(ng):
-            rec = (t * ng + g) * gb
-            for q in range(kq):
-                sb0 = rec + q * bb
-                sp = rec + kq * bb + q * _PLANE
-                for w8 in range(4):  # int8 words 8 w8 .. 8 w8 + 7: one 8-byte word of each plane
-                    p0 = ld64(w, _U(sp + 8 * w8)) if nplanes > 0 else _U(0)
-                    p1 = ld64(w, _U(sp + kq * _PLANE + 8 * w8)) if nplanes > 1 else _U(0)
-                    for i in range(8):
-                        wd = 8 * w8 + i
-                        if base == 4:  # 8 base bytes = two int8 words
-                            x = (ld64(w, _U(sb0 + 8 * (wd // 2))) >> _U(32 * (wd % 2))) & _U(0xFFFFFFFF)
-                            x = (x | (x << _U(16))) & _U(0x0000FFFF0000FFFF)
-                            x = (x | (x << _U(8))) & _U(0x00FF00FF00FF00FF)
-                            u = (x | (x << _U(4))) & _U(0x0F0F0F0F0F0F0F0F)
-                        else:  # 8 base bytes = four int8 words
-                            x = (ld64(w, _U(sb0 + 8 * (wd // 4))) >> _U(16 * (wd % 4))) & _U(0xFFFF)
-                            x = (x | (x << _U(24))) & _U(0x000000FF000000FF)
-                            x = (x | (x << _U(12))) & _U(0x000F000F000F000F)
-                            u = (x | (x << _U(6))) & _U(0x0303030303030303)
-                        if nplanes > 0:
-                            u |= _SPREAD[(p0 >> _U(8 * i)) & _U(0xFF)] << _U(base)
-                        if nplanes > 1:
-                            u |= _SPREAD[(p1 >> _U(8 * i)) & _U(0xFF)] << _U(base + 1)
-                        s64[q * 32 + wd] = ((u | _L80) - sub) ^ _L80
+            expand(w, (t * ng + g) * gb, s8, geom[0])
             for m in range(a.shape[0]):
                 dot(s8, 0, af, m * k + g * group, acc)
                 _group_done(acc, t, g, m, tw, 0, A, s_t, o_t, da, kind, g * group, P, yt, want_p, want_y)
