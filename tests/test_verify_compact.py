@@ -33,10 +33,9 @@ def _ks(qname):
     return (256, 768) if qtypes.get(qname).block_size == 256 else (32, 96, 256)
 
 
-@pytest.mark.parametrize("qname", COMPACT)
-def test_compiled_kernel_matches_the_standard_dispatch(qname, rng):
-    for n in (1, 70, 129):
-        for k in _ks(qname):
+def _agreement(qname, rng, ns, ks):
+    for n in ns:
+        for k in ks:
             blocks = random_blocks(qname, n, k, rng)
             prep = C.prepare(PC.NAME, PC.pack_ref(blocks, n, k, qname), n, k, qname)
             for m in (1, 16, 17):
@@ -46,6 +45,17 @@ def test_compiled_kernel_matches_the_standard_dispatch(qname, rng):
                 P, A = prep.partials(a)
                 assert np.array_equal(P, P0) and np.array_equal(A, A0), (qname, n, k, m)
                 assert _same_bits(prep.matmul(x), D.standard_matmul(blocks, n, k, qname, x)), (qname, n, k, m)
+
+
+@pytest.mark.parametrize("qname", COMPACT)
+def test_compiled_kernel_matches_the_standard_dispatch(qname, rng):
+    _agreement(qname, rng, (70,), _ks(qname)[:1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("qname", COMPACT)
+def test_compiled_kernel_matches_the_standard_dispatch_every_shape(qname, rng):
+    _agreement(qname, rng, (1, 70, 129), _ks(qname))
 
 
 @pytest.mark.parametrize("qname", COMPACT)
