@@ -190,10 +190,6 @@ static double run(const job_t *j) {
                  8 * CAPS.svl);
         return -1;
     }
-    if (pr && compact && t->compact_form >= PPK_FORM_C4P1 && strncmp(pr->name, "sme2", 4)) {
-        snprintf(ERR, sizeof ERR, "%s does not read panel64-compact bit planes (%s)", pr->name, j->type);
-        return -1;
-    }
     regions_t R;
     memset(&R, 0, sizeof R);
     ERR[0] = 0;

@@ -54,8 +54,7 @@ def _il8(short: str) -> tuple[Kernel, ...]:
 #: layout name -> the C kernels that read it (driver.c's PANEL_LEAVES / IL8_KERNELS)
 KERNELS: dict[str, tuple[Kernel, ...]] = {
     "panel64": (_SME2_GEMV, _SME2_GEMM, _NEON_PANEL),
-    # the SME2 leaves read the bit-plane records (LUTI2/LUTI4 + LDR P + predicated ADD); the NEON
-    # leaf only the types panel64-compact keeps in panel64's forms
+    # the bit-plane records: SME2 LUTI2/LUTI4 + LDR P + predicated ADD, NEON TBL/USHL + CMTST + ADD
     panel64_compact.NAME: (_SME2_GEMV, _SME2_GEMM, _NEON_PANEL),
     "il8-nibble": _il8("il8"),
     "il8-int8": _il8("il8"),
@@ -232,8 +231,6 @@ class Session:
                 if kern.cap == "sme2" and srv.caps["svl"] != 64 and not self._any_svl():
                     continue
                 if layout not in _PANEL_LAYOUTS and t.name not in ("Q4_0", "Q4_K"):
-                    continue
-                if layout == panel64_compact.NAME and kern.cap != "sme2" and panel64_compact.form(t) is not None:
                     continue
                 out.append((f"native.{kern.name}@{label}", srv, kern))
         return out
