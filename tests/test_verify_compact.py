@@ -143,6 +143,10 @@ def test_gguf_converts_verifies_and_exports_byte_for_byte(tmp_path, output_type)
     forms = {row["name"]: row for row in res.ledger}
     compact = [name for name, row in forms.items() if row["type"] in COMPACT]
     assert compact and all(forms[name]["written"] == PC.NAME for name in compact)
+    # the ledger says which code form each tensor got
+    assert {forms[name]["code_form"] for name in compact} == {"compact"}
+    assert {row["code_form"] for row in forms.values() if row["type"] in ("Q4_0", "Q4_K")} == {"nibble"}
+    assert forms["token_embd.weight"].get("code_form") in (None, "int8")
     rep = bundle_check.verify(res.bundle, level="all")
     assert rep.ok, rep.render()
     mine = [v for v in rep.tensors if v.layout == PC.NAME and v.type in COMPACT]
