@@ -65,9 +65,27 @@ def ref_pack_panel64(blocks, n, k, qtype):
     return regions
 
 
+def ref_pack_panel64_compact(blocks, n, k, qname):
+    """panel64-compact: the reference panel64 regions with their int8 panels turned into bit planes
+    by the numpy plane reference (repack/_panel64_compact_kernels.planes_ref)."""
+    from panelpack.repack import _panel64_compact_kernels as PK
+    from panelpack.repack import panel64_compact as PC
+
+    t = qtypes.get(qname)
+    r = ref_pack_panel64(blocks, n, k, t)
+    f = PC.form(t)
+    if f is not None:
+        sb, ng = -(-n // 64), k // t.group
+        r["panels"] = PK.planes_ref(r["panels"].reshape(sb, ng, f.kq, 256), f.kq, f.base_bits, f.planes,
+                                    t.code_offset, f.bits)
+    return r
+
+
 def pack(layout, blocks, n, k, qname):
     if layout == "panel64":
         return ref_pack_panel64(blocks, n, k, qname)
+    if layout == "panel64-compact":
+        return ref_pack_panel64_compact(blocks, n, k, qname)
     if layout == "rowmajor":
         return {"blocks": blocks}
     return IL8_PACKERS[(layout, qname)](blocks, n, k)
@@ -107,6 +125,7 @@ def _ks(qname):
 # ---- the table ------------------------------------------------------------------------------
 def test_table_covers_every_layout_and_type():
     want = {("panel64", q) for q in TYPES8} | {("rowmajor", q) for q in TYPES8} | set(IL8_PACKERS)
+    want |= {("panel64-compact", q) for q in TYPES8}  # its own tile on compact types (test_verify_compact.py)
     assert set(C.KERNELS) == want
 
 

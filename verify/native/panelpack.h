@@ -35,13 +35,22 @@ extern "C" {
 enum ppk_panel_form {
     PPK_FORM_NIBBLE = 0, /* 128 B: byte 2ch = u(k0) | u(k1) << 4, byte 2ch+1 = u(k2) | u(k3) << 4; ZT0 maps u -> int8 */
     PPK_FORM_INT8 = 1,   /* 256 B: already expanded, the signed integer code c */
+    /* panel64-compact (§4.2.1): per group a record of kq base kg-blocks (32·B bytes each: LUTI4
+     * nibbles or LUTI2 crumbs, ZT0 maps them to the base value), then per bit plane kq x 32 bytes
+     * (the predicates of the four vectors, added 2^(B+p) where set) */
+    PPK_FORM_C4P1 = 2,   /* Q5_0, Q5_1, Q5_K: B = 4, bit 4 */
+    PPK_FORM_C4P2 = 3,   /* Q6_K: B = 4, bits 4, 5 */
+    PPK_FORM_C2P0 = 4,   /* Q2_K: B = 2 */
+    PPK_FORM_C2P1 = 5,   /* Q3_K: B = 2, bit 2 */
     PPK_FORM_COUNT
 };
 
 typedef struct {
     const char *name;   /* as docs/FORMAT.md and the manifest's params["code_form"] spell it */
-    int kg_bytes;       /* bytes of one kg-block (4 K x 64 channels) */
+    int kg_bytes;       /* bytes of one kg-block (4 K x 64 channels); of a compact record: kq x this */
     int uses_zt0;       /* the 64-byte ZT0 table of params["zt0"] is read */
+    int base_bits;      /* compact forms (and nibble: 4, no planes): bits of the base plane */
+    int planes;         /* compact forms: bit planes after the base kg-blocks */
 } ppk_panel_form_info;
 
 extern const ppk_panel_form_info ppk_panel_forms[PPK_FORM_COUNT];
@@ -113,6 +122,7 @@ typedef struct {
     int scheme;        /* enum ppk_scheme */
     int source;        /* enum ppk_scale_source */
     int panel_form;    /* the panel64 code form (enum ppk_panel_form) */
+    int compact_form;  /* the panel64-compact code form */
 } ppk_type_info;
 
 const ppk_type_info *ppk_type(const char *name); /* NULL for a type without an integer form */
