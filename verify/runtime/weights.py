@@ -14,6 +14,9 @@ entries over the source blocks. :func:`linear` turns one tensor into a callable
 ``emulated-sme2``   panel64 matrices through the emulated SME2 programs (``sme2.gemv``
                     at M = 1, ``sme2.gemm`` otherwise), rescaled by ``dispatch.rescale``
 ``emulated-neon``   panel64 matrices through the emulated NEON program
+``ggml``            Q8_0 matrices in llama.cpp's x86 CPU arithmetic (:mod:`.ggml_arith`: its
+                    activation rounding, 8 lanes of 4 products, one FMA per block); every other
+                    type as ``compiled`` (llama.cpp quantizes their activations otherwise, Q8_K)
 ``f32``             the dequantized weights times f32 activations (no activation quantization)
 ==================  ==========================================================================
 
@@ -38,7 +41,7 @@ from ...formats.errors import BadInputError, UnsupportedError
 from .. import registry
 from ..tensors import dequantized, nk, standard_blocks, vector  # noqa: F401  (vector: model.py reads it here)
 
-KERNEL_PATHS = ("compiled", "standard", "emulated-sme2", "emulated-neon", "f32")
+KERNEL_PATHS = ("compiled", "standard", "emulated-sme2", "emulated-neon", "ggml", "f32")
 
 
 # =============================================================================================
@@ -351,4 +354,10 @@ def linear(name: str, entry, regions, kernels: str) -> Linear:
         return _compiled_linear(name, "rowmajor", {"blocks": standard_blocks(entry, regions)}, n, k, t, "standard")
     if kernels.startswith("emulated-") and entry.layout == "panel64":
         return _emulated_linear(name, entry, regions, kernels.split("-", 1)[1])
+    if kernels == "ggml":
+        if qtypes.get(t).name == "Q8_0" and repack.get(entry.layout).invertible(t):
+            from .ggml_arith import Q8Matrix
+
+            return Linear(name, n, k, "ggml:q8_0.x86", None, Q8Matrix(standard_blocks(entry, regions), n, k).matmul)
+        return _compiled_linear(name, entry.layout, regions, n, k, t, "ggml")
     return _compiled_linear(name, entry.layout, regions, n, k, t, kernels)
