@@ -336,6 +336,45 @@ def stacked(name: str, parts, kernels: str) -> Linear | None:
     return _compiled_linear(name, e0.layout, regions, n_total, k0, e0.type, "compiled")
 
 
+#: types whose tied output head (the embedding, kept row-major for its gather) decodes through
+#: panel64 panels packed in memory on the first single-row product: the same bits (every
+#: compiled kernel ends in the same rescale), in about half the time for Q6_K (the 65536 × 1024
+#: head of LFM2-350M's Q4_K_M mix: 5.2-6.1 ms of CPU a row against 9.9-10.8 ms row-major,
+#: docs/BENCHMARKS.md, acc29). Multi-row products (prefill, eval) keep the row-major kernel, and a
+#: model that never decodes never packs.
+HEAD_PANELS = ("Q6_K",)
+
+
+class _PanelRows:
+    """``run_row`` of a row-major matrix through panel64 panels packed on the first call."""
+
+    def __init__(self, entry, regions):
+        self.entry, self.regions = entry, regions
+        self._row: Callable | None = None
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        if self._row is None:
+            from .. import compiled
+            from ..rowvec import RowProduct
+
+            n, k = nk(self.entry)
+            t = self.entry.type
+            panels = repack.get("panel64").pack(standard_blocks(self.entry, self.regions), n, k, t)
+            self._row = RowProduct(compiled.with_half_factors(compiled.prepare("panel64", panels, n, k, t)))
+        return self._row(x)
+
+
+def tied_head(name: str, entry, regions, kernels: str) -> Linear:
+    """The output product of a tied embedding: :func:`linear`, with single rows through panel64
+    (:data:`HEAD_PANELS`) on the compiled path where the embedding is row-major."""
+    lin = linear(name, entry, regions, kernels)
+    t = qtypes.get(entry.type)
+    if (kernels == "compiled" and entry.layout == repack.rowmajor.NAME and t.name in HEAD_PANELS
+            and lin.run_row is not None and repack.get("panel64").refuse(t, *nk(entry)) is None):
+        return Linear(lin.name, lin.n, lin.k, lin.path + "+panel64.rows", lin.run_q, lin.run_f, _PanelRows(entry, regions))
+    return lin
+
+
 def linear(name: str, entry, regions, kernels: str) -> Linear:
     """One matrix as a :class:`Linear` on the chosen kernel path (see the module doc)."""
     if kernels not in KERNEL_PATHS:
