@@ -25,7 +25,8 @@ with the dispatch's arithmetic; with this path (and ggml's RMSNorm and RoPE step
 (docs/RUNTIME.md, "Against llama.cpp").
 
 :func:`quantize_x86` is the activation step, :class:`Q8Matrix` one matrix (its int8 codes and
-f32 block scales, read once from the GGUF blocks), ``Q8Matrix.matmul(x)`` the product.
+f32 block scales copied once out of the GGUF blocks: about one more byte a weight in memory; a
+reference path, not a fast one), ``Q8Matrix.matmul(x)`` the product.
 :func:`fma32` is the one fused multiply-add (LLVM's ``llvm.fma.f32``) the runtime's kernels use
 where ggml's compiled C contracts a multiply and an add.
 """
