@@ -28,6 +28,8 @@ all of them), then
 
 from __future__ import annotations
 
+import platform
+
 import numpy as np
 import pytest
 
@@ -90,6 +92,8 @@ Q8_MARGIN = {"lfm2": 0.2}
 @pytest.mark.parametrize("arch", hm.ARCHES)
 def test_q8_0_gguf_in_llama_cpp_arithmetic_has_its_top1(hf_models, ggufs, arch):
     """The issue's criterion: top-1 >= 99% over all positions (the ``ggml`` path, f32 KV: see the module doc)."""
+    if platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("the ggml path follows ggml-cpu's x86 arithmetic (its ARM kernels round otherwise)")
     m = hf_models[arch]
     g = ggufs[(arch, "q8_0")]
     want = llama_proc.logits(g, m.ids, kv_f32=True)
