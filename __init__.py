@@ -6,7 +6,10 @@ cheap: no numpy-heavy module and no numba until a function runs)::
     import panelpack
     plan = panelpack.plan("model.gguf", layout="panel64")          # metadata only
     result = panelpack.convert("model.gguf", "model.ppk")          # -> ConvertResult
+    results = panelpack.convert_many("model.gguf", [               # one read, several bundles
+        panelpack.Target("a.ppk", layout="panel64"), panelpack.Target("b.ppk", layout="ggml-x8")])
     report = panelpack.verify("model.ppk", level="all")            # -> Report (report.ok)
+    panelpack.batch("catalog.toml")                                # -> BatchResult (executor="ray")
     panelpack.export("model.ppk", "back.gguf")                     # -> ExportResult
     with panelpack.open_checkpoint("model-hf/") as ckpt: ...       # GGUF, safetensors, HF folder
     bundle = panelpack.open_bundle("model.ppk")                    # typed manifest, mapped regions
@@ -32,7 +35,10 @@ __version__ = "0.1.0"
 #: front-door name -> (module, attribute; None: the module itself, which is callable)
 _FRONT: dict[str, tuple[str, str | None]] = {
     "convert": ("panelpack.convert", None),
+    "convert_many": ("panelpack.convert", "convert_many"),
+    "Target": ("panelpack.convert", "Target"),
     "plan": ("panelpack.convert", "plan"),
+    "batch": ("panelpack.convert.batch", "batch"),
     "export": ("panelpack.convert", "export"),
     "verify": ("panelpack.verify", None),
     "open_checkpoint": ("panelpack.formats.checkpoint", "open_checkpoint"),

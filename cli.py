@@ -17,6 +17,7 @@ import click
 
 from panelpack import __version__
 from panelpack import cli_choices as choices
+from panelpack import cli_outputs as _outputs
 from panelpack.formats.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_VERIFY_FAILED, BadInputError, PanelpackError
 
 log = logging.getLogger("panelpack")
@@ -240,10 +241,12 @@ def _install_sigterm() -> None:
         pass
 
 
-@main.command()
+@main.command(cls=_outputs.MultiOutputCommand)
 @click.argument("source", type=click.Path(exists=False))
 @click.option("-o", "--out", "out", type=click.Path(),
-              help="Bundle directory to write (OUT.ppk). Required, unless --dry-run.")
+              help="Bundle directory to write (OUT.ppk). Required, unless --dry-run. Repeat it for several "
+                   "bundles from one read: --layout, --quant, --requant and --digest after an -o are that "
+                   "output's own (before the first -o: every output's default).")
 @click.option("--layout", default="panel64", show_default=True, type=choices.LAYOUT,
               help="Target layout (see `panelpack layouts`).")
 @click.option("--quant", default=None, type=choices.QUANT,
@@ -295,11 +298,22 @@ def convert(source, out, layout, quant, requant, include, exclude, jobs, dry_run
 
     With -o MODEL.gguf (or --target gguf) the output is the GGUF llama.cpp's convert_hf_to_gguf.py
     writes (--outtype) and, with a --quant mix, what llama-quantize then writes from it.
+
+    Several -o write several bundles from one read of SOURCE (the dequantization and each
+    quantization shared by the outputs that need the same blocks):
+    panelpack convert SRC -o a.ppk --layout panel64 -o b.ppk --layout ggml-x8
     """
     from panelpack.convert import convert as convert_fn
     from panelpack.convert import mixes
 
-    if out is None and not dry_run:
+    ctx = click.get_current_context()
+    outputs = ctx.meta.get(_outputs.META_KEY)
+    if outputs:
+        _refuse_bundle_options(ctx, "a multi-output convert (bundles only)", ("outtype", "cactus_panels"))
+        if target not in (None, "bundle"):
+            raise click.UsageError(f"several -o write bundles only, not --target {target}")
+        out = None
+    elif out is None and not dry_run:
         raise click.UsageError("missing -o/--out (or use --dry-run)")
     if target == "cactus" or (quant or "").lower().startswith("cq") or cactus_panels:
         _convert_cactus(source, out, target, quant, cactus_panels, dry_run, force, as_json)
@@ -319,6 +333,11 @@ def convert(source, out, layout, quant, requant, include, exclude, jobs, dry_run
         return
     if outtype is not None:
         raise click.UsageError("--outtype is for GGUF output (-o MODEL.gguf or --target gguf)")
+    if outputs:
+        _convert_many(ctx, source, outputs, dict(layout=layout, quant=quant, requant=requant, digest=digest),
+                      include=include, exclude=exclude, jobs=jobs, dry_run=dry_run, force=force, as_json=as_json,
+                      no_progress=no_progress, allow_nonfinite=allow_nonfinite, mix_options=mix_options)
+        return
     progress = _TqdmProgress(enabled=not (as_json or no_progress or dry_run) and sys.stderr.isatty())
     result = convert_fn(source, out, layout=layout, quant=quant, requant=requant, include=include,
                         exclude=exclude, jobs=jobs, dry_run=dry_run, force=force, progress=progress,
@@ -326,6 +345,24 @@ def convert(source, out, layout, quant, requant, include, exclude, jobs, dry_run
     for w in result.plan.warnings:
         _echo_text(f"warning: {w}", err=True)
     echo_result(result, as_json)
+
+
+def _convert_many(ctx, source, outputs, defaults, *, as_json, no_progress, dry_run, **run) -> None:
+    """``convert SRC -o a.ppk ... -o b.ppk ...``: one read, several bundles (cli_outputs.py)."""
+    from panelpack.convert import Target, convert_many
+
+    targets = [Target(**row) for row in _outputs.resolve(ctx, outputs, defaults)]
+    gguf = [str(t.out) for t in targets if str(t.out).lower().endswith(".gguf")]
+    if gguf:
+        raise click.UsageError(f"several -o write bundles only; convert {gguf[0]} on its own")
+    progress = _TqdmProgress(enabled=not (as_json or no_progress or dry_run) and sys.stderr.isatty())
+    results = convert_many(source, targets, dry_run=dry_run, progress=progress, **run)
+    for w in dict.fromkeys(w for r in results for w in r.plan.warnings):
+        _echo_text(f"warning: {w}", err=True)
+    if as_json:
+        echo_json({"targets": [r.to_json() for r in results]})
+    else:
+        _echo_text("\n\n".join(f"== {t.out} ({t.layout}) ==\n{r.render()}" for t, r in zip(targets, results)))
 
 
 def _refuse_bundle_options(ctx, what: str, names) -> None:
@@ -351,6 +388,65 @@ def _convert_cactus(source, out, target, quant, panels, dry_run, force, as_json)
         raise click.UsageError("--dry-run is not available for --target cactus")
     result = convert_cactus(source, out, bits=QUANTS[q], panels=panels, force=force)
     echo_result(result, as_json)
+
+
+class _BatchProgress:
+    """The batch's progress bar over jobs (stderr, TTY only); called with each job's row."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.bar = None
+
+    def start(self, jobs: int) -> None:
+        if self.enabled:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=jobs, unit="job", desc="batch", file=sys.stderr, dynamic_ncols=True, leave=False)
+
+    def __call__(self, row) -> None:
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"{row.name[-30:]}: {row.status}", refresh=False)
+            self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+@main.command()
+@click.argument("plan", type=click.Path(exists=False), required=False)
+@click.option("--ray", "ray_address", is_flag=False, flag_value="", default=None, metavar="[ADDRESS]",
+              help="Run the jobs on a Ray cluster (pip install 'panelpack[ray]'): ADDRESS (host:port, ray://..., "
+                   "auto), or none for a local one (write ADDRESS as --ray=ADDRESS when PLAN follows).")
+@click.option("-w", "--workers", default=None, type=click.IntRange(1, 256),
+              help="Local executor: jobs at once (default: the plan's workers, else the usable cores).")
+@click.option("--retries", default=None, type=click.IntRange(0, 100),
+              help="New attempts for a job whose worker died (default: the plan's retries, else 2).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--no-progress", is_flag=True, help="No progress bar.")
+@command
+def batch(plan, ray_address, workers, retries, as_json, no_progress):
+    """Run a TOML plan of sources x targets (docs/CONVERT.md, "Batches"): each source read once,
+    verified and packed as the plan says, on local processes or a Ray cluster. Finished jobs are
+    skipped; a bad source fails its own row; a worker that dies is retried. Exit code: the worst
+    row's (0 done or skipped, 1 a verification failed, 2 a bad source, 3 an internal error)."""
+    from panelpack.convert.batch import batch as batch_fn
+
+    if plan is None and ray_address and ray_address.lower().endswith(".toml"):
+        plan, ray_address = ray_address, ""  # `batch --ray PLAN`: --ray took the plan as its address
+    if plan is None:
+        raise click.UsageError("missing the PLAN file (a TOML plan: docs/CONVERT.md, \"Batches\")")
+    _install_sigterm()
+    bar = _BatchProgress(enabled=not (as_json or no_progress) and sys.stderr.isatty())
+    try:
+        result = batch_fn(plan, executor="local" if ray_address is None else "ray", address=ray_address or None,
+                          workers=workers, retries=retries, on_start=bar.start, on_row=bar)
+    finally:
+        bar.close()
+    echo_result(result, as_json)
+    if result.exit_code:
+        sys.exit(result.exit_code)
 
 
 @main.command()

@@ -14,7 +14,9 @@ all with their weights prepared beforehand:
 * ``numpy f32``: ``W @ x`` on the dequantized f32 matrix (BLAS; moves 8x the bytes of Q4_0);
 * ``panel64``:   ``compiled.Prepared.matmul`` on the panel64 bytes (activation quantization,
   integer partials and the docs/FORMAT.md §3 rescale, all included);
-* ``rowmajor``:  the same on the standard GGUF blocks (the standard dispatch, compiled).
+* ``rowmajor``:  the same on the standard GGUF blocks (the standard dispatch, compiled);
+* ``compact``:   for Q5_0/Q5_1/Q5_K/Q6_K/Q2_K/Q3_K, the same on ``panel64-compact``'s bit-plane
+  records (issue 26 target: no slower than ``panel64``'s int8 panels at M = 1, 2 threads).
 
 The outputs of panel64 and rowmajor are checked to be bit-identical before timing. Note that
 rowmajor's exact per-group int32 partials need one horizontal reduction per 32 weights of a row,
@@ -121,6 +123,11 @@ def main():
     prep_r = C.prepare("rowmajor", {"blocks": blocks}, n, k, t)
     t2 = time.perf_counter()
     print(f"# prepare: panel64 {1e3 * (t1 - t0):.1f} ms, rowmajor {1e3 * (t2 - t1):.1f} ms (once per tensor)")
+    from panelpack.repack import panel64_compact
+
+    prep_c = None
+    if panel64_compact.form(t) is not None:
+        prep_c = C.prepare(panel64_compact.NAME, panel64_compact.pack(blocks, n, k, t), n, k, t)
 
     for m in ARGS.m:
         x = rng.standard_normal((m, k)).astype(np.float32)
@@ -130,9 +137,14 @@ def main():
             "panel64": lambda: prep_p.matmul(xv),
             "rowmajor": lambda: prep_r.matmul(xv),
         }
+        if prep_c is not None:
+            contenders["compact"] = lambda: prep_c.matmul(xv)
         yp, yr = contenders["panel64"](), contenders["rowmajor"]()  # also compiles / warms up
         if not np.array_equal(np.asarray(yp).view(np.uint32), np.asarray(yr).view(np.uint32)):
             raise SystemExit("panel64 and rowmajor outputs differ: not benchmarking a wrong kernel")
+        if prep_c is not None and not np.array_equal(np.asarray(contenders["compact"]()).view(np.uint32),
+                                                     np.asarray(yp).view(np.uint32)):
+            raise SystemExit("panel64-compact and panel64 outputs differ: not benchmarking a wrong kernel")
         contenders["numpy f32"]()
         times = {name: [] for name in contenders}
         names = list(contenders)
@@ -156,6 +168,10 @@ def main():
               + ("   (target >= 2x)" if gemv_q4_0 else ""))
         print(f"  rowmajor / panel64  = {med['rowmajor'] / med['panel64']:.2f}x"
               + ("   (target >= 0.8x)" if gemv_q4_0 else ""))
+        if prep_c is not None:
+            print(f"  compact / panel64   = {med['compact'] / med['panel64']:.2f}x time"
+                  + ("   (target <= 1x)" if m == 1 else "")
+                  + f"; compact reads {prep_c.weights.nbytes / 2**20:.1f} MiB of codes")
         print(f"  panel64 weight bytes read: {prep_p.weights.nbytes / 2**20:.1f} MiB"
               f" (+ f32 factors {sum({id(v): v.nbytes for v in (prep_p.s_t, prep_p.o_t)}.values()) / 2**20:.1f} MiB);"
               f" numpy reads {wf.nbytes / 2**20:.1f} MiB")

@@ -12,7 +12,8 @@ packers that jobs under ``repack.JIT_PAYOFF_BYTES`` use instead (panel64 Q4_0/Q4
 the other cases have no numpy packer and run their kernels either way). Targets:
 Q4_0 -> panel64 and -> ggml-x8 >= 4 GB/s (>= 0.35x copy), unpack at least as fast;
 Q4_K -> panel64 >= 2 GB/s (issue 3); every nibble form >= 4 GB/s and every int8 form (the int8
-panels of Q8_0, Q5_x, Q6_K, Q2_K, Q3_K; il8-int8) >= 2 GB/s, both ways (issue 14).
+panels of Q8_0, Q5_x, Q6_K, Q2_K, Q3_K; il8-int8) >= 2 GB/s, both ways (issue 14); every
+panel64-compact bit-plane form >= 2 GB/s, both ways (issue 26).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ CASES = [
     ("panel64", "Q4_1"), ("panel64", "Q8_0"), ("il8-nibble", "Q4_0"), ("il8-int8", "Q4_0"),
     ("il8-nibble", "Q4_K"), ("panel64", "Q6_K"),
     ("panel64", "Q5_0"), ("panel64", "Q5_1"), ("panel64", "Q5_K"), ("panel64", "Q2_K"), ("panel64", "Q3_K"),
+    *(("panel64-compact", q) for q in ("Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q2_K", "Q3_K")),
 ]
 
 
@@ -85,20 +87,20 @@ def main(argv=None):
     clock = "thread CPU time" if args.cpu_time else "wall time"
     print(f"[{n}, {k}] random blocks, {args.repeat} repeats, {clock}, engine {args.engine},"
           f" load average {os.getloadavg()[0]:.2f}")
-    print(f"{'layout':<11} {'type':<5} {'MB':>7} {'copy GB/s':>10} {'pack GB/s':>10} {'x copy':>7} "
+    print(f"{'layout':<15} {'type':<5} {'MB':>7} {'copy GB/s':>10} {'pack GB/s':>10} {'x copy':>7} "
           f"{'unpack GB/s':>12} {'x copy':>7}")
     for layout, qname in cases:
         mod = repack.get(layout)
         t = qtypes.get(qname)
         if mod.refuse(t, n, k):
-            print(f"{layout:<11} {qname:<5} refused: {mod.refuse(t, n, k)}")
+            print(f"{layout:<15} {qname:<5} refused: {mod.refuse(t, n, k)}")
             continue
         raw = random_blocks(t, n, k, rng)
         dst = np.empty_like(raw)
         out = {r.name: np.empty(r.shape, r.np_dtype) for r in mod.plan(t, n, k)}
         gb = raw.nbytes / 1e9
         tp, tc, rp = measure(lambda: mod.pack(raw, n, k, t, out=out), lambda: np.copyto(dst, raw), args.repeat)
-        line = f"{layout:<11} {qname:<5} {raw.nbytes / 1e6:7.1f} {gb / tc:10.2f} {gb / tp:10.2f} {rp:7.2f} "
+        line = f"{layout:<15} {qname:<5} {raw.nbytes / 1e6:7.1f} {gb / tc:10.2f} {gb / tp:10.2f} {rp:7.2f} "
         if mod.invertible(t):
             back = np.empty_like(raw)
             tu, tc2, ru = measure(lambda: mod.unpack(out, n, k, t, out=back), lambda: np.copyto(dst, raw), args.repeat)

@@ -103,13 +103,9 @@ import json, sys, time
 import numpy as np
 job = json.loads(sys.argv[1])
 import llama_cpp.llama_cpp as lc
-if not job["extra_bufts"]:  # as verify/runtime/llama_peer.py: AMX repacking crashes under a hypervisor
-    default = lc.llama_model_default_params
-    def params():
-        p = default()
-        p.use_extra_bufts = False
-        return p
-    lc.llama_model_default_params = params
+if not job["extra_bufts"]:  # AMX repacking crashes under a hypervisor (verify/runtime/llama_peer.py)
+    from panelpack.verify.runtime.llama_peer import without_extra_bufts
+    without_extra_bufts()
 from llama_cpp import Llama
 n, t = job["n_ctx"], job["threads"]
 llm = Llama(model_path=job["model"], n_ctx=n, n_batch=n, n_ubatch=n, n_threads=t, n_threads_batch=t, verbose=False)

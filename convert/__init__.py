@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from ..formats.checkpoint import open_checkpoint
-from .pipeline import Progress, TensorResult, run
+from .pipeline import Progress, TensorResult, run, run_many
 from .plan import Plan, make_plan
 
-__all__ = ["convert", "plan", "ConvertResult", "Progress", "Plan", "export", "to_gguf", "TARGETS"]
+__all__ = ["convert", "convert_many", "Target", "plan", "ConvertResult", "Progress", "Plan", "export", "to_gguf",
+           "TARGETS"]
 
 #: what ``panelpack convert`` writes (``--target``): a bundle (the default), a folder the cactus
 #: engine loads (``convert/cactus.py``), or the GGUF llama.cpp's converter and quantizer write
@@ -36,6 +37,9 @@ class ConvertResult:
     bundle: Optional[Path] = None
     seconds: float = 0.0
     tensors: list[TensorResult] = field(default_factory=list)
+    #: multi-target convert (:func:`convert_many`): per tensor, what this output shared with the
+    #: others of the run (``read``, ``source digest``, ``dequantize``, ``quantize Q4_K``)
+    shared: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def dry_run(self) -> bool:
@@ -58,6 +62,8 @@ class ConvertResult:
                    "type": t.decision.target_type.name, "bytes": t.bytes_out, **t.ledger}
             if errors.get(t.name):
                 row["error"] = errors[t.name]
+            if self.shared.get(t.name):
+                row["shared"] = list(self.shared[t.name])
             out.append(row)
         return out
 
@@ -130,6 +136,69 @@ def convert(source: str | os.PathLike, out: str | os.PathLike | None = None, lay
         path, results, seconds = run(ckpt, p, out, force=force, jobs=jobs, progress=progress,
                                      allow_nonfinite=allow_nonfinite, digest=digest)
         return ConvertResult(p, path, seconds, results)
+
+
+@dataclass(frozen=True)
+class Target:
+    """One output of :func:`convert_many`: a bundle at ``out`` and the options that are its own
+    (the rest, the source and ``include``/``exclude``/``mix_options``, are the run's)."""
+
+    out: str | os.PathLike
+    layout: str = "panel64"
+    quant: Optional[str] = None
+    requant: Optional[str] = None
+    digest: Optional[str] = None
+
+    @classmethod
+    def of(cls, t: "Target | dict[str, Any] | str | os.PathLike") -> "Target":
+        """A :class:`Target` from itself, a dict of its fields, or an output path (the defaults)."""
+        if isinstance(t, Target):
+            return t
+        if isinstance(t, dict):
+            unknown = sorted(set(t) - {"out", "layout", "quant", "requant", "digest"})
+            if unknown or "out" not in t:
+                from ..formats.errors import BadInputError
+
+                raise BadInputError(f"a target is a dict of out (required), layout, quant, requant, digest; got {sorted(t)}")
+            return cls(**t)
+        return cls(t)
+
+
+def convert_many(source: str | os.PathLike, targets: Sequence["Target | dict[str, Any] | str | os.PathLike"],
+                 include: Sequence[str] = (), exclude: Sequence[str] = (), jobs: Optional[int] = 1,
+                 dry_run: bool = False, force: bool = False, progress: Optional[Progress] = None,
+                 allow_nonfinite: bool = False, mix_options=None) -> list[ConvertResult]:
+    """Convert one source into several bundles in one pass (``panelpack convert SRC -o a.ppk
+    --layout panel64 -o b.ppk --layout ggml-x8``): the source is read once, and the
+    dequantization and each distinct quantization are done once for the targets that need the
+    same blocks. Each bundle is atomic on its own and byte-identical to what :func:`convert`
+    writes for its target alone; each result's ledger says, per tensor, what it shared.
+    ``targets``: :class:`Target`, dicts of its fields, or output paths. Returns one
+    :class:`ConvertResult` per target, in order."""
+    from ..formats import digests
+    from ..formats.errors import BadInputError
+
+    ts = [Target.of(t) for t in targets]
+    if not ts:
+        raise BadInputError("convert_many needs at least one target")
+    outs = [os.path.abspath(os.fspath(t.out)) for t in ts]
+    if len(set(outs)) != len(outs):
+        dup = sorted({o for o in outs if outs.count(o) > 1})
+        raise BadInputError(f"two targets write the same output: {', '.join(dup)}")
+    for t in ts:
+        if os.fspath(t.out).lower().endswith(".gguf"):
+            raise BadInputError(f"{os.fspath(t.out)}: a multi-target convert writes bundles; convert to GGUF on its own")
+    names = [digests.get(t.digest or digests.DEFAULT).name for t in ts]
+    if not dry_run:
+        for t in ts:
+            _check_output(source, t.out, force)
+    with open_checkpoint(source) as ckpt:
+        plans = [make_plan(ckpt, t.layout, t.quant, t.requant, include, exclude, mix_options) for t in ts]
+        if dry_run:
+            return [ConvertResult(p) for p in plans]
+        runs = run_many(ckpt, plans, [t.out for t in ts], force=force, jobs=jobs, progress=progress,
+                        allow_nonfinite=allow_nonfinite, digest_names=names)
+        return [ConvertResult(p, r.path, r.seconds, r.tensors, r.shared) for p, r in zip(plans, runs)]
 
 
 def _check_output(source: str | os.PathLike, out: str | os.PathLike, force: bool) -> None:

@@ -16,9 +16,10 @@ import os
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
@@ -93,27 +94,39 @@ def _quantize_rows(raw: np.ndarray, src: qtypes.GGMLType, dst: qtypes.GGMLType, 
     (:func:`quality.check_finite`) unless ``allow_nonfinite``; ``imatrix`` (a
     llama.cpp importance row over K) weights every row alike. ``parallel``: the kernels' choice
     (False when several tensors run at once: each then keeps to its own thread)."""
+    return _quantize_rows_many(raw, src, [(dst, imatrix)], n, k, name, allow_nonfinite, parallel)[0]
+
+
+def _quantize_rows_many(raw: np.ndarray, src: qtypes.GGMLType, dsts: list[tuple[qtypes.GGMLType, Optional[np.ndarray]]],
+                        n: int, k: int, name: str = "", allow_nonfinite: bool = False,
+                        parallel: Optional[bool] = None) -> list[tuple[np.ndarray, dict[str, Any]]]:
+    """:func:`_quantize_rows` into several ``(type, importance)`` at once: each chunk of the
+    source is dequantized once and quantized into every one of them (a multi-target convert
+    shares the f32 copy; each result's bytes are those of its own single run)."""
     rows = max(1, REQUANT_CHUNK_ELEMENTS // max(1, k))
     src_rb = raw.size // n if n else 0
     flat = raw.reshape(n, src_rb) if n else raw
     single = 0 < n <= rows  # one chunk (most tensors): the quantizer's output is the result, no copy
-    out = np.empty((n, dst.row_bytes(k)), np.uint8) if not single else np.empty((0, 0), np.uint8)
-    stats = quality.ErrorStats()
+    outs = [np.empty((n, dst.row_bytes(k)), np.uint8) if not single else np.empty((0, 0), np.uint8)
+            for dst, _ in dsts]
+    stats = [quality.ErrorStats() for _ in dsts]
     # the chunk's two f32 copies (the source, and the result read back for the error) reuse two
     # buffers: fresh 16 MB arrays each chunk cost their page faults again (half the f32 time)
     xbuf, ybuf = (np.empty((min(n, rows), k), np.float32) for _ in range(2))
     for r0 in range(0, n, rows):
         r1 = min(n, r0 + rows)
         x = _as_f32(flat[r0:r1], src, r1 - r0, k, parallel, out=xbuf[:r1 - r0])
-        q = codecs.quantize(x, dst, imatrix=imatrix, parallel=parallel).reshape(r1 - r0, -1)
-        if single:
-            out = q
-        else:
-            out[r0:r1] = q
-        if stats.add(_as_f32(q, dst, r1 - r0, k, parallel, out=ybuf[:r1 - r0]), x, q, dst):
-            # a non-finite element: refused here, before anything is written, unless allowed
-            quality.check_finite(x, name, allow_nonfinite, row0=r0)
-    return out, stats.result(name)
+        for j, (dst, imatrix) in enumerate(dsts):
+            q = codecs.quantize(x, dst, imatrix=imatrix, parallel=parallel).reshape(r1 - r0, -1)
+            if single:
+                outs[j] = q
+            else:
+                outs[j][r0:r1] = q
+            if stats[j].add(_as_f32(q, dst, r1 - r0, k, parallel, out=ybuf[:r1 - r0]), x, q, dst):
+                # a non-finite element: refused here, before anything is written, unless allowed
+                quality.check_finite(x, name, allow_nonfinite, row0=r0)
+    return [(out, st.result(name)) for out, st in zip(outs, stats)]
+
 
 def convert_tensor(ckpt: Checkpoint, tp: TensorPlan, allow_nonfinite: bool = False, parallel: Optional[bool] = None,
                    writer: Optional[BundleWriter] = None) -> tuple[Any, dict[str, Any], Optional[dict]]:
@@ -121,31 +134,78 @@ def convert_tensor(ckpt: Checkpoint, tp: TensorPlan, allow_nonfinite: bool = Fal
     ``writer`` that maps files, the regions are packed straight into the tensor file and
     returned as its :class:`MappedTensor` (for :meth:`BundleWriter.finish_tensor`). The digests
     are in the writer's algorithm (the default one without a writer)."""
-    info, d = tp.info, tp.decision
+    return convert_unit(ckpt, [tp], allow_nonfinite, parallel, [writer])[0][0]
+
+
+def _imatrix_key(importance: Optional[np.ndarray]) -> Optional[bytes]:
+    return None if importance is None else np.ascontiguousarray(importance, np.float32).tobytes()
+
+
+def convert_unit(ckpt: Checkpoint, tps: list[TensorPlan], allow_nonfinite: bool = False,
+                 parallel: Optional[bool] = None, writers: Optional[Sequence[Optional[BundleWriter]]] = None
+                 ) -> tuple[list[tuple[Any, dict[str, Any], Optional[dict]]], list[list[str]]]:
+    """One source tensor into every target's regions (``tps[i]``: its plan in target ``i``,
+    written by ``writers[i]``): the source is read once, hashed once per digest algorithm,
+    dequantized once (chunk by chunk) for every target that (re)quantizes it, and quantized
+    once per distinct ``(type, importance)``; only the packing is per target. Returns
+    ``[(regions, extra, error)]`` as :func:`convert_tensor`, and per target what it shared
+    with the others (``"read"``, ``"source digest"``, ``"dequantize"``, ``"quantize Q4_K"``)."""
+    info = tps[0].info
     n, k = info.n, info.k
+    writers = list(writers) if writers is not None else [None] * len(tps)
     raw = np.asarray(ckpt.raw(info.name))  # a plain view of the map: slicing a np.memmap is slow
-    dg = writer.digest if writer is not None else digests.get(digests.DEFAULT)
-    source_hash = hash_async(dg.of_bytes, raw)  # on a hash thread, while this one converts
-    err = blocks_hash = None
-    if d.action in ("repack", "copy"):
-        blocks = raw.reshape(n, -1) if info.type.quantized else raw
-    elif d.action in ("quantize", "requantize"):
-        blocks, err = _quantize_rows(raw, info.type, d.target_type, n, k, info.name, allow_nonfinite,
-                                     imatrix=tp.importance, parallel=parallel)
-        blocks_hash = hash_async(dg.of_bytes, blocks)
-    else:  # pragma: no cover - the policy produces only the actions above
-        raise AssertionError(d.action)
-    lay = repack.get(d.layout)
-    specs = [(r.name, bundle.dtype_name(r.np_dtype), r.shape) for r in lay.plan(d.target_type, n, k)]
-    mapped = writer.map_tensor(tp.index, tp.name, specs) if writer is not None else None  # None: cannot map
-    if mapped is not None:
-        lay.pack(blocks, n, k, d.target_type, out=mapped.views)
-        regions: Any = mapped
-    else:
-        regions = lay.pack(blocks, n, k, d.target_type)
-    # the hashes may still be running: the writer records them once done (HASH_AHEAD)
-    extra: dict[str, Any] = {"source_digest": source_hash, "blocks_digest": blocks_hash or source_hash}
-    return regions, extra, err
+    dgs = [w.digest if w is not None else digests.get(digests.DEFAULT) for w in writers]
+    # the hashes run on the hash threads, while this one converts; one per algorithm
+    source_hash = {dg.name: hash_async(dg.of_bytes, raw) for dg in dgs}
+    quantized: dict[tuple[str, Optional[bytes]], int] = {}  # (type, importance) -> index in wanted
+    wanted: list[tuple[qtypes.GGMLType, Optional[np.ndarray]]] = []
+    for tp in tps:
+        if tp.decision.action in ("quantize", "requantize"):
+            key = (tp.decision.target_type.name, _imatrix_key(tp.importance))
+            if key not in quantized:
+                quantized[key] = len(wanted)
+                wanted.append((tp.decision.target_type, tp.importance))
+        elif tp.decision.action not in ("repack", "copy"):  # pragma: no cover - the policy's actions only
+            raise AssertionError(tp.decision.action)
+    made = _quantize_rows_many(raw, info.type, wanted, n, k, info.name, allow_nonfinite, parallel) if wanted else []
+    blocks_hash: dict[tuple[int, str], Any] = {}
+    users = [0] * len(wanted)
+    for tp in tps:
+        if tp.decision.action in ("quantize", "requantize"):
+            users[quantized[(tp.decision.target_type.name, _imatrix_key(tp.importance))]] += 1
+    out = []
+    shared: list[list[str]] = []
+    for tp, writer, dg in zip(tps, writers, dgs):
+        d = tp.decision
+        err = bh = None
+        notes = ["read"] if len(tps) > 1 else []
+        if sum(1 for x in dgs if x.name == dg.name) > 1:
+            notes.append("source digest")
+        if d.action in ("repack", "copy"):
+            blocks = raw.reshape(n, -1) if info.type.quantized else raw
+        else:
+            j = quantized[(d.target_type.name, _imatrix_key(tp.importance))]
+            blocks, err = made[j]
+            if (j, dg.name) not in blocks_hash:
+                blocks_hash[(j, dg.name)] = hash_async(dg.of_bytes, blocks)
+            bh = blocks_hash[(j, dg.name)]
+            if len(wanted) > 1 or users[j] > 1:
+                notes.append("dequantize")
+            if users[j] > 1:
+                notes.append(f"quantize {d.target_type.name}")
+        lay = repack.get(d.layout)
+        specs = [(r.name, bundle.dtype_name(r.np_dtype), r.shape) for r in lay.plan(d.target_type, n, k)]
+        mapped = writer.map_tensor(tp.index, tp.name, specs) if writer is not None else None  # None: cannot map
+        if mapped is not None:
+            lay.pack(blocks, n, k, d.target_type, out=mapped.views)
+            regions: Any = mapped
+        else:
+            regions = lay.pack(blocks, n, k, d.target_type)
+        # the hashes may still be running: the writer records them once done (HASH_AHEAD)
+        extra: dict[str, Any] = {"source_digest": source_hash[dg.name], "blocks_digest": bh or source_hash[dg.name]}
+        out.append((regions, extra, err))
+        shared.append(notes)
+    return out, shared
 
 
 _JSON_PLAIN = (str, int, bool)
@@ -288,86 +348,140 @@ def run(ckpt: Checkpoint, plan: Plan, out: str | os.PathLike, force: bool = Fals
         progress: Optional[Progress] = None, allow_nonfinite: bool = False, digest: str = digests.DEFAULT
         ) -> tuple[Path, list[TensorResult], float]:
     """Write the bundle for ``plan``. Returns (path, per-tensor results, seconds)."""
+    done = run_many(ckpt, [plan], [out], force, jobs, progress, allow_nonfinite, [digest])[0]
+    return done.path, done.tensors, done.seconds
+
+
+@dataclass
+class TargetRun:
+    """One bundle of :func:`run_many`: its path, per-tensor results, the run's seconds and,
+    per tensor name, what it shared with the other targets (:func:`convert_unit`)."""
+
+    path: Path
+    tensors: list[TensorResult]
+    seconds: float
+    shared: dict[str, list[str]]
+
+
+def _same_tensors(plans: list[Plan]) -> None:
+    names = [tp.name for tp in plans[0].tensors]
+    for p in plans[1:]:
+        if [tp.name for tp in p.tensors] != names:  # pragma: no cover - one source, one include/exclude
+            raise AssertionError("the targets of one source select different tensors")
+
+
+def run_many(ckpt: Checkpoint, plans: list[Plan], outs: list[str | os.PathLike], force: bool = False,
+             jobs: Optional[int] = 1, progress: Optional[Progress] = None, allow_nonfinite: bool = False,
+             digest_names: Optional[list[str]] = None) -> list[TargetRun]:
+    """Write one bundle per ``plans[i]`` at ``outs[i]`` in one pass over the source: every tensor
+    is read once and each piece of work several targets need is done once (:func:`convert_unit`).
+    Each bundle is atomic on its own (a temporary name renamed into place) and holds the bytes a
+    single :func:`run` of its plan writes."""
     progress = progress or Progress()
     t0 = time.perf_counter()
-    results: list[TensorResult] = []
-    with BundleWriter(out, force=force, digest=digest) as writer:
+    _same_tensors(plans)
+    m = len(plans)
+    digest_names = list(digest_names) if digest_names is not None else [digests.DEFAULT] * m
+    results: list[list[TensorResult]] = [[] for _ in plans]
+    shared: list[dict[str, list[str]]] = [{} for _ in plans]
+    with ExitStack() as stack:
+        writers = [stack.enter_context(BundleWriter(o, force=force, digest=dg)) for o, dg in zip(outs, digest_names)]
         source_hashes = _hash_sources(ckpt)
         side_data = _in_background(_gguf_side_data, ckpt) if ckpt.kind == "gguf" else None
-        progress.start(len(plan.tensors), plan.bytes_in)
+        progress.start(len(plans[0].tensors), plans[0].bytes_in)
         # numba's start-up only pays for itself on big jobs; small ones stay in numpy
-        jit = engine.expect(False, **engine_work(plan))
+        work: dict[str, int] = {}
+        for p in plans:
+            for kind, nb in engine_work(p).items():
+                work[kind] = work.get(kind, 0) + nb
+        jit = engine.expect(False, **work)
         log.debug("kernels: %s", "numba" if jit else "numpy where it has a reference")
         jobs = auto_jobs(jit) if jobs is None else max(1, int(jobs))
         log.debug("jobs: %d", jobs)
 
         hashing: deque = deque()  # tensors written, their hashes still running, in plan order
 
-        def record(tp: TensorPlan, written, extra: dict[str, Any], err) -> None:
+        def record(i: int, tp: TensorPlan, written, extra: dict[str, Any], err) -> None:
             d = tp.decision
             entry = TensorEntry.create(
                 tp.name, tp.info.shape, d.target_type.name, d.layout, written.result(), tp.params,
                 dict(tp.ledger, **({"error": err} if err else {})),
                 source_type=tp.info.type.name, role=d.role, action=d.action,
                 **{key: fut.result() for key, fut in extra.items()})
-            results.append(TensorResult(entry, err))
-            progress.tensor_done(tp.name, tp.info.nbytes)
+            results[i].append(TensorResult(entry, err))
+            if i == m - 1:
+                progress.tensor_done(tp.name, tp.info.nbytes)
 
-        def finish(tp: TensorPlan, produced) -> None:
-            regions, extra, err = produced
-            # row-major blocks are the standard blocks themselves: their hash is known
-            known = [extra["blocks_digest"]] if tp.decision.layout == "rowmajor" else None
-            if isinstance(regions, MappedTensor):
-                written = writer.finish_tensor(regions, known_hashes=known, wait=False)
-            else:
-                written = writer.write_tensor(tp.index, tp.name, regions, known_hashes=known, wait=False)
-            hashing.append((tp, written, extra, err))
-            while len(hashing) > HASH_AHEAD:
+        def finish(unit: tuple[TensorPlan, ...], produced) -> None:
+            outputs, notes = produced
+            for i, (tp, (regions, extra, err)) in enumerate(zip(unit, outputs)):
+                if notes[i]:
+                    shared[i][tp.name] = notes[i]
+                # row-major blocks are the standard blocks themselves: their hash is known
+                known = [extra["blocks_digest"]] if tp.decision.layout == "rowmajor" else None
+                if isinstance(regions, MappedTensor):
+                    written = writers[i].finish_tensor(regions, known_hashes=known, wait=False)
+                else:
+                    written = writers[i].write_tensor(tp.index, tp.name, regions, known_hashes=known, wait=False)
+                hashing.append((i, tp, written, extra, err))
+            while len(hashing) > HASH_AHEAD * m:
                 record(*hashing.popleft())
 
+        units = list(zip(*(p.tensors for p in plans)))
         if jobs == 1:
-            for tp in plan.tensors:
-                finish(tp, convert_tensor(ckpt, tp, allow_nonfinite, writer=writer))
+            for unit in units:
+                finish(unit, convert_unit(ckpt, list(unit), allow_nonfinite, writers=writers))
         else:
             # Results are written in plan order, each as soon as it and all before it are done.
             # Tensors queue ahead while the oldest is still running (a worker never idles behind
             # one large tensor), up to WINDOW_PER_JOB per worker and a byte budget of finished
             # results held for writing: twice the largest tensor's output, at least WINDOW_BYTES.
-            budget = max(WINDOW_BYTES, 2 * max((tp.bytes_out for tp in plan.tensors), default=0))
+            def size(unit) -> int:
+                return sum(tp.bytes_out for tp in unit)
+
+            budget = max(WINDOW_BYTES, 2 * max((size(u) for u in units), default=0))
             with ThreadPoolExecutor(max_workers=jobs) as pool:
                 window: deque = deque()
                 held = 0
-                for tp in plan.tensors:
+                for unit in units:
                     # each worker keeps its kernels on its own thread: --jobs is the parallelism
-                    window.append((tp, pool.submit(convert_tensor, ckpt, tp, allow_nonfinite, False, writer)))
-                    held += tp.bytes_out
+                    window.append((unit, pool.submit(convert_unit, ckpt, list(unit), allow_nonfinite, False, writers)))
+                    held += size(unit)
                     while window and (window[0][1].done() or len(window) > WINDOW_PER_JOB * jobs or held > budget):
-                        tp0, fut = window.popleft()
-                        held -= tp0.bytes_out
-                        finish(tp0, fut.result())
+                        u0, fut = window.popleft()
+                        held -= size(u0)
+                        finish(u0, fut.result())
                 while window:
-                    tp0, fut = window.popleft()
-                    finish(tp0, fut.result())
+                    u0, fut = window.popleft()
+                    finish(u0, fut.result())
 
         while hashing:
             record(*hashing.popleft())
-        if ckpt.kind == "gguf":
-            _gguf_side_files(ckpt, writer, side_data.result() if side_data is not None else None)
-        else:
-            _hf_side_files(ckpt, writer)
-        manifest = {
-            "format": bundle.FORMAT,
-            "version": bundle.VERSION,
-            "created_by": f"panelpack {__version__}",
-            "target": _target(plan),
-            "source": _source_block(ckpt, source_hashes.result(), plan),
-            "model": ckpt.hyperparameters(),
-            "options": {"layout": plan.layout, "quant": plan.quant.name if plan.quant else None,
-                        "requant": plan.requant.name if plan.requant else None,
-                        **({"mix": plan.mix} if plan.mix else {}),
-                        **({"imatrix": plan.imatrix.provenance()} if plan.imatrix else {})},
-            "tensors": [r.entry for r in results],
-        }
-        path = writer.commit(manifest)
+        side = side_data.result() if side_data is not None else None
+        files = source_hashes.result()
+        paths = []
+        for plan, writer, res in zip(plans, writers, results):
+            if ckpt.kind == "gguf":
+                _gguf_side_files(ckpt, writer, side)
+            else:
+                _hf_side_files(ckpt, writer)
+            paths.append(writer.commit(_manifest(ckpt, plan, files, res)))
         progress.close()
-    return path, results, time.perf_counter() - t0
+    seconds = time.perf_counter() - t0
+    return [TargetRun(path, res, seconds, sh) for path, res, sh in zip(paths, results, shared)]
+
+
+def _manifest(ckpt: Checkpoint, plan: Plan, files: list[dict[str, Any]], results: list[TensorResult]) -> dict[str, Any]:
+    return {
+        "format": bundle.FORMAT,
+        "version": bundle.VERSION,
+        "created_by": f"panelpack {__version__}",
+        "target": _target(plan),
+        "source": _source_block(ckpt, files, plan),
+        "model": ckpt.hyperparameters(),
+        "options": {"layout": plan.layout, "quant": plan.quant.name if plan.quant else None,
+                    "requant": plan.requant.name if plan.requant else None,
+                    **({"mix": plan.mix} if plan.mix else {}),
+                    **({"imatrix": plan.imatrix.provenance()} if plan.imatrix else {})},
+        "tensors": [r.entry for r in results],
+    }

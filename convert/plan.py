@@ -41,6 +41,8 @@ class TensorPlan:
         led = {"requested": self.requested, "written": self.decision.layout, "reason": self.decision.reason}
         if self.decision.rule:
             led["rule"] = self.decision.rule
+        if "code_form" in self.params:  # which code form the layout gave it (panel64: nibble/int8, compact)
+            led["code_form"] = self.params["code_form"]
         return led
 
     def to_json(self) -> dict[str, Any]:

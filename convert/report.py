@@ -38,6 +38,10 @@ def render_result(result) -> str:
         out.append(f"wrote {result.bundle} in {result.seconds:.2f} s ({human_bytes(rate)}/s of source)")
     out.append(f"bytes in {human_bytes(plan.bytes_in)}, out {human_bytes(plan.bytes_out)}; "
                f"layouts: {counts}; {fb} tensor(s) not in the requested layout '{plan.layout}' (see ledger)")
+    shared = [row["shared"] for row in result.ledger if row.get("shared")]
+    if shared:
+        kinds = sorted({s for notes in shared for s in notes})
+        out.append(f"shared with the run's other targets: {', '.join(f'{k} ({sum(k in n for n in shared)} tensors)' for k in kinds)}")
     if warned:
         shown = ", ".join(warned[:5]) + (f", ... and {len(warned) - 5} more" if len(warned) > 5 else "")
         out.append(f"WARNING: {len(warned)} tensor(s) quantized badly (see the ledger's WARNING): {shown}")

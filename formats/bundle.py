@@ -65,6 +65,7 @@ from .bundle_manifest import (
     tensor_file_name,
 )
 from .bundle_writer import BundleWriter, MappedTensor, PendingTensorFile
+from .common import tensor_named
 from .digests import Digest
 from .errors import BadInputError, FormatError
 
@@ -198,10 +199,7 @@ class Bundle:
         return self.entries
 
     def tensor(self, name: str) -> TensorEntry:
-        try:
-            return self._by_name[name]
-        except KeyError:
-            raise BadInputError(f"no tensor named {name!r} in the bundle", path=self.path) from None
+        return tensor_named(self._by_name, name, self.path, " in the bundle")
 
     def file_path(self, entry: TensorEntry) -> Path:
         return self.path / entry.file

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, TypeVar
 
 import numpy as np
 
@@ -51,6 +51,18 @@ class TensorInfo:
         return {"name": self.name, "shape": list(self.shape), "type": self.type.name, "bytes": self.nbytes}
 
 
+T = TypeVar("T")
+
+
+def tensor_named(by_name: Mapping[str, T], name: str, path, of: str = "") -> T:
+    """``by_name[name]``: the tensor a reader holds under ``name``, or the BadInputError every
+    reader raises for a name it does not hold (``of`` says of what, e.g. " in the bundle")."""
+    try:
+        return by_name[name]
+    except KeyError:
+        raise BadInputError(f"no tensor named {name!r}{of}", path=path) from None
+
+
 class Checkpoint:
     """Base class of a lazily parsed, memory-mapped checkpoint handle."""
 
@@ -75,10 +87,7 @@ class Checkpoint:
         self._by_name = {t.name: t for t in self._tensors}
 
     def tensor(self, name: str) -> TensorInfo:
-        try:
-            return self._by_name[name]
-        except KeyError:
-            raise BadInputError(f"no tensor named {name!r}", path=self.path) from None
+        return tensor_named(self._by_name, name, self.path)
 
     def __contains__(self, name: object) -> bool:
         return name in self._by_name

@@ -5,10 +5,12 @@ splitting behaviors, and the pre-tokenizers (:data:`PRE_TOKENIZERS`)."""
 from __future__ import annotations
 
 import unicodedata
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, TypeVar
 
 from .errors import UnsupportedError
 from .tokenizer import BYTE_TO_CHAR, _regex
+
+T = TypeVar("T")
 
 #: Unicode White_Space (Rust's ``char::is_whitespace``; Python's ``str.isspace`` differs)
 WHITE_SPACE = frozenset("\t\n\x0b\x0c\r \x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000"
@@ -159,14 +161,19 @@ def _strip_normalizer(spec: Mapping[str, Any]) -> Callable[[str], str]:
     return run
 
 
-def _sequence_normalizer(spec: Mapping[str, Any]) -> Callable[[str], str]:
-    parts = [normalizer(n) for n in spec.get("normalizers") or []]
+def chain(steps: list[Callable[[T], T]]) -> Callable[[T], T]:
+    """A ``Sequence`` component of any kind (normalizer, pre-tokenizer, post-processor,
+    decoder): its steps applied in order, each to what the one before returned."""
 
-    def run(s: str) -> str:
-        for p in parts:
-            s = p(s)
-        return s
+    def run(x: T) -> T:
+        for step in steps:
+            x = step(x)
+        return x
     return run
+
+
+def _sequence_normalizer(spec: Mapping[str, Any]) -> Callable[[str], str]:
+    return chain([normalizer(n) for n in spec.get("normalizers") or []])
 
 
 NORMALIZERS: dict[str, Callable[[Mapping[str, Any]], Callable[[str], str]]] = {
@@ -333,13 +340,7 @@ def _metaspace_pre(spec: Mapping[str, Any]) -> PreTok:
 
 
 def _sequence_pre(spec: Mapping[str, Any]) -> PreTok:
-    parts = [pre_tokenizer(p) for p in spec.get("pretokenizers") or []]
-
-    def run(pieces: list[Piece]) -> list[Piece]:
-        for p in parts:
-            pieces = p(pieces)
-        return pieces
-    return run
+    return chain([pre_tokenizer(p) for p in spec.get("pretokenizers") or []])
 
 
 def _bert_pre(spec: Mapping[str, Any]) -> PreTok:

@@ -45,6 +45,7 @@ from .hf_pretokenizer import (
     Spans,
     _component,
     _replace_normalizer,
+    chain,
     is_bert_accent,
     is_numeric,
     is_punctuation,
@@ -201,13 +202,7 @@ def _cls_sep(spec: Mapping[str, Any]) -> Callable[[list[int]], list[int]]:
 
 
 def _sequence_post(spec: Mapping[str, Any]) -> Callable[[list[int]], list[int]]:
-    parts = [post_processor(p) for p in spec.get("processors") or []]
-
-    def run(ids: list[int]) -> list[int]:
-        for p in parts:
-            ids = p(ids)
-        return ids
-    return run
+    return chain([post_processor(p) for p in spec.get("processors") or []])
 
 
 POST_PROCESSORS: dict[str, Callable[[Mapping[str, Any]], Callable[[list[int]], list[int]]]] = {
@@ -309,13 +304,7 @@ def _strip_decode(spec: Mapping[str, Any]) -> Decoder:
 
 
 def _sequence_decode(spec: Mapping[str, Any]) -> Decoder:
-    parts = [decoder(d) for d in spec.get("decoders") or []]
-
-    def run(tokens: list[str]) -> list[str]:
-        for p in parts:
-            tokens = p(tokens)
-        return tokens
-    return run
+    return chain([decoder(d) for d in spec.get("decoders") or []])
 
 
 DECODERS: dict[str, Callable[[Mapping[str, Any]], Decoder]] = {

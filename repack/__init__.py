@@ -22,7 +22,7 @@ from types import ModuleType
 
 from ..formats import qtypes
 from ..formats.errors import UnsupportedError
-from . import ggml_x8, il8_int8, il8_nibble, panel64, rowmajor
+from . import ggml_x8, il8_int8, il8_nibble, panel64, panel64_compact, rowmajor
 from ._common import JIT_PAYOFF_BYTES, RegionSpec
 
 LAYOUTS: dict[str, ModuleType] = {}
@@ -52,7 +52,7 @@ def register(module: ModuleType) -> ModuleType:
     return module
 
 
-for _mod in (rowmajor, panel64, ggml_x8, il8_nibble, il8_int8):
+for _mod in (rowmajor, panel64, ggml_x8, il8_nibble, il8_int8, panel64_compact):
     register(_mod)
 del _mod
 

@@ -7,6 +7,7 @@ Nothing here knows a particular layout; the layout modules (``rowmajor.py``, ``p
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -213,6 +214,13 @@ def out_blocks(layout_name: str, out: np.ndarray | None, t: qtypes.GGMLType, n: 
     return out
 
 
+def word_step(t: qtypes.GGMLType) -> tuple[int, int]:
+    """(blocks, 64-bit words) of the fewest whole blocks of ``t`` that are whole words: Q4_0
+    4 x 18 bytes = 9 words, Q4_1 2 x 20 = 5, Q4_K 1 x 144 = 18 (a row step of the word kernels)."""
+    blocks = 8 // math.gcd(t.type_size, 8)
+    return blocks, blocks * t.type_size // 8
+
+
 def aligned_words(flat: np.ndarray) -> np.ndarray:
     """A byte array as little-endian uint64 words (copied only if misaligned); size % 8 == 0."""
     flat = flat.reshape(-1)
@@ -364,31 +372,47 @@ def codec_from_fields(t: qtypes.GGMLType, fields: dict[str, np.ndarray], n: int,
 #   Q4_0 block (18 B): d:f16 | qs[16];   element e: e<16 low nibble of qs[e], else high of qs[e-16]
 #   Q4_K block (144 B): d | dmin | scales[12] | qs[128];  sub-block s, element l: nibble s%2
 #                       of qs[32*(s//2) + l]
+# Sizes and offsets are the type table's and the codecs' (``AT``), imported on first use: the
+# codec modules load numba, which a process that only reads or lists bundles never imports.
+def _at(codec: str):
+    import importlib
+
+    m = importlib.import_module(f"..formats.blocks.{codec}", __package__)
+    return m.AT, m.QTYPE
+
+
 def q4_0_split(raw: np.ndarray, n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
     """-> (codes uint8 [n, k/32, 32] raw u, d uint16 [n, k/32])."""
-    b = raw.reshape(n, k // 32, 18)
-    qs = b[..., 2:]
+    at, t = _at("q4_0")
+    b = raw.reshape(n, k // t.block_size, t.type_size)
+    qs = b[..., at.qs:]
     codes = np.concatenate([qs & 15, qs >> 4], axis=-1)
-    return codes, np.ascontiguousarray(b[..., 0:2]).view(np.uint16)[..., 0]
+    return codes, _f16_at(b, at.d)
 
 
 def q4_0_join(codes: np.ndarray, d: np.ndarray, n: int, k: int) -> np.ndarray:
     """Inverse of q4_0_split -> uint8 [n, row_bytes]."""
-    nb = k // 32
-    out = np.empty((n, nb, 18), np.uint8)
-    out[..., 0:2] = np.ascontiguousarray(d, dtype=np.uint16).reshape(n, nb, 1).view(np.uint8)
-    c = codes.reshape(n, nb, 32)
-    out[..., 2:] = (c[..., :16] & 15) | ((c[..., 16:] & 15) << 4)
-    return out.reshape(n, nb * 18)
+    at, t = _at("q4_0")
+    nb, half = k // t.block_size, t.block_size // 2
+    out = np.empty((n, nb, t.type_size), np.uint8)
+    out[..., at.d:at.d + 2] = np.ascontiguousarray(d, dtype=np.uint16).reshape(n, nb, 1).view(np.uint8)
+    c = codes.reshape(n, nb, t.block_size)
+    out[..., at.qs:] = (c[..., :half] & 15) | ((c[..., half:] & 15) << 4)
+    return out.reshape(n, nb * t.type_size)
 
 
 def q4_k_split(raw: np.ndarray, n: int, k: int) -> dict[str, np.ndarray]:
     """-> codes uint8 [n, k/32, 32], sc/m uint8 [n, k/32], d/dmin uint16 [n, k/256]."""
-    nsb = k // 256
-    b = raw.reshape(n, nsb, 144)
-    words = np.ascontiguousarray(b[..., 0:4]).view(np.uint16)
-    sc, m = unpack_scales12(b[..., 4:16])
-    qs = b[..., 16:].reshape(n, nsb, 4, 1, 32)
+    at, t = _at("q4_k")
+    nsb = k // t.block_size
+    b = raw.reshape(n, nsb, t.type_size)
+    sc, m = unpack_scales12(b[..., at.scales:at.qs])
+    qs = b[..., at.qs:].reshape(n, nsb, 4, 1, 32)
     codes = np.concatenate([qs & 15, qs >> 4], axis=-2).reshape(n, nsb * 8, 32)
     return {"codes": codes, "sc": sc.reshape(n, nsb * 8), "m": m.reshape(n, nsb * 8),
-            "d": words[..., 0], "dmin": words[..., 1]}
+            "d": _f16_at(b, at.d), "dmin": _f16_at(b, at.dmin)}
+
+
+def _f16_at(b: np.ndarray, byte: int) -> np.ndarray:
+    """The f16 bits at ``byte`` of every block of ``b`` [..., type_size]."""
+    return np.ascontiguousarray(b[..., byte:byte + 2]).view(np.uint16)[..., 0]

@@ -22,10 +22,30 @@ from ..formats._jit import RO_U64 as _RO_U64
 from ..formats._jit import lazy_njit
 from ..formats._jit import ld64 as _ld64
 from ..formats._jit import st64 as _st64
+from ..formats.blocks import q4_0, q4_k
 
 _U = np.uint64
 _X88 = np.uint64(0x8888888888888888)
 _KERNEL: dict[str, Any] = dict(cache=True, boundscheck=False)
+
+# The source blocks' sizes are the type table's, their byte offsets the codecs' (``AT``,
+# formats/blocks/<type>.py); an 8-row block is 8 source blocks with each array's 8 copies side
+# by side, so its offsets are 8x theirs. Module globals: numba reads them as constants.
+_Q40_BYTES = q4_0.QTYPE.type_size  # 18
+_Q40_D, _Q40_QS = q4_0.AT.d, q4_0.AT.qs  # 0, 2
+_Q40_HALF = (_Q40_BYTES - _Q40_QS) // 2  # 8: qs bytes of one half h
+_X8_Q40_BYTES = 8 * _Q40_BYTES  # 144
+_X8_Q40_QS = 8 * _Q40_QS  # 16 (after d[8])
+_X8_Q40_WORDS = _X8_Q40_BYTES // 8  # 18
+_X8_Q40_QS_W = _X8_Q40_QS // 8  # 2: words of row r's qs half h at 2 + 8h + r
+_Q4K_WORDS = q4_k.QTYPE.type_size // 8  # 18: a Q4_K block is whole 64-bit words
+_Q4K_DMIN_SH, _Q4K_SC_SH = 8 * q4_k.AT.dmin, 8 * q4_k.AT.scales  # bit shifts in word 0: 16, 32
+_Q4K_SC_W = (q4_k.AT.scales + 4) // 8  # 1: scales[4..11]
+_Q4K_QS_W = q4_k.AT.qs // 8  # 2
+_Q4K_QS_WORDS = _Q4K_WORDS - _Q4K_QS_W  # 16
+_X8_Q4K_WORDS = 8 * _Q4K_WORDS  # 144
+_X8_Q4K_DMIN_W, _X8_Q4K_SC_W, _X8_Q4K_QS_W = (8 * q4_k.AT.dmin // 8, 8 * q4_k.AT.scales // 8,
+                                              8 * q4_k.AT.qs // 8)  # 2, 4, 16
 
 
 @njit
@@ -41,20 +61,28 @@ def _get_d(x64, w, r):
     return (x64[w + (r >> _U(2))] >> (_U(16) * (r & _U(3)))) & _U(0xFFFF)
 
 
+@njit(inline="always")
+def _q4_0_x8_at(row, b, nb, unit):
+    """(first unit of source block ``b`` of ``row``, first unit of its 8-row block), both in
+    units of ``unit`` bytes (8: words, for ``b`` a multiple of 4; 1: bytes)."""
+    o = (_U(row) * _U(nb) + _U(b)) * _U(_Q40_BYTES) // _U(unit)
+    x = (_U(row >> 3) * _U(nb) + _U(b)) * _U(_X8_Q40_BYTES) // _U(unit)
+    return o, x
+
+
 # Q4_0 source rows as words, 4 blocks = 9 words (72 bytes: 4 x (d, qs[16])):
 #   block 0: d = w0 & 0xFFFF      qs = (w0>>16 | w1<<48, w1>>16 | w2<<48)
 #   block 1: d = w2>>16 & 0xFFFF  qs = (w2>>32 | w3<<32, w3>>32 | w4<<32)
 #   block 2: d = w4>>32 & 0xFFFF  qs = (w4>>48 | w5<<16, w5>>48 | w6<<16)
 #   block 3: d = w6>>48           qs = (w7, w8)
+# and of an 8-row block: d[8] in words 0..1, row r's qs half h in word _X8_Q40_QS_W + 8h + r.
 @lazy_njit(nt.void(_RO_U64, nt.int64, nt.int64, nt.uint64[::1]), **_KERNEL)
 def _q4_0_x8_pack_w(w64, n, nb, o64):
-    wr = _U(nb // 4 * 9)
-    unb = _U(nb)
+    h1 = _U(_X8_Q40_QS_W + 8)
     for row in range(n):
-        sr = _U(row >> 3)
         r = _U(row & 7)
         for g4 in range(nb // 4):
-            o = _U(row) * wr + _U(9 * g4)
+            o, x = _q4_0_x8_at(row, 4 * g4, nb, 8)
             a0 = w64[o]
             a1 = w64[o + _U(1)]
             a2 = w64[o + _U(2)]
@@ -64,46 +92,43 @@ def _q4_0_x8_pack_w(w64, n, nb, o64):
             a6 = w64[o + _U(6)]
             a7 = w64[o + _U(7)]
             a8 = w64[o + _U(8)]
-            x = (sr * unb + _U(4 * g4)) * _U(18)
             _put_d(o64, x, r, a0 & _U(0xFFFF))
-            o64[x + _U(2) + r] = ((a0 >> _U(16)) | (a1 << _U(48))) ^ _X88
-            o64[x + _U(10) + r] = ((a1 >> _U(16)) | (a2 << _U(48))) ^ _X88
-            x += _U(18)
+            o64[x + _U(_X8_Q40_QS_W) + r] = ((a0 >> _U(16)) | (a1 << _U(48))) ^ _X88
+            o64[x + h1 + r] = ((a1 >> _U(16)) | (a2 << _U(48))) ^ _X88
+            x += _U(_X8_Q40_WORDS)
             _put_d(o64, x, r, (a2 >> _U(16)) & _U(0xFFFF))
-            o64[x + _U(2) + r] = ((a2 >> _U(32)) | (a3 << _U(32))) ^ _X88
-            o64[x + _U(10) + r] = ((a3 >> _U(32)) | (a4 << _U(32))) ^ _X88
-            x += _U(18)
+            o64[x + _U(_X8_Q40_QS_W) + r] = ((a2 >> _U(32)) | (a3 << _U(32))) ^ _X88
+            o64[x + h1 + r] = ((a3 >> _U(32)) | (a4 << _U(32))) ^ _X88
+            x += _U(_X8_Q40_WORDS)
             _put_d(o64, x, r, (a4 >> _U(32)) & _U(0xFFFF))
-            o64[x + _U(2) + r] = ((a4 >> _U(48)) | (a5 << _U(16))) ^ _X88
-            o64[x + _U(10) + r] = ((a5 >> _U(48)) | (a6 << _U(16))) ^ _X88
-            x += _U(18)
+            o64[x + _U(_X8_Q40_QS_W) + r] = ((a4 >> _U(48)) | (a5 << _U(16))) ^ _X88
+            o64[x + h1 + r] = ((a5 >> _U(48)) | (a6 << _U(16))) ^ _X88
+            x += _U(_X8_Q40_WORDS)
             _put_d(o64, x, r, a6 >> _U(48))
-            o64[x + _U(2) + r] = a7 ^ _X88
-            o64[x + _U(10) + r] = a8 ^ _X88
+            o64[x + _U(_X8_Q40_QS_W) + r] = a7 ^ _X88
+            o64[x + h1 + r] = a8 ^ _X88
 
 
 @lazy_njit(nt.void(_RO_U64, nt.int64, nt.int64, nt.uint64[::1]), **_KERNEL)
 def _q4_0_x8_unpack_w(x64, n, nb, w64):
-    wr = _U(nb // 4 * 9)
-    unb = _U(nb)
+    h0 = _U(_X8_Q40_QS_W)
+    h1 = _U(_X8_Q40_QS_W + 8)
     for row in range(n):
-        sr = _U(row >> 3)
         r = _U(row & 7)
         for g4 in range(nb // 4):
-            o = _U(row) * wr + _U(9 * g4)
-            x = (sr * unb + _U(4 * g4)) * _U(18)
+            o, x = _q4_0_x8_at(row, 4 * g4, nb, 8)
             d0 = _get_d(x64, x, r)
-            q00 = x64[x + _U(2) + r] ^ _X88
-            q01 = x64[x + _U(10) + r] ^ _X88
-            x += _U(18)
+            q00 = x64[x + h0 + r] ^ _X88
+            q01 = x64[x + h1 + r] ^ _X88
+            x += _U(_X8_Q40_WORDS)
             d1 = _get_d(x64, x, r)
-            q10 = x64[x + _U(2) + r] ^ _X88
-            q11 = x64[x + _U(10) + r] ^ _X88
-            x += _U(18)
+            q10 = x64[x + h0 + r] ^ _X88
+            q11 = x64[x + h1 + r] ^ _X88
+            x += _U(_X8_Q40_WORDS)
             d2 = _get_d(x64, x, r)
-            q20 = x64[x + _U(2) + r] ^ _X88
-            q21 = x64[x + _U(10) + r] ^ _X88
-            x += _U(18)
+            q20 = x64[x + h0 + r] ^ _X88
+            q21 = x64[x + h1 + r] ^ _X88
+            x += _U(_X8_Q40_WORDS)
             d3 = _get_d(x64, x, r)
             w64[o] = d0 | (q00 << _U(16))
             w64[o + _U(1)] = (q00 >> _U(48)) | (q01 << _U(16))
@@ -112,45 +137,42 @@ def _q4_0_x8_unpack_w(x64, n, nb, w64):
             w64[o + _U(4)] = (q11 >> _U(32)) | (d2 << _U(32)) | (q20 << _U(48))
             w64[o + _U(5)] = (q20 >> _U(16)) | (q21 << _U(48))
             w64[o + _U(6)] = (q21 >> _U(16)) | (d3 << _U(48))
-            w64[o + _U(7)] = x64[x + _U(2) + r] ^ _X88
-            w64[o + _U(8)] = x64[x + _U(10) + r] ^ _X88
+            w64[o + _U(7)] = x64[x + h0 + r] ^ _X88
+            w64[o + _U(8)] = x64[x + h1 + r] ^ _X88
 
 
-# Q4_0, any K: one 18-byte block at a time, byte addressed on both sides.
-@lazy_njit(nt.void(_RO_U8, nt.int64, nt.int64, nt.uint8[::1]), **_KERNEL)
-def _q4_0_x8_pack_b(a8, n, nb, o8):
-    rb = _U(nb * 18)
-    unb = _U(nb)
+# Q4_0, any K: one block at a time, byte addressed on both sides; one address map, two directions.
+@njit(inline="always")
+def _q4_0_x8_bytes(src, n, nb, dst, pack):
+    """Copy every (d, qs half 0, qs half 1) of the source blocks to their 8-row block
+    (``pack``) or back, flipping the qs nibbles' bit 3 (``_X88``) either way."""
     for row in range(n):
-        sr = _U(row >> 3)
         r = _U(row & 7)
         for b in range(nb):
-            o = _U(row) * rb + _U(b * 18)
-            x = (sr * unb + _U(b)) * _U(144)
-            o8[x + _U(2) * r] = a8[o]
-            o8[x + _U(2) * r + _U(1)] = a8[o + _U(1)]
-            _st64(o8, x + _U(16) + _U(8) * r, _ld64(a8, o + _U(2)) ^ _X88)
-            _st64(o8, x + _U(80) + _U(8) * r, _ld64(a8, o + _U(10)) ^ _X88)
+            o, x = _q4_0_x8_at(row, b, nb, 1)
+            od, xd = o + _U(_Q40_D), x + _U(_Q40_QS - _Q40_D) * r
+            oq, xq = o + _U(_Q40_QS), x + _U(_X8_Q40_QS) + _U(_Q40_HALF) * r
+            sd, dd = (od, xd) if pack else (xd, od)
+            s0, d0 = (oq, xq) if pack else (xq, oq)
+            s1, d1 = (oq + _U(_Q40_HALF), xq + _U(8 * _Q40_HALF)) if pack else (xq + _U(8 * _Q40_HALF), oq + _U(_Q40_HALF))
+            dst[dd] = src[sd]
+            dst[dd + _U(1)] = src[sd + _U(1)]
+            _st64(dst, d0, _ld64(src, s0) ^ _X88)
+            _st64(dst, d1, _ld64(src, s1) ^ _X88)
+
+
+@lazy_njit(nt.void(_RO_U8, nt.int64, nt.int64, nt.uint8[::1]), **_KERNEL)
+def _q4_0_x8_pack_b(a8, n, nb, o8):
+    _q4_0_x8_bytes(a8, n, nb, o8, True)
 
 
 @lazy_njit(nt.void(_RO_U8, nt.int64, nt.int64, nt.uint8[::1]), **_KERNEL)
 def _q4_0_x8_unpack_b(x8, n, nb, a8):
-    rb = _U(nb * 18)
-    unb = _U(nb)
-    for row in range(n):
-        sr = _U(row >> 3)
-        r = _U(row & 7)
-        for b in range(nb):
-            o = _U(row) * rb + _U(b * 18)
-            x = (sr * unb + _U(b)) * _U(144)
-            a8[o] = x8[x + _U(2) * r]
-            a8[o + _U(1)] = x8[x + _U(2) * r + _U(1)]
-            _st64(a8, o + _U(2), _ld64(x8, x + _U(16) + _U(8) * r) ^ _X88)
-            _st64(a8, o + _U(10), _ld64(x8, x + _U(80) + _U(8) * r) ^ _X88)
+    _q4_0_x8_bytes(x8, n, nb, a8, False)
 
 
-# Q4_K: 18 words per source block (word 0 = d | dmin<<16 | scales[0..3]<<32, word 1 =
-# scales[4..11], words 2..17 = qs), 144 words per block_q4_Kx8.
+# Q4_K: _Q4K_WORDS = 18 words per source block (word 0 = d | dmin<<16 | scales[0..3]<<32, word 1 =
+# scales[4..11], words 2..17 = qs), _X8_Q4K_WORDS = 144 per block_q4_Kx8.
 @njit
 def _unpack12(lo, mid, hi):
     """The 12 scale bytes as three 32-bit lanes -> (sc, m) with byte s = value of slot s."""
@@ -181,43 +203,48 @@ def _transpose8(v):
             v[s] = (v[s] & ~(_U(0xFF) << _U(8 * r))) | (a << _U(8 * r))
 
 
+@njit(inline="always")
+def _q4_k_x8_at(sr, r, j, nsb):
+    """(first word of super-block ``j`` of row ``8 sr + r``, first word of its 8-row block)."""
+    o = (_U(8 * sr + r) * _U(nsb) + _U(j)) * _U(_Q4K_WORDS)
+    x = (_U(sr) * _U(nsb) + _U(j)) * _U(_X8_Q4K_WORDS)
+    return o, x
+
+
 @lazy_njit(nt.void(_RO_U64, nt.int64, nt.int64, nt.uint64[::1]), **_KERNEL)
 def _q4_k_x8_pack(w64, n, nsb, o64):
-    wr = _U(nsb * 18)
-    unsb = _U(nsb)
     sc = np.zeros(8, np.uint64)
     mm = np.zeros(8, np.uint64)
     for sr in range(n // 8):
         for j in range(nsb):
-            x = (_U(sr) * unsb + _U(j)) * _U(144)
             d = _U(0)
             dm = _U(0)
             d2 = _U(0)
             dm2 = _U(0)
             for r in range(8):
-                o = _U(8 * sr + r) * wr + _U(18 * j)
+                o, x = _q4_k_x8_at(sr, r, j, nsb)
                 a0 = w64[o]
-                a1 = w64[o + _U(1)]
+                a1 = w64[o + _U(_Q4K_SC_W)]
                 if r < 4:
                     d |= (a0 & _U(0xFFFF)) << _U(16 * r)
-                    dm |= ((a0 >> _U(16)) & _U(0xFFFF)) << _U(16 * r)
+                    dm |= ((a0 >> _U(_Q4K_DMIN_SH)) & _U(0xFFFF)) << _U(16 * r)
                 else:
                     d2 |= (a0 & _U(0xFFFF)) << _U(16 * (r - 4))
-                    dm2 |= ((a0 >> _U(16)) & _U(0xFFFF)) << _U(16 * (r - 4))
-                sc[r], mm[r] = _unpack12((a0 >> _U(32)) & _U(0xFFFFFFFF), a1 & _U(0xFFFFFFFF), a1 >> _U(32))
-                for h in range(16):
-                    o64[x + _U(16 + 8 * h + r)] = w64[o + _U(2 + h)]
+                    dm2 |= ((a0 >> _U(_Q4K_DMIN_SH)) & _U(0xFFFF)) << _U(16 * (r - 4))
+                sc[r], mm[r] = _unpack12((a0 >> _U(_Q4K_SC_SH)) & _U(0xFFFFFFFF), a1 & _U(0xFFFFFFFF), a1 >> _U(32))
+                for h in range(_Q4K_QS_WORDS):
+                    o64[x + _U(_X8_Q4K_QS_W + 8 * h + r)] = w64[o + _U(_Q4K_QS_W + h)]
             o64[x] = d
             o64[x + _U(1)] = d2
-            o64[x + _U(2)] = dm
-            o64[x + _U(3)] = dm2
+            o64[x + _U(_X8_Q4K_DMIN_W)] = dm
+            o64[x + _U(_X8_Q4K_DMIN_W + 1)] = dm2
             _transpose8(sc)  # sc[s] byte r = scale of sub-block s, row r
             _transpose8(mm)
             # group s = 12 bytes at byte 32 + 12 s: lanes (lo, mid, hi); pairs of groups fill 3 words
             for s2 in range(4):
                 l0, m0, h0 = _pack12(sc[2 * s2], mm[2 * s2])
                 l1, m1, h1 = _pack12(sc[2 * s2 + 1], mm[2 * s2 + 1])
-                w = x + _U(4 + 3 * s2)
+                w = x + _U(_X8_Q4K_SC_W + 3 * s2)
                 o64[w] = l0 | (m0 << _U(32))
                 o64[w + _U(1)] = h0 | (l1 << _U(32))
                 o64[w + _U(2)] = m1 | (h1 << _U(32))
@@ -225,15 +252,13 @@ def _q4_k_x8_pack(w64, n, nsb, o64):
 
 @lazy_njit(nt.void(_RO_U64, nt.int64, nt.int64, nt.uint64[::1]), **_KERNEL)
 def _q4_k_x8_unpack(x64, n, nsb, w64):
-    wr = _U(nsb * 18)
-    unsb = _U(nsb)
     sc = np.zeros(8, np.uint64)
     mm = np.zeros(8, np.uint64)
     for sr in range(n // 8):
         for j in range(nsb):
-            x = (_U(sr) * unsb + _U(j)) * _U(144)
+            x = _q4_k_x8_at(sr, 0, j, nsb)[1]
             for s2 in range(4):
-                w = x + _U(4 + 3 * s2)
+                w = x + _U(_X8_Q4K_SC_W + 3 * s2)
                 a = x64[w]
                 b = x64[w + _U(1)]
                 c = x64[w + _U(2)]
@@ -242,12 +267,12 @@ def _q4_k_x8_unpack(x64, n, nsb, w64):
             _transpose8(sc)  # sc[r] byte s = scale of sub-block s, row r
             _transpose8(mm)
             for r in range(8):
-                o = _U(8 * sr + r) * wr + _U(18 * j)
+                o = _q4_k_x8_at(sr, r, j, nsb)[0]
                 ur = _U(r)
                 lo, mid, hi = _pack12(sc[r], mm[r])
                 d = _get_d(x64, x, ur)
-                dm = _get_d(x64, x + _U(2), ur)
-                w64[o] = d | (dm << _U(16)) | (lo << _U(32))
-                w64[o + _U(1)] = mid | (hi << _U(32))
-                for h in range(16):
-                    w64[o + _U(2 + h)] = x64[x + _U(16 + 8 * h + r)]
+                dm = _get_d(x64, x + _U(_X8_Q4K_DMIN_W), ur)
+                w64[o] = d | (dm << _U(_Q4K_DMIN_SH)) | (lo << _U(_Q4K_SC_SH))
+                w64[o + _U(_Q4K_SC_W)] = mid | (hi << _U(32))
+                for h in range(_Q4K_QS_WORDS):
+                    w64[o + _U(_Q4K_QS_W + h)] = x64[x + _U(_X8_Q4K_QS_W + 8 * h + r)]

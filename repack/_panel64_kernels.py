@@ -23,6 +23,7 @@ from numba import types as nt
 from ..formats import qtypes
 from ..formats._jit import lazy_njit, ld64, prefetch
 from ..formats.blocks import q4_0, q4_1, q4_k
+from ._common import word_step
 
 # ---- fast kernels -----------------------------------------------------------------------
 # The nibble and table kernels walk the 64 channels of one super-block in two steps:
@@ -328,19 +329,28 @@ def _q4_1_unquads(p64, d64, m64, blk0, t):
                 _put_units(t, _Q41_UNITS * b + _Q41_QS + k, uq, v0, v1)
 
 
-#: (blocks, words) of a row step: Q4_0 (hdr 2) four 18-byte blocks, Q4_1 (hdr 4) two of 20
+#: (blocks, words) of a row step (_common.word_step): Q4_0 (hdr = its qs offset, 2) four 18-byte
+#: blocks in 9 words, Q4_1 (hdr 4) two of 20 in 5
+_Q40_STEP, _Q41_STEP = word_step(qtypes.Q4_0), word_step(qtypes.Q4_1)
+
+
 @njit
 def _q4_step(hdr):
-    return (4, 9) if hdr == 2 else (2, 5)
+    return _Q40_STEP if hdr == q4_0.AT.qs else _Q41_STEP
+
+
+@njit(inline="always")
+def _q4_sweep(hdr, ng):
+    """A Q4_0/Q4_1 word kernel's geometry: (blocks a step, words a step, steps a sweep, words a
+    row) and the staging buffer of one sweep over a super-block's 64 channels."""
+    nbk, bw = _q4_step(hdr)
+    return nbk, bw, _RUN_WORDS // bw, _U(ng // nbk * bw), np.zeros(_RUN_WORDS * 64, np.uint64)
 
 
 @lazy_njit(nt.void(_RO_U64, nt.int64, nt.int64, nt.int64, nt.uint64[::1], nt.uint64[::1], nt.uint64[::1]), **_KERNEL)
 def _q4_pack_w(w64, n, ng, hdr, p64, d64, m64):
     """Q4_0 (hdr 2, K % 128 == 0; m64 unused) and Q4_1 (hdr 4, K % 64 == 0)."""
-    nbk, bw = _q4_step(hdr)
-    run = _RUN_WORDS // bw  # steps per sweep
-    wr = _U(ng // nbk * bw)
-    t = np.zeros(_RUN_WORDS * 64, np.uint64)
+    nbk, bw, run, wr, t = _q4_sweep(hdr, ng)
     for sb in range((n + 63) >> 6):
         cn = min(64, n - sb * 64)
         for g0 in range(0, ng // nbk, run):
@@ -356,10 +366,7 @@ def _q4_pack_w(w64, n, ng, hdr, p64, d64, m64):
 
 @lazy_njit(nt.void(_RO_U64, _RO_U64, _RO_U64, nt.int64, nt.int64, nt.int64, nt.uint64[::1]), **_KERNEL)
 def _q4_unpack_w(p64, d64, m64, n, ng, hdr, w64):
-    nbk, bw = _q4_step(hdr)
-    run = _RUN_WORDS // bw
-    wr = _U(ng // nbk * bw)
-    t = np.zeros(_RUN_WORDS * 64, np.uint64)
+    nbk, bw, run, wr, t = _q4_sweep(hdr, ng)
     for sb in range((n + 63) >> 6):
         cn = min(64, n - sb * 64)
         for g0 in range(0, ng // nbk, run):

@@ -42,7 +42,7 @@ TARGET = {"isa": "x86-avx2", "runtime": "llama.cpp CPU repack", "interleave_byte
 DESCRIPTION = "llama.cpp block_q4_0x8 / block_q4_Kx8 (8 rows, 8-byte interleave), as built at load time"
 XOR_Q4_0 = 0x88
 _KERNEL_NAMES = {"Q4_0": "q4_0_8x8_q8_0", "Q4_K": "q4_K_8x8_q8_K"}
-_BYTES = {"Q4_0": 8 * 18, "Q4_K": 8 * 144}  # bytes per (sr, block) = 8 source blocks
+_BYTES = {t.name: ROW_MULTIPLE * t.type_size for t in SOURCE_TYPES}  # bytes per (sr, block) = 8 source blocks
 
 
 refuse = C.layout_refuse(NAME, SOURCE_TYPES, ROW_MULTIPLE)

@@ -50,7 +50,6 @@ of code i (Q4_0 i-8, Q4_1/Q4_K i), the other bytes 0.
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 import numpy as np
@@ -310,7 +309,7 @@ def _q4_step(t) -> tuple[int, int]:
     """(header bytes of a Q4_0/Q4_1 block: its scale fields, before the 16 code bytes; blocks
     along K in a row step of the channel-quad kernels: the fewest that make whole 64-bit words,
     Q4_0 4 x 18 = 72 bytes, Q4_1 2 x 20 = 40), from the type table."""
-    return t.type_size - t.block_size // 2, 8 // math.gcd(t.type_size, 8)
+    return t.type_size - t.block_size // 2, C.word_step(t)[0]
 
 
 def _pack_q4_small(raw, t, n, k, out):

@@ -28,7 +28,6 @@ test session; tests that need other shapes call :func:`build` with ``specs=`` of
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -37,6 +36,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import needs
 import numpy as np
 
 PEER = Path(__file__).with_name("hf_peer.py")
@@ -136,18 +136,11 @@ class HFModel:
 
 def missing() -> str | None:
     """Why the builders cannot run here (None: they can)."""
-    for mod in ("torch", "transformers", "sentencepiece"):
-        if importlib.util.find_spec(mod) is None:
-            return f"the architecture tests need {mod} (pip install -e '.[oracle-cactus]')"
-    return None
+    return needs.missing_modules(needs.HF_MODULES, "the architecture tests need")
 
 
 def require() -> None:
-    import pytest
-
-    why = missing()
-    if why:
-        pytest.skip(why)
+    needs.skip_if(missing())
 
 
 def train_tokenizer(folder: Path, vocab: int = VOCAB) -> Path:

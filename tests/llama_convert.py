@@ -11,11 +11,12 @@ installed ``gguf`` may be another release). Tests skip cleanly where any piece i
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import needs
 
 VERSION = "0.3.36"
 
@@ -42,19 +43,12 @@ def missing() -> str | None:
     if converter_dir() is None:
         return (f"llama.cpp's convert_hf_to_gguf.py is not unpacked (set PANELPACK_LLAMA_CONVERT, "
                 f"or run .ci/run, which unpacks it from the llama-cpp-python {VERSION} sdist)")
-    for mod in ("torch", "transformers", "sentencepiece"):
-        if importlib.util.find_spec(mod) is None:
-            return f"convert_hf_to_gguf.py needs {mod} (pip install -e '.[oracle-cactus]')"
-    return None
+    return needs.missing_modules(needs.HF_MODULES, "convert_hf_to_gguf.py needs")
 
 
 def require() -> Path:
     """Skip the calling test unless the reference converter can run; its folder."""
-    import pytest
-
-    why = missing()
-    if why:
-        pytest.skip(why)
+    needs.skip_if(missing())
     d = converter_dir()
     assert d is not None
     return d

@@ -65,9 +65,27 @@ def ref_pack_panel64(blocks, n, k, qtype):
     return regions
 
 
+def ref_pack_panel64_compact(blocks, n, k, qname):
+    """panel64-compact: the reference panel64 regions with their int8 panels turned into bit planes
+    by the numpy plane reference (repack/_panel64_compact_kernels.planes_ref)."""
+    from panelpack.repack import _panel64_compact_kernels as PK
+    from panelpack.repack import panel64_compact as PC
+
+    t = qtypes.get(qname)
+    r = ref_pack_panel64(blocks, n, k, t)
+    f = PC.form(t)
+    if f is not None:
+        sb, ng = -(-n // 64), k // t.group
+        r["panels"] = PK.planes_ref(r["panels"].reshape(sb, ng, f.kq, 256), f.kq, f.base_bits, f.planes,
+                                    t.code_offset, f.bits)
+    return r
+
+
 def pack(layout, blocks, n, k, qname):
     if layout == "panel64":
         return ref_pack_panel64(blocks, n, k, qname)
+    if layout == "panel64-compact":
+        return ref_pack_panel64_compact(blocks, n, k, qname)
     if layout == "rowmajor":
         return {"blocks": blocks}
     return IL8_PACKERS[(layout, qname)](blocks, n, k)
@@ -107,6 +125,7 @@ def _ks(qname):
 # ---- the table ------------------------------------------------------------------------------
 def test_table_covers_every_layout_and_type():
     want = {("panel64", q) for q in TYPES8} | {("rowmajor", q) for q in TYPES8} | set(IL8_PACKERS)
+    want |= {("panel64-compact", q) for q in TYPES8}  # its own tile on compact types (test_verify_compact.py)
     assert set(C.KERNELS) == want
 
 
@@ -189,43 +208,28 @@ def test_nibble_group_dot_against_numpy_reference(rng):
 
 
 @needs_avx2
-def test_int8_group_dot_against_numpy_reference(rng):
+@pytest.mark.parametrize("group, name, last_aoff", [(32, "int8_group_dot", 160), (16, "int8_group_dot16", 176)])
+def test_int8_group_dot_against_numpy_reference(rng, group, name, last_aoff):
+    """The int8 group dots, G = 32 (panel64 Q4_K ... Q8_0) and G = 16 (Q6_K, Q2_K, Q3_K): at
+    random offsets, and at the bound |code| 127 against a = -128 and 127 in every lane."""
     from numba import njit
+
+    dot = getattr(_simd, name)
 
     @njit
     def call(w, woff, a, aoff, acc):
-        _simd.int8_group_dot(w, woff, a, aoff, acc)
+        dot(w, woff, a, aoff, acc)
 
-    w = rng.integers(-127, 128, 5 * 2048 + 9).astype(np.int8).view(np.uint8)
+    gb = 64 * group  # bytes of one group of a 64-channel int8 tile
+    w = rng.integers(-127, 128, 5 * gb + 9).astype(np.int8).view(np.uint8)
     a = rng.integers(-128, 128, 200, dtype=np.int8)
-    cases = [(w, woff, a, aoff) for woff, aoff in ((0, 0), (2048 + 3, 8), (3 * 2048 + 9, 160))]
-    for code in (127, -127):  # the bound: |code| 127 against a = -128 and 127 in every lane
-        cases += [(np.full(2048, code, np.int8).view(np.uint8), 0, np.full(32, v, np.int8), 0) for v in (-128, 127)]
-    for wb, woff, ab, aoff in cases:
-        acc = np.full(70, -1, np.int32)
-        call(wb, woff, ab, aoff, acc)
-        assert np.array_equal(acc[:64], _simd.int8_group_dot_ref(wb, woff, ab, aoff)), (woff, aoff)
-        assert np.all(acc[64:] == -1)
-
-
-@needs_avx2
-def test_int8_group_dot16_against_numpy_reference(rng):
-    """The G = 16 int8 group dot (panel64 Q6_K, Q2_K, Q3_K), the same bounds as G = 32's."""
-    from numba import njit
-
-    @njit
-    def call(w, woff, a, aoff, acc):
-        _simd.int8_group_dot16(w, woff, a, aoff, acc)
-
-    w = rng.integers(-127, 128, 5 * 1024 + 9).astype(np.int8).view(np.uint8)
-    a = rng.integers(-128, 128, 200, dtype=np.int8)
-    cases = [(w, woff, a, aoff) for woff, aoff in ((0, 0), (1024 + 3, 8), (3 * 1024 + 9, 176))]
+    cases = [(w, woff, a, aoff) for woff, aoff in ((0, 0), (gb + 3, 8), (3 * gb + 9, last_aoff))]
     for code in (127, -127):
-        cases += [(np.full(1024, code, np.int8).view(np.uint8), 0, np.full(16, v, np.int8), 0) for v in (-128, 127)]
+        cases += [(np.full(gb, code, np.int8).view(np.uint8), 0, np.full(group, v, np.int8), 0) for v in (-128, 127)]
     for wb, woff, ab, aoff in cases:
         acc = np.full(70, -1, np.int32)
         call(wb, woff, ab, aoff, acc)
-        assert np.array_equal(acc[:64], _simd.int8_group_dot_ref(wb, woff, ab, aoff, 16)), (woff, aoff)
+        assert np.array_equal(acc[:64], _simd.int8_group_dot_ref(wb, woff, ab, aoff, group)), (woff, aoff)
         assert np.all(acc[64:] == -1)
 
 
@@ -257,6 +261,19 @@ def test_q6_k_block_dot_against_references(rng):
         assert np.all(acc == 63 * 16 * v)
 
 
+def assert_fast_is_portable(prep, portable, blocks, n, k, qname, x):
+    """The prepared AVX2 kernel ``prep`` and its portable twin give the same partials and
+    outputs bit for bit, and the partials are the standard dispatch's, on activations ``x``
+    (row 1 scaled by 1e3, row 2 starting with 40 codes of -128: partials() takes any int8)."""
+    x = np.asarray(x, np.float32)
+    x[1] *= 1e3
+    a, da = D.quantize_activations(x)
+    a[2, :40] = -128
+    for p_fast, p_port in zip(prep.run(a, da), portable.run(a, da)):
+        assert np.array_equal(np.asarray(p_fast).view(np.uint32), np.asarray(p_port).view(np.uint32))
+    assert np.array_equal(prep.run(a, da)[0], D.standard_partials(blocks, n, k, qname, a)[0])
+
+
 @needs_avx2
 @pytest.mark.parametrize("qname", fast_only(["Q6_K", "Q5_0", "Q5_1", "Q5_K", "Q2_K", "Q3_K"], {"Q6_K"}))
 def test_avx2_and_portable_int8_panel_kernels_agree(qname, rng):
@@ -272,13 +289,7 @@ def test_avx2_and_portable_int8_panel_kernels_agree(qname, rng):
     prep = C.prepare("panel64", ref_pack_panel64(blocks, n, k, qname), n, k, qname)
     assert prep.spec.kernel is C._INT8_PANEL_TILES_AVX2[t.group] and prep.spec.path == "compiled.panel64.avx2"
     portable = dataclasses.replace(prep, spec=dataclasses.replace(prep.spec, kernel=C._tile_panel64_int8))
-    x = rng.standard_normal((3, k)).astype(np.float32)
-    x[1] *= 1e3
-    a, da = D.quantize_activations(x)
-    a[2, :40] = -128
-    for p_fast, p_port in zip(prep.run(a, da), portable.run(a, da)):
-        assert np.array_equal(np.asarray(p_fast).view(np.uint32), np.asarray(p_port).view(np.uint32))
-    assert np.array_equal(prep.run(a, da)[0], D.standard_partials(blocks, n, k, qname, a)[0])
+    assert_fast_is_portable(prep, portable, blocks, n, k, qname, rng.standard_normal((3, k)))
 
 
 @needs_avx2
@@ -292,13 +303,7 @@ def test_avx2_and_portable_nibble_kernels_agree(qname, rng):
     assert prep.spec.kernel is C._tile_panel64_nibble_avx2  # the default where AVX2 runs
     portable = dataclasses.replace(prep, spec=dataclasses.replace(prep.spec, kernel=C._tile_panel64_nibble,
                                                                   activations=None))
-    x = rng.standard_normal((3, k)).astype(np.float32)
-    x[1] *= 1e3
-    a, da = D.quantize_activations(x)
-    a[2, :40] = -128  # partials() takes any int8
-    for p_fast, p_port in zip(prep.run(a, da), portable.run(a, da)):
-        assert np.array_equal(np.asarray(p_fast).view(np.uint32), np.asarray(p_port).view(np.uint32))
-    assert np.array_equal(prep.run(a, da)[0], D.standard_partials(blocks, n, k, qname, a)[0])
+    assert_fast_is_portable(prep, portable, blocks, n, k, qname, rng.standard_normal((3, k)))
 
 
 @needs_avx2
@@ -321,13 +326,8 @@ def test_avx2_and_portable_rowmajor_kernels_agree(qname, rng):
     assert prep.spec.kernel is C._ROW_TILES_AVX2[qname] and prep.spec.path == "compiled.rowmajor.avx2"
     portable = dataclasses.replace(prep, geom=C._geom_rows(prep.qtype, n, k), spec=dataclasses.replace(
         prep.spec, kernel=C._ROW_TILES[qname], activations=None))
-    x = rng.standard_normal((5 if qname == "Q6_K" else 3, k)).astype(np.float32)  # Q6_K: M >= 4 too
-    x[1] *= 1e3
-    a, da = D.quantize_activations(x)
-    a[2, :40] = -128
-    for p_fast, p_port in zip(prep.run(a, da), portable.run(a, da)):
-        assert np.array_equal(np.asarray(p_fast).view(np.uint32), np.asarray(p_port).view(np.uint32))
-    assert np.array_equal(prep.run(a, da)[0], D.standard_partials(blocks, n, k, qname, a)[0])
+    x = rng.standard_normal((5 if qname == "Q6_K" else 3, k))  # Q6_K: M >= 4 too
+    assert_fast_is_portable(prep, portable, blocks, n, k, qname, x)
 
 
 def test_panel64_reference_reader_matches_codes(rng):

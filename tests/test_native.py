@@ -192,3 +192,45 @@ def test_verify_native_on_a_bundle(tmp_path, layout):
             else {f"native.neon.il8@{q}", f"native.i8mm.il8@{q}"} | ({"native.avx2.il8@host"} if tc.host_arch() == "x86_64" else set()))
     assert want <= paths, sorted(paths)
     assert rep["native"].startswith("ran ") and rep["ok"]
+
+
+# ---- panel64-compact: the SME2 leaves on the bit-plane records -------------------------------
+COMPACT_TYPES = sorted((t.name for t in repack.panel64_compact.COMPACT_TYPES), key=lambda n: qtypes.get(n).id)
+
+
+def test_cheap_sme2_gemv_on_compact_records_under_qemu(qemu_session):
+    t, blk, reg, params = _tensor("panel64-compact", "Q5_0", 70, 256)
+    a, da, P, y = _standard(blk, 70, 256, t, 1)
+    got = qemu_session.run("panel64-compact", reg, 70, 256, t, params, a, da)
+    q = tc.qemu_label(tc.find_qemu())
+    assert [p for p, _, _ in got] == [f"native.sme2.gemv@{q}", f"native.neon.panel@{q}"]
+    _agree(got, P, y)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tname", COMPACT_TYPES + ["Q4_K", "Q8_0"])
+def test_compact_records_every_type(qemu_session, tname):
+    n, k = 100, 512  # two super-blocks, the second 36 channels of padding
+    t, blk, reg, params = _tensor("panel64-compact", tname, n, k)
+    for m in (1, 16, 17):
+        a, da, P, y = _standard(blk, n, k, t, m, seed=m)
+        got = qemu_session.run("panel64-compact", reg, n, k, t, params, a, da)
+        want = {"native.sme2.gemv" if m == 1 else "native.sme2.gemm", "native.neon.panel"}
+        assert {p.split("@")[0] for p, _, _ in got} == want
+        _agree(got, P, y)
+
+
+@pytest.mark.slow
+def test_a_flipped_plane_bit_is_caught(qemu_session):
+    n, k = 64, 256
+    for tname in ("Q5_K", "Q3_K"):  # a LUTI4 and a LUTI2 base
+        t, blk, reg, params = _tensor("panel64-compact", tname, n, k)
+        f = repack.panel64_compact.form(t)
+        bad = {name: r.copy() for name, r in reg.items()}
+        bad["panels"][0, 0, f.kq * 32 * f.base_bits] ^= 1  # plane bit of channel 0, K 0
+        for m in (1, 17):
+            a, da, P, y = _standard(blk, n, k, t, m)
+            got = qemu_session.run("panel64-compact", bad, n, k, t, params, a, da)
+            assert got
+            for path, Pn, _ in got:
+                assert not np.array_equal(Pn[:, 0], P[:, 0]) and np.array_equal(Pn[:, 1:], P[:, 1:]), (tname, path)

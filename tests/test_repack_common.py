@@ -52,7 +52,7 @@ def same_bits(a, b):
 
 # ---- registry ------------------------------------------------------------------------------
 def test_registry_lists_every_layout_once():
-    assert list(repack.LAYOUTS) == ["rowmajor", "panel64", "ggml-x8", "il8-nibble", "il8-int8"]
+    assert list(repack.LAYOUTS) == ["rowmajor", "panel64", "ggml-x8", "il8-nibble", "il8-int8", "panel64-compact"]
     for name, mod in repack.LAYOUTS.items():
         assert mod.NAME == name
         for attr in ("SOURCE_TYPES", "ROW_MULTIPLE", "TARGET", "DESCRIPTION", "refuse", "invertible", "plan",
@@ -64,7 +64,7 @@ def test_get_is_lenient_about_spelling_and_lists_names_when_unknown():
     assert repack.get("panel64") is repack.panel64
     assert repack.get("GGML_X8") is repack.ggml_x8
     with pytest.raises(UnsupportedError, match=r"unknown layout 'panel32' \(known: rowmajor, panel64, ggml-x8, "
-                                               r"il8-nibble, il8-int8\)"):
+                                               r"il8-nibble, il8-int8, panel64-compact\)"):
         repack.get("panel32")
     with pytest.raises(UnsupportedError, match="unknown layout None"):
         repack.get(None)

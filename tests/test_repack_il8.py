@@ -23,6 +23,17 @@ def blocks_with_codes(qtype, codes, rng):
 
 
 # ---- position-encoded tensors: code(n, k) = (7n + k) % 16 ------------------------------------
+def positions(n: int, k: int):
+    """Every weight (row, e) of an [n, k] tensor with where the 8-row forms put it: super-row sr,
+    row r in it, block b of 32, 4-K group g in the block, c in the group."""
+    for row in range(n):
+        for e in range(k):
+            sr, r = divmod(row, 8)
+            b, j = divmod(e, 32)
+            g, c = divmod(j, 4)
+            yield row, e, sr, r, b, g, c
+
+
 @pytest.mark.parametrize("qtype, k", [("Q4_0", 64), ("Q4_K", 256)])
 def test_il8_nibble_every_code_at_its_address(qtype, k, rng):
     n = 16
@@ -30,14 +41,10 @@ def test_il8_nibble_every_code_at_its_address(qtype, k, rng):
     codes = (7 * nn + kk) % 16
     qs = IN.pack(blocks_with_codes(qtype, codes, rng), n, k, qtype)["qs"].reshape(-1)
     nb = k // 32
-    for row in range(n):
-        for e in range(k):
-            sr, r = divmod(row, 8)
-            b, j = divmod(e, 32)
-            g, c = divmod(j, 4)
-            byte = (sr * nb + b) * 128 + 16 * g + 4 * (r % 4) + c
-            got = (qs[byte] >> (4 * (r // 4))) & 15
-            assert got == codes[row, e], f"(n={row}, k={e}): byte {byte} holds {got}, expected {codes[row, e]}"
+    for row, e, sr, r, b, g, c in positions(n, k):
+        byte = (sr * nb + b) * 128 + 16 * g + 4 * (r % 4) + c
+        got = (qs[byte] >> (4 * (r // 4))) & 15
+        assert got == codes[row, e], f"(n={row}, k={e}): byte {byte} holds {got}, expected {codes[row, e]}"
 
 
 def test_il8_int8_every_code_at_its_address(rng):
@@ -46,14 +53,10 @@ def test_il8_int8_every_code_at_its_address(rng):
     codes = (n * 0 + nn + 3 * kk) % 16
     qs = I8.pack(blocks_with_codes("Q4_0", codes, rng), n, k, "Q4_0")["qs"].reshape(-1)
     nb = k // 32
-    for row in range(n):
-        for e in range(k):
-            sr, rr = divmod(row, 8)
-            h, r = divmod(rr, 4)
-            b, j = divmod(e, 32)
-            g, c = divmod(j, 4)
-            byte = (sr * nb + b) * 256 + 32 * g + 16 * h + 4 * r + c
-            assert qs[byte] == codes[row, e] - 8, f"(n={row}, k={e}): byte {byte} holds {qs[byte]}"
+    for row, e, sr, rr, b, g, c in positions(n, k):
+        h, r = divmod(rr, 4)
+        byte = (sr * nb + b) * 256 + 32 * g + 16 * h + 4 * r + c
+        assert qs[byte] == codes[row, e] - 8, f"(n={row}, k={e}): byte {byte} holds {qs[byte]}"
 
 
 # ---- golden bytes --------------------------------------------------------------------------------

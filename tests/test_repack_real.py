@@ -58,3 +58,4 @@ def test_gemma_every_matrix_every_layout(gemma):
         assert counts[(layout, "Q4_K")] == 27, layout
     for qtype in ("Q5_0", "Q6_K", "Q8_0"):
         assert counts[("panel64", qtype)] > 0
+        assert counts[("panel64-compact", qtype)] == counts[("panel64", qtype)]  # Q5_0, Q6_K as bit planes

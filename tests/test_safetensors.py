@@ -257,6 +257,15 @@ def test_property_roundtrip_against_library(tmp_path, spec, seed):
 
 # -- Hugging Face folders -----------------------------------------------------------------------
 
+HPARAM_KEYS = ("n_layer", "n_embd", "n_head", "n_head_kv", "n_ff", "n_ctx", "n_vocab")
+
+
+def hparams(*values: int) -> dict[str, int]:
+    """The hyperparameters a config with every key gives, in HPARAM_KEYS order."""
+    assert len(values) == len(HPARAM_KEYS)
+    return dict(zip(HPARAM_KEYS, values))
+
+
 LLAMA_CONFIG = {
     "architectures": ["LlamaForCausalLM"],
     "model_type": "llama",
@@ -311,15 +320,7 @@ def test_hf_sharded_folder(tmp_path, rng):
             assert os.path.basename(info.file) == f"model-{int(name.split('.')[1]) + 1:05d}-of-00003.safetensors"
         assert ck.config == LLAMA_CONFIG and ck.metadata == LLAMA_CONFIG
         assert ck.architecture == "LlamaForCausalLM" and ck.model_type == "llama"
-        assert ck.hyperparameters() == {
-            "n_layer": 2,
-            "n_embd": 64,
-            "n_head": 4,
-            "n_head_kv": 2,
-            "n_ff": 128,
-            "n_ctx": 256,
-            "n_vocab": 100,
-        }
+        assert ck.hyperparameters() == hparams(2, 64, 4, 2, 128, 256, 100)
         rel = ["1_Pooling/config.json", "config.json", "tokenizer.json", "tokenizer_config.json"]
         assert ck.side_files == [str(tmp_path / "m" / r) for r in rel]
         assert all(os.path.isfile(f) for f in ck.side_files)
@@ -559,15 +560,7 @@ def test_minilm_every_tensor_equals_library(minilm):
     with HFCheckpoint(minilm) as ck:
         assert sorted(ck.names) == sorted(ref)
         assert ck.architecture == "BertModel" and ck.model_type == "bert"
-        assert ck.hyperparameters() == {
-            "n_layer": 6,
-            "n_embd": 384,
-            "n_head": 12,
-            "n_head_kv": 12,
-            "n_ff": 1536,
-            "n_ctx": 512,
-            "n_vocab": 30522,
-        }
+        assert ck.hyperparameters() == hparams(6, 384, 12, 12, 1536, 512, 30522)
         rel = [os.path.relpath(f, minilm) for f in ck.side_files]
         assert "config.json" in rel and "tokenizer.json" in rel and "vocab.txt" in rel
         assert os.path.join("1_Pooling", "config.json") in rel

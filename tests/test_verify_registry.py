@@ -262,7 +262,8 @@ def test_layout_keyed_facts_are_columns_of_the_registry(monkeypatch):
     assert not hasattr(weights, "_STACKABLE")
     cols = {name: (v.row_reader is not None, v.superblock_major, v.stack_rows) for name, v in registry.VERIFIERS.items()}
     assert cols == {"rowmajor": (False, False, 1), "panel64": (True, True, repack.panel64.CHANNELS),
-                    "ggml-x8": (False, False, None), "il8-nibble": (False, False, None), "il8-int8": (False, False, None)}
+                    "ggml-x8": (False, False, None), "il8-nibble": (False, False, None), "il8-int8": (False, False, None),
+                    "panel64-compact": (False, True, repack.panel64.CHANNELS)}
     assert registry.row_reader("nope") is None and registry.stack_rows("nope") is None
 
     calls = []

@@ -108,24 +108,30 @@ def _rows_partials(codes, tw, a, group, pt):
                 pt[m, g, r] = acc
 
 
+@njit(inline="always")
+def _row_finish(ptm, m, tw, t, A, s_t, o_t, da, kind, group, P, y, want_p, want_y, yrow):
+    """Row tiles, activation row ``m``: store its partials ``ptm`` ``[ng, TILE]`` into ``P``
+    and/or rescale them, group by group, 64 channels at a time (``yrow``: TILE f32 of scratch)."""
+    ng = ptm.shape[0]
+    if want_p:
+        for g in range(ng):
+            for r in range(tw):
+                P[m, t * TILE + r, g] = ptm[g, r]
+    if want_y:
+        for r in range(TILE):
+            yrow[r] = np.float32(0.0)
+        for g in range(ng):
+            rescale_lanes(yrow, ptm[g], A[m, g], s_t[t, g], o_t[t, g], da[m, (g * group) // 32], kind, TILE)
+        for r in range(tw):
+            y[m, t * TILE + r] = yrow[r]
+
+
 @njit(cache=True)
 def _rows_finish(pt, tw, t, A, s_t, o_t, da, kind, group, P, y, want_p, want_y):
-    """Row tiles: store ``pt`` into ``P`` and/or rescale it, group by group, 64 channels at a time."""
-    m_rows, ng = pt.shape[0], pt.shape[1]
-    if want_p:
-        for m in range(m_rows):
-            for g in range(ng):
-                for r in range(tw):
-                    P[m, t * TILE + r, g] = pt[m, g, r]
-    if want_y:
-        yrow = np.empty(TILE, np.float32)
-        for m in range(m_rows):
-            for r in range(TILE):
-                yrow[r] = np.float32(0.0)
-            for g in range(ng):
-                rescale_lanes(yrow, pt[m, g], A[m, g], s_t[t, g], o_t[t, g], da[m, (g * group) // 32], kind, TILE)
-            for r in range(tw):
-                y[m, t * TILE + r] = yrow[r]
+    """Row tiles: :func:`_row_finish` of every activation row's partials ``pt[m]``."""
+    yrow = np.empty(TILE, np.float32)
+    for m in range(pt.shape[0]):
+        _row_finish(pt[m], m, tw, t, A, s_t, o_t, da, kind, group, P, y, want_p, want_y, yrow)
 
 
 # =============================================================================================
@@ -713,8 +719,8 @@ if _simd.AVAILABLE:
     def _tile_rowmajor_q6_k_avx2(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
         # rowmajor Q6_K: for each activation row, each super-block's 16 group sums of the raw codes
         # q are read in place (_simd.q6_k_block_dot), less off·A (c = q - off, off = geom[2] = 32):
-        # the exact int32 partials of the portable row tile; then that row's finish, the steps of
-        # _rows_finish in the same order. Every row re-reads the tile's bytes (53 KB for K = 1024,
+        # the exact int32 partials of the portable row tile; then that row's finish (_row_finish,
+        # as _rows_finish does for every row). Every row re-reads the tile's bytes (53 KB for K = 1024,
         # in L2): ~6x faster per row than decoding the codes once (the portable tile), so it runs
         # at every M (a decoded token's tied output, and eval's 64-position chunks).
         tw = _tile_width(n, t)
@@ -733,17 +739,7 @@ if _simd.AVAILABLE:
                     _q6_k_block_dot(w, first + r * row_bytes + j * _Q6_K_BLOCK, af, m * k + 256 * j, acc)
                     for i in range(16):
                         pt[16 * j + i, r] = acc[i] - off * A[m, 16 * j + i]
-            if want_p:
-                for g in range(ng):
-                    for r in range(tw):
-                        P[m, t * TILE + r, g] = pt[g, r]
-            if want_y:
-                for r in range(TILE):
-                    yrow[r] = np.float32(0.0)
-                for g in range(ng):
-                    rescale_lanes(yrow, pt[g], A[m, g], s_t[t, g], o_t[t, g], da[m, (g * group) // 32], kind, TILE)
-                for r in range(tw):
-                    y[m, t * TILE + r] = yrow[r]
+            _row_finish(pt, m, tw, t, A, s_t, o_t, da, kind, group, P, y, want_p, want_y, yrow)
 
     _int8_group_dot32 = _simd.int8_group_dot
     _int8_group_dot16 = _simd.int8_group_dot16

@@ -150,6 +150,20 @@ def _build():
     def llvm_fn(builder, ret, params, name):
         return _numba_internals.llvm_function(builder, ir.FunctionType(ret, params), name)
 
+    def madd4(builder):
+        """``dot(u, s)``: ``vpmaddubsw(u, s)`` (unsigned x signed bytes, adjacent pairs summed into
+        int16) then ``vpmaddwd`` with 1: four adjacent products in each int32 lane (v32i8 -> v8i32)."""
+        maddubs = llvm_fn(builder, v16i16, [v32i8, v32i8], "llvm.x86.avx2.pmadd.ub.sw")
+        maddwd = llvm_fn(builder, v8i32, [v16i16, v16i16], "llvm.x86.avx2.pmadd.wd")
+        ones = ir.Constant(v16i16, [1] * 16)
+        return lambda u, s: builder.call(maddwd, [builder.call(maddubs, [u, s]), ones])
+
+    def psign_fn(builder):
+        return llvm_fn(builder, v32i8, [v32i8, v32i8], "llvm.x86.avx2.psign.b")
+
+    def phadd_fn(builder):
+        return llvm_fn(builder, v8i32, [v8i32, v8i32], "llvm.x86.avx2.phadd.d")
+
     @intrinsic
     def nibble_group_dot(typingctx, w, woff, a, aoff, acc):
         """``acc[0:64] = Σ_kk u(c, kk)·x[kk]`` (int32) for the group at byte ``woff`` of ``w``
@@ -212,10 +226,8 @@ def _build():
 
             def codegen(context, builder, signature, args):
                 wbase, abase, cd = pointers(context, builder, signature, args)
-                maddubs = llvm_fn(builder, v16i16, [v32i8, v32i8], "llvm.x86.avx2.pmadd.ub.sw")
-                maddwd = llvm_fn(builder, v8i32, [v16i16, v16i16], "llvm.x86.avx2.pmadd.wd")
-                psign = llvm_fn(builder, v32i8, [v32i8, v32i8], "llvm.x86.avx2.psign.b")
-                ones = ir.Constant(v16i16, [1] * 16)
+                dot4 = madd4(builder)
+                psign = psign_fn(builder)
                 splat = ir.Constant(v8i32, [0] * 8)
                 accs = [None] * (CHANNELS // 8)
                 for q in range(kg_blocks):
@@ -227,7 +239,7 @@ def _build():
                     for s in range(CHANNELS // 8):
                         at = builder.gep(wbase, [ir.Constant(i64, q * 4 * CHANNELS + 32 * s)])
                         x = builder.load(builder.bitcast(at, v32i8.as_pointer()), align=1)
-                        t = builder.call(maddwd, [builder.call(maddubs, [absp, builder.call(psign, [x, pat])]), ones])
+                        t = dot4(absp, builder.call(psign, [x, pat]))
                         accs[s] = t if accs[s] is None else builder.add(accs[s], t)
                 for s in range(CHANNELS // 8):
                     dst = builder.bitcast(builder.gep(cd, [ir.Constant(i64, 8 * s)]), v8i32.as_pointer())
@@ -263,10 +275,8 @@ def _build():
 
         def codegen(context, builder, signature, args):
             wbase, abase, cd = pointers(context, builder, signature, args)
-            maddubs = llvm_fn(builder, v16i16, [v32i8, v32i8], "llvm.x86.avx2.pmadd.ub.sw")
-            maddwd = llvm_fn(builder, v8i32, [v16i16, v16i16], "llvm.x86.avx2.pmadd.wd")
-            phadd = llvm_fn(builder, v8i32, [v8i32, v8i32], "llvm.x86.avx2.phadd.d")
-            ones = ir.Constant(v16i16, [1] * 16)
+            dot4 = madd4(builder)
+            phadd = phadd_fn(builder)
             low4, three = ir.Constant(v32i8, [15] * 32), ir.Constant(v32i8, [3] * 32)
 
             def load(base, at):
@@ -284,8 +294,7 @@ def _build():
                     lo = builder.and_(ql, low4) if g < 2 else shift(ql, 4, builder.lshr)
                     hi = shift(builder.and_(shift(qh, 2 * g, builder.lshr), three), 4, builder.shl)
                     q = builder.or_(lo, hi)
-                    pairs = builder.call(maddubs, [q, load(abase, 128 * h + 32 * g)])
-                    sums.append(builder.call(maddwd, [pairs, ones]))
+                    sums.append(dot4(q, load(abase, 128 * h + 32 * g)))
                 quad = builder.call(phadd, [builder.call(phadd, [sums[0], sums[1]]),
                                             builder.call(phadd, [sums[2], sums[3]])])
                 out = builder.shuffle_vector(quad, ir.Constant(v8i32, None), ir.Constant(v8i32, [0, 4, 1, 5, 2, 6, 3, 7]))
@@ -315,18 +324,15 @@ def _build():
         def codegen(context, builder, signature, args):
             wbase, abase, cd = pointers(context, builder, signature, args, at=(0, 1, 3, 4, 5))
             w_stride = args[2]
-            maddubs = llvm_fn(builder, v16i16, [v32i8, v32i8], "llvm.x86.avx2.pmadd.ub.sw")
-            maddwd = llvm_fn(builder, v8i32, [v16i16, v16i16], "llvm.x86.avx2.pmadd.wd")
-            psign = llvm_fn(builder, v32i8, [v32i8, v32i8], "llvm.x86.avx2.psign.b")
-            phadd = llvm_fn(builder, v8i32, [v8i32, v8i32], "llvm.x86.avx2.phadd.d")
-            ones = ir.Constant(v16i16, [1] * 16)
+            dot4 = madd4(builder)
+            psign = psign_fn(builder)
+            phadd = phadd_fn(builder)
             p = builder.load(builder.bitcast(abase, v32i8.as_pointer()), align=1)
             sums = []
             for r in range(ROWS):
                 at = builder.gep(wbase, [builder.mul(w_stride, ir.Constant(i64, r))])
                 x = builder.load(builder.bitcast(at, v32i8.as_pointer()), align=1)
-                pairs = builder.call(maddubs, [builder.call(psign, [x, x]), builder.call(psign, [p, x])])
-                sums.append(builder.call(maddwd, [pairs, ones]))
+                sums.append(dot4(builder.call(psign, [x, x]), builder.call(psign, [p, x])))
             # vphaddd works within 128-bit halves: after two levels, h0 = [rows 0-3 of lanes 0-3 |
             # rows 0-3 of lanes 4-7], h1 the same for rows 4-7; the last step adds the halves
             quads = [builder.call(phadd, [sums[i], sums[i + 1]]) for i in range(0, ROWS, 2)]

@@ -106,6 +106,21 @@ _void = types.void
 # replicated quadword a[G*g + 4*(q & ~3) ...].
 
 
+@lazy_njit(inline="always")
+def load_weights(Z, ZT0, panels, blk, nibble, P, pg):
+    """One kg step's weights into z0..z3 ([v][16 ch][4 K] each), both leaves' step: a nibble
+    panel's two vectors (z16, z17) through LUTI4, or an int8 panel's four vectors as they are;
+    loads governed by predicate ``pg`` (the GEMV's p0, the GEMM's p1)."""
+    if nibble:
+        ld1b(Z, 16, panels, blk, P, pg)
+        ld1b(Z, 17, panels, blk + VL, P, pg)
+        luti4_x2(Z, 0, ZT0, 16, 0, 8)
+        luti4_x2(Z, 2, ZT0, 17, 0, 8)
+    else:
+        for v in range(4):
+            ld1b(Z, v, panels, blk + VL * v, P, pg)
+
+
 @lazy_njit(_void(_u8_1d, _u8_1d, _u8_1d, _i64, _i64, _i64, _i64, _i64, _i64_1d, _u8_1d,
           _u8_2d, _u8_2d, _u8_1d, _u8_2d),
     cache=True,
@@ -133,15 +148,7 @@ def gemv_program(panels, zt0, acts, m_rows, n, k, G, nibble, sbs, out, Z, ZA, ZT
                 slot = g % 16  # w8
                 zero_za_vgx4(ZA, slot, 0)
                 for q in range(qn):
-                    blk = ((sb * ng + g) * qn + q) * blk_bytes
-                    if nibble:
-                        ld1b(Z, 16, panels, blk, P, 0)
-                        ld1b(Z, 17, panels, blk + VL, P, 0)
-                        luti4_x2(Z, 0, ZT0, 16, 0, 8)
-                        luti4_x2(Z, 2, ZT0, 17, 0, 8)
-                    else:
-                        for v in range(4):
-                            ld1b(Z, v, panels, blk + VL * v, P, 0)
+                    load_weights(Z, ZT0, panels, ((sb * ng + g) * qn + q) * blk_bytes, nibble, P, 0)
                     if q % 4 == 0:
                         ld1rqb(Z, 12, acts, arow + G * g + 4 * q, P, 0)
                     sdot_za_vgx4_indexed(ZA, slot, 0, Z, 0, 12, q % 4)
@@ -210,15 +217,7 @@ def gemm_program(panels, zt0, apk, m_rows, n, k, G, nibble, sbs, out, Z, ZA, ZT0
                 zero_za_all(ZA)
                 for q in range(qn):
                     ld1b(Z, 20, apk, ((mt * ng + g) * qn + q) * VL, P, 0)
-                    blk = ((sb * ng + g) * qn + q) * blk_bytes
-                    if nibble:
-                        ld1b(Z, 16, panels, blk, P, 1)
-                        ld1b(Z, 17, panels, blk + VL, P, 1)
-                        luti4_x2(Z, 0, ZT0, 16, 0, 8)
-                        luti4_x2(Z, 2, ZT0, 17, 0, 8)
-                    else:
-                        for v in range(4):
-                            ld1b(Z, v, panels, blk + VL * v, P, 1)
+                    load_weights(Z, ZT0, panels, ((sb * ng + g) * qn + q) * blk_bytes, nibble, P, 1)
                     for t in range(4):
                         smopa_s_4way(ZA, t, Z, 20, t, P, 0, 2 + t)
                 for t in range(4):

@@ -145,6 +145,43 @@ def tbl1_16b(V, vd, vn, vm):
             V[vd, i] = V[vn, j] if j < Q else np.uint8(0)
 
 
+@lazy_njit(_void(_u8_2d, _i64, _u8_1d, _i64, _i64), cache=True)
+def ld1r(V, vt, mem, addr, esize_bytes):
+    """LD1R { <Vt>.<T> }, [<Xn>] (C7.2 LD1R): load one element of ``esize_bytes`` bytes
+    (little-endian) and replicate it to every element of ``Vt``: byte ``e`` = ``Mem[addr + e
+    MOD esize_bytes]``."""
+    for e in range(Q):
+        V[vt, e] = mem[addr + e % esize_bytes]
+
+
+@lazy_njit(_void(_u8_2d, _i64, _i64, _i64), cache=True)
+def ushl_16b(V, vd, vn, vm):
+    """USHL <Vd>.16B, <Vn>.16B, <Vm>.16B (C7.2 USHL): ``shift = SInt(Elem[op2, e, 8]<7:0>);
+    result = shift >= 0 ? UInt(op1) << shift : UInt(op1) >> -shift`` (low 8 bits kept)."""
+    for e in range(Q):
+        sh = np.int64(np.int8(V[vm, e]))
+        x = np.int64(V[vn, e])
+        if sh >= 0:
+            V[vd, e] = np.uint8((x << min(sh, 63)) & 0xFF) if sh < 8 else np.uint8(0)
+        else:
+            V[vd, e] = np.uint8((x >> min(-sh, 63)) & 0xFF)
+
+
+@lazy_njit(_void(_u8_2d, _i64, _i64, _i64), cache=True)
+def cmtst_16b(V, vd, vn, vm):
+    """CMTST <Vd>.16B, <Vn>.16B, <Vm>.16B (C7.2 CMTST): ``test_passed = (op1 AND op2) !=
+    0``; each byte element is all ones if it passed, else 0."""
+    for e in range(Q):
+        V[vd, e] = np.uint8(0xFF) if (V[vn, e] & V[vm, e]) != 0 else np.uint8(0)
+
+
+@lazy_njit(_void(_u8_2d, _i64, _i64, _i64), cache=True)
+def add_16b(V, vd, vn, vm):
+    """ADD <Vd>.16B, <Vn>.16B, <Vm>.16B (C7.2 ADD (vector)): byte-wise sum mod 2^8."""
+    for e in range(Q):
+        V[vd, e] = np.uint8((np.int64(V[vn, e]) + np.int64(V[vm, e])) & 0xFF)
+
+
 @lazy_njit(_void(_u8_2d, _i64, _i64, _i64, _i64), cache=True)
 def sdot_4s_elem(V, vd, vn, vm, lane):
     """SDOT <Vd>.4S, <Vn>.16B, <Vm>.4B[<index>] (C7.2 SDOT (by element), FEAT_DotProd).

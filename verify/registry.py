@@ -62,7 +62,7 @@ import numpy as np
 from .. import repack
 from ..formats import qtypes
 from ..formats.errors import UnsupportedError
-from ..repack import ggml_x8, il8_int8, il8_nibble, panel64, rowmajor
+from ..repack import ggml_x8, il8_int8, il8_nibble, panel64, panel64_compact, rowmajor
 
 log = logging.getLogger(__name__)
 
@@ -168,6 +168,23 @@ PANEL_LEAVES = Runner("sme2/neon leaves", _panel_leaves_accept, _named("runners"
 IL8_GEMM = Runner("il8.gemm", _il8_gemm_accept, _named("runners", "il8_gemm"))
 
 
+# panel64-compact (verify/compact.py): panel64's leaves on the types it keeps in panel64's forms,
+# the closed-form reader on the bit-plane records
+def _panel64_forms_accept(layout: str, t: qtypes.GGMLType) -> bool:
+    return panel64_compact.form(t) is None and _panel_leaves_accept(layout, t)
+
+
+def _compact_forms_accept(layout: str, t: qtypes.GGMLType) -> bool:
+    return t.scheme is not None and panel64_compact.form(t) is not None
+
+
+PANEL64_FORM_LEAVES = Runner("sme2/neon leaves", _panel64_forms_accept, PANEL_LEAVES.run, kernels=PANEL_LEAVES.kernels)
+COMPACT_READER = Runner("reader.closed_form", _compact_forms_accept, _named("compact", "integer_form_reader"))
+COMPACT_LEAVES = Runner("sme2/neon compact leaves", _compact_forms_accept, _named("compact", "leaves_runner"),
+                        kernels=("compact_leaves.gemv_program", "compact_leaves.neon_program",
+                                 "compact_leaves.gemm_program"))
+
+
 def _interleaved(mod, kernel: str, form: str) -> LayoutVerifier:
     return LayoutVerifier(mod.NAME, _named("compiled", kernel), _named("il8", form), (IL8_GEMM,))
 
@@ -180,6 +197,9 @@ VERIFIERS: dict[str, LayoutVerifier] = {v.name: v for v in (
     _interleaved(ggml_x8, "x8_kernel", "x8_form"),
     _interleaved(il8_nibble, "il8_nibble_kernel", "il8_nibble_form"),
     _interleaved(il8_int8, "il8_int8_kernel", "il8_int8_form"),
+    LayoutVerifier(panel64_compact.NAME, _named("compact", "panel64_compact_kernel"),
+                   runners=(PANEL64_FORM_LEAVES, COMPACT_READER, COMPACT_LEAVES), superblock_major=True,
+                   stack_rows=panel64.CHANNELS),
 )}
 
 

@@ -253,6 +253,71 @@ def luti4_x2(Z, zd, ZT0, zn, idx, esize):
                 Z[zd + r, e * ebytes + b] = ZT0[4 * index + b]
 
 
+@lazy_njit(_void(_u8_2d, _i64, _u8_1d, _i64, _i64, _i64), cache=True)
+def luti2_x4(Z, zd, ZT0, zn, idx, esize):
+    """LUTI2 { <Zd1>.<T>-<Zd4>.<T> }, ZT0, <Zn>[<index>] (C9.2.160, LUTI2 (four registers),
+    consecutive form).
+
+    Decode: ``isize = 2; nreg = 4; d = Zd:'00'`` (``zd`` a multiple of 4); ``esize`` in {8, 16, 32}.
+    Operation (as LUTI4's, with 2-bit indexes)::
+
+        elements = VL DIV esize; segments = esize DIV (isize * nreg); segment = imm MOD segments
+        for r = 0 to 3:
+            base = (segment * nreg + r) * elements
+            for e = 0 to elements-1:
+                index = UInt(Elem[indexes, base + e, 2])        # field base+e, bits 2(base+e)..
+                Elem[Z[d+r], e, esize] = Elem[ZT0, index, 32]<esize-1:0>
+
+    For bytes (esize = 8) ``segments = 8 DIV 8 = 1``: the index selects nothing, ``Z[d+r]``
+    element ``e`` is 2-bit field ``64r + e`` of Zn (byte ``16r + e//4``, bits ``2(e%4)``), looked
+    up as the LOW byte of ZT0 entry 0..3. Zn is read in full before Zd is written.
+    """
+    elements = VL * 8 // esize
+    segments = max(1, esize // 8)
+    segment = idx % segments
+    ebytes = esize // 8
+    src = Z[zn].copy()
+    for r in range(4):
+        base = (segment * 4 + r) * elements
+        for e in range(elements):
+            f = base + e
+            index = (np.int64(src[f >> 2]) >> (2 * (f & 3))) & 3
+            for b in range(ebytes):
+                Z[zd + r, e * ebytes + b] = ZT0[4 * index + b]
+
+
+@lazy_njit(_void(_u8_2d, _i64, _u8_1d, _i64), cache=True)
+def ldr_p(P, pt, mem, addr):
+    """LDR <Pt>, [<Xn|SP>{, #<imm>, MUL VL}] (C8.2 LDR (predicate)).
+
+    Operation: ``elements = PL DIV 8`` (8 bytes at VL 512); ``for e: Elem[src, e, 8] =
+    Mem[addr + e, 1]; P[t] = src``. Predicate bit ``i`` is bit ``i MOD 8`` of byte ``i DIV 8``,
+    and bit ``i`` governs byte element ``i`` (``ElemP[mask, e, 8] = mask<e>``).
+    """
+    for i in range(VL):
+        P[pt, i] = (mem[addr + (i >> 3)] >> (i & 7)) & 1
+
+
+@lazy_njit(_void(_u8_2d, _i64, _i64), cache=True)
+def dup_imm_b(Z, zd, imm):
+    """DUP <Zd>.B, #<imm> (C8.2 DUP (immediate), unpredicated): every byte element = imm<7:0>."""
+    for b in range(VL):
+        Z[zd, b] = np.uint8(imm & 0xFF)
+
+
+@lazy_njit(_void(_u8_2d, _i64, _u8_2d, _i64, _i64), cache=True)
+def add_b_pred(Z, zdn, P, pg, zm):
+    """ADD <Zdn>.B, <Pg>/M, <Zdn>.B, <Zm>.B (C8.2 ADD (vectors, predicated), 8-bit elements).
+
+    ``pg`` is p0..p7 (3-bit field). Operation: ``for e: if ActivePredicateElement(mask, e, 8)
+    then Elem[result, e] = Elem[operand1, e] + Elem[operand2, e] (mod 2^8) else Elem[operand1,
+    e]`` (merging: inactive elements keep Zdn).
+    """
+    for e in range(VL):
+        if P[pg, e] != 0:
+            Z[zdn, e] = np.uint8((np.int64(Z[zdn, e]) + np.int64(Z[zm, e])) & 0xFF)
+
+
 # --------------------------------------------------------------------------------------------
 # ZA arithmetic
 # --------------------------------------------------------------------------------------------

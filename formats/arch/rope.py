@@ -58,6 +58,9 @@ class Rope:
     attn_factor: float = 1.0  # cos and sin are multiplied by it
     max_positions: int = 0  # these frequencies hold for positions < max_positions (0: any)
     label: str = "default"  # the parameters in words (messages, inspect)
+    #: (freq_base, per-pair divisors or (), freq_scale) where the rope came from GGUF keys without
+    #: YaRN: :meth:`tables` then makes the angles as llama.cpp's ggml does (see there)
+    ggml: tuple[float, tuple[float, ...], float] | None = None
 
     @property
     def base(self) -> float:
@@ -66,15 +69,65 @@ class Rope:
         return float(f[0] / f[1]) ** (self.dim / 2.0) if len(f) > 1 and f[1] else 0.0
 
     def tables(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``cos, sin`` f32 ``[M, dim/2]`` (angles in f64, then rounded once)."""
+        """``cos, sin`` f32 ``[M, dim/2]``: angles in f64, then rounded once; for a rope with a
+        :attr:`ggml` form, llama.cpp's steps instead (:func:`ggml_tables`)."""
         if self.max_positions and len(positions) and int(np.max(positions)) >= self.max_positions:
             raise UnsupportedError(f"RoPE {self.label}: position {int(np.max(positions))} is past the "
                                    f"{self.max_positions} positions its frequencies are defined for")
+        if self.ggml is not None:
+            return ggml_tables(positions, self.dim, *self.ggml, self.attn_factor)
         ang = np.asarray(positions, np.float64)[:, None] * np.asarray(self.inv_freq, np.float64)[None, :]
         c, s = np.cos(ang), np.sin(ang)
         if self.attn_factor != 1.0:
             c, s = c * self.attn_factor, s * self.attn_factor
         return c.astype(np.float32), s.astype(np.float32)
+
+
+_LIBM: list = []
+
+
+def _libm():
+    """The C library's ``powf``, ``cosf``, ``sinf`` (what llama.cpp's compiled C calls)."""
+    if not _LIBM:
+        import ctypes
+        import ctypes.util
+
+        lib = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
+        fns = []
+        for name, argc in (("powf", 2), ("cosf", 1), ("sinf", 1)):
+            f = getattr(lib, name)
+            f.restype, f.argtypes = ctypes.c_float, [ctypes.c_float] * argc
+            fns.append(f)
+        _LIBM.append(tuple(fns))
+    return _LIBM[0]
+
+
+def ggml_tables(positions, dim: int, base: float, factors: Sequence[float], freq_scale: float,
+                attn_factor: float) -> tuple[np.ndarray, np.ndarray]:
+    """``cos, sin`` f32 ``[M, dim/2]`` as ggml's ``ggml_rope_cache_init`` and ``rope_yarn`` (no
+    YaRN ramp) make them, every step in f32::
+
+        theta_scale = powf(base, -2.f/dim);  theta = (float)p
+        per pair i:  a = freq_scale · (theta / factor[i]);  cos = cosf(a)·attn_factor, sin = sinf(a)·attn_factor
+                     theta *= theta_scale
+
+    The running product drifts from ``p·base^(-2i/dim)`` by up to ~i ulp: a few 1e-6 of a
+    rotated value, which llama.cpp's later activation quantizers turn into code flips, so the
+    runtime on a GGUF follows it (docs/RUNTIME.md, "Against llama.cpp")."""
+    powf, cosf, sinf = _libm()
+    half = dim // 2
+    theta_scale = np.float32(powf(float(base), float(np.float32(-2.0) / np.float32(dim))))
+    ff = np.asarray(factors, np.float32) if len(factors) else np.ones(half, np.float32)
+    fs, af = np.float32(freq_scale), np.float32(attn_factor)
+    theta = np.asarray(positions, np.float32).reshape(-1).copy()
+    ang = np.empty((theta.size, half), np.float32)
+    for i in range(half):
+        ang[:, i] = fs * (theta / ff[i])
+        theta = theta * theta_scale
+    flat = ang.reshape(-1).tolist()
+    c = np.array([cosf(a) for a in flat], np.float32).reshape(ang.shape) * af
+    s = np.array([sinf(a) for a in flat], np.float32).reshape(ang.shape) * af
+    return c, s
 
 
 def default_inv_freq(base: float, dim: int) -> np.ndarray:
@@ -213,9 +266,11 @@ def from_gguf(base: float, dim: int, head_dim: int, scaling: str, factor: float,
     inv = default_inv_freq(base, dim)
     label = f"base {base:g}" + (f" on {dim} of {head_dim} dims" if dim != head_dim else "")
     max_pos = 0
+    freq_scale = 1.0
     if scaling in ("none", "linear"):
         if factor and factor != 1.0:
             inv = inv / factor
+            freq_scale = float(np.float32(1.0) / np.float32(factor))
             label += f", linear factor {factor:g}"
     elif scaling == "yarn":
         y = dict(yarn or {})
@@ -229,11 +284,14 @@ def from_gguf(base: float, dim: int, head_dim: int, scaling: str, factor: float,
         label += f", longrope (short factors to {original})"
     else:
         raise UnsupportedError(f"{where}: RoPE scaling type {scaling!r} is not implemented by the runtime")
+    factors: tuple[float, ...] = ()
     if freq_factors is not None:
         ff = np.asarray(freq_factors, np.float64).reshape(-1)
         if ff.size != dim // 2 or not np.all(np.isfinite(ff)) or np.any(ff <= 0):
             raise BadInputError(f"{where}: RoPE frequency factors must be {dim // 2} positive numbers")
         inv = inv / ff
+        factors = tuple(float(v) for v in ff)
         if scaling != "longrope":
             label += ", rope_freqs"
-    return Rope(dim, tuple(inv), float(attn_factor or 1.0), max_pos, label)
+    ggml = None if scaling == "yarn" else (float(base), factors, freq_scale)
+    return Rope(dim, tuple(inv), float(attn_factor or 1.0), max_pos, label, ggml)

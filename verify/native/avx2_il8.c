@@ -51,102 +51,90 @@ static inline __m256i pairs8(__m256i lo4, __m256i hi4) {
     return _mm256_permutevar8x32_epi32(_mm256_hadd_epi32(lo4, hi4), _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7));
 }
 
-void ppk_avx2_il8_nibble(const uint8_t *w, const int8_t *a, int64_t m, int64_t n, int64_t k, int offset, int32_t *P) {
+static void avx2_il8_nibble(PPK_IL8_UNIT_ARGS) {
     const int64_t nb = k / 32;
     const __m256i low4 = _mm256_set1_epi8(15), off = _mm256_set1_epi8((char)offset);
-    for (int64_t sr = 0; sr < n / 8; sr++)
-        for (int64_t b = 0; b < nb; b++) {
-            const uint8_t *blk = w + (sr * nb + b) * 128;
-            __m256i lo[4], hi[4];
-            for (int j = 0; j < 4; j++) {
-                __m256i x = _mm256_loadu_si256((const __m256i *)(blk + 32 * j));
-                lo[j] = _mm256_sub_epi8(_mm256_and_si256(x, low4), off);
-                hi[j] = _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16(x, 4), low4), off);
-            }
-            for (int64_t mm = 0; mm < m; mm++) {
-                const __m256i ab = _mm256_loadu_si256((const __m256i *)(a + mm * k + 32 * b));
-                __m256i accl = _mm256_setzero_si256(), acch = _mm256_setzero_si256();
-                for (int j = 0; j < 4; j++) {
-                    const __m256i av = _mm256_permutevar8x32_epi32(
-                        ab, _mm256_setr_epi32(2 * j, 2 * j, 2 * j, 2 * j, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1));
-                    accl = _mm256_add_epi32(accl, dot_ss(lo[j], av));
-                    acch = _mm256_add_epi32(acch, dot_ss(hi[j], av));
-                }
-                put8(_mm256_set_m128i(fold(acch), fold(accl)), P + (mm * n + 8 * sr) * nb + b, nb);
-            }
+    __m256i lo[4], hi[4];
+    for (int j = 0; j < 4; j++) {
+        __m256i x = _mm256_loadu_si256((const __m256i *)(blk + 32 * j));
+        lo[j] = _mm256_sub_epi8(_mm256_and_si256(x, low4), off);
+        hi[j] = _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16(x, 4), low4), off);
+    }
+    for (int64_t mm = 0; mm < m; mm++) {
+        const __m256i ab = _mm256_loadu_si256((const __m256i *)(a + mm * k + 32 * u));
+        __m256i accl = _mm256_setzero_si256(), acch = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++) {
+            const __m256i av = _mm256_permutevar8x32_epi32(
+                ab, _mm256_setr_epi32(2 * j, 2 * j, 2 * j, 2 * j, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1));
+            accl = _mm256_add_epi32(accl, dot_ss(lo[j], av));
+            acch = _mm256_add_epi32(acch, dot_ss(hi[j], av));
         }
+        put8(_mm256_set_m128i(fold(acch), fold(accl)), P + (mm * n + 8 * sr) * nb + u, nb);
+    }
 }
 
-void ppk_avx2_il8_int8(const uint8_t *w, const int8_t *a, int64_t m, int64_t n, int64_t k, int offset, int32_t *P) {
+static void avx2_il8_int8(PPK_IL8_UNIT_ARGS) {
     (void)offset;
     const int64_t nb = k / 32;
-    for (int64_t sr = 0; sr < n / 8; sr++)
-        for (int64_t b = 0; b < nb; b++) {
-            const uint8_t *blk = w + (sr * nb + b) * 256;
-            for (int64_t mm = 0; mm < m; mm++) {
-                const int8_t *am = a + mm * k + 32 * b;
-                __m256i acc = _mm256_setzero_si256();
-                for (int g = 0; g < 8; g++)
-                    acc = _mm256_add_epi32(acc, dot_ss(_mm256_loadu_si256((const __m256i *)(blk + 32 * g)),
-                                                       _mm256_set1_epi32(ld32(am + 4 * g))));
-                put8(acc, P + (mm * n + 8 * sr) * nb + b, nb);
-            }
-        }
+    for (int64_t mm = 0; mm < m; mm++) {
+        const int8_t *am = a + mm * k + 32 * u;
+        __m256i acc = _mm256_setzero_si256();
+        for (int g = 0; g < 8; g++)
+            acc = _mm256_add_epi32(acc, dot_ss(_mm256_loadu_si256((const __m256i *)(blk + 32 * g)),
+                                               _mm256_set1_epi32(ld32(am + 4 * g))));
+        put8(acc, P + (mm * n + 8 * sr) * nb + u, nb);
+    }
 }
 
-void ppk_avx2_x8_q4_0(const uint8_t *w, const int8_t *a, int64_t m, int64_t n, int64_t k, int offset, int32_t *P) {
+static void avx2_x8_q4_0(PPK_IL8_UNIT_ARGS) {
     (void)offset;
     const int64_t nb = k / 32;
     const __m256i low4 = _mm256_set1_epi8(15);
     const __m256i int4 = _mm256_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1,
                                           0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1);
-    for (int64_t sr = 0; sr < n / 8; sr++)
-        for (int64_t b = 0; b < nb; b++) {
-            const uint8_t *qs = w + (sr * nb + b) * 144 + 16;
-            __m256i lo[4], hi[4]; /* index 2h + t: rows 4t .. 4t+3 of half h */
-            for (int i = 0; i < 4; i++) {
-                __m256i x = _mm256_loadu_si256((const __m256i *)(qs + 32 * i));
-                lo[i] = _mm256_shuffle_epi8(int4, _mm256_and_si256(x, low4));
-                hi[i] = _mm256_shuffle_epi8(int4, _mm256_and_si256(_mm256_srli_epi16(x, 4), low4));
-            }
-            for (int64_t mm = 0; mm < m; mm++) {
-                const int8_t *am = a + mm * k + 32 * b;
-                __m256i acc[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-                for (int h = 0; h < 2; h++) {
-                    const __m256i al = _mm256_set1_epi64x(ld64(am + 8 * h)), ah = _mm256_set1_epi64x(ld64(am + 8 * h + 16));
-                    for (int t = 0; t < 2; t++)
-                        acc[t] = _mm256_add_epi32(acc[t], _mm256_add_epi32(dot_ss(lo[2 * h + t], al), dot_ss(hi[2 * h + t], ah)));
-                }
-                put8(pairs8(acc[0], acc[1]), P + (mm * n + 8 * sr) * nb + b, nb);
-            }
+    const uint8_t *qs = blk + 16;
+    __m256i lo[4], hi[4]; /* index 2h + t: rows 4t .. 4t+3 of half h */
+    for (int i = 0; i < 4; i++) {
+        __m256i x = _mm256_loadu_si256((const __m256i *)(qs + 32 * i));
+        lo[i] = _mm256_shuffle_epi8(int4, _mm256_and_si256(x, low4));
+        hi[i] = _mm256_shuffle_epi8(int4, _mm256_and_si256(_mm256_srli_epi16(x, 4), low4));
+    }
+    for (int64_t mm = 0; mm < m; mm++) {
+        const int8_t *am = a + mm * k + 32 * u;
+        __m256i acc[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+        for (int h = 0; h < 2; h++) {
+            const __m256i al = _mm256_set1_epi64x(ld64(am + 8 * h)), ah = _mm256_set1_epi64x(ld64(am + 8 * h + 16));
+            for (int t = 0; t < 2; t++)
+                acc[t] = _mm256_add_epi32(acc[t], _mm256_add_epi32(dot_ss(lo[2 * h + t], al), dot_ss(hi[2 * h + t], ah)));
         }
+        put8(pairs8(acc[0], acc[1]), P + (mm * n + 8 * sr) * nb + u, nb);
+    }
 }
 
-void ppk_avx2_x8_q4_k(const uint8_t *w, const int8_t *a, int64_t m, int64_t n, int64_t k, int offset, int32_t *P) {
+static void avx2_x8_q4_k(PPK_IL8_UNIT_ARGS) {
     (void)offset;
-    const int64_t nsb = k / 256, ng = k / 32;
+    const int64_t ng = k / 32;
     const __m256i low4 = _mm256_set1_epi8(15);
-    for (int64_t sr = 0; sr < n / 8; sr++)
-        for (int64_t j = 0; j < nsb; j++) {
-            const uint8_t *qs = w + (sr * nsb + j) * 1152 + 128;
-            for (int64_t mm = 0; mm < m; mm++) {
-                const int8_t *am = a + mm * k + 256 * j;
-                int32_t *out = P + (mm * n + 8 * sr) * ng + 8 * j;
-                for (int c = 0; c < 4; c++) {
-                    __m256i accl[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, acch[2] = {accl[0], accl[1]};
-                    for (int hh = 0; hh < 4; hh++) {
-                        const uint8_t *row = qs + 64 * (4 * c + hh);
-                        const __m256i al = _mm256_set1_epi64x(ld64(am + 64 * c + 8 * hh));
-                        const __m256i ah = _mm256_set1_epi64x(ld64(am + 64 * c + 32 + 8 * hh));
-                        for (int t = 0; t < 2; t++) {
-                            __m256i x = _mm256_loadu_si256((const __m256i *)(row + 32 * t));
-                            accl[t] = _mm256_add_epi32(accl[t], dot_us(_mm256_and_si256(x, low4), al));
-                            acch[t] = _mm256_add_epi32(acch[t], dot_us(_mm256_and_si256(_mm256_srli_epi16(x, 4), low4), ah));
-                        }
-                    }
-                    put8(pairs8(accl[0], accl[1]), out + 2 * c, ng);
-                    put8(pairs8(acch[0], acch[1]), out + 2 * c + 1, ng);
+    const uint8_t *qs = blk + 128;
+    for (int64_t mm = 0; mm < m; mm++) {
+        const int8_t *am = a + mm * k + 256 * u;
+        int32_t *out = P + (mm * n + 8 * sr) * ng + 8 * u;
+        for (int c = 0; c < 4; c++) {
+            __m256i accl[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, acch[2] = {accl[0], accl[1]};
+            for (int hh = 0; hh < 4; hh++) {
+                const uint8_t *row = qs + 64 * (4 * c + hh);
+                const __m256i al = _mm256_set1_epi64x(ld64(am + 64 * c + 8 * hh));
+                const __m256i ah = _mm256_set1_epi64x(ld64(am + 64 * c + 32 + 8 * hh));
+                for (int t = 0; t < 2; t++) {
+                    __m256i x = _mm256_loadu_si256((const __m256i *)(row + 32 * t));
+                    accl[t] = _mm256_add_epi32(accl[t], dot_us(_mm256_and_si256(x, low4), al));
+                    acch[t] = _mm256_add_epi32(acch[t], dot_us(_mm256_and_si256(_mm256_srli_epi16(x, 4), low4), ah));
                 }
             }
+            put8(pairs8(accl[0], accl[1]), out + 2 * c, ng);
+            put8(pairs8(acch[0], acch[1]), out + 2 * c + 1, ng);
         }
+    }
 }
+
+PPK_IL8_DEFINE(avx2)

@@ -167,7 +167,8 @@ static double run(const job_t *j) {
     const int64_t ng = k / G, nsb = (n + 63) / 64, ksb = k / 256;
     const panel_row *pr = 0;
     const il8_row *ir = 0;
-    if (!strcmp(j->layout, "panel64")) {
+    const int compact = !strcmp(j->layout, "panel64-compact");
+    if (!strcmp(j->layout, "panel64") || compact) {
         for (const panel_row *r = PANEL_LEAVES; r->name; r++)
             if (!strcmp(r->name, j->kernel))
                 pr = r;
@@ -200,7 +201,7 @@ static double run(const job_t *j) {
     int32_t *Pp = 0;
     double best = -1;
     if (pr) {
-        const int form = t->panel_form;
+        const int form = compact ? t->compact_form : t->panel_form;
         const int64_t grp = nsb * ng * 64, sup = nsb * ksb * 64;
         R.w = load(j->dir, "panels", nsb * ng * (G / 4) * ppk_panel_forms[form].kg_bytes, 0);
         uint8_t *zt0 = ppk_panel_forms[form].uses_zt0 ? load(j->dir, "zt0", 64, 0) : 0;

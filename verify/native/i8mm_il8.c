@@ -12,6 +12,7 @@
  */
 #include <arm_neon.h>
 
+#include "neon_il8.h"
 #include "panelpack.h"
 
 /* two activation rows (the second may be absent: zeros) x 8 K from offset e */
@@ -62,95 +63,70 @@ static void il8_block(const int8x16_t *lo, const int8x16_t *hi, const int8_t *a,
     }
 }
 
-void ppk_i8mm_il8_nibble(const uint8_t *w, const int8_t *a, int64_t m, int64_t n, int64_t k, int offset, int32_t *P) {
-    const int64_t nb = k / 32;
-    const uint8x16_t low4 = vdupq_n_u8(15);
-    const int8x16_t off = vdupq_n_s8((int8_t)offset);
-    for (int64_t sr = 0; sr < n / 8; sr++)
-        for (int64_t b = 0; b < nb; b++) {
-            const uint8_t *blk = w + (sr * nb + b) * 128;
-            int8x16_t lo[8], hi[8];
-            for (int g = 0; g < 8; g++) {
-                uint8x16_t x = vld1q_u8(blk + 16 * g);
-                lo[g] = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(x, low4)), off);
-                hi[g] = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(x, 4)), off);
-            }
-            il8_block(lo, hi, a, m, n, k, nb, sr, b, P);
-        }
+static void i8mm_il8_nibble(PPK_IL8_UNIT_ARGS) {
+    int8x16_t lo[8], hi[8];
+    il8_nibble_steps(blk, offset, lo, hi);
+    il8_block(lo, hi, a, m, n, k, k / 32, sr, u, P);
 }
 
-void ppk_i8mm_il8_int8(const uint8_t *w, const int8_t *a, int64_t m, int64_t n, int64_t k, int offset, int32_t *P) {
+static void i8mm_il8_int8(PPK_IL8_UNIT_ARGS) {
     (void)offset;
-    const int64_t nb = k / 32;
-    for (int64_t sr = 0; sr < n / 8; sr++)
-        for (int64_t b = 0; b < nb; b++) {
-            const int8_t *blk = (const int8_t *)w + (sr * nb + b) * 256;
-            int8x16_t lo[8], hi[8];
-            for (int g = 0; g < 8; g++) {
-                lo[g] = vld1q_s8(blk + 32 * g);
-                hi[g] = vld1q_s8(blk + 32 * g + 16);
-            }
-            il8_block(lo, hi, a, m, n, k, nb, sr, b, P);
-        }
+    const int8_t *st = (const int8_t *)blk;
+    int8x16_t lo[8], hi[8];
+    for (int g = 0; g < 8; g++) {
+        lo[g] = vld1q_s8(st + 32 * g);
+        hi[g] = vld1q_s8(st + 32 * g + 16);
+    }
+    il8_block(lo, hi, a, m, n, k, k / 32, sr, u, P);
 }
 
-void ppk_i8mm_x8_q4_0(const uint8_t *w, const int8_t *a, int64_t m, int64_t n, int64_t k, int offset, int32_t *P) {
+static void i8mm_x8_q4_0(PPK_IL8_UNIT_ARGS) {
     (void)offset;
     const int64_t nb = k / 32;
-    for (int64_t sr = 0; sr < n / 8; sr++)
-        for (int64_t b = 0; b < nb; b++) {
-            const uint8_t *qs = w + (sr * nb + b) * 144 + 16;
-            int8x16_t lo[8], hi[8]; /* index 4h + p: rows 2p, 2p+1 of half h */
-            for (int i = 0; i < 8; i++) {
-                int8x16_t x = vreinterpretq_s8_u8(vld1q_u8(qs + 16 * i));
-                lo[i] = vshrq_n_s8(vshlq_n_s8(x, 4), 4);
-                hi[i] = vshrq_n_s8(x, 4);
-            }
-            for (int64_t mm = 0; mm < m; mm += 2) {
-                const int8_t *a0 = a + mm * k + 32 * b, *a1 = mm + 1 < m ? a0 + k : 0;
-                int32x4_t acc[4] = {vdupq_n_s32(0), vdupq_n_s32(0), vdupq_n_s32(0), vdupq_n_s32(0)};
-                for (int h = 0; h < 2; h++) {
-                    const int8x16_t al = act2(a0, a1, 8 * h), ah = act2(a0, a1, 8 * h + 16);
-                    for (int p = 0; p < 4; p++) {
-                        acc[p] = vmmlaq_s32(acc[p], lo[4 * h + p], al);
-                        acc[p] = vmmlaq_s32(acc[p], hi[4 * h + p], ah);
-                    }
-                }
-                int32_t *p0 = P + (mm * n + 8 * sr) * nb + b, *p1 = a1 ? p0 + n * nb : 0;
-                for (int p = 0; p < 4; p++)
-                    put2x2(acc[p], p0 + 2 * p * nb, p1 ? p1 + 2 * p * nb : 0, nb);
+    int8x16_t lo[8], hi[8]; /* index 4h + p: rows 2p, 2p+1 of half h */
+    x8_q4_0_codes(blk + 16, lo, hi);
+    for (int64_t mm = 0; mm < m; mm += 2) {
+        const int8_t *a0 = a + mm * k + 32 * u, *a1 = mm + 1 < m ? a0 + k : 0;
+        int32x4_t acc[4] = {vdupq_n_s32(0), vdupq_n_s32(0), vdupq_n_s32(0), vdupq_n_s32(0)};
+        for (int h = 0; h < 2; h++) {
+            const int8x16_t al = act2(a0, a1, 8 * h), ah = act2(a0, a1, 8 * h + 16);
+            for (int p = 0; p < 4; p++) {
+                acc[p] = vmmlaq_s32(acc[p], lo[4 * h + p], al);
+                acc[p] = vmmlaq_s32(acc[p], hi[4 * h + p], ah);
             }
         }
+        int32_t *p0 = P + (mm * n + 8 * sr) * nb + u, *p1 = a1 ? p0 + n * nb : 0;
+        for (int p = 0; p < 4; p++)
+            put2x2(acc[p], p0 + 2 * p * nb, p1 ? p1 + 2 * p * nb : 0, nb);
+    }
 }
 
-void ppk_i8mm_x8_q4_k(const uint8_t *w, const int8_t *a, int64_t m, int64_t n, int64_t k, int offset, int32_t *P) {
+static void i8mm_x8_q4_k(PPK_IL8_UNIT_ARGS) {
     (void)offset;
-    const int64_t nsb = k / 256, ng = k / 32;
-    const uint8x16_t low4 = vdupq_n_u8(15);
-    for (int64_t sr = 0; sr < n / 8; sr++)
-        for (int64_t j = 0; j < nsb; j++) {
-            const uint8_t *qs = w + (sr * nsb + j) * 1152 + 128;
-            for (int64_t mm = 0; mm < m; mm += 2) {
-                const int8_t *a0 = a + mm * k + 256 * j, *a1 = mm + 1 < m ? a0 + k : 0;
-                int32_t *p0 = P + (mm * n + 8 * sr) * ng + 8 * j, *p1 = a1 ? p0 + n * ng : 0;
-                for (int c = 0; c < 4; c++) {
-                    int32x4_t accl[4], acch[4];
-                    for (int p = 0; p < 4; p++)
-                        accl[p] = acch[p] = vdupq_n_s32(0);
-                    for (int hh = 0; hh < 4; hh++) {
-                        const uint8_t *row = qs + 64 * (4 * c + hh);
-                        const int8x16_t al = act2(a0, a1, 64 * c + 8 * hh), ah = act2(a0, a1, 64 * c + 32 + 8 * hh);
-                        for (int p = 0; p < 4; p++) {
-                            uint8x16_t x = vld1q_u8(row + 16 * p);
-                            accl[p] = vmmlaq_s32(accl[p], vreinterpretq_s8_u8(vandq_u8(x, low4)), al);
-                            acch[p] = vmmlaq_s32(acch[p], vreinterpretq_s8_u8(vshrq_n_u8(x, 4)), ah);
-                        }
-                    }
-                    for (int p = 0; p < 4; p++) {
-                        put2x2(accl[p], p0 + 2 * p * ng + 2 * c, p1 ? p1 + 2 * p * ng + 2 * c : 0, ng);
-                        put2x2(acch[p], p0 + 2 * p * ng + 2 * c + 1, p1 ? p1 + 2 * p * ng + 2 * c + 1 : 0, ng);
-                    }
+    const int64_t ng = k / 32;
+    const uint8_t *qs = blk + 128;
+    int8x16_t lo[16], hi[16];
+    for (int64_t mm = 0; mm < m; mm += 2) {
+        const int8_t *a0 = a + mm * k + 256 * u, *a1 = mm + 1 < m ? a0 + k : 0;
+        int32_t *p0 = P + (mm * n + 8 * sr) * ng + 8 * u, *p1 = a1 ? p0 + n * ng : 0;
+        for (int c = 0; c < 4; c++) {
+            int32x4_t accl[4], acch[4];
+            for (int p = 0; p < 4; p++)
+                accl[p] = acch[p] = vdupq_n_s32(0);
+            x8_q4_k_codes(qs, c, lo, hi);
+            for (int hh = 0; hh < 4; hh++) {
+                const int8x16_t al = act2(a0, a1, 64 * c + 8 * hh), ah = act2(a0, a1, 64 * c + 32 + 8 * hh);
+                for (int p = 0; p < 4; p++) {
+                    accl[p] = vmmlaq_s32(accl[p], lo[4 * hh + p], al);
+                    acch[p] = vmmlaq_s32(acch[p], hi[4 * hh + p], ah);
                 }
             }
+            for (int p = 0; p < 4; p++) {
+                put2x2(accl[p], p0 + 2 * p * ng + 2 * c, p1 ? p1 + 2 * p * ng + 2 * c : 0, ng);
+                put2x2(acch[p], p0 + 2 * p * ng + 2 * c + 1, p1 ? p1 + 2 * p * ng + 2 * c + 1 : 0, ng);
+            }
         }
+    }
 }
+
+PPK_IL8_DEFINE(i8mm)

@@ -5,21 +5,25 @@
 #include "panelpack.h"
 
 const ppk_panel_form_info ppk_panel_forms[PPK_FORM_COUNT] = {
-    [PPK_FORM_NIBBLE] = {"nibble", 128, 1},
-    [PPK_FORM_INT8] = {"int8", 256, 0},
+    [PPK_FORM_NIBBLE] = {"nibble", 128, 1, 4, 0},
+    [PPK_FORM_INT8] = {"int8", 256, 0, 8, 0},
+    [PPK_FORM_C4P1] = {"compact", 160, 1, 4, 1},
+    [PPK_FORM_C4P2] = {"compact", 192, 1, 4, 2},
+    [PPK_FORM_C2P0] = {"compact", 64, 1, 2, 0},
+    [PPK_FORM_C2P1] = {"compact", 96, 1, 2, 1},
 };
 
 static const ppk_type_info TYPES[] = {
-    {"Q4_0", 32, PPK_SCALE, PPK_S_D, PPK_FORM_NIBBLE},
-    {"Q4_1", 32, PPK_SCALE_MIN, PPK_S_D_M, PPK_FORM_NIBBLE},
-    {"Q4_K", 32, PPK_K_SCALE_MIN, PPK_S_K_MIN, PPK_FORM_NIBBLE},
-    {"Q5_0", 32, PPK_SCALE, PPK_S_D, PPK_FORM_INT8},
-    {"Q5_1", 32, PPK_SCALE_MIN, PPK_S_D_M, PPK_FORM_INT8},
-    {"Q5_K", 32, PPK_K_SCALE_MIN, PPK_S_K_MIN, PPK_FORM_INT8},
-    {"Q6_K", 16, PPK_SCALE, PPK_S_K_I8, PPK_FORM_INT8},
-    {"Q8_0", 32, PPK_SCALE, PPK_S_D, PPK_FORM_INT8},
-    {"Q2_K", 16, PPK_K_SCALE_MIN, PPK_S_K_MIN, PPK_FORM_INT8},
-    {"Q3_K", 16, PPK_SCALE, PPK_S_K_U8, PPK_FORM_INT8},
+    {"Q4_0", 32, PPK_SCALE, PPK_S_D, PPK_FORM_NIBBLE, PPK_FORM_NIBBLE},
+    {"Q4_1", 32, PPK_SCALE_MIN, PPK_S_D_M, PPK_FORM_NIBBLE, PPK_FORM_NIBBLE},
+    {"Q4_K", 32, PPK_K_SCALE_MIN, PPK_S_K_MIN, PPK_FORM_NIBBLE, PPK_FORM_NIBBLE},
+    {"Q5_0", 32, PPK_SCALE, PPK_S_D, PPK_FORM_INT8, PPK_FORM_C4P1},
+    {"Q5_1", 32, PPK_SCALE_MIN, PPK_S_D_M, PPK_FORM_INT8, PPK_FORM_C4P1},
+    {"Q5_K", 32, PPK_K_SCALE_MIN, PPK_S_K_MIN, PPK_FORM_INT8, PPK_FORM_C4P1},
+    {"Q6_K", 16, PPK_SCALE, PPK_S_K_I8, PPK_FORM_INT8, PPK_FORM_C4P2},
+    {"Q8_0", 32, PPK_SCALE, PPK_S_D, PPK_FORM_INT8, PPK_FORM_INT8},
+    {"Q2_K", 16, PPK_K_SCALE_MIN, PPK_S_K_MIN, PPK_FORM_INT8, PPK_FORM_C2P0},
+    {"Q3_K", 16, PPK_SCALE, PPK_S_K_U8, PPK_FORM_INT8, PPK_FORM_C2P1},
 };
 
 const ppk_type_info *ppk_type(const char *name) {

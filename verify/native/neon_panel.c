@@ -30,6 +30,20 @@
     default: acc = vdotq_laneq_s32(acc, w, act, 3); break;                 \
     }
 
+/* panel64-compact (§4.2.1): add bit plane p's 2^(B+p) to the lanes of register R (16 lanes =
+ * plane bytes 2R, 2R+1: each byte to 8 lanes, CMTST with the lane's bit, AND, ADD). */
+static inline int8x16_t add_planes(int8x16_t w, const uint8_t *plane0, int64_t R, int base, int planes, int64_t kq) {
+    static const uint8_t lane_bit[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+    const uint8x16_t bit = vld1q_u8(lane_bit);
+    for (int p = 0; p < planes; p++) {
+        const uint8_t *pb = plane0 + p * kq * 32 + 2 * R;
+        uint8x16_t b = vcombine_u8(vdup_n_u8(pb[0]), vdup_n_u8(pb[1]));
+        int8x16_t set = vreinterpretq_s8_u8(vtstq_u8(b, bit));
+        w = vaddq_s8(w, vandq_s8(set, vdupq_n_s8((int8_t)(1 << (base + p)))));
+    }
+    return w;
+}
+
 void ppk_neon_panel(int form, const uint8_t *panels, const uint8_t *zt0, const int8_t *a, int64_t m, int64_t nsb,
                     int64_t k, int64_t G, int32_t *P) {
     const int64_t ng = k / G, kq = G / 4, kgb = ppk_panel_forms[form].kg_bytes;
@@ -40,7 +54,13 @@ void ppk_neon_panel(int form, const uint8_t *panels, const uint8_t *zt0, const i
             t16[i] = (int8_t)zt0[4 * i];
         table = vld1q_s8(t16);
     }
-    const uint8x16_t low4 = vdupq_n_u8(0x0f);
+    const uint8x16_t low4 = vdupq_n_u8(0x0f), low2 = vdupq_n_u8(0x03);
+    static const uint8_t spread_idx[16] = {0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3};
+    static const int8_t crumb_shift[16] = {0, -2, -4, -6, 0, -2, -4, -6, 0, -2, -4, -6, 0, -2, -4, -6};
+    const uint8x16_t spread = vld1q_u8(spread_idx);
+    const int8x16_t cshift = vld1q_s8(crumb_shift);
+    const int base = ppk_panel_forms[form].base_bits, planes = ppk_panel_forms[form].planes;
+    const int compact = form >= PPK_FORM_C4P1;
     for (int64_t row = 0; row < m; row++) {
         for (int64_t sb = 0; sb < nsb; sb++) {
             for (int64_t g = 0; g < ng; g++) {
@@ -53,7 +73,28 @@ void ppk_neon_panel(int form, const uint8_t *panels, const uint8_t *zt0, const i
                 for (int64_t q = 0; q < kq; q++, blk += kgb) {
                     if ((q & 3) == 0)
                         av = vld1q_s8(act + 4 * q);
-                    if (form == PPK_FORM_NIBBLE) {
+                    if (compact) { /* the group record: base kg-blocks, then the bit planes */
+                        const uint8_t *grp = blk - q * kgb, *bq = grp + q * 32 * base;
+                        const uint8_t *plane0 = grp + kq * 32 * base + q * 32;
+                        if (base == 4) {
+                            for (int r = 0; r < 8; r++) {
+                                uint8x16_t x = vld1q_u8(bq + 16 * r);
+                                uint8x16_t lo = vandq_u8(x, low4), hi = vshrq_n_u8(x, 4);
+                                int8x16_t w0 = add_planes(vqtbl1q_s8(table, vzip1q_u8(lo, hi)), plane0, 2 * r, base, planes, kq);
+                                int8x16_t w1 = add_planes(vqtbl1q_s8(table, vzip2q_u8(lo, hi)), plane0, 2 * r + 1, base, planes, kq);
+                                DOT4(acc[2 * r], w0, av, q);
+                                DOT4(acc[2 * r + 1], w1, av, q);
+                            }
+                        } else {
+                            for (int r = 0; r < 16; r++) {
+                                uint8x16_t x = vreinterpretq_u8_u32(vdupq_n_u32((uint32_t)bq[4 * r] | (uint32_t)bq[4 * r + 1] << 8 |
+                                                                                 (uint32_t)bq[4 * r + 2] << 16 | (uint32_t)bq[4 * r + 3] << 24));
+                                uint8x16_t u = vandq_u8(vshlq_u8(vqtbl1q_u8(x, spread), cshift), low2);
+                                int8x16_t w = add_planes(vqtbl1q_s8(table, u), plane0, r, base, planes, kq);
+                                DOT4(acc[r], w, av, q);
+                            }
+                        }
+                    } else if (form == PPK_FORM_NIBBLE) {
                         for (int r = 0; r < 8; r++) {
                             uint8x16_t x = vld1q_u8(blk + 16 * r);
                             uint8x16_t lo = vandq_u8(x, low4), hi = vshrq_n_u8(x, 4);

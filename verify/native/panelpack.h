@@ -35,13 +35,22 @@ extern "C" {
 enum ppk_panel_form {
     PPK_FORM_NIBBLE = 0, /* 128 B: byte 2ch = u(k0) | u(k1) << 4, byte 2ch+1 = u(k2) | u(k3) << 4; ZT0 maps u -> int8 */
     PPK_FORM_INT8 = 1,   /* 256 B: already expanded, the signed integer code c */
+    /* panel64-compact (§4.2.1): per group a record of kq base kg-blocks (32·B bytes each: LUTI4
+     * nibbles or LUTI2 crumbs, ZT0 maps them to the base value), then per bit plane kq x 32 bytes
+     * (the predicates of the four vectors, added 2^(B+p) where set) */
+    PPK_FORM_C4P1 = 2,   /* Q5_0, Q5_1, Q5_K: B = 4, bit 4 */
+    PPK_FORM_C4P2 = 3,   /* Q6_K: B = 4, bits 4, 5 */
+    PPK_FORM_C2P0 = 4,   /* Q2_K: B = 2 */
+    PPK_FORM_C2P1 = 5,   /* Q3_K: B = 2, bit 2 */
     PPK_FORM_COUNT
 };
 
 typedef struct {
     const char *name;   /* as docs/FORMAT.md and the manifest's params["code_form"] spell it */
-    int kg_bytes;       /* bytes of one kg-block (4 K x 64 channels) */
+    int kg_bytes;       /* bytes of one kg-block (4 K x 64 channels); of a compact record: kq x this */
     int uses_zt0;       /* the 64-byte ZT0 table of params["zt0"] is read */
+    int base_bits;      /* compact forms (and nibble: 4, no planes): bits of the base plane */
+    int planes;         /* compact forms: bit planes after the base kg-blocks */
 } ppk_panel_form_info;
 
 extern const ppk_panel_form_info ppk_panel_forms[PPK_FORM_COUNT];
@@ -74,20 +83,29 @@ void ppk_neon_panel(int form, const uint8_t *panels, const uint8_t *zt0, const i
 typedef void (*ppk_il8_kernel)(const uint8_t *w, const int8_t *a, int64_t m, int64_t n, int64_t k,
                                int offset, int32_t *P);
 
-void ppk_avx2_il8_nibble(const uint8_t *w, const int8_t *a, int64_t m, int64_t n, int64_t k, int offset, int32_t *P);
-void ppk_avx2_il8_int8(const uint8_t *w, const int8_t *a, int64_t m, int64_t n, int64_t k, int offset, int32_t *P);
-void ppk_avx2_x8_q4_0(const uint8_t *w, const int8_t *a, int64_t m, int64_t n, int64_t k, int offset, int32_t *P);
-void ppk_avx2_x8_q4_k(const uint8_t *w, const int8_t *a, int64_t m, int64_t n, int64_t k, int offset, int32_t *P);
+/* Every ISA's four kernels, ppk_<isa>_il8_nibble, _il8_int8, _x8_q4_0, _x8_q4_k, are one loop
+ * over the (super-row sr, unit u) of w [N/8][units][unit bytes] around the ISA's static
+ * <isa>_<form>(PPK_IL8_UNIT_ARGS) on the unit at blk; the unit sizes are stated here once:
+ * a 32-element block (128, 256, 144 bytes) or, ggml-x8 Q4_K, a 256-element super-block. */
+#define PPK_IL8_ARGS const uint8_t *w, const int8_t *a, int64_t m, int64_t n, int64_t k, int offset, int32_t *P
+#define PPK_IL8_UNIT_ARGS \
+    const uint8_t *blk, const int8_t *a, int64_t m, int64_t n, int64_t k, int64_t sr, int64_t u, int offset, int32_t *P
+#define PPK_IL8_FORMS(X, isa) \
+    X(isa, il8_nibble, 32, 128) X(isa, il8_int8, 32, 256) X(isa, x8_q4_0, 32, 144) X(isa, x8_q4_k, 256, 1152)
+#define PPK_IL8_DECLARE_ONE(isa, form, unit_k, unit_bytes) void ppk_##isa##_##form(PPK_IL8_ARGS);
+#define PPK_IL8_DEFINE_ONE(isa, form, unit_k, unit_bytes)                                     \
+    void ppk_##isa##_##form(PPK_IL8_ARGS) {                                                     \
+        const int64_t nu = k / (unit_k);                                                        \
+        for (int64_t sr = 0; sr < n / 8; sr++)                                                  \
+            for (int64_t u = 0; u < nu; u++)                                                    \
+                isa##_##form(w + (sr * nu + u) * (unit_bytes), a, m, n, k, sr, u, offset, P);    \
+    }
+/* in <isa>_il8.c, after its four unit functions: */
+#define PPK_IL8_DEFINE(isa) PPK_IL8_FORMS(PPK_IL8_DEFINE_ONE, isa)
 
-void ppk_neon_il8_nibble(const uint8_t *w, const int8_t *a, int64_t m, int64_t n, int64_t k, int offset, int32_t *P);
-void ppk_neon_il8_int8(const uint8_t *w, const int8_t *a, int64_t m, int64_t n, int64_t k, int offset, int32_t *P);
-void ppk_neon_x8_q4_0(const uint8_t *w, const int8_t *a, int64_t m, int64_t n, int64_t k, int offset, int32_t *P);
-void ppk_neon_x8_q4_k(const uint8_t *w, const int8_t *a, int64_t m, int64_t n, int64_t k, int offset, int32_t *P);
-
-void ppk_i8mm_il8_nibble(const uint8_t *w, const int8_t *a, int64_t m, int64_t n, int64_t k, int offset, int32_t *P);
-void ppk_i8mm_il8_int8(const uint8_t *w, const int8_t *a, int64_t m, int64_t n, int64_t k, int offset, int32_t *P);
-void ppk_i8mm_x8_q4_0(const uint8_t *w, const int8_t *a, int64_t m, int64_t n, int64_t k, int offset, int32_t *P);
-void ppk_i8mm_x8_q4_k(const uint8_t *w, const int8_t *a, int64_t m, int64_t n, int64_t k, int offset, int32_t *P);
+PPK_IL8_FORMS(PPK_IL8_DECLARE_ONE, avx2)
+PPK_IL8_FORMS(PPK_IL8_DECLARE_ONE, neon)
+PPK_IL8_FORMS(PPK_IL8_DECLARE_ONE, i8mm)
 
 /* ---- the types and where their scales live (layouts.c) ----------------------------------- */
 /* How a type's factors s, o (§3) come from its scale fields (f16 kept as raw bits):
@@ -104,6 +122,7 @@ typedef struct {
     int scheme;        /* enum ppk_scheme */
     int source;        /* enum ppk_scale_source */
     int panel_form;    /* the panel64 code form (enum ppk_panel_form) */
+    int compact_form;  /* the panel64-compact code form */
 } ppk_type_info;
 
 const ppk_type_info *ppk_type(const char *name); /* NULL for a type without an integer form */

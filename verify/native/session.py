@@ -25,6 +25,7 @@ import numpy as np
 
 from ...formats import qtypes
 from ...formats.errors import BadInputError, UnsupportedError, VerificationError
+from ...repack import panel64_compact
 from . import toolchain as tc
 
 log = logging.getLogger(__name__)
@@ -53,12 +54,16 @@ def _il8(short: str) -> tuple[Kernel, ...]:
 #: layout name -> the C kernels that read it (driver.c's PANEL_LEAVES / IL8_KERNELS)
 KERNELS: dict[str, tuple[Kernel, ...]] = {
     "panel64": (_SME2_GEMV, _SME2_GEMM, _NEON_PANEL),
+    # the bit-plane records: SME2 LUTI2/LUTI4 + LDR P + predicated ADD, NEON TBL/USHL + CMTST + ADD
+    panel64_compact.NAME: (_SME2_GEMV, _SME2_GEMM, _NEON_PANEL),
     "il8-nibble": _il8("il8"),
     "il8-int8": _il8("il8"),
     "ggml-x8": _il8("x8"),
 }
 #: the layouts whose regions lead with a super-row of 8 (a sample of rows is a slice of each region)
 SUPER_ROW = 8
+#: the panel layouts: regions lead with the 64-row super-block, params carry the ZT0 table
+_PANEL_LAYOUTS = ("panel64", panel64_compact.NAME)
 
 
 class NativeError(VerificationError):
@@ -225,7 +230,7 @@ class Session:
                     continue
                 if kern.cap == "sme2" and srv.caps["svl"] != 64 and not self._any_svl():
                     continue
-                if layout != "panel64" and t.name not in ("Q4_0", "Q4_K"):
+                if layout not in _PANEL_LAYOUTS and t.name not in ("Q4_0", "Q4_K"):
                     continue
                 out.append((f"native.{kern.name}@{label}", srv, kern))
         return out
@@ -240,7 +245,7 @@ class Session:
         files: dict[str, np.ndarray] = {name: np.asarray(r) for name, r in regions.items()}
         files["a"] = a
         files["da"] = np.ascontiguousarray(da, np.float32)
-        if layout == "panel64" and params.get("zt0") is not None:
+        if layout in _PANEL_LAYOUTS and params.get("zt0") is not None:
             files["zt0"] = np.asarray(params["zt0"], np.uint8)
         pending = []
         written: set[str] = set()
@@ -307,7 +312,7 @@ def sample_rows(layout: str, regions: Mapping[str, np.ndarray], n: int, sbs: np.
                 rows: np.ndarray) -> tuple[dict[str, np.ndarray], int]:
     """The regions of just the sampled rows, as a tensor of the same layout: panel64's 64-row
     super-blocks ``sbs``, or the 8-row super-rows of ``rows`` (the interleaved layouts)."""
-    if layout == "panel64":
+    if layout in _PANEL_LAYOUTS:
         idx = np.asarray(sbs, np.int64)
     else:
         idx = np.unique(np.asarray(rows, np.int64) // SUPER_ROW)

@@ -43,15 +43,35 @@ __attribute__((noinline)) static void load_zt0(const uint8_t *table) __arm_strea
     svldr_zt(0, table);
 }
 
-/* One kg-block's four expanded vectors (the table above). */
-static inline __attribute__((always_inline)) svint8x4_t expand(int form, const uint8_t *blk) __arm_streaming __arm_in("zt0") __arm_preserves("za") {
-    if (form == PPK_FORM_NIBBLE) {
-        svbool_t all = svptrue_b8();
+/* The four expanded vectors of kg-block q of a group whose bytes start at grp (the table above;
+ * nibble and int8 panels: grp + q * kg_bytes). panel64-compact records (§4.2.1): base plane q at
+ * grp + 32·B·q through LUTI4 (B = 4, two registers twice) or LUTI2 (B = 2, four registers), then
+ * per bit plane p the four predicates at grp + 32·B·kq + 32·(p·kq + q) (LDR P) and a predicated
+ * ADD of 2^(B+p). */
+static inline __attribute__((always_inline)) svint8x4_t expand(int form, const uint8_t *grp, int64_t q, int64_t kq) __arm_streaming __arm_in("zt0") __arm_preserves("za") {
+    svbool_t all = svptrue_b8();
+    if (form == PPK_FORM_INT8)
+        return svld1_s8_x4(svptrue_c8(), (const int8_t *)(grp + q * 256));
+    const int base = ppk_panel_forms[form].base_bits, planes = ppk_panel_forms[form].planes;
+    const uint8_t *blk = grp + q * 32 * base;
+    svint8_t v0, v1, v2, v3;
+    if (base == 4) {
         svint8x2_t lo = svluti4_lane_zt_s8_x2(0, svld1_u8(all, blk), 0);
         svint8x2_t hi = svluti4_lane_zt_s8_x2(0, svld1_u8(all, blk + VLB), 0);
-        return svcreate4(svget2(lo, 0), svget2(lo, 1), svget2(hi, 0), svget2(hi, 1));
+        v0 = svget2(lo, 0), v1 = svget2(lo, 1), v2 = svget2(hi, 0), v3 = svget2(hi, 1);
+    } else {
+        svint8x4_t w = svluti2_lane_zt_s8_x4(0, svld1_u8(all, blk), 0);
+        v0 = svget4(w, 0), v1 = svget4(w, 1), v2 = svget4(w, 2), v3 = svget4(w, 3);
     }
-    return svld1_s8_x4(svptrue_c8(), (const int8_t *)blk);
+    for (int p = 0; p < planes; p++) {
+        const uint8_t *pl = grp + 32 * base * kq + 32 * (p * kq + q);
+        const svint8_t add = svdup_n_s8((int8_t)(1 << (base + p)));
+        v0 = svadd_s8_m(*(const svbool_t *)(const void *)pl, v0, add);
+        v1 = svadd_s8_m(*(const svbool_t *)(const void *)(pl + 8), v1, add);
+        v2 = svadd_s8_m(*(const svbool_t *)(const void *)(pl + 16), v2, add);
+        v3 = svadd_s8_m(*(const svbool_t *)(const void *)(pl + 24), v3, add);
+    }
+    return svcreate4(v0, v1, v2, v3);
 }
 
 __arm_locally_streaming __arm_new("za") __arm_new("zt0")
@@ -69,14 +89,14 @@ static void gemv_body(int form, const uint8_t *panels, const uint8_t *zt0, const
                 svzero_za();
                 for (int64_t s = 0; s < gn; s++) {
                     const int64_t g = g0 + s;
-                    const uint8_t *blk = panels + (sb * ng + g) * kq * kgb;
+                    const uint8_t *grp = panels + (sb * ng + g) * kq * kgb;
                     const int8_t *act = arow + g * G;
-                    for (int64_t q = 0; q < kq; q += 4, blk += 4 * kgb) {
+                    for (int64_t q = 0; q < kq; q += 4) {
                         svint8_t z = svld1rq_s8(all, act + 4 * q);
-                        svdot_lane_za32_s8_vg1x4((uint32_t)s, expand(form, blk), z, 0);
-                        svdot_lane_za32_s8_vg1x4((uint32_t)s, expand(form, blk + kgb), z, 1);
-                        svdot_lane_za32_s8_vg1x4((uint32_t)s, expand(form, blk + 2 * kgb), z, 2);
-                        svdot_lane_za32_s8_vg1x4((uint32_t)s, expand(form, blk + 3 * kgb), z, 3);
+                        svdot_lane_za32_s8_vg1x4((uint32_t)s, expand(form, grp, q, kq), z, 0);
+                        svdot_lane_za32_s8_vg1x4((uint32_t)s, expand(form, grp, q + 1, kq), z, 1);
+                        svdot_lane_za32_s8_vg1x4((uint32_t)s, expand(form, grp, q + 2, kq), z, 2);
+                        svdot_lane_za32_s8_vg1x4((uint32_t)s, expand(form, grp, q + 3, kq), z, 3);
                     }
                 }
                 for (int64_t s = 0; s < gn; s++) {
@@ -121,12 +141,12 @@ static void gemm_body(int form, const uint8_t *panels, const uint8_t *zt0, const
     const svbool_t pa = svwhilelt_b8_s64(0, 4 * rows); /* the M tail: bytes of rows >= M inactive */
     for (int64_t sb = 0; sb < nsb; sb++) {
         for (int64_t g = 0; g < ng; g++) {
-            const uint8_t *blk = panels + (sb * ng + g) * kq * kgb;
+            const uint8_t *grp = panels + (sb * ng + g) * kq * kgb;
             const int8_t *act = apk + g * kq * VLB;
             svzero_za();
-            for (int64_t q = 0; q < kq; q++, blk += kgb, act += VLB) {
+            for (int64_t q = 0; q < kq; q++, act += VLB) {
                 svint8_t av = svld1_s8(pa, act);
-                svint8x4_t w = expand(form, blk);
+                svint8x4_t w = expand(form, grp, q, kq);
                 svmopa_za32_s8_m(0, pa, all, av, svget4(w, 0));
                 svmopa_za32_s8_m(1, pa, all, av, svget4(w, 1));
                 svmopa_za32_s8_m(2, pa, all, av, svget4(w, 2));

@@ -74,7 +74,7 @@ TARGETS: dict[str, tuple[Source, ...]] = {
     ),
 }
 COMMON_FLAGS = ("-O2", "-std=c99", "-Wall", "-Wextra", "-Werror")
-HEADERS = ("panelpack.h",)
+HEADERS = ("panelpack.h", "neon_il8.h")
 #: the SME2 leaves' file and the instruction the build checks survived in its assembly: clang
 #: 19 deletes an LDR ZT0 that shares a basic block with a multi-vector LUTI4 (sme2_panel.c)
 ZT0_CHECK = ("sme2_panel.c", re.compile(r"^\s*ldr\s+zt0,", re.M))

@@ -59,22 +59,29 @@ def extra_bufts_safe(cpuinfo: str | None = None) -> bool:
     return not ({"amx_tile", "amx_int8", "amx_bf16"} & flags and "hypervisor" in flags)
 
 
+def without_extra_bufts() -> None:
+    """Make llama-cpp-python load every model of this process without llama.cpp's extra buffer
+    types (``use_extra_bufts = False`` in its default model parameters): the switch
+    :func:`extra_bufts_safe` decides on, also thrown by ``benchmarks/bench_runtime.py``'s child."""
+    import llama_cpp.llama_cpp as lc
+
+    default = lc.llama_model_default_params
+
+    def params():
+        p = default()
+        p.use_extra_bufts = False
+        return p
+
+    lc.llama_model_default_params = params
+
+
 def logits_here(gguf_path, ids, threads: int = 2, extra_bufts: bool = True) -> np.ndarray:
     """Logits ``[len(ids), V]`` of llama.cpp on a GGUF file, in *this* process (the child's body;
     llama.cpp as it runs by default: f16 KV cache, all positions in one batch)."""
     from llama_cpp import Llama
 
     if not extra_bufts:
-        import llama_cpp.llama_cpp as lc
-
-        default = lc.llama_model_default_params
-
-        def params():
-            p = default()
-            p.use_extra_bufts = False
-            return p
-
-        lc.llama_model_default_params = params
+        without_extra_bufts()
     ids = [int(i) for i in ids]
     llm = Llama(model_path=str(gguf_path), n_ctx=max(len(ids), 8), n_batch=max(len(ids), 8),
                 n_ubatch=max(len(ids), 8), logits_all=True, n_threads=threads, verbose=False)

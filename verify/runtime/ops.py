@@ -22,13 +22,15 @@ import numpy as np
 from numba import prange, types
 
 from ...formats._jit import lazy_njit
+from .ggml_arith import fma32
 
 
 def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
-    """``x / sqrt(mean(x²) + eps) · w`` over the last axis of f32 ``x``: each row's mean of
-    squares summed in f64 in index order, the scale rounded to f32, then ``(x·scale)·w`` in
-    f32 (:func:`_rms_norm_kernel`: one call, where the numpy steps of :func:`rms_norm_ref` cost
-    ~40 us per decoded row, 60 rows a token)."""
+    """``x / sqrt(mean(x²) + eps) · w`` over the last axis of f32 ``x``, in ggml's steps
+    (``ggml_compute_forward_rms_norm_f32``): each square rounded to f32 and summed in f64 in index
+    order, ``mean = f32(sum / d)``, ``scale = 1.f / sqrtf(mean + f32(eps))`` in f32, then
+    ``(x·scale)·w`` in f32 (:func:`_rms_norm_kernel`: one call, where the numpy steps of
+    :func:`rms_norm_ref` cost ~40 us per decoded row, 60 rows a token)."""
     d = x.shape[-1]
     rows = np.ascontiguousarray(x, np.float32).reshape(-1, d)
     out = np.empty(rows.shape, np.float32)
@@ -38,27 +40,36 @@ def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
 
 def rms_norm_ref(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
     """numpy reference of :func:`rms_norm` (its f64 sum in numpy's order: equal within f32 rounding)."""
-    ms = np.einsum("...i,...i->...", x, x, dtype=np.float64) / x.shape[-1]
-    scale = (1.0 / np.sqrt(ms + eps)).astype(np.float32)
+    ms = ((x * x).astype(np.float64).sum(-1) / x.shape[-1]).astype(np.float32)
+    scale = np.float32(1) / np.sqrt(ms + np.float32(eps))
     return (x * scale[..., None]) * w
 
 
 def rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, pairs: bool) -> np.ndarray:
     """Rotate the leading ``2·cos.shape[1]`` dimensions of each head of ``x`` f32 ``[M, H, D]``
-    (the rest pass through; ``cos``/``sin`` ``[M, 0]``: no rotation); returns a new array."""
+    (the rest pass through; ``cos``/``sin`` ``[M, 0]``: no rotation); returns a new array.
+    Each pair as ggml's compiled ``rotate_pairs`` (its multiply-adds contracted)::
+
+        x0' = fma(x0, cos, −(x1·sin))      x1' = fma(x0, sin, x1·cos)"""
+    out = np.array(x, np.float32, order="C", copy=True)
+    if cos.shape[1] == 0:
+        return out
+    _rope_kernel(out, np.ascontiguousarray(cos, np.float32), np.ascontiguousarray(sin, np.float32), bool(pairs))
+    return out
+
+
+def rope_ref(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, pairs: bool) -> np.ndarray:
+    """numpy reference of :func:`rope` (each fma as an exact f64 product and sum, rounded to f32:
+    equal to it but for a double rounding in about 2^-29 of the elements)."""
     half = cos.shape[1]
     out = x.copy()
     if half == 0:
         return out
     c, s = cos[:, None, :], sin[:, None, :]
-    if pairs:
-        x0, x1 = x[..., 0:2 * half:2], x[..., 1:2 * half:2]
-        out[..., 0:2 * half:2] = x0 * c - x1 * s
-        out[..., 1:2 * half:2] = x0 * s + x1 * c
-    else:
-        x0, x1 = x[..., :half], x[..., half:2 * half]
-        out[..., :half] = x0 * c - x1 * s
-        out[..., half:2 * half] = x0 * s + x1 * c
+    i0, i1 = (slice(0, 2 * half, 2), slice(1, 2 * half, 2)) if pairs else (slice(0, half), slice(half, 2 * half))
+    x0, x1 = x[..., i0].astype(np.float64), x[..., i1]
+    out[..., i0] = (x0 * c - (x1 * s).astype(np.float64)).astype(np.float32)
+    out[..., i1] = (x0 * s + (x1 * c).astype(np.float64)).astype(np.float32)
     return out
 
 
@@ -69,12 +80,12 @@ _F1 = types.Array(types.float32, 1, "C", readonly=True)
 @lazy_njit(types.void(_F2, _F1, types.float64, types.float32[:, ::1]), cache=True)
 def _rms_norm_kernel(x, w, eps, out):
     d = x.shape[1]
+    e = np.float32(eps)
     for r in range(x.shape[0]):
         s = 0.0
         for i in range(d):
-            v = np.float64(x[r, i])
-            s += v * v
-        scale = np.float32(1.0 / np.sqrt(s / d + eps))
+            s += np.float64(x[r, i] * x[r, i])
+        scale = np.float32(1.0) / np.sqrt(np.float32(s / d) + e)
         for i in range(d):
             out[r, i] = (x[r, i] * scale) * w[i]
 
@@ -84,9 +95,8 @@ def _head_norm(t, off, d, w, eps):
     """:func:`rms_norm` of ``t[off:off + d]`` in place (the same f32 steps as its kernel)."""
     acc = 0.0
     for i in range(d):
-        v = np.float64(t[off + i])
-        acc += v * v
-    scale = np.float32(1.0 / np.sqrt(acc / d + eps))
+        acc += np.float64(t[off + i] * t[off + i])
+    scale = np.float32(1.0) / np.sqrt(np.float32(acc / d) + np.float32(eps))
     for i in range(d):
         t[off + i] = (t[off + i] * scale) * w[i]
 
@@ -122,8 +132,8 @@ def rope_into_cache(y, nq, nk, bq, bk, bv, qn, kn, eps, cos, sin, pairs, pos0, q
                     j0, j1 = (2 * i, 2 * i + 1) if pairs else (i, i + half)
                     x0, x1 = t[j0], t[j1]
                     c, s = cos[m, i], sin[m, i]
-                    t[j0] = x0 * c - x1 * s
-                    t[j1] = x0 * s + x1 * c
+                    t[j0] = fma32(x0, c, -(x1 * s))
+                    t[j1] = fma32(x0, s, x1 * c)
                 for i in range(d):
                     if part == 0:
                         q[m, h, i] = t[i]
@@ -133,6 +143,20 @@ def rope_into_cache(y, nq, nk, bq, bk, bv, qn, kn, eps, cos, sin, pairs, pos0, q
             for i in range(d):
                 v = y[m, nq + nk + h * d + i]
                 vc[h, pos0 + m, i] = v + bv[h * d + i] if bv.size else v
+
+
+@lazy_njit(types.void(types.float32[:, :, ::1], _F2, _F2, types.boolean), cache=True)
+def _rope_kernel(x, cos, sin, pairs):
+    """:func:`rope` in place on ``x [M, H, D]`` (the rotation of :func:`rope_into_cache`)."""
+    half = cos.shape[1]
+    for m in range(x.shape[0]):
+        for h in range(x.shape[1]):
+            for i in range(half):
+                j0, j1 = (2 * i, 2 * i + 1) if pairs else (i, i + half)
+                x0, x1 = x[m, h, j0], x[m, h, j1]
+                c, s = cos[m, i], sin[m, i]
+                x[m, h, j0] = fma32(x0, c, -(x1 * s))
+                x[m, h, j1] = fma32(x0, s, x1 * c)
 
 
 def short_conv(bx: np.ndarray, w: np.ndarray, state: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

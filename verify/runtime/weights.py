@@ -14,6 +14,9 @@ entries over the source blocks. :func:`linear` turns one tensor into a callable
 ``emulated-sme2``   panel64 matrices through the emulated SME2 programs (``sme2.gemv``
                     at M = 1, ``sme2.gemm`` otherwise), rescaled by ``dispatch.rescale``
 ``emulated-neon``   panel64 matrices through the emulated NEON program
+``ggml``            Q8_0 matrices in llama.cpp's x86 CPU arithmetic (:mod:`.ggml_arith`: its
+                    activation rounding, 8 lanes of 4 products, one FMA per block); every other
+                    type as ``compiled`` (llama.cpp quantizes their activations otherwise, Q8_K)
 ``f32``             the dequantized weights times f32 activations (no activation quantization)
 ==================  ==========================================================================
 
@@ -38,7 +41,7 @@ from ...formats.errors import BadInputError, UnsupportedError
 from .. import registry
 from ..tensors import dequantized, nk, standard_blocks, vector  # noqa: F401  (vector: model.py reads it here)
 
-KERNEL_PATHS = ("compiled", "standard", "emulated-sme2", "emulated-neon", "f32")
+KERNEL_PATHS = ("compiled", "standard", "emulated-sme2", "emulated-neon", "ggml", "f32")
 
 
 # =============================================================================================
@@ -333,6 +336,45 @@ def stacked(name: str, parts, kernels: str) -> Linear | None:
     return _compiled_linear(name, e0.layout, regions, n_total, k0, e0.type, "compiled")
 
 
+#: types whose tied output head (the embedding, kept row-major for its gather) decodes through
+#: panel64 panels packed in memory on the first single-row product: the same bits (every
+#: compiled kernel ends in the same rescale), in about half the time for Q6_K (the 65536 × 1024
+#: head of LFM2-350M's Q4_K_M mix: 5.2-6.1 ms of CPU a row against 9.9-10.8 ms row-major,
+#: docs/BENCHMARKS.md, acc29). Multi-row products (prefill, eval) keep the row-major kernel, and a
+#: model that never decodes never packs.
+HEAD_PANELS = ("Q6_K",)
+
+
+class _PanelRows:
+    """``run_row`` of a row-major matrix through panel64 panels packed on the first call."""
+
+    def __init__(self, entry, regions):
+        self.entry, self.regions = entry, regions
+        self._row: Callable | None = None
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        if self._row is None:
+            from .. import compiled
+            from ..rowvec import RowProduct
+
+            n, k = nk(self.entry)
+            t = self.entry.type
+            panels = repack.get("panel64").pack(standard_blocks(self.entry, self.regions), n, k, t)
+            self._row = RowProduct(compiled.with_half_factors(compiled.prepare("panel64", panels, n, k, t)))
+        return self._row(x)
+
+
+def tied_head(name: str, entry, regions, kernels: str) -> Linear:
+    """The output product of a tied embedding: :func:`linear`, with single rows through panel64
+    (:data:`HEAD_PANELS`) on the compiled path where the embedding is row-major."""
+    lin = linear(name, entry, regions, kernels)
+    t = qtypes.get(entry.type)
+    if (kernels == "compiled" and entry.layout == repack.rowmajor.NAME and t.name in HEAD_PANELS
+            and lin.run_row is not None and repack.get("panel64").refuse(t, *nk(entry)) is None):
+        return Linear(lin.name, lin.n, lin.k, lin.path + "+panel64.rows", lin.run_q, lin.run_f, _PanelRows(entry, regions))
+    return lin
+
+
 def linear(name: str, entry, regions, kernels: str) -> Linear:
     """One matrix as a :class:`Linear` on the chosen kernel path (see the module doc)."""
     if kernels not in KERNEL_PATHS:
@@ -351,4 +393,10 @@ def linear(name: str, entry, regions, kernels: str) -> Linear:
         return _compiled_linear(name, "rowmajor", {"blocks": standard_blocks(entry, regions)}, n, k, t, "standard")
     if kernels.startswith("emulated-") and entry.layout == "panel64":
         return _emulated_linear(name, entry, regions, kernels.split("-", 1)[1])
+    if kernels == "ggml":
+        if qtypes.get(t).name == "Q8_0" and repack.get(entry.layout).invertible(t):
+            from .ggml_arith import Q8Matrix
+
+            return Linear(name, n, k, "ggml:q8_0.x86", None, Q8Matrix(standard_blocks(entry, regions), n, k).matmul)
+        return _compiled_linear(name, entry.layout, regions, n, k, t, "ggml")
     return _compiled_linear(name, entry.layout, regions, n, k, t, kernels)
