@@ -42,6 +42,24 @@ def rng() -> np.random.Generator:
     return np.random.default_rng(20261129)
 
 
+@pytest.fixture(scope="module")
+def tiny_hf(tmp_path_factory) -> Path:
+    """The embedded tiny Llama as an HF checkpoint (convert/example.py), written once per module."""
+    from panelpack.convert.example import write_tiny_llama
+
+    return write_tiny_llama(tmp_path_factory.mktemp("hf") / "tiny-llama")
+
+
+@pytest.fixture(scope="module")
+def tiny_gguf(tmp_path_factory) -> Path:
+    """The tiny Llama GGUF of ``builders.tiny_llama_gguf``, written once per module."""
+    from builders import tiny_llama_gguf
+
+    p = tmp_path_factory.mktemp("gguf") / "tiny.gguf"
+    tiny_llama_gguf(p)
+    return p
+
+
 @pytest.fixture(scope="session")
 def hf_models(tmp_path_factory):
     """Every architecture's tiny random HF checkpoint with transformers' logits and greedy

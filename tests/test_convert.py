@@ -26,23 +26,11 @@ from panelpack.formats import engine, qtypes
 from panelpack.formats.bundle import Bundle
 from panelpack.formats.errors import BadInputError, FormatError, OutputError, UnsupportedError
 
-from builders import build_gguf, random_blocks, tiny_llama_gguf
+from builders import build_gguf, random_blocks
 
 
 def sha(path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
-@pytest.fixture(scope="module")
-def tiny_hf(tmp_path_factory) -> Path:
-    return write_tiny_llama(tmp_path_factory.mktemp("hf") / "tiny-llama")
-
-
-@pytest.fixture(scope="module")
-def tiny_gguf(tmp_path_factory) -> Path:
-    p = tmp_path_factory.mktemp("gguf") / "tiny.gguf"
-    tiny_llama_gguf(p)
-    return p
 
 
 def _ledger(result) -> dict[str, dict]:

@@ -13,22 +13,7 @@ from panelpack import repack
 from panelpack.cli import main
 from panelpack.cli_outputs import split_outputs
 from panelpack.convert import Target, convert, convert_many
-from panelpack.convert.example import write_tiny_llama
 from panelpack.formats.errors import BadInputError
-
-from builders import tiny_llama_gguf
-
-
-@pytest.fixture(scope="module")
-def tiny_hf(tmp_path_factory) -> Path:
-    return write_tiny_llama(tmp_path_factory.mktemp("hf") / "tiny-llama")
-
-
-@pytest.fixture(scope="module")
-def tiny_gguf(tmp_path_factory) -> Path:
-    p = tmp_path_factory.mktemp("gguf") / "tiny.gguf"
-    tiny_llama_gguf(p)
-    return p
 
 
 def tree(path: Path) -> dict[str, bytes]:

@@ -6,18 +6,7 @@ from __future__ import annotations
 import json
 import math
 
-import pytest
-
 from panelpack.convert import pipeline
-
-from builders import tiny_llama_gguf
-
-
-@pytest.fixture(scope="module")
-def tiny_gguf(tmp_path_factory):
-    p = tmp_path_factory.mktemp("gguf") / "tiny.gguf"
-    tiny_llama_gguf(p)
-    return p
 
 
 def _slow(v):

@@ -13,7 +13,6 @@ from click.testing import CliRunner
 from panelpack import repack
 from panelpack.cli import main
 from panelpack.convert import convert
-from panelpack.convert.example import write_tiny_llama
 from panelpack.formats import blocks as codecs
 from panelpack.formats import qtypes
 from panelpack.formats.errors import UnsupportedError
@@ -158,11 +157,6 @@ def _reversed_layout(name: str, hooks=("blocks", "integer_form"), swap_rows: boo
     if hooks:
         mod.VERIFY = {h: known[h] for h in hooks}
     return mod
-
-
-@pytest.fixture(scope="module")
-def tiny_hf(tmp_path_factory):
-    return write_tiny_llama(tmp_path_factory.mktemp("hf") / "tiny-llama")
 
 
 @pytest.fixture
