@@ -204,6 +204,18 @@ def random_blocks(qtype: Any, n: int, k: int, rng: np.random.Generator) -> np.nd
     return np.ascontiguousarray(blocks.reshape(n, nb * t.type_size))
 
 
+def blocks_with_codes(qtype: Any, codes: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Blocks of ``qtype`` whose integer codes are ``codes`` [n, k] (the other fields random,
+    from :func:`random_blocks`), through the codec's fields (``formats/blocks.py``)."""
+    from panelpack.formats import blocks as codecs
+
+    t = qtypes.get(qtype)
+    n, k = codes.shape
+    f = codecs.to_fields(random_blocks(t, n, k, rng), t, n, k)
+    f["codes"] = codes.astype(f["codes"].dtype)
+    return codecs.from_fields(f, t, n, k)
+
+
 def block_field(blocks: np.ndarray, qtype: Any, name: str) -> np.ndarray:
     """Raw bytes of one field of every block: uint8 ``[rows, blocks_per_row, field_bytes]``."""
     t = qtypes.get(qtype)

@@ -13,19 +13,10 @@ from panelpack.formats import qtypes
 from panelpack.repack import _panel64_kernels as K
 from panelpack.repack import panel64 as P
 
-from builders import random_blocks, run_without_jit
+from builders import blocks_with_codes, random_blocks, run_without_jit
 
 NIBBLE = ["Q4_0", "Q4_1", "Q4_K"]
 INT8 = ["Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q8_0", "Q2_K", "Q3_K"]
-
-
-def blocks_with_codes(qtype, codes, rng):
-    """Blocks of ``qtype`` whose integer codes are ``codes`` [n, k] (scales random)."""
-    t = qtypes.get(qtype)
-    n, k = codes.shape
-    f = B.to_fields(random_blocks(t, n, k, rng), t, n, k)
-    f["codes"] = codes.astype(f["codes"].dtype)
-    return B.from_fields(f, t, n, k)
 
 
 def hexbytes(s: str) -> np.ndarray:

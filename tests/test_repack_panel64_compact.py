@@ -14,18 +14,10 @@ from panelpack.repack import _panel64_compact_kernels as K
 from panelpack.repack import panel64 as P
 from panelpack.repack import panel64_compact as PC
 
-from builders import random_blocks
+from builders import blocks_with_codes, random_blocks
 
 COMPACT = ["Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q2_K", "Q3_K"]
 OTHERS = ["Q4_0", "Q4_1", "Q4_K", "Q8_0"]
-
-
-def blocks_with_codes(qtype, codes, rng):
-    t = qtypes.get(qtype)
-    n, k = codes.shape
-    f = B.to_fields(random_blocks(t, n, k, rng), t, n, k)
-    f["codes"] = codes.astype(f["codes"].dtype)
-    return B.from_fields(f, t, n, k)
 
 
 @pytest.fixture
