@@ -24,10 +24,8 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
-import resource
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,27 +34,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 
+from children import clear, timed  # noqa: E402
+
 import checkpoints  # noqa: E402
 
 LAYOUTS = ("panel64", "ggml-x8", "il8-nibble")
-
-
-def _clear(*paths: Path) -> None:
-    for p in paths:
-        if p.is_dir():
-            shutil.rmtree(p)
-        elif p.exists():
-            p.unlink()
-    subprocess.run(["sync"], check=False)
-
-
-def timed(cmd: list[str], env: dict) -> tuple[float, float]:
-    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t = time.perf_counter()
-    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wall = time.perf_counter() - t
-    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return wall, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
 
 
 def tree_digest(path: Path) -> str:
@@ -81,11 +63,11 @@ def multi(src: Path, work: Path, env: dict, runs: int, requant: bool) -> None:
     rows_m, rows_s = [], []
     print(f"{'requant q4_0 for x8/il8' if requant else 'as stored'}: {load()}")
     for i in range(runs + 1):  # the first: warm-up (numba's cache, the page cache)
-        _clear(*outs_m)
+        clear(*outs_m)
         m = timed(multi_cmd, env)
         s_wall = s_cpu = 0.0
         for lay, o in zip(LAYOUTS, outs_s):
-            _clear(o)
+            clear(o)
             w, c = timed(pp + ["-o", str(o), "--layout", lay, *extra[lay]], env)
             s_wall, s_cpu = s_wall + w, s_cpu + c
         if i:
@@ -130,7 +112,7 @@ def batch(work: Path, env: dict, runs: int) -> None:
     print(f"batch of {n_jobs} conversions: {load()}")
     for i in range(runs + 1):
         for ex in plans:
-            _clear(work / ex / "out")
+            clear(work / ex / "out")
             t = timed(cmd[ex], env)
             if i:
                 times[ex].append(t)
@@ -158,7 +140,7 @@ def batch_warm(work: Path, runs: int) -> None:
     try:
         for i in range(runs + 1):
             for ex, plan in plans.items():
-                _clear(work / ex / "out")
+                clear(work / ex / "out")
                 t = time.perf_counter()
                 res = run_batch(plan, executor=ex)
                 wall = time.perf_counter() - t

@@ -21,17 +21,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
+
+import children  # noqa: E402
 
 import checkpoints  # noqa: E402
 import llama_ref  # noqa: E402
@@ -55,21 +54,10 @@ blocks.quantize(np.ones((1, 256), np.float32), qtypes.get("Q4_K"))
 
 
 def timed(cmd: list[str], env: dict, output: Path) -> tuple[float, float]:
-    """(wall, CPU) seconds of ``cmd`` (CPU: the child's user + system time, which a host shared
-    with other work inflates less than the wall time); the previous run's ``output`` is removed
-    first, untimed (deleting a fsynced folder costs ~1 s on a disk mounted with ``discard``, work
-    neither tool is asked for)."""
-    if output.is_dir():
-        shutil.rmtree(output)
-    elif output.exists():
-        output.unlink()
-    subprocess.run(["sync"], check=False)
-    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t = time.perf_counter()
-    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wall = time.perf_counter() - t
-    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return wall, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+    """(wall, CPU) seconds of ``cmd`` (``children.timed``); the previous run's ``output`` is
+    removed first, untimed (``children.clear``)."""
+    children.clear(output)
+    return children.timed(cmd, env)
 
 
 def main() -> None:
