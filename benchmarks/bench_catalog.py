@@ -34,9 +34,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-from children import clear, timed  # noqa: E402
-
 import checkpoints  # noqa: E402
+from children import clear, timed  # noqa: E402
 
 LAYOUTS = ("panel64", "ggml-x8", "il8-nibble")
 

@@ -30,9 +30,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-import children  # noqa: E402
-
 import checkpoints  # noqa: E402
+import children  # noqa: E402
 import llama_ref  # noqa: E402
 
 LLAMA = """
