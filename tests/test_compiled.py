@@ -21,6 +21,7 @@ from panelpack.verify import compiled as C
 from panelpack.verify import dispatch as D
 
 from builders import random_blocks, run_without_jit
+from kernel_checks import assert_fast_is_portable
 from tiers import fast_only
 
 TYPES8 = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "Q2_K", "Q3_K")
@@ -259,19 +260,6 @@ def test_q6_k_block_dot_against_references(rng):
         acc = np.zeros(16, np.int32)
         call(worst, 0, np.full(256, v, np.int8), 0, acc)
         assert np.all(acc == 63 * 16 * v)
-
-
-def assert_fast_is_portable(prep, portable, blocks, n, k, qname, x):
-    """The prepared AVX2 kernel ``prep`` and its portable twin give the same partials and
-    outputs bit for bit, and the partials are the standard dispatch's, on activations ``x``
-    (row 1 scaled by 1e3, row 2 starting with 40 codes of -128: partials() takes any int8)."""
-    x = np.asarray(x, np.float32)
-    x[1] *= 1e3
-    a, da = D.quantize_activations(x)
-    a[2, :40] = -128
-    for p_fast, p_port in zip(prep.run(a, da), portable.run(a, da)):
-        assert np.array_equal(np.asarray(p_fast).view(np.uint32), np.asarray(p_port).view(np.uint32))
-    assert np.array_equal(prep.run(a, da)[0], D.standard_partials(blocks, n, k, qname, a)[0])
 
 
 @needs_avx2

@@ -20,6 +20,7 @@ from panelpack.verify import compiled as C
 from panelpack.verify import dispatch as D
 
 from builders import random_blocks, tiny_llama_gguf
+from kernel_checks import assert_fast_is_portable
 
 COMPACT = ["Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q2_K", "Q3_K"]
 
@@ -91,13 +92,7 @@ def test_avx2_and_portable_tiles_agree(qname, rng):
     prep = C.prepare(PC.NAME, PC.pack(blocks, n, k, qname), n, k, qname)
     assert prep.spec.path == "compiled.panel64-compact.avx2"
     portable = dataclasses.replace(prep, spec=dataclasses.replace(prep.spec, kernel=compact._TILES[t.code_bits]))
-    x = rng.standard_normal((3, k)).astype(np.float32)
-    x[1] *= 1e3
-    a, da = D.quantize_activations(x)
-    a[2, :40] = -128
-    for p_fast, p_port in zip(prep.run(a, da), portable.run(a, da)):
-        assert np.array_equal(np.asarray(p_fast).view(np.uint32), np.asarray(p_port).view(np.uint32))
-    assert np.array_equal(prep.run(a, da)[0], D.standard_partials(blocks, n, k, qname, a)[0])
+    assert_fast_is_portable(prep, portable, blocks, n, k, qname, rng.standard_normal((3, k)))
 
 
 def test_registry_rows():
