@@ -31,7 +31,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from .errors import BadInputError, FormatError, UnsupportedError
 
@@ -104,6 +104,47 @@ def _as_list(v) -> list:
         return list(v)
     except TypeError:
         raise FormatError(f"expected an array, got {type(v).__name__}") from None
+
+
+def _merge_pairs(syms: list[str], rank: Callable[[str, str], Any]) -> list[str]:
+    """Merge adjacent symbols pair by pair, the pair of lowest ``rank(left, right)`` first
+    (leftmost on ties; ``None``: never merged), until no pair ranks: the symbols left, in
+    order (SentencePiece's and Gemma 4's BPE, on a linked list with a heap of candidates)."""
+    n = len(syms)
+    if n == 0:
+        return []
+    prev = list(range(-1, n - 1))
+    nxt = list(range(1, n + 1))
+    nxt[-1] = -1
+    alive = [True] * n
+    heap: list = []
+
+    def push(left: int, right: int) -> None:
+        if left >= 0 and right >= 0:
+            r = rank(syms[left], syms[right])
+            if r is not None:
+                heapq.heappush(heap, (r, left, syms[left], syms[right]))
+
+    for j in range(n - 1):
+        push(j, j + 1)
+    while heap:
+        _, left, a, b = heapq.heappop(heap)
+        right = nxt[left]
+        if not alive[left] or right < 0 or syms[left] != a or syms[right] != b:
+            continue  # a stale candidate: one of its symbols has merged since
+        syms[left] = a + b
+        alive[right] = False
+        nxt[left] = nxt[right]
+        if nxt[right] >= 0:
+            prev[nxt[right]] = left
+        push(prev[left], left)
+        push(left, nxt[left])
+    out: list[str] = []
+    j = 0
+    while j >= 0:
+        out.append(syms[j])
+        j = nxt[j]
+    return out
 
 
 @dataclass
@@ -256,48 +297,19 @@ class Tokenizer:
     def _encode_spm(self, text: str, first: bool) -> list[int]:
         if self.add_space_prefix and first:
             text = " " + text
-        text = text.replace(" ", "\u2581")
-        syms = list(text)
-        n = len(syms)
-        if n == 0:
-            return []
-        prev = list(range(-1, n - 1))
-        nxt = list(range(1, n + 1))
-        nxt[-1] = -1
-        alive = [True] * n
-        heap: list = []
         rev: dict[str, tuple[str, str]] = {}
 
-        def push(left: int, right: int) -> None:
-            if left < 0 or right < 0:
-                return
-            t = syms[left] + syms[right]
+        def rank(a: str, b: str) -> float | None:
+            t = a + b
             i = self.ids.get(t)
             if i is None:
-                return
-            heapq.heappush(heap, (-self.scores[i] if self.scores else 0.0, left, t, len(syms[left]), len(syms[right])))
-            rev[t] = (syms[left], syms[right])
+                return None
+            rev[t] = (a, b)
+            return -self.scores[i] if self.scores else 0.0
 
-        for j in range(n - 1):
-            push(j, j + 1)
-        while heap:
-            _, left, t, ll, rl = heapq.heappop(heap)
-            right = nxt[left]
-            if not alive[left] or right < 0 or len(syms[left]) != ll or len(syms[right]) != rl \
-                    or syms[left] + syms[right] != t:
-                continue
-            syms[left] = t
-            alive[right] = False
-            nxt[left] = nxt[right]
-            if nxt[right] >= 0:
-                prev[nxt[right]] = left
-            push(prev[left], left)
-            push(left, nxt[left])
         out: list[int] = []
-        j = 0
-        while j >= 0:
-            self._resegment(syms[j], rev, out)
-            j = nxt[j]
+        for sym in _merge_pairs(list(text.replace(" ", "\u2581")), rank):
+            self._resegment(sym, rev, out)
         return out
 
     def _resegment(self, s: str, rev: dict, out: list[int]) -> None:
@@ -322,51 +334,10 @@ class Tokenizer:
         """Spaces become ``▁`` (no prefix), no byte mapping and no pre-split: the whole fragment
         is merged pair by pair, lowest merge rank first (leftmost on ties); a symbol that is no
         token becomes ``<0xXX>`` byte tokens."""
-        syms = list(text.replace(" ", "\u2581"))
-        n = len(syms)
-        if n == 0:
-            return []
-        prev = list(range(-1, n - 1))
-        nxt = list(range(1, n + 1))
-        nxt[-1] = -1
-        alive = [True] * n
-        heap: list = []
         ranks = self.merges
-
-        def push(left: int, right: int) -> None:
-            if left >= 0 and right >= 0:
-                r = ranks.get((syms[left], syms[right]))
-                if r is not None:
-                    heapq.heappush(heap, (r, left, syms[left], syms[right]))
-
-        for j in range(n - 1):
-            push(j, j + 1)
-        while heap:
-            _, left, a, b = heapq.heappop(heap)
-            right = nxt[left]
-            if not alive[left] or right < 0 or syms[left] != a or syms[right] != b:
-                continue
-            syms[left] = a + b
-            alive[right] = False
-            nxt[left] = nxt[right]
-            if nxt[right] >= 0:
-                prev[nxt[right]] = left
-            push(prev[left], left)
-            push(left, nxt[left])
         out: list[int] = []
-        j = 0
-        while j >= 0:
-            i = self.ids.get(syms[j])
-            if i is not None:
-                out.append(i)
-            else:
-                for byte in syms[j].encode("utf-8"):
-                    bi = self._byte_ids.get(byte)
-                    if bi is not None:
-                        out.append(bi)
-                    elif self.unk_id is not None:
-                        out.append(self.unk_id)
-            j = nxt[j]
+        for sym in _merge_pairs(list(text.replace(" ", "\u2581")), lambda a, b: ranks.get((a, b))):
+            self._resegment(sym, {}, out)  # no merge to undo: the token, or its bytes
         return out
 
     # -- decoding ----------------------------------------------------------------------------
