@@ -46,30 +46,21 @@ def _unpack_compact(wt, g, buf, tw):
                 buf[4 * q + j, ch] = np.int8(u)
 
 
-# one view per code width (the record size GB = G/4 * 32 * bits is a compile-time constant)
-@lazy_njit(inline="always")
-def _view_bits2(w, t, tw, ng, group):
-    return _tile_view(w, t, 1, ng, group * 16)
+def _record_view(bits: int):
+    """The tile view of ``bits``-bit group records: ``G/4 * 32 * bits = 8 * bits * G`` bytes a
+    group, the factor a constant of each kernel (one view per code width, as the column tile
+    wants: :func:`._compiled_kernels._column_tile`)."""
+    unit = 8 * bits
 
+    @lazy_njit(inline="always", tag=f"bits{bits}")
+    def view(w, t, tw, ng, group):
+        return _tile_view(w, t, 1, ng, group * unit)
 
-@lazy_njit(inline="always")
-def _view_bits3(w, t, tw, ng, group):
-    return _tile_view(w, t, 1, ng, group * 24)
-
-
-@lazy_njit(inline="always")
-def _view_bits5(w, t, tw, ng, group):
-    return _tile_view(w, t, 1, ng, group * 40)
-
-
-@lazy_njit(inline="always")
-def _view_bits6(w, t, tw, ng, group):
-    return _tile_view(w, t, 1, ng, group * 48)
+    return view
 
 
 #: code bits -> the column tile of that record size
-_TILES = {2: _column_tile(_view_bits2, _unpack_compact), 3: _column_tile(_view_bits3, _unpack_compact),
-          5: _column_tile(_view_bits5, _unpack_compact), 6: _column_tile(_view_bits6, _unpack_compact)}
+_TILES = {bits: _column_tile(_record_view(bits), _unpack_compact) for bits in (2, 3, 5, 6)}
 
 
 # ---- where numba targets AVX2: each group's record expanded to its int8 panel, then _simd's
