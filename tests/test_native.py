@@ -89,18 +89,24 @@ def test_cheap_sme2_gemv_under_qemu(qemu_session):
     _agree(got, P, y)
 
 
+def _leaves_agree_at_every_m(session, layout: str, tname: str) -> None:
+    """The SME2 leaf (GEMV at M = 1, GEMM at 16 and 17) and the NEON path on a ``layout`` tensor
+    of two super-blocks, the second 36 channels of padding: the standard partials and outputs."""
+    n, k = 100, 512
+    t, blk, reg, params = _tensor(layout, tname, n, k)
+    for m in (1, 16, 17):
+        a, da, P, y = _standard(blk, n, k, t, m, seed=m)
+        got = session.run(layout, reg, n, k, t, params, a, da)
+        want = {"native.sme2.gemv" if m == 1 else "native.sme2.gemm", "native.neon.panel"}
+        assert {p.split("@")[0] for p, _, _ in got} == want
+        _agree(got, P, y)
+
+
 # ---- slow tier ------------------------------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.parametrize("tname", PANEL_TYPES)
 def test_panel_leaves_every_type(qemu_session, tname):
-    n, k = 100, 512  # two super-blocks, the second 36 channels of padding
-    t, blk, reg, params = _tensor("panel64", tname, n, k)
-    for m in (1, 16, 17):
-        a, da, P, y = _standard(blk, n, k, t, m, seed=m)
-        got = qemu_session.run("panel64", reg, n, k, t, params, a, da)
-        assert {p.split("@")[0] for p, _, _ in got} == (
-            {"native.sme2.gemv", "native.neon.panel"} if m == 1 else {"native.sme2.gemm", "native.neon.panel"})
-        _agree(got, P, y)
+    _leaves_agree_at_every_m(qemu_session, "panel64", tname)
 
 
 @pytest.mark.slow
@@ -132,17 +138,27 @@ def test_interleaved_kernels_avx2_on_the_host(layout, tname):
             _agree(got, P, y)
 
 
+def _run_corrupted(session, layout: str, tname: str, n: int, k: int, corrupt):
+    """The native paths of ``layout`` on a copy of a tensor's regions that ``corrupt(regions,
+    qtype)`` changed in place: ``(standard P, the session's results)`` for M = 1 and 17."""
+    t, blk, reg, params = _tensor(layout, tname, n, k)
+    bad = {name: r.copy() for name, r in reg.items()}
+    corrupt(bad, t)
+    out = []
+    for m in (1, 17):
+        a, da, P, _ = _standard(blk, n, k, t, m)
+        out.append((P, session.run(layout, bad, n, k, t, params, a, da)))
+    return out
+
+
 @pytest.mark.slow
 def test_a_flipped_panel_byte_is_caught(qemu_session):
-    n, k = 64, 256
+    def flip(regions, t):
+        regions["panels"].reshape(-1).view(np.uint8)[777] ^= 0x10
+
     for tname in ("Q4_K", "Q6_K"):  # a nibble and an int8 panel
-        t, blk, reg, params = _tensor("panel64", tname, n, k)
-        bad = {name: r.copy() for name, r in reg.items()}
-        flat = bad["panels"].reshape(-1).view(np.uint8)
-        flat[777] ^= 0x10
-        for m in (1, 17):
-            a, da, P, y = _standard(blk, n, k, t, m)
-            for path, Pn, _ in qemu_session.run("panel64", bad, n, k, t, params, a, da):
+        for P, got in _run_corrupted(qemu_session, "panel64", tname, 64, 256, flip):
+            for path, Pn, _ in got:
                 assert not np.array_equal(Pn, P), f"{tname} {path} missed the flipped byte"
 
 
@@ -210,27 +226,17 @@ def test_cheap_sme2_gemv_on_compact_records_under_qemu(qemu_session):
 @pytest.mark.slow
 @pytest.mark.parametrize("tname", COMPACT_TYPES + ["Q4_K", "Q8_0"])
 def test_compact_records_every_type(qemu_session, tname):
-    n, k = 100, 512  # two super-blocks, the second 36 channels of padding
-    t, blk, reg, params = _tensor("panel64-compact", tname, n, k)
-    for m in (1, 16, 17):
-        a, da, P, y = _standard(blk, n, k, t, m, seed=m)
-        got = qemu_session.run("panel64-compact", reg, n, k, t, params, a, da)
-        want = {"native.sme2.gemv" if m == 1 else "native.sme2.gemm", "native.neon.panel"}
-        assert {p.split("@")[0] for p, _, _ in got} == want
-        _agree(got, P, y)
+    _leaves_agree_at_every_m(qemu_session, "panel64-compact", tname)
 
 
 @pytest.mark.slow
 def test_a_flipped_plane_bit_is_caught(qemu_session):
-    n, k = 64, 256
-    for tname in ("Q5_K", "Q3_K"):  # a LUTI4 and a LUTI2 base
-        t, blk, reg, params = _tensor("panel64-compact", tname, n, k)
+    def flip(regions, t):
         f = repack.panel64_compact.form(t)
-        bad = {name: r.copy() for name, r in reg.items()}
-        bad["panels"][0, 0, f.kq * 32 * f.base_bits] ^= 1  # plane bit of channel 0, K 0
-        for m in (1, 17):
-            a, da, P, y = _standard(blk, n, k, t, m)
-            got = qemu_session.run("panel64-compact", bad, n, k, t, params, a, da)
+        regions["panels"][0, 0, f.kq * 32 * f.base_bits] ^= 1  # plane bit of channel 0, K 0
+
+    for tname in ("Q5_K", "Q3_K"):  # a LUTI4 and a LUTI2 base
+        for P, got in _run_corrupted(qemu_session, "panel64-compact", tname, 64, 256, flip):
             assert got
             for path, Pn, _ in got:
                 assert not np.array_equal(Pn[:, 0], P[:, 0]) and np.array_equal(Pn[:, 1:], P[:, 1:]), (tname, path)
