@@ -283,6 +283,20 @@ def test_lfm2_family_convolution_layers(tmp_path):
     assert rows["output_norm.weights"]["component"] == "embedding"
 
 
+def _same_tensor_files(tmp_path, hf, g, family: str) -> tuple[list[str], str]:
+    """``convert_cactus`` of an HF folder and of its GGUF ``g`` (into from-hf, from-gguf): the
+    same ``.weights`` files byte for byte, both of ``family``, the GGUF's folder checked; the
+    file names and the GGUF folder's config.txt."""
+    a = target.convert_cactus(hf, tmp_path / "from-hf", bits=4)
+    b = target.convert_cactus(g, tmp_path / "from-gguf", bits=4)
+    files = sorted(p.name for p in (tmp_path / "from-hf").iterdir() if p.name.endswith(".weights"))
+    assert files == sorted(p.name for p in (tmp_path / "from-gguf").iterdir() if p.name.endswith(".weights"))
+    for n in files:
+        assert (tmp_path / "from-hf" / n).read_bytes() == (tmp_path / "from-gguf" / n).read_bytes(), n
+    assert a.family == b.family == family and target.check_folder(tmp_path / "from-gguf") == []
+    return files, (tmp_path / "from-gguf" / "config.txt").read_text()
+
+
 def test_lfm2_from_gguf_writes_the_hf_routes_tensor_files(tmp_path, monkeypatch):
     """An LFM2 GGUF (the F32 file LFM2Model writes: the kernel squeezed to [d, L]) gives the same
     tensor files as its HF folder: the kernel back to [d, 1, L], every name and policy the same."""
@@ -297,15 +311,8 @@ def test_lfm2_from_gguf_writes_the_hf_routes_tensor_files(tmp_path, monkeypatch)
                         replace(gguf_arch.CONVERTERS["LFM2Model"], vocab=llama_convert.WRITER_VOCAB["LFM2Model"]))
     hf = gguf_tiny.folder(tmp_path / "hf", "lfm2", hidden=128)
     g = to_gguf(hf, tmp_path / "m.gguf", outtype="f32").path
-    a = target.convert_cactus(hf, tmp_path / "from-hf", bits=4)
-    b = target.convert_cactus(g, tmp_path / "from-gguf", bits=4)
-    files = sorted(p.name for p in (tmp_path / "from-hf").iterdir() if p.name.endswith(".weights"))
+    files, txt = _same_tensor_files(tmp_path, hf, g, "lfm2")
     assert "layer_0_conv_depthwise.weights" in files and "layer_1_attn_q.weights" in files
-    assert files == sorted(p.name for p in (tmp_path / "from-gguf").iterdir() if p.name.endswith(".weights"))
-    for n in files:
-        assert (tmp_path / "from-hf" / n).read_bytes() == (tmp_path / "from-gguf" / n).read_bytes(), n
-    assert a.family == b.family == "lfm2" and target.check_folder(tmp_path / "from-gguf") == []
-    txt = (tmp_path / "from-gguf" / "config.txt").read_text()
     assert "layer_types=conv,full_attention\n" in txt and "conv_L_cache=3\n" in txt
 
 
@@ -383,15 +390,8 @@ def test_gemma4_from_gguf_writes_the_hf_routes_tensor_files(tmp_path):
     cfg = json.loads((hf / "config.json").read_text())
     (hf / "config.json").write_text(json.dumps(dict(cfg, final_logit_softcapping=30.0)))
     g = to_gguf(hf, tmp_path / "m.gguf", outtype="f32").path
-    a = target.convert_cactus(hf, tmp_path / "from-hf", bits=4)
-    b = target.convert_cactus(g, tmp_path / "from-gguf", bits=4)
-    files = sorted(p.name for p in (tmp_path / "from-hf").iterdir() if p.name.endswith(".weights"))
+    files, txt = _same_tensor_files(tmp_path, hf, g, "gemma4")
     assert "layer_2_per_layer_gate.weights" in files and "model_language_model_embed_tokens_embed_scale.weights" in files
-    assert files == sorted(p.name for p in (tmp_path / "from-gguf").iterdir() if p.name.endswith(".weights"))
-    for n in files:
-        assert (tmp_path / "from-hf" / n).read_bytes() == (tmp_path / "from-gguf" / n).read_bytes(), n
-    assert a.family == b.family == "gemma4" and target.check_folder(tmp_path / "from-gguf") == []
-    txt = (tmp_path / "from-gguf" / "config.txt").read_text()
     for line in ("layer_types=sliding,global,global", "global_head_dim=32", "num_kv_shared_layers=1",
                  "hidden_size_per_layer_input=8", "global_partial_rotary_factor=0.25", "final_logit_softcapping=30.0"):
         assert f"{line}\n" in txt, line
