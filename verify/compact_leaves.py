@@ -34,13 +34,11 @@ from .neon import (
     ld1_16b,
     ld1r,
     movi_16b,
+    nibble_values,
     sdot_4s_elem,
     st1_4s,
     tbl1_16b,
     ushl_16b,
-    ushr_16b,
-    zip1_16b,
-    zip2_16b,
 )
 from .sme2 import (
     LANES_S,
@@ -279,13 +277,7 @@ def neon_program(records, table16, consts, acts, m_rows, n, k, G, base, nplanes,
                     plane0 = rec + qn * bb + q * PLANE
                     if base == 4:
                         for r in range(8):
-                            ld1_16b(V, 3, records, blk + Q * r)
-                            and_16b(V, 4, 3, 2)
-                            ushr_16b(V, 5, 3, 4)
-                            zip1_16b(V, 6, 4, 5)
-                            zip2_16b(V, 7, 4, 5)
-                            tbl1_16b(V, 6, 1, 6)
-                            tbl1_16b(V, 7, 1, 7)
+                            nibble_values(V, records, blk + Q * r)
                             _neon_planes(V, 6, 2 * r, records, plane0, nplanes, qn)
                             _neon_planes(V, 7, 2 * r + 1, records, plane0, nplanes, qn)
                             sdot_4s_elem(V, 16 + 2 * r, 6, 0, lane)

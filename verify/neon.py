@@ -211,6 +211,20 @@ def sdot_4s_elem(V, vd, vn, vm, lane):
 #   v16..v31  int32x4 accumulators: v(16+j) lanes = channels 4j .. 4j+3 of the super-block
 
 
+@lazy_njit(_void(_u8_2d, _u8_1d, _i64), cache=True, inline="always")
+def nibble_values(V, mem, addr):
+    """The 32 nibbles of the 16 bytes at ``addr`` as table values in v6 (lo/hi of bytes 0..7)
+    and v7 (bytes 8..15): ld1 v3; and v4, v3, v2; ushr v5, v3, #4; zip1/zip2 v6, v7; tbl {v1}
+    (v1 the table, v2 #0x0f; shared with the compact records' NEON path)."""
+    ld1_16b(V, 3, mem, addr)
+    and_16b(V, 4, 3, 2)
+    ushr_16b(V, 5, 3, 4)
+    zip1_16b(V, 6, 4, 5)
+    zip2_16b(V, 7, 4, 5)
+    tbl1_16b(V, 6, 1, 6)
+    tbl1_16b(V, 7, 1, 7)
+
+
 @lazy_njit(_void(_u8_1d, _u8_1d, _u8_1d, _i64, _i64, _i64, _i64, _i64, _i64_1d, _u8_1d, _u8_2d),
     cache=True,
 )
@@ -237,13 +251,7 @@ def neon_program(panels, table16, acts, m_rows, n, k, G, nibble, sbs, out, V):
                     blk = ((sb * ng + g) * qn + q) * blk_bytes
                     if nibble:
                         for r in range(8):
-                            ld1_16b(V, 3, panels, blk + Q * r)
-                            and_16b(V, 4, 3, 2)
-                            ushr_16b(V, 5, 3, 4)
-                            zip1_16b(V, 6, 4, 5)
-                            zip2_16b(V, 7, 4, 5)
-                            tbl1_16b(V, 6, 1, 6)
-                            tbl1_16b(V, 7, 1, 7)
+                            nibble_values(V, panels, blk + Q * r)
                             sdot_4s_elem(V, 16 + 2 * r, 6, 0, lane)
                             sdot_4s_elem(V, 17 + 2 * r, 7, 0, lane)
                     else:
