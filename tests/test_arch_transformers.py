@@ -97,41 +97,74 @@ def test_every_kernel_path_bit_identical(hf_models, arch, tmp_path):
         assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (arch, kern)
 
 
+def _cli(*args):
+    """``python -m panelpack ARGS`` in a child process (output captured)."""
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "panelpack", *map(str, args)], capture_output=True, text=True,
+                          timeout=900)
+
+
+def _with_tokenizer_json(m, folder):
+    """A copy of the tiny HF folder of ``m`` with a byte-level tokenizer.json added (the tiny
+    folders carry a tokenizer.model only)."""
+    import json
+    import shutil
+
+    from panelpack.convert.example import _tokenizer
+
+    shutil.copytree(m.folder, folder)
+    (folder / "tokenizer.json").write_text(json.dumps(_tokenizer(hm.VOCAB)))
+    return folder
+
+
+def _eval_and_generate(tmp_path, *sources):
+    """``eval --json`` (24 tokens, compiled bit-identical to standard) and ``generate`` on each
+    source through the CLI; returns the text file eval read."""
+    import json
+
+    text = tmp_path / "t.txt"
+    text.write_text("The quick brown fox jumps over the lazy dog. " * 8)
+    for src in sources:
+        r = _cli("eval", src, "--json", "--text", text, "--tokens", 24)
+        assert r.returncode == 0, r.stderr
+        doc = json.loads(r.stdout)
+        assert doc["tokens"] == 24 and doc["bit_identical"] is True and doc["ok"], doc
+        r = _cli("generate", src, "--prompt", "The quick brown", "-n", "4")
+        assert r.returncode == 0 and r.stdout.startswith("The quick brown"), r.stderr
+    return text
+
+
 def test_cli_eval_generate_and_refusals(hf_models, tmp_path):
     """The CLI on a Qwen3 bundle (from the GGUF llama.cpp's converter writes, whose tokenizer the
     runtime reads: the tiny HF folders carry a tokenizer.model only) and on a config the runtime
     refuses (exit 2, one line, no traceback)."""
     import json
     import shutil
-    import subprocess
-    import sys
 
     import llama_convert
-
-    def cli(*args):
-        return subprocess.run([sys.executable, "-m", "panelpack", *map(str, args)], capture_output=True, text=True,
-                              timeout=900)
 
     m = hf_models["qwen3"]
     g = llama_convert.convert(m.folder, tmp_path / "q.gguf", "f16")
     b = convert(g, tmp_path / "q.ppk", layout="panel64", requant="q8_0").bundle
     text = tmp_path / "t.txt"
     text.write_text("The quick brown fox jumps over the lazy dog. " * 8)
-    r = cli("eval", b, "--json", "--text", text, "--tokens", 32)
+    r = _cli("eval", b, "--json", "--text", text, "--tokens", 32)
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["tokens"] == 32 and doc["bit_identical"] is True
-    r = cli("generate", b, "--prompt", "The quick brown", "-n", "4")
+    r = _cli("generate", b, "--prompt", "The quick brown", "-n", "4")
     assert r.returncode == 0 and r.stdout.startswith("The quick brown"), r.stderr
     moe = tmp_path / "moe"
     shutil.copytree(m.folder, moe)
     cfg = json.loads((moe / "config.json").read_text())
     (moe / "config.json").write_text(json.dumps(dict(cfg, model_type="qwen3_moe", architectures=["Qwen3MoeForCausalLM"])))
-    r = cli("eval", moe, "--text", text, "--tokens", 8)
+    r = _cli("eval", moe, "--text", text, "--tokens", 8)
     assert r.returncode == 2 and "mixture-of-experts" in r.stderr and "Traceback" not in r.stderr
-    r = cli("convert", moe, "-o", tmp_path / "c", "--target", "cactus", "--quant", "cq4")
+    r = _cli("convert", moe, "-o", tmp_path / "c", "--target", "cactus", "--quant", "cq4")
     assert r.returncode == 2 and "mixture-of-experts" in r.stderr
-    r = cli("convert", moe, "-o", tmp_path / "p.ppk", "--layout", "panel64", "--quant", "q8_0")  # plain repacking: any
+    r = _cli("convert", moe, "-o", tmp_path / "p.ppk", "--layout", "panel64", "--quant", "q8_0")  # plain repacking: any
     assert r.returncode == 0, r.stderr
 
 
@@ -142,37 +175,19 @@ def test_cli_eval_and_generate_lfm2_hf_and_gguf(hf_models, tmp_path):
     library); ``lfm2_moe`` refused by name (exit 2)."""
     import json
     import shutil
-    import subprocess
-    import sys
-
-    from panelpack.convert.example import _tokenizer
 
     import llama_convert
 
-    def cli(*args):
-        return subprocess.run([sys.executable, "-m", "panelpack", *map(str, args)], capture_output=True, text=True,
-                              timeout=900)
-
     m = hf_models["lfm2"]
-    hf = tmp_path / "lfm2"
-    shutil.copytree(m.folder, hf)
-    (hf / "tokenizer.json").write_text(json.dumps(_tokenizer(hm.VOCAB)))
+    hf = _with_tokenizer_json(m, tmp_path / "lfm2")
     g = llama_convert.convert_batch([(m.folder, tmp_path / "lfm2.gguf", "f16")])[0]
-    text = tmp_path / "t.txt"
-    text.write_text("The quick brown fox jumps over the lazy dog. " * 8)
-    for src in (hf, g):
-        r = cli("eval", src, "--json", "--text", text, "--tokens", 24)
-        assert r.returncode == 0, r.stderr
-        doc = json.loads(r.stdout)
-        assert doc["tokens"] == 24 and doc["bit_identical"] is True and doc["ok"], doc
-        r = cli("generate", src, "--prompt", "The quick brown", "-n", "4")
-        assert r.returncode == 0 and r.stdout.startswith("The quick brown"), r.stderr
+    text = _eval_and_generate(tmp_path, hf, g)
     assert list(Model.open(g, "f32").generate(m.ids[:hm.PROMPT], n=hm.GENERATE, stop=())) == m.generated
     moe = tmp_path / "moe"
     shutil.copytree(m.folder, moe)
     cfg = json.loads((moe / "config.json").read_text())
     (moe / "config.json").write_text(json.dumps(dict(cfg, model_type="lfm2_moe", architectures=["Lfm2MoeForCausalLM"])))
-    r = cli("eval", moe, "--text", text, "--tokens", 8)
+    r = _cli("eval", moe, "--text", text, "--tokens", 8)
     assert r.returncode == 2 and "mixture-of-experts" in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
@@ -181,32 +196,12 @@ def test_cli_eval_and_generate_gemma4_hf_and_gguf(hf_models, tmp_path):
     ``generate`` on the HF folder (a byte-level tokenizer.json added) and on the Q8_0 GGUF that
     llama.cpp's converter writes; the F16 GGUF's greedy tokens through the library equal
     transformers'."""
-    import json
-    import shutil
-    import subprocess
-    import sys
-
-    from panelpack.convert.example import _tokenizer
 
     import llama_convert
 
-    def cli(*args):
-        return subprocess.run([sys.executable, "-m", "panelpack", *map(str, args)], capture_output=True, text=True,
-                              timeout=900)
-
     m = hf_models["gemma4"]
-    hf = tmp_path / "gemma4"
-    shutil.copytree(m.folder, hf)
-    (hf / "tokenizer.json").write_text(json.dumps(_tokenizer(hm.VOCAB)))
+    hf = _with_tokenizer_json(m, tmp_path / "gemma4")
     q8, f16 = llama_convert.convert_batch([(m.folder, tmp_path / "g4-q8_0.gguf", "q8_0"),
                                            (m.folder, tmp_path / "g4-f16.gguf", "f16")])
-    text = tmp_path / "t.txt"
-    text.write_text("The quick brown fox jumps over the lazy dog. " * 8)
-    for src in (hf, q8):
-        r = cli("eval", src, "--json", "--text", text, "--tokens", 24)
-        assert r.returncode == 0, r.stderr
-        doc = json.loads(r.stdout)
-        assert doc["tokens"] == 24 and doc["bit_identical"] is True and doc["ok"], doc
-        r = cli("generate", src, "--prompt", "The quick brown", "-n", "4")
-        assert r.returncode == 0 and r.stdout.startswith("The quick brown"), r.stderr
+    _eval_and_generate(tmp_path, hf, q8)
     assert list(Model.open(f16, "f32").generate(m.ids[:hm.PROMPT], n=hm.GENERATE, stop=())) == m.generated
