@@ -246,10 +246,18 @@ class Bench:
         ref, ours = self.work / "llama-q4km.gguf", self.work / "pp-q4km.gguf"
         for f in (ref, ours):
             rmtree(f)
-        r1 = self.run("quant llama_model_quantize", [sys.executable, "-c", _QUANTIZE, self.f16, ref, self.a.threads])
-        r2 = self.run("quant panelpack convert --quant Q4_K_M",
-                      self.pp("convert", self.f16, "-o", ours, "--quant", "Q4_K_M", "--no-progress",
-                              "--jobs", self.a.threads))
+        def llama():
+            return self.run("quant llama_model_quantize", [sys.executable, "-c", _QUANTIZE, self.f16, ref, self.a.threads])
+
+        def panelpack():
+            return self.run("quant panelpack convert --quant Q4_K_M",
+                            self.pp("convert", self.f16, "-o", ours, "--quant", "Q4_K_M", "--no-progress",
+                                    "--jobs", self.a.threads))
+
+        if self.a.panelpack_first:
+            r2, r1 = panelpack(), llama()
+        else:
+            r1, r2 = llama(), panelpack()
         if r1.rc == 0:
             want = digests(ref)
             (self.work / "ref-digests.json").write_text(json.dumps(want))
@@ -332,6 +340,7 @@ def main(argv=None) -> int:
     ap.add_argument("--kv-heads", type=int, default=8)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-warm", dest="warm", action="store_false")
+    ap.add_argument("--panelpack-first", action="store_true", help="quant: time panelpack before llama.cpp")
     ap.add_argument("--keep", action="store_true", help="keep the workdir (default: removed at the end)")
     a = ap.parse_args(argv)
     b = Bench(a)
