@@ -21,6 +21,7 @@ keeps what it measured). Every timed command runs whole-process under bench_conv
 * ``quant``: ``llama_model_quantize`` F16 -> Q4_K_M (llama-cpp-python) vs ``panelpack convert
   F16.gguf -o OUT.gguf --quant Q4_K_M``; the two files compared tensor for tensor
   (tests/gguf_compare.py) and llama.cpp's tensors' digests kept (``ref-digests.json``);
+  llama.cpp first, panelpack second (``--panelpack-first`` reverses them);
 * ``multi``: ``panelpack convert F16.gguf --quant Q4_K_M -o a.ppk --layout panel64 -o b.ppk
   --layout ggml-x8`` (one run, two bundles; ggml-x8's removed afterwards);
 * ``verify``: ``panelpack verify a.ppk --level all`` (target <= 5 min);
