@@ -56,10 +56,58 @@ sys.exit(1 if llama_cpp.llama_model_quantize(sys.argv[1].encode(), sys.argv[2].e
 """
 
 
-def write_checkpoint(folder: Path, shape: dict, vocab_gguf: Path, seed: int = 0) -> Path:
+def write_shards(folder: Path, specs, produce, shard_bytes: int = 5_000_000_000) -> list[Path]:
+    """Stream a checkpoint of one raw dtype into safetensors files as hubs ship them.
+
+    ``specs``: ``(name, dtype, shape)`` in state-dict order (``dtype`` a safetensors name, all
+    the same width); ``produce(name)``: the tensor's data, any array of ``shape``'s size in that
+    width (raw bits for BF16). Tensors go to shards of at most ``shard_bytes`` in that order
+    (``model-00001-of-0000N.safetensors`` and ``model.safetensors.index.json``; one file is
+    ``model.safetensors``, no index), each shard's header sorted by name as the safetensors
+    library writes it. Only one tensor is in memory at a time."""
+    import struct
+
+    widths = {"BF16": 2, "F16": 2, "F32": 4}
+    shards: list[list] = [[]]
+    size = 0
+    for name, dtype, shape in specs:
+        nbytes = widths[dtype] * int(np.prod(shape))
+        if shards[-1] and size + nbytes > shard_bytes:
+            shards.append([])
+            size = 0
+        shards[-1].append((name, dtype, list(shape), nbytes))
+        size += nbytes
+    n = len(shards)
+    names = ["model.safetensors"] if n == 1 else [f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]
+    folder.mkdir(parents=True, exist_ok=True)
+    weight_map, total = {}, 0
+    for fname, items in zip(names, shards):
+        items = sorted(items)
+        header: dict = {"__metadata__": {"format": "pt"}}
+        at = 0
+        for name, dtype, shape, nbytes in items:
+            header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [at, at + nbytes]}
+            at += nbytes
+            weight_map[name] = fname
+        blob = json.dumps(header, separators=(",", ":")).encode()
+        blob += b" " * (-len(blob) % 8)
+        with open(folder / fname, "wb") as f:
+            f.write(struct.pack("<Q", len(blob)) + blob)
+            for name, _, _, nbytes in items:
+                data = np.ascontiguousarray(produce(name)).reshape(-1).view(np.uint8)
+                assert data.nbytes == nbytes, name
+                f.write(data.data)
+        total += at
+    if n > 1:
+        index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
+        (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+    return [folder / f for f in names]
+
+
+def write_checkpoint(folder: Path, shape: dict, vocab_gguf: Path, seed: int = 0,
+                     shard_bytes: int = 5_000_000_000) -> Path:
     """The random Qwen3-shaped bf16 checkpoint and its tokenizer."""
     from panelpack.convert.example import f32_to_bf16_bits
-    from panelpack.formats.safetensors import save_file
 
     import gguf_models
 
@@ -89,7 +137,7 @@ def write_checkpoint(folder: Path, shape: dict, vocab_gguf: Path, seed: int = 0)
                   p + "self_attn.q_norm.weight": norm(hd), p + "self_attn.k_norm.weight": norm(hd),
                   p + "mlp.gate_proj.weight": w(ff, h), p + "mlp.up_proj.weight": w(ff, h),
                   p + "mlp.down_proj.weight": w(h, ff)})
-    save_file(t, folder / "model.safetensors", metadata={"format": "pt"})
+    write_shards(folder, [(k, v[0], v[1].shape) for k, v in t.items()], lambda k: t[k][1], shard_bytes)
     return folder
 
 

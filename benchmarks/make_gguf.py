@@ -106,15 +106,8 @@ def layers_for_size(size: int, dim: int, ffn: int, vocab: int, kv_dim: int, type
     return max(1, round((size - base) / (one / 2)))
 
 
-def write(path, *, layers: int, dim: int, ffn: int, vocab: int, heads: int, kv_heads: int, types, seed: int,
-          chunk: int = POOL_BYTES // 2) -> dict:
-    """Write the file; returns {'bytes', 'tensors', 'seconds', 'types': {name: bytes}}."""
-    t0 = time.perf_counter()
-    kv_dim = dim // heads * kv_heads
-    specs = assign_types(llama_tensors(layers, dim, ffn, vocab, kv_dim), types)
-    rng = np.random.default_rng(seed)
-    pools = {t.name: valid_pool(t, rng) for t in dict.fromkeys(t for _, _, t in specs if t.name != "F32")}
-    w = GGUFStreamWriter(path, arch="llama")
+def add_llama_kv(w, *, layers: int, dim: int, ffn: int, vocab: int, heads: int, kv_heads: int) -> None:
+    """The llama hyperparameters and a synthetic tokenizer, as pairs of the writer ``w``."""
     tokens = ["<unk>", "<s>", "</s>"] + [f"tok{i}" for i in range(3, vocab)]
     meta = {
         "general.name": (f"synthetic-llama-{layers}x{dim}", VT.STRING),
@@ -132,6 +125,18 @@ def write(path, *, layers: int, dim: int, ffn: int, vocab: int, heads: int, kv_h
     w.add_kv("tokenizer.ggml.tokens", tokens, VT.ARRAY, VT.STRING)
     w.add_kv("tokenizer.ggml.scores", np.linspace(0, -1, vocab, dtype=np.float32), VT.ARRAY, VT.FLOAT32)
     w.add_kv("tokenizer.ggml.token_type", [3, 3, 3] + [1] * (vocab - 3), VT.ARRAY, VT.INT32)
+
+
+def write(path, *, layers: int, dim: int, ffn: int, vocab: int, heads: int, kv_heads: int, types, seed: int,
+          chunk: int = POOL_BYTES // 2) -> dict:
+    """Write the file; returns {'bytes', 'tensors', 'seconds', 'types': {name: bytes}}."""
+    t0 = time.perf_counter()
+    kv_dim = dim // heads * kv_heads
+    specs = assign_types(llama_tensors(layers, dim, ffn, vocab, kv_dim), types)
+    rng = np.random.default_rng(seed)
+    pools = {t.name: valid_pool(t, rng) for t in dict.fromkeys(t for _, _, t in specs if t.name != "F32")}
+    w = GGUFStreamWriter(path, arch="llama")
+    add_llama_kv(w, layers=layers, dim=dim, ffn=ffn, vocab=vocab, heads=heads, kv_heads=kv_heads)
     for name, shape, t in specs:
         w.add_tensor_info(name, shape, t)
     per_type: dict[str, int] = {}
