@@ -426,6 +426,31 @@ def _tile_done(yt, t, tw, y, want_y):
                 y[m, t * TILE + j] = yt[m, j]
 
 
+def int8_group_tile(dot, operand, scratch_bytes: int):
+    """A column tile over int8 panels through _simd's int8 group ``dot`` (16 or 32 K a group):
+    for each group, ``operand(w, t, g, ng, group, geom, scratch)`` gives the bytes and offset of
+    its int8 panel (read in place, or expanded into ``scratch`` of ``scratch_bytes``), then one
+    dot per activation row and that group's finish (:func:`_group_done`)."""
+
+    @njit(cache=True)
+    def tile(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
+        ng = s_t.shape[1]
+        tw = _tile_width(n, t)
+        k = a.shape[1]
+        af = a.reshape(-1)
+        acc = np.empty(TILE, np.int32)
+        yt = np.zeros((a.shape[0], TILE), np.float32)
+        scratch = np.empty(scratch_bytes, np.uint8)
+        for g in range(ng):
+            src, at = operand(w, t, g, ng, group, geom, scratch)
+            for m in range(a.shape[0]):
+                dot(src, at, af, m * k + g * group, acc)
+                _group_done(acc, t, g, m, tw, 0, A, s_t, o_t, da, kind, g * group, P, yt, want_p, want_y)
+        _tile_done(yt, t, tw, y, want_y)
+
+    return tile
+
+
 if _simd.AVAILABLE:
     _nibble_group_dot = _simd.nibble_group_dot
     _f16_lanes = _simd.f16_lanes if _simd.F16_LANES else None
@@ -741,37 +766,16 @@ if _simd.AVAILABLE:
                         pt[16 * j + i, r] = acc[i] - off * A[m, 16 * j + i]
             _row_finish(pt, m, tw, t, A, s_t, o_t, da, kind, group, P, y, want_p, want_y, yrow)
 
-    _int8_group_dot32 = _simd.int8_group_dot
-    _int8_group_dot16 = _simd.int8_group_dot16
+    @njit(inline="always")
+    def _int8_panel_in_place(w, t, g, ng, group, geom, scratch):
+        # panel64 int8 panels (``c = code - code_offset``, |c| < 128: every int8 type but Q8_0) are
+        # already the dot's operand (byte ``256q + 4c + j`` = code of channel ``c`` at K ``4q + j``;
+        # 64 bytes per K of a 64-channel tile): read in place
+        return w, (t * ng + g) * (group * TILE)
 
-    def _int8_panel_avx2_tile(g16: bool):
-        """panel64 int8 panels (``c = code - code_offset``, |c| < 128: every int8 type but Q8_0)
-        through _simd's int8 group dot, read in place: the panel bytes of a group are already its
-        operand (byte ``256q + 4c + j`` = code of channel ``c`` at K ``4q + j``). ``g16``: groups of
-        16 K (Q6_K, Q2_K, Q3_K), else 32. The same exact int32 partials as _tile_panel64_int8."""
-
-        @njit(cache=True)
-        def tile(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
-            ng = s_t.shape[1]
-            tw = _tile_width(n, t)
-            k = a.shape[1]
-            af = a.reshape(-1)
-            acc = np.empty(TILE, np.int32)
-            yt = np.zeros((a.shape[0], TILE), np.float32)
-            for g in range(ng):
-                k0 = g * group
-                base = (t * ng + g) * (group * TILE)  # 64 bytes per K of a 64-channel int8 tile
-                for m in range(a.shape[0]):
-                    if g16:
-                        _int8_group_dot16(w, base, af, m * k + k0, acc)
-                    else:
-                        _int8_group_dot32(w, base, af, m * k + k0, acc)
-                    _group_done(acc, t, g, m, tw, 0, A, s_t, o_t, da, kind, k0, P, yt, want_p, want_y)
-            _tile_done(yt, t, tw, y, want_y)
-
-        return tile
-
-    _INT8_PANEL_TILES_AVX2 = {16: _int8_panel_avx2_tile(True), 32: _int8_panel_avx2_tile(False)}
+    # groups of 16 K (Q6_K, Q2_K, Q3_K) or 32: the same exact int32 partials as _tile_panel64_int8
+    _INT8_PANEL_TILES_AVX2 = {16: int8_group_tile(_simd.int8_group_dot16, _int8_panel_in_place, 0),
+                              32: int8_group_tile(_simd.int8_group_dot, _int8_panel_in_place, 0)}
 else:
     _row_tile_nibble_avx2 = None
     _tile_rowmajor_q8_0_avx2 = None

@@ -19,7 +19,7 @@ from ..repack import panel64 as _panel64
 from ..repack import panel64_compact as _compact
 from . import _simd
 from . import compiled as _compiled
-from ._compiled_kernels import TILE, _column_tile, _group_done, _tile_done, _tile_view, _tile_width
+from ._compiled_kernels import TILE, _column_tile, _tile_view, int8_group_tile
 from .registry import PathResult, Sample
 
 _PLANE = _compact.PLANE_KG_BYTES
@@ -119,28 +119,18 @@ def _expand_intrinsic(base: int, nplanes: int, kq: int):
 
 
 def _avx2_tile(base: int, nplanes: int, kq: int):
-    """The AVX2 tile of one compact form."""
+    """The AVX2 tile of one compact form: each group's record expanded into an int8 panel, then
+    the int8 panels' own group dots."""
     gb = kq * (32 * base + _PLANE * nplanes)
-    dot = _simd.int8_group_dot16 if kq == 4 else _simd.int8_group_dot
     expand = _expand_intrinsic(base, nplanes, kq)
 
-    @njit(cache=True)
-    def tile(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
-        ng = s_t.shape[1]
-        tw = _tile_width(n, t)
-        k = a.shape[1]
-        af = a.reshape(-1)
-        acc = np.empty(TILE, np.int32)
-        yt = np.zeros((a.shape[0], TILE), np.float32)
-        s8 = np.empty(kq * 256, np.uint8)  # the group's int8 panel
-        for g in range(ng):
-            expand(w, (t * ng + g) * gb, s8, geom[0])
-            for m in range(a.shape[0]):
-                dot(s8, 0, af, m * k + g * group, acc)
-                _group_done(acc, t, g, m, tw, 0, A, s_t, o_t, da, kind, g * group, P, yt, want_p, want_y)
-        _tile_done(yt, t, tw, y, want_y)
+    @njit(inline="always")
+    def expanded(w, t, g, ng, group, geom, scratch):
+        expand(w, (t * ng + g) * gb, scratch, geom[0])
+        return scratch, 0
 
-    return tile
+    dot = _simd.int8_group_dot16 if kq == 4 else _simd.int8_group_dot
+    return int8_group_tile(dot, expanded, kq * 256)
 
 
 #: code bits -> the AVX2 tile of that form (None where numba does not target AVX2)

@@ -222,7 +222,7 @@ def panel64_kernel(layout: str, t) -> KernelSpec | None:
                           _geom_offset(t.code_offset), 15, activations=order, variant=variant)
     # int8 panels hold c = code - code_offset
     fast = _INT8_PANEL_TILES_AVX2.get(t.group) if _signed_code_max(t) < 128 else None
-    if fast is not None:  # through the AVX2 int8 group dot (_int8_panel_avx2_tile)
+    if fast is not None:  # through the AVX2 int8 group dot (_INT8_PANEL_TILES_AVX2, int8_group_tile)
         return KernelSpec(layout, t.name, fast, panel64_code_bytes, panel64_scale_arrays, _geom_offset(0),
                           _signed_code_max(t), variant="avx2")
     return KernelSpec(layout, t.name, _tile_panel64_int8, panel64_code_bytes, panel64_scale_arrays,
