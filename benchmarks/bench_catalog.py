@@ -14,6 +14,11 @@ il8-nibble, one job each, verify none) run by ``panelpack batch PLAN`` on the lo
 process, median of ``--runs``, fresh outputs each run, the bundles compared. ``batch-warm``
 (same plans): ``panelpack.batch()`` in this process with Ray's local cluster
 started once before the runs (a pipeline's long-lived cluster), against the local executor.
+``batch-cluster`` (same plans): whole ``panelpack batch PLAN`` processes again, the Ray one with
+``--ray 127.0.0.1:PORT`` joining a cluster that ``ray start --head --num-cpus 2`` started before
+the runs (stopped after them), as a pipeline submits to its cluster: each run pays the process,
+the connection, the tasks and the outputs, not the cluster's own boot (~4 s of Ray processes
+starting on 2 cores, which ``batch`` includes).
 
 Each timed run starts from a removed output (untimed, then ``sync``); wall and CPU seconds (the
 children's user + system) are both shown: a shared host inflates the wall time more.
@@ -26,6 +31,7 @@ import hashlib
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -153,10 +159,41 @@ def batch_warm(work: Path, runs: int) -> None:
     print(f"  median of {runs}: local {lw:.2f} s, ray {rw:.2f} s: ratio {rw / lw:.2f}x (target <= 1.15x)")
 
 
+def batch_cluster(work: Path, env: dict, runs: int) -> None:
+    plans, n_jobs = write_plans(work)
+    port = "6391"
+    ray_bin = str(Path(sys.executable).with_name("ray"))
+    env = dict(env, RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="token")  # `ray start` clusters want a token
+    subprocess.run([ray_bin, "start", "--head", "--port", port, "--node-ip-address", "127.0.0.1", "--num-cpus", "2",
+                    "--include-dashboard", "false", "--disable-usage-stats"], env=env, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    cmd = {ex: [sys.executable, "-m", "panelpack", "batch", str(plans[ex]), "--no-progress"]
+           + (["--ray", f"127.0.0.1:{port}"] if ex == "ray" else []) for ex in plans}
+    times: dict[str, list] = {ex: [] for ex in plans}
+    print(f"batch of {n_jobs} conversions, whole process, Ray cluster started by `ray start --head` before: {load()}")
+    try:
+        for i in range(runs + 1):
+            for ex in plans:
+                clear(work / ex / "out")
+                t = timed(cmd[ex], env)
+                if i:
+                    times[ex].append(t)
+                print(f"  run {i}{' (warm-up)' if not i else ''}: {ex} {t[0]:.2f} s wall {t[1]:.2f} s CPU; {load()}")
+    finally:
+        subprocess.run([ray_bin, "stop", "--force"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    outs = sorted(p.name for p in (work / "local" / "out").glob("*.ppk"))
+    same = len(outs) == n_jobs and all(
+        tree_digest(work / "local" / "out" / n) == tree_digest(work / "ray" / "out" / n) for n in outs)
+    lw, rw = statistics.median(t[0] for t in times["local"]), statistics.median(t[0] for t in times["ray"])
+    print(f"  median of {runs}: local {lw:.2f} s, ray {rw:.2f} s wall: ratio {rw / lw:.2f}x (target <= 1.15x); "
+          f"runs local {', '.join(f'{t[0]:.2f}' for t in times['local'])}, ray {', '.join(f'{t[0]:.2f}' for t in times['ray'])}; "
+          f"same outputs: {same}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--sections", nargs="+", default=["multi", "requant", "batch", "batch-warm"])
+    ap.add_argument("--sections", nargs="+", default=["multi", "requant", "batch", "batch-warm", "batch-cluster"])
     ap.add_argument("--workdir", default=None)
     args = ap.parse_args()
     gemma = checkpoints.gemma_path()
@@ -176,6 +213,8 @@ def main() -> None:
             batch(work, env, args.runs)
         if "batch-warm" in args.sections:
             batch_warm(work, args.runs)
+        if "batch-cluster" in args.sections:
+            batch_cluster(work, env, args.runs)
     finally:
         if args.workdir is None:
             shutil.rmtree(work, ignore_errors=True)

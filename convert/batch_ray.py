@@ -17,6 +17,10 @@ from .batch_plan import Job
 log = logging.getLogger(__name__)
 
 MISSING = "--ray needs Ray, an optional extra: pip install 'panelpack[ray]'"
+#: what a driver that cannot join a cluster is told (Ray's own message follows)
+UNREACHABLE = ("cannot join the Ray cluster at {address}: {why}. Check the address (`ray status` on the head "
+               "node prints it); a cluster started by `ray start` uses token authentication by default, which "
+               "a driver joins with RAY_AUTH_MODE=token and the cluster's token in ~/.ray/auth_token or RAY_AUTH_TOKEN")
 
 
 def _ray():
@@ -38,7 +42,11 @@ def run(jobs: list[Job], retries: int, workers: Optional[int], on_row: Callable[
     ray = _ray()
     started = False
     if not ray.is_initialized():
-        ray.init(address=address or None, log_to_driver=False, include_dashboard=False)
+        try:
+            ray.init(address=address or None, log_to_driver=False, include_dashboard=False)
+        except (ConnectionError, ray.exceptions.AuthenticationError) as e:
+            # a user's address (or its credentials) is bad input, not an internal error
+            raise BadInputError(UNREACHABLE.format(address=address or "the default address", why=e)) from None
         started = True
     try:
         remote = ray.remote(max_retries=0, num_cpus=1)(_task)

@@ -167,6 +167,33 @@ def test_ray_missing_is_a_clear_message(tmp_path, sources, monkeypatch):
     assert not (tmp_path / "out").exists()
 
 
+def test_ray_unreachable_cluster_is_bad_input(tmp_path, sources, monkeypatch):
+    """A cluster that cannot be joined (wrong address, missing token) is the user's input: exit 2
+    with Ray's reason and what to check, no traceback, nothing written."""
+    import types
+
+    class AuthenticationError(Exception):
+        pass
+
+    calls = []
+
+    def init(**kw):
+        calls.append(kw)
+        raise ConnectionError(f"Failed to connect to Ray cluster at {kw['address']}")
+
+    fake = types.ModuleType("ray")
+    fake.is_initialized = lambda: False
+    fake.init = init
+    fake.exceptions = types.SimpleNamespace(AuthenticationError=AuthenticationError)
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    p = write_plan(tmp_path, sources, names=("tiny.gguf",))
+    r = CliRunner().invoke(main, ["batch", str(p), "--ray=10.9.9.9:6379"])
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert "cannot join the Ray cluster at 10.9.9.9:6379" in r.output and "RAY_AUTH_MODE=token" in r.output
+    assert calls and calls[0]["address"] == "10.9.9.9:6379"
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
 # -- the local executor (a process per attempt) -----------------------------------------------
 @pytest.mark.slow
 def test_local_batch_isolates_a_bad_source_and_resumes(tmp_path, sources):
