@@ -395,3 +395,74 @@ def test_gemma4_from_gguf_writes_the_hf_routes_tensor_files(tmp_path):
     for line in ("layer_types=sliding,global,global", "global_head_dim=32", "num_kv_shared_layers=1",
                  "hidden_size_per_layer_input=8", "global_partial_rotary_factor=0.25", "final_logit_softcapping=30.0"):
         assert f"{line}\n" in txt, line
+
+
+@pytest.mark.parametrize("hf_name,shape,file,reason", [
+    ("model.audio_tower.layers.0.self_attn.relative_k_proj.weight", (32, 32),
+     "audio_conformer_0_attention_attn_relative_position_embedding_pos_proj.weights", "position embedding tensor"),
+    ("model.audio_tower.subsample_conv_projection.input_proj_linear.weight", (32, 8),
+     "audio_subsample_conv_projection_input_proj.weights", "input width is not aligned to CQ group size 128"),
+    ("model.audio_tower.subsample_conv_projection.layer1.conv.weight", (4, 8, 3, 3),
+     "audio_subsample_conv_projection_conv_1_conv.weights", "non-2d tensor"),
+    ("model.audio_tower.layers.3.feed_forward2.ffw_layer_1.input_min", (),
+     "audio_conformer_3_ffw_layer_end_ffw_layer_1_input_min.weights", "non-2d tensor"),
+    ("model.audio_tower.layers.0.norm_out.weight", (32,), "audio_conformer_0_norm.weights", "norm tensor"),
+    ("model.audio_tower.output_proj.bias", (32,), "audio_output_proj.bias", "audio bias tensor"),
+    ("model.embed_audio.embedding_projection.weight", (1536, 1536), "embed_audio_proj.weights",
+     "gemma4 media tower accuracy"),
+    ("model.embed_vision.embedding_projection.weight", (1536, 768), "embed_vision_proj.weights",
+     "vision embedding projection scale-sensitive"),
+    ("model.vision_tower.encoder.layers.5.mlp.down_proj.linear.weight", (768, 3072),
+     "vision_encoder_layers_5_mlp_down_proj.weights", "gemma4 media tower accuracy"),
+    ("model.vision_tower.patch_embedder.position_embedding_table", (2, 10240, 768),
+     "vision_patch_embedder_position_embedding_table.weights", "non-2d tensor"),
+])
+def test_gemma4_tower_names_and_precision(hf_name, shape, file, reason):
+    """A gemma4 tower tensor's file name and FP16 reason, as cactus's gemma4 adapter writes them
+    (names from its output on transformers' Gemma4ForConditionalGeneration)."""
+    from panelpack.formats import arch
+
+    row = arch.get("gemma4")
+    out, comp, recognized = target.cactus_name(hf_name, row)
+    assert (out, comp, recognized) == (file, "audio" if "audio" in hf_name else "vision", True)
+    pol = target.tensor_policy(out, comp, shape, 4, hf_name)
+    assert (pol.action, pol.precision, pol.reason) == ("fallback", "FP16", reason)
+
+
+def _wrapper(tmp_path, arch_name, **towers):
+    """A tiny multimodal wrapper checkpoint (gemma3/gemma4 text tensors under model.language_model.)
+    whose config.json has the given tower configs (no tower tensors: the refusals come first)."""
+    from panelpack.formats.safetensors import save_file
+
+    import gguf_tiny
+
+    text = gguf_tiny.folder(tmp_path / "t", arch_name, hidden=128)
+    tc = dict(json.loads((text / "config.json").read_text()), final_logit_softcapping=30.0, architectures=None)
+    with open_checkpoint(text) as ck:
+        w = {t.name: np.asarray(ck.array(t.name)) for t in ck.tensors}
+    src = tmp_path / "w"
+    src.mkdir()
+    cls = {"gemma3_text": "Gemma3ForConditionalGeneration"}.get(tc["model_type"], "Gemma4ForConditionalGeneration")
+    mt = {"gemma3_text": "gemma3"}.get(tc["model_type"], "gemma4")
+    (src / "config.json").write_text(json.dumps({"model_type": mt, "architectures": [cls], "text_config": tc, **towers}))
+    save_file({(n if n == "lm_head.weight" else "model.language_model." + n[len("model."):]): ("BF16", a)
+               for n, a in w.items()}, src / "model.safetensors")
+    return src
+
+
+def test_towers_refused_by_name_where_they_would_run(tmp_path):
+    """What still refuses a checkpoint's towers, by name: the runtime (eval, generate) for a gemma4
+    checkpoint with towers; the cactus target and GGUF output for a multimodal checkpoint whose
+    towers neither cactus's adapter nor llama.cpp's converter take (Gemma 3's)."""
+    from panelpack.convert import to_gguf
+    from panelpack.formats.errors import UnsupportedError
+    from panelpack.verify.runtime import Model
+
+    g4 = _wrapper(tmp_path / "g4", "gemma4", vision_config={"hidden_size": 32}, audio_config={"hidden_size": 32})
+    with pytest.raises(UnsupportedError, match=r"a vision tower \(vision_config\); the runtime runs text decoders only"):
+        Model.open(g4, "f32")
+    g3 = _wrapper(tmp_path / "g3", "gemma3", vision_config={"hidden_size": 32})
+    for run in (lambda: target.convert_cactus(g3, tmp_path / "c3"), lambda: to_gguf(g3, tmp_path / "g3.gguf")):
+        with pytest.raises(UnsupportedError, match=r"Gemma3ForConditionalGeneration: a vision tower \(vision_config\)"):
+            run()
+    assert not (tmp_path / "c3").exists()
