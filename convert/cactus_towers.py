@@ -14,8 +14,9 @@ never runs a tower, it passes the tensors through as that converter does).
 * **Precision.** Every tower tensor is an FP16 file (no CQ: cactus keeps the media towers at
   f16 "for accuracy"), with the first reason of :func:`fp16_reason` in the manifest; the two
   embedder projections carry the family's factor 1/16 (``embed_vision_proj``/``embed_audio_proj``
-  in cactus_config's gemma4 factors), every other tower file factor 1. No reshapes or transposes:
-  an FP16 file keeps the tensor's shape (up to 4-D: the subsampling convolutions ``[C, C', 3, 3]``).
+  in cactus_config's gemma4 factors), every other tower file factor 1. No transposes: an FP16
+  file keeps the tensor's shape (up to 4-D: the subsampling convolutions ``[C, C', 3, 3]``; a
+  scalar, such as a clipping bound, as one value).
 * **Buffers.** The non-persistent buffers transformers computes, written as FP16 files named
   ``<adapter name with _>.weights`` (:func:`buffers`): the vision rotary frequencies
   (``inv_freq``, ``original_inv_freq``; f32), the audio relative-position timescales
