@@ -466,3 +466,53 @@ def test_towers_refused_by_name_where_they_would_run(tmp_path):
         with pytest.raises(UnsupportedError, match=r"Gemma3ForConditionalGeneration: a vision tower \(vision_config\)"):
             run()
     assert not (tmp_path / "c3").exists()
+
+
+def test_gemma4_tower_config_keys_and_buffers():
+    """config.txt / hf_config.json of a gemma4 checkpoint with towers (no tensors needed): the tower
+    configs expanded with transformers 5.5.4's defaults, cactus's vision_*/audio_* keys (those its
+    extract_audio_config reads under names transformers does not use hold its defaults, as cactus's
+    own output on this config shows: audio_num_heads=8, audio_num_layers=12), and the towers'
+    buffers after the text model's."""
+    import math
+
+    from panelpack.convert import cactus_config as ccfg
+    from panelpack.formats import arch
+
+    text = {"model_type": "gemma4_text", "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
+            "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 64, "global_head_dim": 64,
+            "vocab_size": 96, "final_logit_softcapping": 30.0, "hidden_size_per_layer_input": 8,
+            "layer_types": ["sliding_attention", "full_attention"]}
+    cfg = {"model_type": "gemma4", "architectures": ["Gemma4ForConditionalGeneration"], "text_config": text,
+           "image_token_id": 258880, "audio_token_id": 258881,
+           "vision_config": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+                             "num_attention_heads": 2, "num_key_value_heads": 2, "head_dim": 16, "patch_size": 4,
+                             "position_embedding_size": 64},
+           "audio_config": {"hidden_size": 32, "num_hidden_layers": 3, "num_attention_heads": 2,
+                            "output_proj_dims": 32, "attention_logit_cap": 40.0}}
+    row = arch.get("gemma4")
+    hf = ccfg.hf_config_dict(cfg, "src", row)
+    assert hf["vision_config"]["rope_parameters"] == {"rope_type": "default", "rope_theta": 100.0}
+    assert hf["vision_config"]["_name_or_path"] == "" and hf["vision_config"]["model_type"] == "gemma4_vision"
+    assert hf["audio_config"]["subsampling_conv_channels"] == [128, 32] and hf["audio_config"]["conv_kernel_size"] == 5
+    txt = ccfg.config_txt({**hf, **ccfg.runtime_config(hf, "gemma4"), "model_type": "gemma4"})
+    for line in ("vision_hidden_size=32", "vision_head_dim=16", "vision_patch_size=4", "vision_image_size=0",
+                 "vision_position_embedding_size=64", "vision_rope_theta=100.0", "use_image_tokens=true",
+                 "image_token_id=258880", "audio_hidden_dim=32", "audio_num_heads=8", "audio_head_dim=4",
+                 "audio_num_layers=12", "audio_output_proj_dims=32", "audio_fft_length=512", "audio_token_id=258881",
+                 "audio_sscp_conv0_channels=128", "hidden_size_per_layer_input=8", "model_type=gemma4"):
+        assert f"{line}\n" in txt, line
+    bufs = ccfg.buffer_files(row, hf, "gemma4")
+    names = [b[0] for b in bufs]
+    assert names[-6:] == ["model.vision_tower.encoder.rotary_emb.inv_freq",
+                          "model.vision_tower.encoder.rotary_emb.original_inv_freq",
+                          "model.audio_tower.rel_pos_enc.inv_timescales",
+                          *(f"model.audio_tower.layers.{i}.self_attn.softcap" for i in range(3))]
+    by = {b[0]: b for b in bufs}
+    # 16-wide heads: each of the 2 spatial axes rotates 8 dims, 4 frequencies 100^-(0, 2, 4, 6)/8
+    np.testing.assert_allclose(by["model.vision_tower.encoder.rotary_emb.inv_freq"][3],
+                               100.0 ** -(np.arange(0, 8, 2) / 8), rtol=1e-6)
+    _, shape, dtype, ts = by["model.audio_tower.rel_pos_enc.inv_timescales"]
+    want = np.exp(-np.arange(16) * math.log(1e4) / 15).astype(np.float16)
+    assert shape == (1, 1, 16) and dtype == "torch.float16" and np.array_equal(ts.reshape(-1), want)
+    assert float(by["model.audio_tower.layers.2.self_attn.softcap"][3]) == 40.0
