@@ -2,9 +2,11 @@
 (cactus-compute 2.2.2, ``python -m cactus.convert convert --bits N``) writes it, without torch,
 for every architecture of :mod:`panelpack.formats.arch` that has a cactus family
 (``cactus_family``: llama -> ``generic``, qwen2/qwen3 -> ``qwen``, gemma3 -> ``gemma3``, lfm2 ->
-``lfm2``, gemma4 -> ``gemma4``: its text tower, from an HF folder or a GGUF); the
-others are refused by name (cactus's converter would fall back to its ``qwen`` family with a
-warning, and its engine would run them wrong), as are MoE experts and vision/audio towers.
+``lfm2``, gemma4 -> ``gemma4``: its text tower from an HF folder or a GGUF, and an HF ``gemma4``
+checkpoint's vision and audio towers passed through as cactus writes them, :mod:`.cactus_towers`);
+the others are refused by name (cactus's converter would fall back to its ``qwen`` family with a
+warning, and its engine would run them wrong), as are MoE experts and the towers of other
+families (Gemma 3's).
 
     from panelpack.convert.cactus import convert_cactus
     result = convert_cactus("SmolLM2-HF/", "smollm2-cactus/", bits=4)
@@ -65,6 +67,7 @@ from ..formats.checkpoint import open_checkpoint
 from ..formats.errors import BadInputError, UnsupportedError
 from ..formats.safetensors import bf16_to_f32
 from . import cactus_config as ccfg
+from . import cactus_towers as towers
 from .cactus_config import config_txt, hf_config_dict, runtime_config  # noqa: F401  (the surface tests use)
 
 log = logging.getLogger(__name__)
@@ -81,7 +84,11 @@ TORCH_DTYPES = {"BF16": "torch.bfloat16", "F16": "torch.float16", "F32": "torch.
 
 
 def cactus_name(hf_name: str, row: _arch.Arch) -> tuple[Optional[str], str, bool]:
-    """``(file name or None, component, recognized)`` of an HF tensor name (the row's names)."""
+    """``(file name or None, component, recognized)`` of an HF tensor name (the row's names; a
+    vision/audio tower's tensor of a family that writes them: :mod:`.cactus_towers`)."""
+    if row.cactus_family in towers.TOWER_FAMILIES and towers.is_tower(hf_name):
+        out = towers.file_name(hf_name)
+        return out, towers.component(hf_name), out is not None
     hit = _arch.role_of(row, hf_name, "hf")
     out = _arch.translate_name(row, hf_name, "hf", "cactus") if hit else None
     if out is None:
@@ -100,11 +107,14 @@ class Policy:
     reason: Optional[str]
 
 
-def tensor_policy(out: Optional[str], component: str, shape: tuple[int, ...], bits: int) -> Policy:
+def tensor_policy(out: Optional[str], component: str, shape: tuple[int, ...], bits: int, hf_name: str = "") -> Policy:
     """cactus's per-tensor rule for the families the target writes (its ``policy_for_tensor``;
-    LFM2's depthwise convolution kernel: INT8, one scale per channel)."""
+    LFM2's depthwise convolution kernel: INT8, one scale per channel; a gemma4 tower's tensor:
+    FP16, :func:`.cactus_towers.fp16_reason`)."""
     if out is None:
         return Policy("ignored", "none", None, "none", False, False, "no output filename")
+    if component in ("vision", "audio"):
+        return Policy("fallback", "FP16", None, "none", False, False, towers.fp16_reason(hf_name, out, shape))
     if "norm" in out.lower():
         return Policy("fallback", "FP16", None, "none", False, False, "norm tensor")
     if "conv_depthwise.weights" in out and len(shape) == 3 and shape[1] == 1:
@@ -139,7 +149,9 @@ class SourceTensor:
 
 def _hf_sources(ckpt) -> tuple[list[SourceTensor], dict[str, Any], _arch.Arch]:
     config = dict(getattr(ckpt, "config", {}) or {})
-    row = _arch.for_hf_config(config)
+    row = _arch.for_hf_config({k: v for k, v in config.items() if k not in towers.TOWER_CONFIGS})
+    if towers.has_towers(config) and row.cactus_family not in towers.TOWER_FAMILIES:
+        row = _arch.for_hf_config(config)  # refuses the towers by name
     ccfg.family_of(row)
     shards = getattr(ckpt, "shards", None) or [ckpt]
     out = []
@@ -407,7 +419,10 @@ def convert_cactus(source: str | os.PathLike, out: str | os.PathLike, bits: int 
             (tmp / "hf_config.json").write_text(json.dumps(merged, indent=2, sort_keys=True), encoding="utf-8")
             for st in tensors:
                 out_name, comp, recognized = cactus_name(st.hf_name, row)
-                pol = tensor_policy(out_name, comp, st.shape, bits)
+                pol = tensor_policy(out_name, comp, st.shape, bits, st.hf_name)
+                if comp in ("vision", "audio") and out_name is not None:
+                    st.note = (f"{comp} tower: passed through as cactus's {family} adapter writes it "
+                               f"(FP16: {pol.reason}); panelpack never runs it")
                 extra: dict[str, Any] = {}
                 status, fname = "ignored", None
                 if pol.action != "ignored" and out_name is not None:
@@ -418,17 +433,19 @@ def convert_cactus(source: str | os.PathLike, out: str | os.PathLike, bits: int 
                     if not recognized:
                         status = "unrecognized"
                 result.rows.append(_manifest_row(st, fname, comp, pol, status, recognized, family,
-                                                 (tmp / fname).stat().st_size if fname else 0))
+                                                 (tmp / fname).stat().st_size if fname else 0,
+                                                 towers.adapter_key(st.hf_name) if comp in ("vision", "audio") else None))
                 result.ledger.append({"name": st.hf_name, "file": fname, "shape": list(st.shape),
                                       "source_type": st.source_type, "precision": pol.precision,
                                       "status": status, **({"note": st.note} if st.note else {}), **extra})
             for buf, shape, dtype, values in ccfg.buffer_files(row, hf, family):
-                comp = "embedding" if "embed" in buf else "language"
-                fname = buf.replace(".", "_") + ".weights"
-                pol = tensor_policy(fname, comp, shape, bits)
+                key = towers.adapter_key(buf)  # the audio tower's buffers: cactus's spelling
+                fname = key.replace(".", "_") + ".weights"
+                comp = ccfg.component_of(buf, fname)
+                pol = tensor_policy(fname, comp, shape, bits, buf)
                 (tmp / fname).write_bytes(cfile.fp16_file_bytes(values))
                 result.rows.append(_manifest_row(SourceTensor(buf, shape, dtype, "F32", None), fname, comp, pol,
-                                                 "fallback", True, family, (tmp / fname).stat().st_size))
+                                                 "fallback", True, family, (tmp / fname).stat().st_size, key))
                 result.ledger.append({"name": buf, "file": fname, "shape": list(shape), "source_type": "buffer",
                                       "precision": pol.precision, "status": "fallback",
                                       "note": "a model buffer transformers computes (cactus's gemma4 adapter writes it)"})
@@ -444,9 +461,10 @@ def convert_cactus(source: str | os.PathLike, out: str | os.PathLike, bits: int 
 
 
 def _manifest_row(st: SourceTensor, fname: Optional[str], comp: str, pol: Policy, status: str, recognized: bool,
-                  family: str, nbytes: int) -> dict[str, Any]:
+                  family: str, nbytes: int, adapter_name: Optional[str] = None) -> dict[str, Any]:
     return {
-        "source_name": st.hf_name, "hf_name": st.hf_name, "adapter_name": st.hf_name, "output_file": fname,
+        "source_name": st.hf_name, "hf_name": st.hf_name, "adapter_name": adapter_name or st.hf_name,
+        "output_file": fname,
         "shape": list(st.shape), "dtype": st.dtype, "component": comp, "policy": pol.action,
         "precision": pol.precision, "bits": pol.bits, "status": status, "required": pol.action != "ignored",
         "fallback_reason": pol.reason, "hessian_samples": 0, "gptq_used": False, "bytes": nbytes,

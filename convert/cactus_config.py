@@ -26,6 +26,7 @@ from typing import Any, Optional
 import numpy as np
 
 from ..formats import arch as _arch
+from . import cactus_towers as towers
 
 TRANSFORMERS_VERSION = "5.5.4"
 
@@ -111,6 +112,9 @@ def _wrapper_config_dict(config: dict[str, Any], source: str, row: _arch.Arch) -
     outer = {"_name_or_path": source, **common, **{("dtype" if k == "torch_dtype" else k): v
                                                    for k, v in config.items() if k != "text_config"}}
     outer["text_config"] = text
+    for name in towers.TOWER_CONFIGS if row.cactus_family in towers.TOWER_FAMILIES else ():
+        if isinstance(config.get(name), dict):  # the towers the cactus target passes through
+            outer[name] = towers.expanded_config(name, config[name], str(row.cactus_family), common)
     return outer
 
 
@@ -274,6 +278,8 @@ def runtime_config(cfg: dict[str, Any], family: Optional[str] = None) -> dict[st
     extra = FAMILY_RUNTIME.get(family or "")
     if extra:
         out.update(extra(cfg, root))
+    if family in towers.TOWER_FAMILIES:  # the keys of the towers it passes through
+        out.update(towers.runtime_keys(root))
     return out
 
 
@@ -324,8 +330,9 @@ FAMILY_BUFFER_FILES = {"gemma4": _gemma4_buffers}
 
 
 def buffer_files(row: _arch.Arch, hf: dict[str, Any], family: str) -> list[tuple[str, tuple[int, ...], str, np.ndarray]]:
+    """The family's model buffers as files: the text model's, then its towers' (if any)."""
     f = FAMILY_BUFFER_FILES.get(family)
-    return f(row, hf) if f else []
+    return (f(row, hf) if f else []) + (towers.buffers(hf) if family in towers.TOWER_FAMILIES else [])
 
 
 def model_buffers(row: _arch.Arch, hf: dict[str, Any]) -> list[tuple[str, tuple[int, ...], str]]:
@@ -382,6 +389,9 @@ EMBEDDING_WORDS = ("embed", "token_embedding", "lm_head", "output_weight")
 
 
 def component_of(hf_name: str, out: Optional[str]) -> str:
-    """cactus's component of a text decoder's tensor: ``embedding`` or ``language``."""
+    """cactus's component of a tensor: a tower's ``vision`` or ``audio``
+    (:func:`.cactus_towers.component`), else ``embedding`` or ``language``."""
+    if towers.is_tower(hf_name):
+        return towers.component(hf_name)
     joined = f"{hf_name} {out or ''}".lower()
     return "embedding" if any(w in joined for w in EMBEDDING_WORDS) else "language"

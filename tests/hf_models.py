@@ -109,7 +109,8 @@ ARCHES = tuple(SPECS)
 #: ``gemma4`` adapter loads
 WRAPPED: dict[str, Spec] = {"gemma4": Spec("gemma4", "Gemma4Config", {"text_config": SPECS["gemma4"].config}, seed=11)}
 #: the same with tiny vision and audio towers (E2B/E4B's form): passed through by plain repacking,
-#: refused by the runtime and the cactus target, dropped from GGUF (llama.cpp's mmproj holds them)
+#: written by the cactus target as cactus writes them, refused by the runtime, dropped from GGUF
+#: (llama.cpp's mmproj holds them)
 WITH_TOWERS: dict[str, Spec] = {"gemma4": Spec("gemma4", "Gemma4Config", {
     "text_config": SPECS["gemma4"].config,
     "vision_config": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,

@@ -395,3 +395,124 @@ def test_gemma4_from_gguf_writes_the_hf_routes_tensor_files(tmp_path):
     for line in ("layer_types=sliding,global,global", "global_head_dim=32", "num_kv_shared_layers=1",
                  "hidden_size_per_layer_input=8", "global_partial_rotary_factor=0.25", "final_logit_softcapping=30.0"):
         assert f"{line}\n" in txt, line
+
+
+@pytest.mark.parametrize("hf_name,shape,file,reason", [
+    ("model.audio_tower.layers.0.self_attn.relative_k_proj.weight", (32, 32),
+     "audio_conformer_0_attention_attn_relative_position_embedding_pos_proj.weights", "position embedding tensor"),
+    ("model.audio_tower.subsample_conv_projection.input_proj_linear.weight", (32, 8),
+     "audio_subsample_conv_projection_input_proj.weights", "input width is not aligned to CQ group size 128"),
+    ("model.audio_tower.subsample_conv_projection.layer1.conv.weight", (4, 8, 3, 3),
+     "audio_subsample_conv_projection_conv_1_conv.weights", "non-2d tensor"),
+    ("model.audio_tower.layers.3.feed_forward2.ffw_layer_1.input_min", (),
+     "audio_conformer_3_ffw_layer_end_ffw_layer_1_input_min.weights", "non-2d tensor"),
+    ("model.audio_tower.layers.0.norm_out.weight", (32,), "audio_conformer_0_norm.weights", "norm tensor"),
+    ("model.audio_tower.output_proj.bias", (32,), "audio_output_proj.bias", "audio bias tensor"),
+    ("model.embed_audio.embedding_projection.weight", (1536, 1536), "embed_audio_proj.weights",
+     "gemma4 media tower accuracy"),
+    ("model.embed_vision.embedding_projection.weight", (1536, 768), "embed_vision_proj.weights",
+     "vision embedding projection scale-sensitive"),
+    ("model.vision_tower.encoder.layers.5.mlp.down_proj.linear.weight", (768, 3072),
+     "vision_encoder_layers_5_mlp_down_proj.weights", "gemma4 media tower accuracy"),
+    ("model.vision_tower.patch_embedder.position_embedding_table", (2, 10240, 768),
+     "vision_patch_embedder_position_embedding_table.weights", "non-2d tensor"),
+])
+def test_gemma4_tower_names_and_precision(hf_name, shape, file, reason):
+    """A gemma4 tower tensor's file name and FP16 reason, as cactus's gemma4 adapter writes them
+    (names from its output on transformers' Gemma4ForConditionalGeneration)."""
+    from panelpack.formats import arch
+
+    row = arch.get("gemma4")
+    out, comp, recognized = target.cactus_name(hf_name, row)
+    assert (out, comp, recognized) == (file, "audio" if "audio" in hf_name else "vision", True)
+    pol = target.tensor_policy(out, comp, shape, 4, hf_name)
+    assert (pol.action, pol.precision, pol.reason) == ("fallback", "FP16", reason)
+
+
+def _wrapper(tmp_path, arch_name, **towers):
+    """A tiny multimodal wrapper checkpoint (gemma3/gemma4 text tensors under model.language_model.)
+    whose config.json has the given tower configs (no tower tensors: the refusals come first)."""
+    from panelpack.formats.safetensors import save_file
+
+    import gguf_tiny
+
+    text = gguf_tiny.folder(tmp_path / "t", arch_name, hidden=128)
+    tc = dict(json.loads((text / "config.json").read_text()), final_logit_softcapping=30.0, architectures=None)
+    with open_checkpoint(text) as ck:
+        w = {t.name: np.asarray(ck.array(t.name)) for t in ck.tensors}
+    src = tmp_path / "w"
+    src.mkdir()
+    cls = {"gemma3_text": "Gemma3ForConditionalGeneration"}.get(tc["model_type"], "Gemma4ForConditionalGeneration")
+    mt = {"gemma3_text": "gemma3"}.get(tc["model_type"], "gemma4")
+    (src / "config.json").write_text(json.dumps({"model_type": mt, "architectures": [cls], "text_config": tc, **towers}))
+    save_file({(n if n == "lm_head.weight" else "model.language_model." + n[len("model."):]): ("BF16", a)
+               for n, a in w.items()}, src / "model.safetensors")
+    return src
+
+
+def test_towers_refused_by_name_where_they_would_run(tmp_path):
+    """What still refuses a checkpoint's towers, by name: the runtime (eval, generate) for a gemma4
+    checkpoint with towers; the cactus target and GGUF output for a multimodal checkpoint whose
+    towers neither cactus's adapter nor llama.cpp's converter take (Gemma 3's)."""
+    from panelpack.convert import to_gguf
+    from panelpack.formats.errors import UnsupportedError
+    from panelpack.verify.runtime import Model
+
+    g4 = _wrapper(tmp_path / "g4", "gemma4", vision_config={"hidden_size": 32}, audio_config={"hidden_size": 32})
+    with pytest.raises(UnsupportedError, match=r"a vision tower \(vision_config\); the runtime runs text decoders only"):
+        Model.open(g4, "f32")
+    g3 = _wrapper(tmp_path / "g3", "gemma3", vision_config={"hidden_size": 32})
+    for run in (lambda: target.convert_cactus(g3, tmp_path / "c3"), lambda: to_gguf(g3, tmp_path / "g3.gguf")):
+        with pytest.raises(UnsupportedError, match=r"Gemma3ForConditionalGeneration: a vision tower \(vision_config\)"):
+            run()
+    assert not (tmp_path / "c3").exists()
+
+
+def test_gemma4_tower_config_keys_and_buffers():
+    """config.txt / hf_config.json of a gemma4 checkpoint with towers (no tensors needed): the tower
+    configs expanded with transformers 5.5.4's defaults, cactus's vision_*/audio_* keys (those its
+    extract_audio_config reads under names transformers does not use hold its defaults, as cactus's
+    own output on this config shows: audio_num_heads=8, audio_num_layers=12), and the towers'
+    buffers after the text model's."""
+    import math
+
+    from panelpack.convert import cactus_config as ccfg
+    from panelpack.formats import arch
+
+    text = {"model_type": "gemma4_text", "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
+            "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 64, "global_head_dim": 64,
+            "vocab_size": 96, "final_logit_softcapping": 30.0, "hidden_size_per_layer_input": 8,
+            "layer_types": ["sliding_attention", "full_attention"]}
+    cfg = {"model_type": "gemma4", "architectures": ["Gemma4ForConditionalGeneration"], "text_config": text,
+           "image_token_id": 258880, "audio_token_id": 258881,
+           "vision_config": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+                             "num_attention_heads": 2, "num_key_value_heads": 2, "head_dim": 16, "patch_size": 4,
+                             "position_embedding_size": 64},
+           "audio_config": {"hidden_size": 32, "num_hidden_layers": 3, "num_attention_heads": 2,
+                            "output_proj_dims": 32, "attention_logit_cap": 40.0}}
+    row = arch.get("gemma4")
+    hf = ccfg.hf_config_dict(cfg, "src", row)
+    assert hf["vision_config"]["rope_parameters"] == {"rope_type": "default", "rope_theta": 100.0}
+    assert hf["vision_config"]["_name_or_path"] == "" and hf["vision_config"]["model_type"] == "gemma4_vision"
+    assert hf["audio_config"]["subsampling_conv_channels"] == [128, 32] and hf["audio_config"]["conv_kernel_size"] == 5
+    txt = ccfg.config_txt({**hf, **ccfg.runtime_config(hf, "gemma4"), "model_type": "gemma4"})
+    for line in ("vision_hidden_size=32", "vision_head_dim=16", "vision_patch_size=4", "vision_image_size=0",
+                 "vision_position_embedding_size=64", "vision_rope_theta=100.0", "use_image_tokens=true",
+                 "image_token_id=258880", "audio_hidden_dim=32", "audio_num_heads=8", "audio_head_dim=4",
+                 "audio_num_layers=12", "audio_output_proj_dims=32", "audio_fft_length=512", "audio_token_id=258881",
+                 "audio_sscp_conv0_channels=128", "hidden_size_per_layer_input=8", "model_type=gemma4"):
+        assert f"{line}\n" in txt, line
+    bufs = ccfg.buffer_files(row, hf, "gemma4")
+    names = [b[0] for b in bufs]
+    assert names[-6:] == ["model.vision_tower.encoder.rotary_emb.inv_freq",
+                          "model.vision_tower.encoder.rotary_emb.original_inv_freq",
+                          "model.audio_tower.rel_pos_enc.inv_timescales",
+                          *(f"model.audio_tower.layers.{i}.self_attn.softcap" for i in range(3))]
+    by = {b[0]: b for b in bufs}
+    # 16-wide heads: each of the 2 spatial axes rotates 8 dims, 4 frequencies 100^-(0, 2, 4, 6)/8
+    np.testing.assert_allclose(by["model.vision_tower.encoder.rotary_emb.inv_freq"][3],
+                               100.0 ** -(np.arange(0, 8, 2) / 8), rtol=1e-6)
+    _, shape, dtype, ts = by["model.audio_tower.rel_pos_enc.inv_timescales"]
+    want = np.exp(-np.arange(16) * math.log(1e4) / 15).astype(np.float16)
+    assert shape == (1, 1, 16) and dtype == "torch.float16" and np.array_equal(ts.reshape(-1), want)
+    assert float(by["model.audio_tower.layers.2.self_attn.softcap"][3]) == 40.0

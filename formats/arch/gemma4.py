@@ -24,8 +24,11 @@ Gemma 3's layer (norms before and after attention and FFN, GELU-tanh gated FFN, 
 
 Refused by name: MoE blocks (``enable_moe_block``, ``num_experts``), attention biases,
 bidirectional attention, a ``per_layer_config``. The vision and audio towers of ``gemma4``
-checkpoints are passed through by plain repacking and refused by the runtime and the cactus target
-(:func:`.hyper.hf_arch`); a ``gemma4`` checkpoint without them (``Gemma4ForConditionalGeneration``,
+checkpoints (:data:`TOWER_DEFAULTS`, :data:`TOWER_PREFIXES`) are never run: plain repacking passes
+them through as tensors, the cactus target writes them as cactus's ``gemma4`` adapter does
+(convert/cactus_towers.py), GGUF output drops them as llama.cpp's converter does (its mmproj file
+holds them), and the runtime refuses them by name (:func:`.hyper.hf_arch`); a ``gemma4`` checkpoint
+without them (``Gemma4ForConditionalGeneration``,
 ``text_config``) names its tensors ``model.language_model.*`` (naming ``hf_text``), as do the
 ones cactus-compute's ``gemma4`` adapter reads.
 """
@@ -193,5 +196,28 @@ GEMMA4 = Arch(
     gguf_transforms={"embed": ("vocab_rows",)}, gguf_converter="Gemma4Model",
     cactus_family="gemma4",
 )
+
+#: transformers 5.5.4's defaults of a ``gemma4`` checkpoint's tower configs (``Gemma4VisionConfig``,
+#: ``Gemma4AudioConfig``, after their ``__post_init__``): what ``config.json``'s ``vision_config`` /
+#: ``audio_config`` expand to. The towers are never run; the cactus target writes these dicts
+#: (``hf_config.json``) and the runtime keys cactus derives from them (convert/cactus_towers.py).
+TOWER_DEFAULTS: dict[str, dict[str, Any]] = {
+    "vision_config": {"model_type": "gemma4_vision", "hidden_size": 768, "intermediate_size": 3072,
+                      "num_hidden_layers": 16, "num_attention_heads": 12, "num_key_value_heads": 12, "head_dim": 64,
+                      "hidden_activation": "gelu_pytorch_tanh", "rms_norm_eps": 1e-6, "max_position_embeddings": 131072,
+                      "attention_bias": False, "attention_dropout": 0.0,
+                      "rope_parameters": {"rope_type": "default", "rope_theta": 100.0}, "pooling_kernel_size": 3,
+                      "patch_size": 16, "position_embedding_size": 10240, "use_clipped_linears": False,
+                      "standardize": False, "initializer_range": 0.02},
+    "audio_config": {"model_type": "gemma4_audio", "hidden_size": 1024, "num_hidden_layers": 12,
+                     "num_attention_heads": 8, "hidden_act": "silu", "subsampling_conv_channels": [128, 32],
+                     "conv_kernel_size": 5, "residual_weight": 0.5, "attention_chunk_size": 12,
+                     "attention_context_left": 13, "attention_context_right": 0, "attention_logit_cap": 50.0,
+                     "attention_invalid_logits_value": -1.0e9, "use_clipped_linears": True, "rms_norm_eps": 1e-6,
+                     "gradient_clipping": 1e10, "output_proj_dims": 1536, "initializer_range": 0.02},
+}
+
+#: the tensor-name prefixes of those towers and of their embedders into the text model
+TOWER_PREFIXES = ("model.vision_tower.", "model.audio_tower.", "model.embed_vision.", "model.embed_audio.")
 
 ROWS = (GEMMA4,)

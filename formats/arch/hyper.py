@@ -209,8 +209,9 @@ def hf_arch(cfg: Mapping[str, Any], table: Mapping[str, Arch]) -> Arch:
     for tower in ("vision_config", "audio_config"):
         if isinstance(cfg.get(tower), Mapping):
             archs = cfg.get("architectures") or [cfg.get("model_type")]
-            raise UnsupportedError(f"{archs[0]}: a {tower.split('_')[0]} tower ({tower}); the runtime and the "
-                                   f"cactus target run text decoders (plain repacking works)")
+            raise UnsupportedError(f"{archs[0]}: a {tower.split('_')[0]} tower ({tower}); the runtime runs text "
+                                   f"decoders only (plain repacking passes towers through as tensors; a gemma4 "
+                                   f"checkpoint's towers: written by --target cactus, dropped from GGUF output)")
     c = text_config(cfg)
     mt = c.get("model_type")
     archs = c.get("architectures") or []
