@@ -43,7 +43,7 @@ QUANT_CHOICES = tuple(t.lower for t in qtypes.QUANTIZABLE)
 
 @dataclass(frozen=True)
 class Decision:
-    role: str  # "matmul", "embedding", "vector", "kernel", "tensor"
+    role: str  # "matmul", "embedding", "vector", "kernel", "tensor", "tower"
     action: str  # "repack", "quantize", "requantize", "copy"
     target_type: qtypes.GGMLType  # the type of the blocks written
     layout: str  # layout written
@@ -51,7 +51,17 @@ class Decision:
     rule: Optional[str] = None  # --quant MIX: the llama.cpp rule that chose the type, in words
 
 
+#: why a tensor that is not a matrix product is kept as stored, by role
+KEPT_BECAUSE = {
+    "embedding": "embedding lookup: runtimes gather its rows, kept row-major as stored",
+    "kernel": "convolution kernel (a few taps per channel, not a matrix product): kept as stored, row-major",
+    "tower": "vision/audio tower tensor: passed through as stored (panelpack runs text decoders only)",
+}
+
+
 def role_of(info: TensorInfo) -> str:
+    if arch.is_tower(info.name):
+        return "tower"
     if len(info.shape) <= 1:
         return "vector"
     if arch.is_embedding(info.name):
@@ -92,11 +102,10 @@ def decide(info: TensorInfo, source_kind: str, layout: str, quant: Optional[qtyp
     if role != "matmul":
         why: str | None = {
             "vector": f"{len(info.shape)}-D tensor (norm, bias or scalar): kept as stored",
-            "embedding": "embedding lookup: runtimes gather its rows, kept row-major as stored",
             "kernel": f"convolution kernel {list(info.shape)} (a few taps per channel, not a matrix product): "
                       f"kept as stored, row-major",
             "tensor": f"{len(info.shape)}-D tensor: panels are defined for 2-D matrices, kept as stored",
-        }[role]
+        }.get(role) or KEPT_BECAUSE[role]
         return Decision(role, "copy", st, "rowmajor", None if layout == "rowmajor" else why)
 
     n, k = info.n, info.k

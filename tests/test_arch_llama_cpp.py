@@ -176,5 +176,10 @@ def test_gemma4_with_vision_and_audio_towers(tmp_path):
     manifest = json.loads((b / "manifest.json").read_text())
     names = [t["name"] for t in manifest["tensors"]]
     assert any(n.startswith("model.vision_tower.") for n in names) and any(n.startswith("model.audio_tower.") for n in names)
+    # passed through as stored, never quantized (the text matrices are Q8_0 panels)
+    by_name = {t["name"]: t for t in manifest["tensors"]}
+    towers = [t for n, t in by_name.items() if n.startswith(("model.vision_tower.", "model.audio_tower.", "model.embed_"))]
+    assert towers and all(t["type"] == "BF16" and t["layout"] == "rowmajor" for t in towers), towers[:3]
+    assert by_name["model.language_model.layers.0.mlp.down_proj.weight"]["type"] == "Q8_0"
     with pytest.raises(UnsupportedError, match="a vision tower"):
         Model.open(m.folder, "f32")

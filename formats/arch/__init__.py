@@ -173,6 +173,12 @@ def is_conv_kernel(name: str) -> bool:
     return any(p.search(name) for p in names.CONV_KERNEL_PATTERNS)
 
 
+def is_tower(name: str) -> bool:
+    """Whether a tensor belongs to a vision or audio tower (or its projector into the text
+    model): every path passes it through as stored; the runtime runs text decoders only."""
+    return names.TOWER_PATTERN.search(name) is not None
+
+
 def layer_index(name: str) -> int | None:
     m = names.LAYER_INDEX.search(name)
     return int(m.group(1)) if m else None
@@ -181,7 +187,7 @@ def layer_index(name: str) -> int | None:
 __all__ = [
     "ARCHITECTURES", "Arch", "CONDITIONS", "GGUF_TRANSFORMS", "Hyper", "KINDS", "LAYER_RULES", "LayerSpec",
     "REFUSED", "ROLES", "Role", "expected_tensors", "for_gguf", "for_hf_config", "from_gguf", "from_hf_config",
-    "get", "gguf_name", "hf_derived_hparams", "hf_rope_parameters", "is_conv_kernel", "is_embedding", "keys",
+    "get", "gguf_name", "hf_derived_hparams", "hf_rope_parameters", "is_conv_kernel", "is_embedding", "is_tower", "keys",
     "layer_index", "names", "register", "role_of", "rope", "tensor_name", "tensor_problems", "text_config", "transforms", "translate_name",
     "unregister",
 ]

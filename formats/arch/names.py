@@ -146,6 +146,10 @@ EMBEDDING_PATTERNS = tuple(re.compile(p) for p in (
     r"(^|\.)wte\.weight$|(^|\.)wpe\.weight$",  # GPT-2
     r"(^|\.)embed_positions\.weight$",
 ))
+#: the tensors of a multimodal checkpoint's vision and audio towers and their projectors into the
+#: text model (Gemma 3's ``vision_tower``/``multi_modal_projector``, Gemma 4's ``vision_tower``,
+#: ``audio_tower``, ``embed_vision``, ``embed_audio``): passed through as stored, never run
+TOWER_PATTERN = re.compile(r"(^|\.)(vision_tower|audio_tower|multi_modal_projector|embed_vision|embed_audio)\.")
 #: convolution kernels (per-channel filters, not matrix products), any architecture: LFM2's
 #: short convolution (HF ``conv.conv.weight`` [d, 1, L], GGUF ``shortconv.conv.weight`` [d, L])
 CONV_KERNEL_PATTERNS = tuple(re.compile(p) for p in (
