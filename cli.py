@@ -148,6 +148,12 @@ def layouts(as_json: bool) -> None:
         target = ", ".join(f"{k}={v}" for k, v in d.get("target", {}).items())
         rows.append((d["name"], d.get("row_multiple", 1), types, inv, target, d.get("description", "")))
     click.echo(table(rows, ("layout", "N multiple", "source types", "invertible", "target", "description")))
+    for d in doc:
+        if "code_forms" in d:
+            cf = d["code_forms"]
+            forms = ", ".join(f"{d['name']}:{f} -> {lay}" for f, lay in cf["forms"].items())
+            click.echo(f"\n{d['name']} writes the {cf['default']} code form unless asked ({forms}; a type "
+                       f"without that form is written in {d['name']})")
     click.echo("\n" + "\n".join(f"  {term:<14} {text}" for term, text in _LAYOUT_TERMS))
 
 
@@ -248,7 +254,8 @@ def _install_sigterm() -> None:
                    "bundles from one read: --layout, --quant, --requant and --digest after an -o are that "
                    "output's own (before the first -o: every output's default).")
 @click.option("--layout", default="panel64", show_default=True, type=choices.LAYOUT,
-              help="Target layout (see `panelpack layouts`).")
+              help="Target layout (see `panelpack layouts`); panel64 stores the 5/6/2/3-bit types as compact "
+                   "bit planes, panel64:int8 as int8 panels.")
 @click.option("--quant", default=None, type=choices.QUANT,
               help="A llama.cpp mix (Q4_K_M, Q5_K_S, Q8_0, ...: see below), for HF sources a type for every 2-D "
                    "matmul weight (q4_k, q5_k, ...), or cq1..cq4 (--target cactus).")

@@ -1,6 +1,6 @@
 """The CLI's option choices, read from the registries (never literal lists).
 
-``--layout`` lists ``repack.LAYOUTS``, ``--quant``/``--requant`` the quantizable types of the
+``--layout`` lists ``repack.LAYOUTS`` (and ``NAME:FORM`` of ``repack.CODE_FORMS``), ``--quant``/``--requant`` the quantizable types of the
 type registry (``convert.policy.QUANT_CHOICES``), llama.cpp's mixes (``convert.mixes.MIXES``)
 and the CQ codes (``convert.cactus.QUANTS``), ``--level`` the verifier's ``LEVELS``, ``--digest``
 the bundle digests (``formats.digests.DIGESTS``), ``--target`` what convert writes
@@ -42,7 +42,7 @@ class RegistryChoice(click.Choice):
 def _layouts() -> list[str]:
     from panelpack import repack
 
-    return repack.names()
+    return repack.choices()  # the registered names, and NAME:FORM of the layouts with a code-form option
 
 
 def _requants() -> tuple[str, ...]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import time
 from collections import deque
@@ -208,37 +207,6 @@ def convert_unit(ckpt: Checkpoint, tps: list[TensorPlan], allow_nonfinite: bool 
     return out, shared
 
 
-_JSON_PLAIN = (str, int, bool)
-
-
-def _json_value(v: Any) -> Any:
-    """A GGUF value as JSON: arrays as lists, non-finite floats as strings."""
-    if hasattr(v, "tolist"):
-        v = v.tolist()
-    if isinstance(v, bytes):
-        return v.decode("utf-8", "surrogateescape")
-    if isinstance(v, float):
-        return v if np.isfinite(v) else str(v)
-    if isinstance(v, list):
-        if v and all(type(x) in _JSON_PLAIN for x in v):  # token lists: nothing to convert
-            return v
-        if v and all(type(x) is float for x in v) and all(map(math.isfinite, v)):
-            return v  # finite scores (262k for Gemma 3): as they are, without a call per element
-        return [_json_value(x) for x in v]
-    return v
-
-
-def gguf_metadata_json(ckpt) -> dict[str, Any]:
-    """The GGUF key/value pairs as JSON (arrays decoded), with each value's GGUF type."""
-    out = {}
-    for key, info in ckpt.kv_infos.items():
-        vt = info.vtype.name.lower()
-        if info.item_type is not None:
-            vt = f"array[{info.item_type.name.lower()}]"
-        out[key] = {"type": vt, "value": _json_value(ckpt.metadata[key])}
-    return out
-
-
 def gguf_layout_json(ckpt) -> dict[str, Any]:
     """What ``export`` needs besides the header bytes: sizes, tensor order and data gaps."""
     covered = sorted((t.offset, t.offset + t.nbytes) for t in ckpt.tensors)
@@ -262,18 +230,16 @@ def gguf_layout_json(ckpt) -> dict[str, Any]:
 def _gguf_side_data(ckpt) -> list[tuple[str, bytes]]:
     """GGUF metadata, kept so that ``export`` can rebuild the file byte for byte, as ``(name,
     bytes)`` of the side files: ``gguf-header.bin`` (bytes 0 .. data_offset as stored: header,
-    key/values, tensor table), ``gguf-layout.json`` (sizes, tensor order, any non-zero bytes
-    between tensors in ``gguf-gaps.bin``) and ``metadata.json`` (the key/values decoded, for
-    people and loaders). Metadata only: :func:`run` builds it on a thread of its own while the
-    tensors convert (Gemma 3's 262k-token vocabulary took 0.35 s at the end of the run)."""
+    key/values, tensor table; readers take the key/values from it, ``Bundle.gguf_metadata``)
+    and ``gguf-layout.json`` (sizes, tensor order, any non-zero bytes between tensors in
+    ``gguf-gaps.bin``). No decoded copy of the key/values: it was as large as the header again
+    (8.5 MB for Gemma 3's 262k-token vocabulary). Metadata only: :func:`run` builds it on a
+    thread of its own while the tensors convert."""
     files = [("gguf-header.bin", bytes(ckpt.bytes_at(0, ckpt.data_offset)))]
     layout = gguf_layout_json(ckpt)
     if layout["nonzero_gaps"]:
         files.append(("gguf-gaps.bin", b"".join(bytes(ckpt.bytes_at(a, b)) for a, b in layout["nonzero_gaps"])))
     files.append(("gguf-layout.json", (json.dumps(layout, indent=1) + "\n").encode()))
-    meta = gguf_metadata_json(ckpt)
-    # compact: json's C encoder only runs without indent (a 262k-token vocabulary is ~10x faster)
-    files.append(("metadata.json", (json.dumps(meta, ensure_ascii=True) + "\n").encode()))
     return files
 
 
@@ -479,7 +445,8 @@ def _manifest(ckpt: Checkpoint, plan: Plan, files: list[dict[str, Any]], results
         "target": _target(plan),
         "source": _source_block(ckpt, files, plan),
         "model": ckpt.hyperparameters(),
-        "options": {"layout": plan.layout, "quant": plan.quant.name if plan.quant else None,
+        "options": {"layout": plan.layout, **({"code_form": plan.code_form} if plan.code_form else {}),
+                    "quant": plan.quant.name if plan.quant else None,
                     "requant": plan.requant.name if plan.requant else None,
                     **({"mix": plan.mix} if plan.mix else {}),
                     **({"imatrix": plan.imatrix.provenance()} if plan.imatrix else {})},

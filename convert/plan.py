@@ -7,6 +7,7 @@ what a real run will write.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
@@ -73,6 +74,7 @@ class Plan:
     mix: Optional[str] = None  # --quant MIX: the llama.cpp file type (Q4_K_M, ...)
     imatrix: Any = None  # --imatrix: the loaded formats.imatrix.Imatrix
     warnings: list[str] = field(default_factory=list)
+    code_form: Optional[str] = None  # the requested layout's code-form option (repack.CODE_FORMS), if it has one
 
     @property
     def bytes_in(self) -> int:
@@ -97,6 +99,7 @@ class Plan:
         return {
             "source": {"kind": self.source_kind, "path": self.source_path},
             "layout": self.layout,
+            **({"code_form": self.code_form} if self.code_form else {}),
             "quant": self.quant.name if self.quant else None,
             "requant": self.requant.name if self.requant else None,
             **({"mix": self.mix} if self.mix else {}),
@@ -118,10 +121,11 @@ def region_plan(layout_name: str, qtype: qtypes.GGMLType, info: TensorInfo) -> t
 def make_plan(ckpt: Checkpoint, layout: str = "panel64", quant: Optional[str] = None,
               requant: Optional[str] = None, include: Sequence[str] = (), exclude: Sequence[str] = (),
               mix_options: Optional[mixes.Options] = None) -> Plan:
-    repack.get(layout)  # unknown layout -> UnsupportedError listing the known ones
+    req = repack.request(layout)  # unknown layout or form -> UnsupportedError listing the known ones
+    layout = req.layout
     _check_hyperparameters(ckpt)
     if quant is not None and mixes.get_mix(quant) is not None:
-        return make_mix_plan(ckpt, layout, quant, requant, include, exclude, mix_options)
+        return make_mix_plan(ckpt, str(req), quant, requant, include, exclude, mix_options)
     if mix_options is not None and mix_options != mixes.Options():
         raise BadInputError("--pure, --tensor-type, --output-tensor-type, --token-embedding-type, --imatrix and "
                             f"--leave-output-tensor need a llama.cpp mix as --quant ({', '.join(mixes.MIXES)})")
@@ -138,11 +142,11 @@ def make_plan(ckpt: Checkpoint, layout: str = "panel64", quant: Optional[str] = 
     tensors = []
     for i, info in enumerate(infos):
         check_tensor_name(info.name, where=f"{ckpt.path}: tensor")
-        d = policy.decide(info, ckpt.kind, layout, qt, rq)
+        d, requested = in_form(policy.decide(info, ckpt.kind, layout, qt, rq), req)
         specs, params = region_plan(d.layout, d.target_type, info)
         _, size = layout_regions(specs)
-        tensors.append(TensorPlan(i, info, d, layout, specs, size, params))
-    out = Plan(ckpt.kind, ckpt.path, layout, qt, rq, tensors)
+        tensors.append(TensorPlan(i, info, d, requested, specs, size, params))
+    out = Plan(ckpt.kind, ckpt.path, layout, qt, rq, tensors, code_form=req.code_form)
     if rq is not None and not any(t.decision.action in ("requantize", "quantize") for t in tensors):
         out.warnings.append(f"--requant {rq.name} changes nothing: the {layout} layout takes every "
                             "quantized matrix as stored (a llama.cpp mix as --quant re-quantizes them all)")
@@ -156,6 +160,8 @@ def make_mix_plan(ckpt: Checkpoint, layout: str, quant: str, requant: Optional[s
     layout. GGUF sources are dequantized and re-quantized where the type changes."""
     if requant is not None:
         raise BadInputError(f"--requant and --quant {quant} do not combine: the mix chooses every type")
+    req = repack.request(layout)
+    layout = req.layout
     imx = None
     if mix_options is not None and mix_options.imatrix:
         from ..formats import imatrix as imatrix_file
@@ -166,15 +172,27 @@ def make_mix_plan(ckpt: Checkpoint, layout: str, quant: str, requant: Optional[s
     tensors = []
     for i, info in enumerate(policy.select(ckpt.tensors, include, exclude)):
         check_tensor_name(info.name, where=f"{ckpt.path}: tensor")
-        d = mixes.decide(info, choices[info.name], layout)
+        d, requested = in_form(mixes.decide(info, choices[info.name], layout), req)
         specs, params = region_plan(d.layout, d.target_type, info)
         _, size = layout_regions(specs)
-        tp = TensorPlan(i, info, d, layout, specs, size, params)
+        tp = TensorPlan(i, info, d, requested, specs, size, params)
         tp.importance = mixes.importance(imx, info, ckpt.kind, d, facts)
         tensors.append(tp)
     mix = mixes.get_mix(quant)
     assert mix is not None  # (plan_choices refused any other name)
-    return Plan(ckpt.kind, ckpt.path, layout, None, None, tensors, mix=mix.name, imatrix=imx)
+    return Plan(ckpt.kind, ckpt.path, layout, None, None, tensors, mix=mix.name, imatrix=imx,
+                code_form=req.code_form)
+
+
+def in_form(d: policy.Decision, req: repack.Request) -> tuple[policy.Decision, str]:
+    """The decision in the layout the request's code form gives its type (``repack.written``:
+    ``panel64`` -> ``panel64-compact`` for a type with a compact form), and that layout as the
+    one requested for the tensor (so a tensor kept row-major is still a fallback, and one in
+    the form asked for is none)."""
+    requested = repack.written(req, d.target_type)
+    if d.layout == req.layout and requested != d.layout:
+        d = dataclasses.replace(d, layout=requested)
+    return d, requested
 
 
 def _check_hyperparameters(ckpt: Checkpoint) -> None:

@@ -19,8 +19,9 @@ def render_ledger(ledger: list[dict[str, Any]]) -> str:
                 note += f"; WARNING: {err['warning']}"
         shape = "x".join(str(d) for d in row["shape"])
         typ = row["source_type"] if row["source_type"] == row["type"] else f"{row['source_type']}->{row['type']}"
-        rows.append((row["name"], shape, typ, row["written"], human_bytes(row["bytes"]), note))
-    return table(rows, ("tensor", "shape", "type", "layout", "bytes", "ledger"), right=(4,))
+        rows.append((row["name"], shape, typ, row["written"], row.get("code_form") or "", human_bytes(row["bytes"]),
+                     note))
+    return table(rows, ("tensor", "shape", "type", "layout", "form", "bytes", "ledger"), right=(5,))
 
 
 def render_result(result) -> str:
@@ -36,8 +37,15 @@ def render_result(result) -> str:
     else:
         rate = plan.bytes_in / result.seconds if result.seconds else 0.0
         out.append(f"wrote {result.bundle} in {result.seconds:.2f} s ({human_bytes(rate)}/s of source)")
+    asked = f"{plan.layout}:{plan.code_form}" if plan.code_form else plan.layout
     out.append(f"bytes in {human_bytes(plan.bytes_in)}, out {human_bytes(plan.bytes_out)}; "
-               f"layouts: {counts}; {fb} tensor(s) not in the requested layout '{plan.layout}' (see ledger)")
+               f"layouts: {counts}; {fb} tensor(s) not in the requested layout '{asked}' (see ledger)")
+    forms: dict[str, int] = {}
+    for row in result.ledger:
+        if row.get("code_form"):
+            forms[row["code_form"]] = forms.get(row["code_form"], 0) + 1
+    if forms:
+        out.append("code forms: " + ", ".join(f"{k}: {v}" for k, v in sorted(forms.items())))
     shared = [row["shared"] for row in result.ledger if row.get("shared")]
     if shared:
         kinds = sorted({s for notes in shared for s in notes})

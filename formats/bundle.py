@@ -221,6 +221,27 @@ class Bundle:
         return out
 
     # -- completeness against the source --------------------------------------------------
+    def gguf_metadata(self) -> dict[str, Any]:
+        """A GGUF-sourced bundle's key/values (key -> value, as ``GGUFFile.metadata`` gives them),
+        read from ``source/gguf-header.bin``, the source's header bytes that ``export`` writes
+        back (FORMAT.md §5). A bundle that has only ``source/metadata.json`` (the decoded copy
+        written before 2026-12-02) reads from it. BadInputError when it has neither."""
+        from . import gguf
+
+        root = self.path / "source"
+        header, decoded = root / "gguf-header.bin", root / "metadata.json"
+        if header.is_file():
+            g = gguf.open_header(header)
+            try:
+                return dict(g.metadata)
+            finally:
+                g.close()
+        if decoded.is_file():
+            doc = guard.loads_json(decoded.read_bytes(), path=decoded)
+            return {k: (v["value"] if isinstance(v, dict) and "value" in v else v) for k, v in doc.items()}
+        raise BadInputError("GGUF-sourced bundle has no source/gguf-header.bin (nor the metadata.json of "
+                            "older bundles)", path=self.path)
+
     def completeness_problems(self) -> list[tuple[str, str]]:
         """Tensors the source had (and the conversion selected) that the manifest lacks, and
         entries the source never had, from the source tensor list the converter recorded."""

@@ -135,8 +135,9 @@ class GGUFFile(Checkpoint):
 
     kind = "gguf"
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike, header_only: bool = False):
         super().__init__(path)
+        self.header_only = header_only  # the bytes up to the data alone (open_header)
         try:
             self.file_size = os.path.getsize(self.path)
             if self.file_size == 0:
@@ -289,7 +290,7 @@ class GGUFFile(Checkpoint):
             for d in r.ne[1:]:
                 nbytes *= d
             off = self.data_offset + r.rel_offset
-            if off + nbytes > size:
+            if off + nbytes > size and not self.header_only:
                 raise p.fail(
                     f"data [{off}, {off + nbytes}) lies past the end of the file ({size} bytes): truncated?",
                     f"tensor {r.name!r}",
@@ -348,6 +349,8 @@ class GGUFFile(Checkpoint):
     def raw(self, name: str) -> np.ndarray:
         """The tensor's bytes: a read-only uint8 np.memmap view of the file (no copy)."""
         info = self.tensor(name)
+        if self.header_only:
+            raise BadInputError(f"a GGUF header without its data: no bytes of tensor {name!r}", path=self.path)
         return self._mapped()[info.offset : info.offset + info.nbytes]
 
     def ne(self, name: str) -> tuple[int, ...]:
@@ -386,6 +389,13 @@ class GGUFFile(Checkpoint):
 def open_file(path: str | os.PathLike) -> GGUFFile:
     """Open and validate a GGUF v2/v3 file (lazy: no tensor data or array is read)."""
     return GGUFFile(path)
+
+
+def open_header(path: str | os.PathLike) -> GGUFFile:
+    """A GGUF file's bytes ``0 .. data_offset`` alone (a bundle's ``source/gguf-header.bin``):
+    header, key/values and tensor table parsed and validated as :func:`open_file` does, but
+    no tensor data is expected (``raw`` refuses). ``metadata`` is the file's key/values."""
+    return GGUFFile(path, header_only=True)
 
 
 def copy_gguf(src: str | os.PathLike | GGUFFile, dst: str | os.PathLike) -> None:

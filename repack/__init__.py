@@ -13,12 +13,15 @@ docstrings, which draw each byte layout)::
     dequantize(regions, n, k, qtype) -> f32 [n, k]                 bit-identical to the codec
 
 ``LAYOUTS`` is the one registry every command reads; a new layout is a new module plus its
-line here.
+line here. ``CODE_FORMS`` is the one table of layouts whose code form is an option
+(``--layout panel64:int8``); :func:`request` reads such a name and :func:`written` says which
+registered layout a tensor of a given type is stored in.
 """
 
 from __future__ import annotations
 
 from types import ModuleType
+from typing import NamedTuple
 
 from ..formats import qtypes
 from ..formats.errors import UnsupportedError
@@ -31,7 +34,8 @@ LAYOUTS: dict[str, ModuleType] = {}
 SURFACE = ("NAME", "SOURCE_TYPES", "ROW_MULTIPLE", "TARGET", "DESCRIPTION",
            "refuse", "invertible", "plan", "params", "pack", "unpack", "dequantize")
 
-__all__ = ["LAYOUTS", "RegionSpec", "get", "names", "describe", "register", "numpy_pack_kind", "JIT_PAYOFF_BYTES"]
+__all__ = ["LAYOUTS", "CODE_FORMS", "RegionSpec", "Request", "get", "names", "choices", "request", "written",
+           "describe", "register", "numpy_pack_kind", "JIT_PAYOFF_BYTES"]
 
 
 def register(module: ModuleType) -> ModuleType:
@@ -57,8 +61,64 @@ for _mod in (rowmajor, panel64, ggml_x8, il8_nibble, il8_int8, panel64_compact):
 del _mod
 
 
+#: ``--layout NAME:FORM``: the layouts whose code form is an option, the one table of it. NAME ->
+#: (the form ``NAME`` alone gives, {form: the registered layout that stores it}). A tensor whose
+#: type has no such form (that layout's ``has_form(t)`` is false) is written in NAME itself: the
+#: same bytes (panel64-compact keeps Q4_0/Q4_1/Q4_K/Q8_0 in panel64's nibble and int8 panels).
+#: The form is recorded in the manifest (``options.code_form``), each tensor's in its params.
+CODE_FORMS: dict[str, tuple[str, dict[str, str]]] = {
+    "panel64": ("compact", {"compact": "panel64-compact", "int8": "panel64"}),
+}
+
+
+class Request(NamedTuple):
+    """A requested layout: a registered name and, for a layout in :data:`CODE_FORMS`, its form."""
+
+    layout: str
+    code_form: str | None = None
+
+    def __str__(self) -> str:
+        return self.layout if self.code_form is None else f"{self.layout}:{self.code_form}"
+
+
+def request(name: "str | Request") -> Request:
+    """``NAME`` or ``NAME:FORM`` (``panel64``, ``panel64:int8``) as a :class:`Request`; a
+    layout in :data:`CODE_FORMS` named alone gets its default form. Unknown names and forms
+    raise :class:`UnsupportedError` listing the known ones."""
+    if isinstance(name, Request):
+        return name
+    base, sep, form = (name.partition(":") if isinstance(name, str) else (name, "", ""))
+    mod = get(base)
+    forms = CODE_FORMS.get(mod.NAME)
+    if forms is None:
+        if sep:
+            raise UnsupportedError(f"layout {mod.NAME!r} has no code-form option (':{form}'); "
+                                   f"layouts with one: {', '.join(CODE_FORMS) or 'none'}")
+        return Request(mod.NAME)
+    form = form.strip().lower() if sep else forms[0]
+    if form not in forms[1]:
+        raise UnsupportedError(f"unknown code form {form!r} of layout {mod.NAME!r} "
+                               f"(known: {', '.join(f'{mod.NAME}:{f}' for f in forms[1])})")
+    return Request(mod.NAME, form)
+
+
+def written(req: "str | Request", qtype) -> str:
+    """The registered layout a tensor of type ``qtype`` is stored in for the request ``req``."""
+    r = request(req)
+    if r.code_form is None:
+        return r.layout
+    mod = LAYOUTS[CODE_FORMS[r.layout][1][r.code_form]]
+    has_form = getattr(mod, "has_form", None)
+    return mod.NAME if has_form is None or has_form(qtypes.get(qtype)) else r.layout
+
+
 def names() -> list[str]:
     return list(LAYOUTS)
+
+
+def choices() -> list[str]:
+    """What ``--layout`` takes: every registered name, then each ``NAME:FORM`` of CODE_FORMS."""
+    return names() + [f"{name}:{form}" for name, (_, forms) in CODE_FORMS.items() for form in forms]
 
 
 def numpy_pack_kind(layout: str, qtype) -> str | None:
@@ -95,5 +155,7 @@ def describe() -> list[dict]:
             "invertible": {t.name: mod.invertible(t) for t in types},
             "target": dict(mod.TARGET),
             "description": mod.DESCRIPTION,
+            **({"code_forms": {"default": CODE_FORMS[mod.NAME][0], "forms": dict(CODE_FORMS[mod.NAME][1])}}
+               if mod.NAME in CODE_FORMS else {}),
         })
     return out

@@ -97,6 +97,12 @@ def form(qtype) -> Form | None:
     return Form(base, bits - base, bits, kq, kq * PLANE_KG_BYTES * bits)
 
 
+def has_form(qtype) -> bool:
+    """Whether ``qtype`` has a compact form (else this layout stores it as panel64 does, and
+    ``--layout panel64`` writes it as ``panel64``: repack.CODE_FORMS)."""
+    return form(qtype) is not None
+
+
 def zt0_table(qtype) -> bytes:
     """The 64-byte ZT0 image of a compact type: byte 4i = int8 ``i - code_offset`` for the
     ``2^B`` base values, every other byte 0."""

@@ -459,7 +459,9 @@ def test_small_job_stays_in_numpy_and_matches_the_kernels(tmp_path, smollm2):
 def test_gemma_round_trip(tmp_path, gemma):
     res = convert(gemma, tmp_path / "g.ppk", jobs=2)
     counts = res.plan.layout_counts()
-    assert counts["panel64"] == 81 + 27 + 9 + 9  # Q5_0, Q4_K, Q6_K, Q8_0 matmuls (token_embd stays)
+    assert counts["panel64-compact"] == 81 + 9  # Q5_0, Q6_K matmuls: compact codes, panel64's default
+    assert counts["panel64"] == 27 + 9  # Q4_K, Q8_0 matmuls: nibble and int8 panels (token_embd stays)
+    assert plan(gemma, layout="panel64:int8").layout_counts()["panel64"] == 81 + 27 + 9 + 9
     assert export_gguf(res.bundle, tmp_path / "g.gguf").identical
 
 

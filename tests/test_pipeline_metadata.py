@@ -1,38 +1,25 @@
-"""The GGUF metadata as JSON (convert/pipeline.py): the list fast paths give what the element
-by element conversion gives, and the side files built on their own thread are the same bytes."""
+"""A GGUF source's side files (convert/pipeline.py): built on their own thread and written as the
+same bytes; the key/values kept once, as the header bytes, and read back from them
+(``Bundle.gguf_metadata``), with a bundle that still has the decoded ``metadata.json`` of older
+versions reading from that."""
 
 from __future__ import annotations
 
 import json
-import math
+import shutil
+
+import numpy as np
+import pytest
 
 from panelpack.convert import pipeline
 
 
-def _slow(v):
-    """The element-by-element rule: non-finite floats as strings, lists item by item."""
-    if isinstance(v, list):
-        return [_slow(x) for x in v]
-    if isinstance(v, float):
-        return v if math.isfinite(v) else str(v)
-    return v
-
-
-def test_float_lists_convert_as_element_by_element():
-    cases = [
-        [0.5, -1.25, 3e38, 5e-324, -0.0],
-        [0.5, float("inf"), -1.0],
-        [float("nan")],
-        [1.0, 2],  # mixed: item by item
-        ["a", 1, True],
-        [[1.0, float("-inf")], [2.0]],
-        [],
-    ]
-    for v in cases:
-        assert json.dumps(pipeline._json_value(list(v))) == json.dumps(_slow(v)), v
+def _plain(v):
+    return v.tolist() if hasattr(v, "tolist") else v
 
 
 def test_side_data_is_what_the_side_files_hold(tmp_path, tiny_gguf):
+    from panelpack.formats import gguf
     from panelpack.formats.bundle import BundleWriter
     from panelpack.formats.checkpoint import open_checkpoint
 
@@ -43,6 +30,35 @@ def test_side_data_is_what_the_side_files_hold(tmp_path, tiny_gguf):
             pipeline._gguf_side_files(ck, w, data)
             for name, b in data:
                 assert (w.tmp / "source" / name).read_bytes() == b
+            head = gguf.open_header(w.tmp / "source" / "gguf-header.bin")
+            assert list(head.metadata) == list(ck.metadata)
+            assert {k: _plain(v) for k, v in head.metadata.items()} == {k: _plain(v) for k, v in ck.metadata.items()}
+            assert [t.name for t in head.tensors] == [t.name for t in ck.tensors]
+            with pytest.raises(Exception, match="without its data"):
+                head.raw(ck.tensors[0].name)
     names = [n for n, _ in data]
-    assert names[0] == "gguf-header.bin" and names[-1] == "metadata.json"
-    assert json.loads(data[-1][1])["general.architecture"]["value"] == "llama"
+    assert names[0] == "gguf-header.bin" and "gguf-layout.json" in names
+    assert "metadata.json" not in names  # the key/values once: in the header bytes
+
+
+def test_bundle_metadata_from_the_header_and_from_an_older_metadata_json(tmp_path, tiny_gguf):
+    from panelpack.convert import convert
+    from panelpack.formats.bundle import open_bundle
+    from panelpack.formats.checkpoint import open_checkpoint
+
+    b = convert(tiny_gguf, tmp_path / "t.ppk").bundle
+    assert not (b / "source" / "metadata.json").exists()
+    with open_checkpoint(tiny_gguf) as ck:
+        want = {k: _plain(v) for k, v in ck.metadata.items()}
+    got = open_bundle(b).gguf_metadata()
+    assert {k: _plain(v) for k, v in got.items()} == want and got["general.architecture"] == "llama"
+    # a bundle of the older form: the decoded copy only (hand-built here: the header removed)
+    old = tmp_path / "old.ppk"
+    shutil.copytree(b, old)
+    (old / "source" / "gguf-header.bin").unlink()
+    doc = {k: {"type": "?", "value": v} for k, v in want.items()}
+    (old / "source" / "metadata.json").write_text(json.dumps(doc, default=lambda x: np.asarray(x).tolist()))
+    assert open_bundle(old).gguf_metadata() == json.loads(json.dumps(want, default=lambda x: np.asarray(x).tolist()))
+    (old / "source" / "metadata.json").unlink()
+    with pytest.raises(Exception, match="no source/gguf-header.bin"):
+        open_bundle(old).gguf_metadata()

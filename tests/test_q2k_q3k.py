@@ -104,7 +104,7 @@ def small_gguf(tmp_path_factory):
 def test_convert_then_verify_all(tmp_path, small_gguf, mix, want):
     out, report = tmp_path / "b.ppk", tmp_path / "report.json"
     run = CliRunner().invoke(main, ["convert", str(small_gguf), "-o", str(out), "--quant", mix,
-                                    "--layout", "panel64", "--no-progress"])
+                                    "--layout", "panel64:int8", "--no-progress"])  # the int8 panels' leaves
     assert run.exit_code == 0, run.output
     run = CliRunner().invoke(main, ["verify", str(out), "--level", "all", "--json", str(report)])
     assert run.exit_code == 0, run.output

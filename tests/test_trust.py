@@ -74,8 +74,8 @@ def test_damaged_bundle_is_refused_by_export(tmp_path):
     rng = np.random.default_rng(3)
     build_gguf(tmp_path / "s.gguf", {"blk.0.ffn_up.weight": ("Q4_0", random_blocks("Q4_0", 64, 64, rng))})
     b = convert(tmp_path / "s.gguf", tmp_path / "s.ppk").bundle
-    meta = b / "source" / "metadata.json"  # a file export itself never reads
-    meta.write_bytes(meta.read_bytes().replace(b"{", b"{ ", 1))
+    side = b / "source" / "gguf-layout.json"  # still valid JSON: only the bundle's digest says it changed
+    side.write_bytes(side.read_bytes().replace(b"{", b"{ ", 1))
     _one_line_refusal(*_run("export", b, "-o", tmp_path / "back.gguf"), "exporting")
     assert not (tmp_path / "back.gguf").exists()
 

@@ -23,7 +23,8 @@ from builders import rehash_entry, tiny_llama_gguf
 def gguf_bundle(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("vb")
     tiny_llama_gguf(d / "tiny.gguf")
-    return convert(d / "tiny.gguf", d / "tiny.ppk").bundle
+    # panel64's int8 panels (Q5_x, Q6_K), which these tests read; the compact default: test_verify_compact
+    return convert(d / "tiny.gguf", d / "tiny.ppk", layout="panel64:int8").bundle
 
 
 @pytest.fixture

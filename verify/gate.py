@@ -72,8 +72,7 @@ def _hyper(b: Bundle):
     kind = src.get("kind") if isinstance(src, dict) else None
     try:
         if kind == "gguf":
-            doc = json.loads((b.path / "source" / "metadata.json").read_text("utf-8"))
-            meta = {k: (v["value"] if isinstance(v, dict) and "value" in v else v) for k, v in doc.items()}
+            meta = b.gguf_metadata()
             emb = b._by_name.get("token_embd.weight")
             if emb is None:
                 return None

@@ -71,10 +71,6 @@ class WeightSource:
         pass
 
 
-def _decode_metadata(doc: dict[str, Any]) -> dict[str, Any]:
-    return {k: (v["value"] if isinstance(v, dict) and "value" in v else v) for k, v in doc.items()}
-
-
 class BundleSource(WeightSource):
     """A bundle directory (see FORMAT.md §5), checked first (``check``: verify's structure
     level, :func:`panelpack.verify.gate.require_sound`; a damaged bundle is not run)."""
@@ -94,10 +90,7 @@ class BundleSource(WeightSource):
         self.kind = "gguf" if src.get("kind") == "gguf" else "hf"
         root = self.bundle.path / "source"
         if self.kind == "gguf":
-            mp = root / "metadata.json"
-            if not mp.is_file():
-                raise BadInputError("GGUF-sourced bundle has no source/metadata.json", path=self.path)
-            self.meta = _decode_metadata(json.loads(mp.read_text("utf-8")))
+            self.meta = self.bundle.gguf_metadata()
         else:
             cp = root / "config.json"
             if not cp.is_file():
