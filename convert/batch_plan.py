@@ -11,7 +11,7 @@ all its targets in one read (``convert_many``), then verified and packed as the 
     quant = "Q4_K_M"             # target options here are every target's defaults
 
     [[target]]                   # the targets of every source that names none of its own
-    layout = "panel64"           # out = "{name}.{layout}.ppk" unless given
+    layout = "panel64"           # out = "{name}.{layout}.ppk" unless given (":" and "/" in values as "-")
     [[target]]
     layout = "ggml-x8"
 
@@ -44,6 +44,15 @@ TARGET_KEYS = ("layout", "quant", "requant", "digest")
 JOB_KEYS = ("verify", "pack", "include", "exclude", "jobs")
 VERIFY_LEVELS = ("none", "structure", "lossless", "agreement", "all")
 OUT_TEMPLATE = "{name}.{layout}.ppk"
+#: characters a target's option may hold that a file name should not (``panel64:int8``)
+_UNSAFE_IN_NAMES = str.maketrans({":": "-", "/": "-", "\\": "-"})
+
+
+def _file_safe(value) -> str:
+    """An option's value as it appears in an output name: ``panel64:int8`` -> ``panel64-int8``."""
+    return str(value or "").translate(_UNSAFE_IN_NAMES)
+
+
 _TOP_ONLY = ("out_dir", "retries", "workers", "target", "source")
 _KEY_TYPES: dict[str, tuple[type, ...]] = {
     "layout": (str,), "quant": (str,), "requant": (str,), "digest": (str,), "verify": (str,), "pack": (bool,),
@@ -174,7 +183,7 @@ def load(path: str | os.PathLike) -> BatchPlan:
             t = _options(doc, src, tgt, keys=TARGET_KEYS)
             t.setdefault("layout", "panel64")
             try:
-                rel = tgt.get("out", OUT_TEMPLATE).format(name=name, **{k: t.get(k) or "" for k in TARGET_KEYS})
+                rel = tgt.get("out", OUT_TEMPLATE).format(name=name, **{k: _file_safe(t.get(k)) for k in TARGET_KEYS})
             except (KeyError, IndexError, ValueError) as e:
                 raise BadInputError(f"out = {tgt.get('out')!r}: {e} (fields: name, {', '.join(TARGET_KEYS)})",
                                     path=path, where=twhere) from None

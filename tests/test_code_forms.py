@@ -122,3 +122,11 @@ def test_a_batch_target_takes_the_option(tmp_path, src):
     assert [t.layout for t in job.targets] == ["panel64", "panel64:int8"]
     runs = convert_many(src, [Target(t.out, layout=t.layout) for t in job.targets])
     assert [open_bundle(r.bundle).manifest["options"]["code_form"] for r in runs] == ["compact", "int8"]
+
+
+def test_a_batch_default_out_name_has_no_colon(tmp_path, src):
+    plan = tmp_path / "plan.toml"
+    plan.write_text(f'[[target]]\nlayout = "panel64:int8"\n[[target]]\nlayout = "panel64"\n'
+                    f'[[source]]\npath = "{src}"\nname = "tiny"\n')
+    outs = [Path(t.out).name for t in load(plan).jobs[0].targets]
+    assert outs == ["tiny.panel64-int8.ppk", "tiny.panel64.ppk"]
