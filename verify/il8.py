@@ -45,11 +45,10 @@ from typing import Callable, Mapping
 
 import numpy as np
 from numba import njit, types
-from numba.extending import register_jitable
 
 from .. import repack
 from ..formats import qtypes
-from ..formats._jit import lazy_njit
+from ..formats._jit import closable_inline, lazy_njit
 from ..formats.errors import BadInputError, UnsupportedError
 from ..repack import ggml_x8, il8_int8, il8_nibble
 from ..repack._common import unpack_scales12
@@ -92,14 +91,9 @@ def _int4(v):
     return (v ^ 8) - 8
 
 
-def _dot(fn):
-    """A block dot: a plain function numba inlines into each kernel that calls it (its typed
-    IR, ``register_jitable(inline="always")``), so that the kernels :func:`_block_partials`
-    makes can close over it: a closure cell holding a plain module function pickles by name
-    (numba's cache key stays stable), and the compiled sweep is the hand-written one's (a lazy
-    kernel stays a call, 1.3-3x slower here; LLVM's ``forceinline`` left int8's 2x slower)."""
-    register_jitable(inline="always")(fn)
-    return fn
+#: a block dot: a plain function numba inlines (so the kernels _block_partials makes can close
+#: over it and keep the hand-written sweep's speed and a stable cache key)
+_dot = closable_inline
 
 
 def _block_partials(unit: int, first: int, block_dot):
