@@ -26,6 +26,7 @@ from numba import types
 
 from ..formats._jit import lazy_njit
 from . import leaves as _leaves
+from . import neon as _neon
 from .neon import (
     Q,
     add_16b,
@@ -36,7 +37,6 @@ from .neon import (
     movi_16b,
     nibble_values,
     sdot_4s_elem,
-    st1_4s,
     tbl1_16b,
     ushl_16b,
 )
@@ -185,18 +185,9 @@ def _neon_planes(V, vr, R, recs, plane0, nplanes, qn):
         add_16b(V, vr, vr, 15)
 
 
-@lazy_njit(_void(_u8_1d, _u8_1d, _u8_1d, _u8_1d, _i64, _i64, _i64, _i64, _i64, _i64, _i64_1d, _u8_1d, _u8_2d),
-           cache=True)
-def neon_program(records, table16, consts, acts, m_rows, n, k, G, base, nplanes, sbs, out, V):
-    """The NEON path on group records for ``m_rows`` activation rows; ``out`` as the SME2
-    leaves: int32 bytes ``[m_rows][len(sbs)][ng][64]``."""
-    ng = k // G
-    qn = G // 4
-    bb = 32 * base
-    gb = qn * 32 * (base + nplanes)
-    nsel = sbs.shape[0]
-    ld1_16b(V, 1, table16, 0)
-    movi_16b(V, 2, 0x0F)
+@lazy_njit()
+def _neon_setup(V, consts, base, nplanes):
+    """v8..v12: the constants above (v10 #3), v(13 + p): the plane splats 2^(B+p)."""
     ld1_16b(V, 8, consts, 0)
     ld1_16b(V, 9, consts, Q)
     movi_16b(V, 10, 0x03)
@@ -204,40 +195,41 @@ def neon_program(records, table16, consts, acts, m_rows, n, k, G, base, nplanes,
     ld1_16b(V, 12, consts, 3 * Q)
     for p in range(nplanes):
         movi_16b(V, 13 + p, 1 << (base + p))
-    for row in range(m_rows):
-        arow = row * k
-        for si in range(nsel):
-            sb = sbs[si]
-            for g in range(ng):
-                for j in range(16):
-                    movi_16b(V, 16 + j, 0)
-                rec = (sb * ng + g) * gb
-                for q in range(qn):
-                    if q % 4 == 0:
-                        ld1_16b(V, 0, acts, arow + G * g + 4 * q)
-                    lane = q % 4
-                    blk = rec + q * bb
-                    plane0 = rec + qn * bb + q * PLANE
-                    if base == 4:
-                        for r in range(8):
-                            nibble_values(V, records, blk + Q * r)
-                            _neon_planes(V, 6, 2 * r, records, plane0, nplanes, qn)
-                            _neon_planes(V, 7, 2 * r + 1, records, plane0, nplanes, qn)
-                            sdot_4s_elem(V, 16 + 2 * r, 6, 0, lane)
-                            sdot_4s_elem(V, 17 + 2 * r, 7, 0, lane)
-                    else:
-                        for r in range(16):
-                            ld1r(V, 3, records, blk + 4 * r, 4)
-                            tbl1_16b(V, 3, 3, 8)
-                            ushl_16b(V, 3, 3, 9)
-                            and_16b(V, 3, 3, 10)
-                            tbl1_16b(V, 6, 1, 3)
-                            _neon_planes(V, 6, r, records, plane0, nplanes, qn)
-                            sdot_4s_elem(V, 16 + r, 6, 0, lane)
-                o = (((row * nsel) + si) * ng + g) * CHANNELS
-                for j in range(16):
-                    if sb * CHANNELS + 4 * j < n:
-                        st1_4s(V, 16 + j, out, (o + 4 * j) * 4)
+
+
+@lazy_njit()
+def _neon_step(V, records, sb, g, q, ng, qn, lane, base, nplanes):
+    """Kg-block ``q`` of the record of (``sb``, ``g``) into the accumulators (the module text;
+    the ``step`` of ``neon.neon_run``)."""
+    bb = 32 * base
+    rec = (sb * ng + g) * qn * 32 * (base + nplanes)
+    blk = rec + q * bb
+    plane0 = rec + qn * bb + q * PLANE
+    if base == 4:
+        for r in range(8):
+            nibble_values(V, records, blk + Q * r)
+            _neon_planes(V, 6, 2 * r, records, plane0, nplanes, qn)
+            _neon_planes(V, 7, 2 * r + 1, records, plane0, nplanes, qn)
+            sdot_4s_elem(V, 16 + 2 * r, 6, 0, lane)
+            sdot_4s_elem(V, 17 + 2 * r, 7, 0, lane)
+    else:
+        for r in range(16):
+            ld1r(V, 3, records, blk + 4 * r, 4)
+            tbl1_16b(V, 3, 3, 8)
+            ushl_16b(V, 3, 3, 9)
+            and_16b(V, 3, 3, 10)
+            tbl1_16b(V, 6, 1, 3)
+            _neon_planes(V, 6, r, records, plane0, nplanes, qn)
+            sdot_4s_elem(V, 16 + r, 6, 0, lane)
+
+
+@lazy_njit(_void(_u8_1d, _u8_1d, _u8_1d, _u8_1d, _i64, _i64, _i64, _i64, _i64, _i64, _i64_1d, _u8_1d, _u8_2d),
+           cache=True)
+def neon_program(records, table16, consts, acts, m_rows, n, k, G, base, nplanes, sbs, out, V):
+    """The NEON path (``neon.neon_run``) on group records for ``m_rows`` activation rows; ``out``
+    as the SME2 leaves: int32 bytes ``[m_rows][len(sbs)][ng][64]``."""
+    _neon.neon_run(_neon_step, _neon_setup, records, table16, consts, acts, m_rows, n, k, G, base, nplanes, sbs,
+                   out, V)
 
 
 def neon_leaf(records, zt0, a, n: int, k: int, G: int, base: int, nplanes: int, sbs=None, vregs=None) -> np.ndarray:
