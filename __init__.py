@@ -32,22 +32,23 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-#: front-door name -> (module, attribute; None: the module itself, which is callable)
+#: module -> the front-door names it provides, each the module's attribute of that name
+_FROM: dict[str, tuple[str, ...]] = {
+    "panelpack.convert": ("convert_many", "Target", "plan", "export"),
+    "panelpack.convert.batch": ("batch",),
+    "panelpack.formats.checkpoint": ("open_checkpoint",),
+    "panelpack.formats.bundle": ("open_bundle",),
+    # shipping, after verify's structure level (verify/gate.py)
+    "panelpack.verify.gate": ("pack", "unpack", "sign"),
+}
+
+#: front-door name -> (module, attribute; None: the module itself, which is callable): the two
+#: callable subpackages, the layout registry's description, and every name of ``_FROM``
 _FRONT: dict[str, tuple[str, str | None]] = {
     "convert": ("panelpack.convert", None),
-    "convert_many": ("panelpack.convert", "convert_many"),
-    "Target": ("panelpack.convert", "Target"),
-    "plan": ("panelpack.convert", "plan"),
-    "batch": ("panelpack.convert.batch", "batch"),
-    "export": ("panelpack.convert", "export"),
     "verify": ("panelpack.verify", None),
-    "open_checkpoint": ("panelpack.formats.checkpoint", "open_checkpoint"),
-    "open_bundle": ("panelpack.formats.bundle", "open_bundle"),
     "layouts": ("panelpack.repack", "describe"),
-    # shipping, after verify's structure level (verify/gate.py)
-    "pack": ("panelpack.verify.gate", "pack"),
-    "unpack": ("panelpack.verify.gate", "unpack"),
-    "sign": ("panelpack.verify.gate", "sign"),
+    **{name: (module, name) for module, names in _FROM.items() for name in names},
 }
 
 __all__ = ["__version__", *_FRONT]

@@ -12,6 +12,7 @@ import functools
 import json
 import logging
 import sys
+from typing import Any, Callable
 
 import click
 
@@ -209,23 +210,25 @@ def _announce_compiles() -> None:
             "compiling kernels (first run on this machine; later runs load them from the cache) ...", err=True))
 
 
-class _VerifyProgress:
-    """Verify's progress bar over tensors (stderr, TTY only); called once per tensor."""
+class _Progress:
+    """A progress bar on stderr (TTY only), called once per finished item: verify's over
+    tensors, the batch's over jobs. ``label(item)`` is the bar's postfix for that item."""
 
-    def __init__(self, enabled: bool):
+    def __init__(self, enabled: bool, unit: str, desc: str, label: Callable[[Any], str]):
         self.enabled = enabled
+        self.unit, self.desc, self.label = unit, desc, label
         self.bar = None
 
-    def start(self, tensors: int) -> None:
+    def start(self, total: int) -> None:
         if self.enabled:
             from tqdm import tqdm
 
-            self.bar = tqdm(total=tensors, unit="tensor", desc="verify", file=sys.stderr, dynamic_ncols=True,
+            self.bar = tqdm(total=total, unit=self.unit, desc=self.desc, file=sys.stderr, dynamic_ncols=True,
                             leave=False)
 
-    def __call__(self, verdict) -> None:
+    def __call__(self, item) -> None:
         if self.bar is not None:
-            self.bar.set_postfix_str(verdict.name[-40:], refresh=False)
+            self.bar.set_postfix_str(self.label(item), refresh=False)
             self.bar.update(1)
 
     def close(self) -> None:
@@ -397,30 +400,6 @@ def _convert_cactus(source, out, target, quant, panels, dry_run, force, as_json)
     echo_result(result, as_json)
 
 
-class _BatchProgress:
-    """The batch's progress bar over jobs (stderr, TTY only); called with each job's row."""
-
-    def __init__(self, enabled: bool):
-        self.enabled = enabled
-        self.bar = None
-
-    def start(self, jobs: int) -> None:
-        if self.enabled:
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=jobs, unit="job", desc="batch", file=sys.stderr, dynamic_ncols=True, leave=False)
-
-    def __call__(self, row) -> None:
-        if self.bar is not None:
-            self.bar.set_postfix_str(f"{row.name[-30:]}: {row.status}", refresh=False)
-            self.bar.update(1)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
-
-
 @main.command()
 @click.argument("plan", type=click.Path(exists=False), required=False)
 @click.option("--ray", "ray_address", is_flag=False, flag_value="", default=None, metavar="[ADDRESS]",
@@ -445,7 +424,8 @@ def batch(plan, ray_address, workers, retries, as_json, no_progress):
     if plan is None:
         raise click.UsageError("missing the PLAN file (a TOML plan: docs/CONVERT.md, \"Batches\")")
     _install_sigterm()
-    bar = _BatchProgress(enabled=not (as_json or no_progress) and sys.stderr.isatty())
+    bar = _Progress(not (as_json or no_progress) and sys.stderr.isatty(), "job", "batch",
+                    lambda row: f"{row.name[-30:]}: {row.status}")
     try:
         result = batch_fn(plan, executor="local" if ray_address is None else "ray", address=ray_address or None,
                           workers=workers, retries=retries, on_start=bar.start, on_row=bar)
@@ -560,7 +540,8 @@ def verify(bundle, level, report_path, seed, sample, svl_bits, names, native, al
         guard.check_disjoint(bundle, report_path, "the bundle", "the report")
         atomic.check_target(report_path, force)  # before the work, not after it
     _announce_compiles()
-    progress = _VerifyProgress(enabled=sys.stderr.isatty() and report_path != "-")
+    progress = _Progress(sys.stderr.isatty() and report_path != "-", "tensor", "verify",
+                         lambda verdict: verdict.name[-40:])
     try:
         rep = bundle_check.verify(bundle, level=level, seed=seed, sample=sample, svl_bits=int(svl_bits),
                                   names=list(names) or None, progress=progress, native=native,

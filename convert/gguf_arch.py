@@ -454,20 +454,12 @@ CONVERTERS: dict[str, Converter] = {
 
 # ---- BERT, outside the decoder table -----------------------------------------------------------
 _B = r"encoder\.layer\.(\d+)\."
-#: (HF regex, GGUF template) of BERT; ``{i}`` the layer, ``{s}`` weight or bias
-BERT_NAMES: tuple[tuple[re.Pattern, str], ...] = tuple((re.compile(p), g) for p, g in (
-    (r"embeddings\.word_embeddings\.(weight)", "token_embd.{s}"),
-    (r"embeddings\.position_embeddings\.(weight)", "position_embd.{s}"),
-    (r"embeddings\.token_type_embeddings\.(weight)", "token_types.{s}"),
-    (r"embeddings\.LayerNorm\.(weight|bias)", "token_embd_norm.{s}"),
-    (_B + r"attention\.self\.query\.(weight|bias)", "blk.{i}.attn_q.{s}"),
-    (_B + r"attention\.self\.key\.(weight|bias)", "blk.{i}.attn_k.{s}"),
-    (_B + r"attention\.self\.value\.(weight|bias)", "blk.{i}.attn_v.{s}"),
-    (_B + r"attention\.output\.dense\.(weight|bias)", "blk.{i}.attn_output.{s}"),
-    (_B + r"attention\.output\.LayerNorm\.(weight|bias)", "blk.{i}.attn_output_norm.{s}"),
-    (_B + r"intermediate\.dense\.(weight|bias)", "blk.{i}.ffn_up.{s}"),
-    (_B + r"output\.dense\.(weight|bias)", "blk.{i}.ffn_down.{s}"),
-    (_B + r"output\.LayerNorm\.(weight|bias)", "blk.{i}.layer_output_norm.{s}"),
+#: (HF regex, GGUF template) of BERT (the names of formats/arch/names.py's BERT tables); ``{i}`` the
+#: layer, ``{s}`` weight or bias (the embeddings: weight only)
+BERT_NAMES: tuple[tuple[re.Pattern, str], ...] = tuple((re.compile(p), g + ".{s}") for p, g in (
+    *((r"embeddings\." + re.escape(hf) + r"\.(weight)", g) for hf, g in arch.names.BERT_EMBEDDINGS),
+    *(((_B if "{i}" in g else "") + re.escape(hf) + r"\.(weight|bias)", g)
+      for hf, g in arch.names.BERT_LAYER + arch.names.BERT_NORMS),
 ))
 BERT_ARCHITECTURES = ("BertModel", "BertForMaskedLM")
 #: transformers 5.5.4's BertConfig defaults the converter can read

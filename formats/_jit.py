@@ -191,6 +191,21 @@ def inline_jit(fn: Callable) -> Callable:
     return numba.njit(inline="always")(fn)
 
 
+def closable_inline(fn: Callable) -> Callable:
+    """``fn`` registered as a body numba inlines into each kernel that calls it (its typed IR:
+    ``register_jitable(inline="always")``), returned as the plain function. A kernel that a
+    factory makes may close over it: a plain module function pickles by name, so the kernel's
+    cache key stays stable (an :func:`inline_jit` dispatcher in a closure cell would not), and
+    it is inlined before LLVM sees the loop (a :class:`LazyKernel` stays a call, left to LLVM,
+    1.3-3x slower in verify/il8.py's sweeps). ``NUMBA_DISABLE_JIT=1``: the plain function runs.
+    Do not store into an array unpacked from a tuple inside such a body: numba's inliner loses
+    those stores (hand the arrays as arguments, or to a called kernel; tests/test_jit.py)."""
+    from numba.extending import register_jitable
+
+    register_jitable(inline="always")(fn)
+    return fn
+
+
 # ---- the numba signature vocabulary every kernel module shares --------------------------
 def readonly(dtype: Any, ndim: int = 1) -> Any:
     """The numba type of a read-only C-contiguous array of ``dtype`` (a numba or numpy dtype):

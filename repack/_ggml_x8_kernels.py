@@ -19,7 +19,7 @@ from numba import types as nt
 
 from ..formats._jit import RO_U8 as _RO_U8
 from ..formats._jit import RO_U64 as _RO_U64
-from ..formats._jit import lazy_njit
+from ..formats._jit import closable_inline, lazy_njit
 from ..formats._jit import ld64 as _ld64
 from ..formats._jit import st64 as _st64
 from ..formats.blocks import q4_0, q4_k
@@ -142,7 +142,7 @@ def _q4_0_x8_unpack_w(x64, n, nb, w64):
 
 
 # Q4_0, any K: one block at a time, byte addressed on both sides; one address map, two directions.
-@njit(inline="always")
+@closable_inline
 def _q4_0_x8_bytes(src, n, nb, dst, pack):
     """Copy every (d, qs half 0, qs half 1) of the source blocks to their 8-row block
     (``pack``) or back, flipping the qs nibbles' bit 3 (``_X88``) either way."""
@@ -159,16 +159,6 @@ def _q4_0_x8_bytes(src, n, nb, dst, pack):
             dst[dd + _U(1)] = src[sd + _U(1)]
             _st64(dst, d0, _ld64(src, s0) ^ _X88)
             _st64(dst, d1, _ld64(src, s1) ^ _X88)
-
-
-@lazy_njit(nt.void(_RO_U8, nt.int64, nt.int64, nt.uint8[::1]), **_KERNEL)
-def _q4_0_x8_pack_b(a8, n, nb, o8):
-    _q4_0_x8_bytes(a8, n, nb, o8, True)
-
-
-@lazy_njit(nt.void(_RO_U8, nt.int64, nt.int64, nt.uint8[::1]), **_KERNEL)
-def _q4_0_x8_unpack_b(x8, n, nb, a8):
-    _q4_0_x8_bytes(x8, n, nb, a8, False)
 
 
 # Q4_K: _Q4K_WORDS = 18 words per source block (word 0 = d | dmin<<16 | scales[0..3]<<32, word 1 =
@@ -211,68 +201,96 @@ def _q4_k_x8_at(sr, r, j, nsb):
     return o, x
 
 
-@lazy_njit(nt.void(_RO_U64, nt.int64, nt.int64, nt.uint64[::1]), **_KERNEL)
-def _q4_k_x8_pack(w64, n, nsb, o64):
-    sc = np.zeros(8, np.uint64)
-    mm = np.zeros(8, np.uint64)
-    for sr in range(n // 8):
-        for j in range(nsb):
-            d = _U(0)
-            dm = _U(0)
-            d2 = _U(0)
-            dm2 = _U(0)
-            for r in range(8):
-                o, x = _q4_k_x8_at(sr, r, j, nsb)
-                a0 = w64[o]
-                a1 = w64[o + _U(_Q4K_SC_W)]
-                if r < 4:
-                    d |= (a0 & _U(0xFFFF)) << _U(16 * r)
-                    dm |= ((a0 >> _U(_Q4K_DMIN_SH)) & _U(0xFFFF)) << _U(16 * r)
-                else:
-                    d2 |= (a0 & _U(0xFFFF)) << _U(16 * (r - 4))
-                    dm2 |= ((a0 >> _U(_Q4K_DMIN_SH)) & _U(0xFFFF)) << _U(16 * (r - 4))
-                sc[r], mm[r] = _unpack12((a0 >> _U(_Q4K_SC_SH)) & _U(0xFFFFFFFF), a1 & _U(0xFFFFFFFF), a1 >> _U(32))
-                for h in range(_Q4K_QS_WORDS):
-                    o64[x + _U(_X8_Q4K_QS_W + 8 * h + r)] = w64[o + _U(_Q4K_QS_W + h)]
-            o64[x] = d
-            o64[x + _U(1)] = d2
-            o64[x + _U(_X8_Q4K_DMIN_W)] = dm
-            o64[x + _U(_X8_Q4K_DMIN_W + 1)] = dm2
-            _transpose8(sc)  # sc[s] byte r = scale of sub-block s, row r
-            _transpose8(mm)
-            # group s = 12 bytes at byte 32 + 12 s: lanes (lo, mid, hi); pairs of groups fill 3 words
-            for s2 in range(4):
-                l0, m0, h0 = _pack12(sc[2 * s2], mm[2 * s2])
-                l1, m1, h1 = _pack12(sc[2 * s2 + 1], mm[2 * s2 + 1])
-                w = x + _U(_X8_Q4K_SC_W + 3 * s2)
-                o64[w] = l0 | (m0 << _U(32))
-                o64[w + _U(1)] = h0 | (l1 << _U(32))
-                o64[w + _U(2)] = m1 | (h1 << _U(32))
+# Q4_K: one walk, two directions. Per 8-row block: d and dmin (16 bits a row, 4 rows a word)
+# and the 12-byte scale groups go from row major (the rows) to sub-block major (the x8 block)
+# through one 8x8 byte transpose (its own inverse), the qs words move as they are (_q4_k_x8_qs).
+@njit(inline="always")
+def _q4_k_x8_qs(src, dst, o, x, r, pack):
+    """Row ``r``'s qs words (its block at word ``o``) to words 8h + r of the x8 block at ``x``
+    (``pack``), or back."""
+    for h in range(_Q4K_QS_WORDS):
+        oq, xq = o + _U(_Q4K_QS_W + h), x + _U(_X8_Q4K_QS_W + 8 * h + r)
+        if pack:
+            dst[xq] = src[oq]
+        else:
+            dst[oq] = src[xq]
 
 
-@lazy_njit(nt.void(_RO_U64, nt.int64, nt.int64, nt.uint64[::1]), **_KERNEL)
-def _q4_k_x8_unpack(x64, n, nsb, w64):
+@closable_inline
+def _q4_k_x8_words(src, n, nsb, dst, pack):
+    """Every Q4_K block of the ``n`` rows to its block_q4_Kx8 (``pack``) or back."""
     sc = np.zeros(8, np.uint64)
     mm = np.zeros(8, np.uint64)
     for sr in range(n // 8):
         for j in range(nsb):
             x = _q4_k_x8_at(sr, 0, j, nsb)[1]
-            for s2 in range(4):
-                w = x + _U(_X8_Q4K_SC_W + 3 * s2)
-                a = x64[w]
-                b = x64[w + _U(1)]
-                c = x64[w + _U(2)]
-                sc[2 * s2], mm[2 * s2] = _unpack12(a & _U(0xFFFFFFFF), a >> _U(32), b & _U(0xFFFFFFFF))
-                sc[2 * s2 + 1], mm[2 * s2 + 1] = _unpack12(b >> _U(32), c & _U(0xFFFFFFFF), c >> _U(32))
-            _transpose8(sc)  # sc[r] byte s = scale of sub-block s, row r
+            if pack:  # the rows' d, dmin -> 4 words; row r's scales -> sc[r], mm[r]
+                d = _U(0)
+                dm = _U(0)
+                d2 = _U(0)
+                dm2 = _U(0)
+                for r in range(8):
+                    o = _q4_k_x8_at(sr, r, j, nsb)[0]
+                    a0 = src[o]
+                    a1 = src[o + _U(_Q4K_SC_W)]
+                    if r < 4:
+                        d |= (a0 & _U(0xFFFF)) << _U(16 * r)
+                        dm |= ((a0 >> _U(_Q4K_DMIN_SH)) & _U(0xFFFF)) << _U(16 * r)
+                    else:
+                        d2 |= (a0 & _U(0xFFFF)) << _U(16 * (r - 4))
+                        dm2 |= ((a0 >> _U(_Q4K_DMIN_SH)) & _U(0xFFFF)) << _U(16 * (r - 4))
+                    sc[r], mm[r] = _unpack12((a0 >> _U(_Q4K_SC_SH)) & _U(0xFFFFFFFF), a1 & _U(0xFFFFFFFF), a1 >> _U(32))
+                    _q4_k_x8_qs(src, dst, o, x, r, True)
+                dst[x] = d
+                dst[x + _U(1)] = d2
+                dst[x + _U(_X8_Q4K_DMIN_W)] = dm
+                dst[x + _U(_X8_Q4K_DMIN_W + 1)] = dm2
+            else:  # group s of the x8 block -> sc[s], mm[s] (byte r: row r)
+                for s2 in range(4):
+                    w = x + _U(_X8_Q4K_SC_W + 3 * s2)
+                    a = src[w]
+                    b = src[w + _U(1)]
+                    c = src[w + _U(2)]
+                    sc[2 * s2], mm[2 * s2] = _unpack12(a & _U(0xFFFFFFFF), a >> _U(32), b & _U(0xFFFFFFFF))
+                    sc[2 * s2 + 1], mm[2 * s2 + 1] = _unpack12(b >> _U(32), c & _U(0xFFFFFFFF), c >> _U(32))
+            _transpose8(sc)  # packing: sc[s] byte r = scale of sub-block s, row r; unpacking: the reverse
             _transpose8(mm)
-            for r in range(8):
-                o = _q4_k_x8_at(sr, r, j, nsb)[0]
-                ur = _U(r)
-                lo, mid, hi = _pack12(sc[r], mm[r])
-                d = _get_d(x64, x, ur)
-                dm = _get_d(x64, x + _U(_X8_Q4K_DMIN_W), ur)
-                w64[o] = d | (dm << _U(_Q4K_DMIN_SH)) | (lo << _U(_Q4K_SC_SH))
-                w64[o + _U(_Q4K_SC_W)] = mid | (hi << _U(32))
-                for h in range(_Q4K_QS_WORDS):
-                    w64[o + _U(_Q4K_QS_W + h)] = x64[x + _U(_X8_Q4K_QS_W + 8 * h + r)]
+            if pack:  # group s = 12 bytes at byte 32 + 12 s: lanes (lo, mid, hi); pairs of groups fill 3 words
+                for s2 in range(4):
+                    l0, m0, h0 = _pack12(sc[2 * s2], mm[2 * s2])
+                    l1, m1, h1 = _pack12(sc[2 * s2 + 1], mm[2 * s2 + 1])
+                    w = x + _U(_X8_Q4K_SC_W + 3 * s2)
+                    dst[w] = l0 | (m0 << _U(32))
+                    dst[w + _U(1)] = h0 | (l1 << _U(32))
+                    dst[w + _U(2)] = m1 | (h1 << _U(32))
+            else:  # row r's word 0 (d, dmin, scales[0..3]) and word 1 (scales[4..11])
+                for r in range(8):
+                    o = _q4_k_x8_at(sr, r, j, nsb)[0]
+                    ur = _U(r)
+                    lo, mid, hi = _pack12(sc[r], mm[r])
+                    d = _get_d(src, x, ur)
+                    dm = _get_d(src, x + _U(_X8_Q4K_DMIN_W), ur)
+                    dst[o] = d | (dm << _U(_Q4K_DMIN_SH)) | (lo << _U(_Q4K_SC_SH))
+                    dst[o + _U(_Q4K_SC_W)] = mid | (hi << _U(32))
+                    _q4_k_x8_qs(src, dst, o, x, r, False)
+
+
+def _two_ways(walk, src_type, dst_type):
+    """The (pack, unpack) kernels of a two-way walk ``walk(src, n, units a row, dst, pack)``
+    (``_q4_0_x8_bytes``, ``_q4_k_x8_words``): one signature, the direction a constant."""
+    sig = nt.void(src_type, nt.int64, nt.int64, dst_type)
+    tag = walk.__name__.strip("_")
+
+    @lazy_njit(sig, tag=tag, **_KERNEL)
+    def pack(src, n, units, dst):
+        walk(src, n, units, dst, True)
+
+    @lazy_njit(sig, tag=tag, **_KERNEL)
+    def unpack(src, n, units, dst):
+        walk(src, n, units, dst, False)
+
+    return pack, unpack
+
+
+_q4_0_x8_pack_b, _q4_0_x8_unpack_b = _two_ways(_q4_0_x8_bytes, _RO_U8, nt.uint8[::1])
+_q4_k_x8_pack, _q4_k_x8_unpack = _two_ways(_q4_k_x8_words, _RO_U64, nt.uint64[::1])

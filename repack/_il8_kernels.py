@@ -27,7 +27,7 @@ from ..formats import qtypes
 from ..formats._jit import RO_F32 as _RO_F32
 from ..formats._jit import RO_U8 as _RO_U8
 from ..formats._jit import RO_U32 as _RO_U32
-from ..formats._jit import lazy_njit
+from ..formats._jit import closable_inline, lazy_njit
 from ..formats._jit import ld64 as _ld64
 from ..formats._jit import st64 as _st64
 from ..formats.blocks import q4_0, q4_k
@@ -140,75 +140,91 @@ def _f16_exact(s32, d16):
     return 0 if bad == _U(0) else 1
 
 
-# -- il8-nibble, Q4_0 -----------------------------------------------------------------------
-@lazy_njit(nt.void(_RO_U8, nt.int64, nt.int64, _RO_U32, nt.uint32[::1], nt.uint32[::1]), **_KERNEL)
-def _nibble_q4_0_pack(a8, n, nb, f16u, q32, scales):
+# -- Q4_0, both layouts: every row of every (super-row, block) -------------------------------
+@closable_inline
+def _q4_0_rows(rows, n, nb, steps, f0, f1, f2, move):
+    """``move(rows, o, rb, blk, r, f0, f1, f2)`` for every super-row ``sr``, block ``b`` and row
+    step ``r < steps`` (il8-nibble 4: rows r and r + 4 at once; il8-int8 8): ``o`` the byte of
+    block ``b`` in row 8 sr + r, ``rb`` the bytes of a row, ``blk = sr*nb + b``; the moves'
+    results or-ed (a check's flags; 0 from a move that checks nothing)."""
     rb = _U(nb * _Q40_BYTES)
+    bad = _U(0)
     for sr in range(n // 8):
         for b in range(nb):
             blk = _U(sr * nb + b)
-            w = blk * _U(32)
-            for r in range(4):
-                o0 = _U(8 * sr + r) * rb + _U(_Q40_BYTES * b)
-                o1 = o0 + _U(4) * rb
-                x0 = _ld64(a8, o0 + _U(_Q40_QS))
-                y0 = _ld64(a8, o0 + _U(_Q40_QS + 8))
-                x1 = _ld64(a8, o1 + _U(_Q40_QS))
-                y1 = _ld64(a8, o1 + _U(_Q40_QS + 8))
-                ur = _U(r)
-                _put2(q32, w + ur, w + _U(4) + ur, (x0 & _M0F) | ((x1 & _M0F) << _U(4)))
-                _put2(q32, w + _U(8) + ur, w + _U(12) + ur, (y0 & _M0F) | ((y1 & _M0F) << _U(4)))
-                _put2(q32, w + _U(16) + ur, w + _U(20) + ur, ((x0 >> _U(4)) & _M0F) | (x1 & _MF0))
-                _put2(q32, w + _U(24) + ur, w + _U(28) + ur, ((y0 >> _U(4)) & _M0F) | (y1 & _MF0))
-                scales[blk * _U(8) + ur] = _f16_bits_at(a8, o0, f16u)
-                scales[blk * _U(8) + ur + _U(4)] = _f16_bits_at(a8, o1, f16u)
+            for r in range(steps):
+                bad |= move(rows, _U(8 * sr + r) * rb + _U(_Q40_BYTES * b), rb, blk, r, f0, f1, f2)
+    return bad
+
+
+# -- il8-nibble, Q4_0 -----------------------------------------------------------------------
+@closable_inline
+def _nibble_q4_0_put(a8, o0, rb, blk, r, f16u, q32, scales):
+    w = blk * _U(32)
+    o1 = o0 + _U(4) * rb
+    x0 = _ld64(a8, o0 + _U(_Q40_QS))
+    y0 = _ld64(a8, o0 + _U(_Q40_QS + 8))
+    x1 = _ld64(a8, o1 + _U(_Q40_QS))
+    y1 = _ld64(a8, o1 + _U(_Q40_QS + 8))
+    ur = _U(r)
+    _put2(q32, w + ur, w + _U(4) + ur, (x0 & _M0F) | ((x1 & _M0F) << _U(4)))
+    _put2(q32, w + _U(8) + ur, w + _U(12) + ur, (y0 & _M0F) | ((y1 & _M0F) << _U(4)))
+    _put2(q32, w + _U(16) + ur, w + _U(20) + ur, ((x0 >> _U(4)) & _M0F) | (x1 & _MF0))
+    _put2(q32, w + _U(24) + ur, w + _U(28) + ur, ((y0 >> _U(4)) & _M0F) | (y1 & _MF0))
+    scales[blk * _U(8) + ur] = _f16_bits_at(a8, o0, f16u)
+    scales[blk * _U(8) + ur + _U(4)] = _f16_bits_at(a8, o1, f16u)
+    return _U(0)
+
+
+@lazy_njit(nt.void(_RO_U8, nt.int64, nt.int64, _RO_U32, nt.uint32[::1], nt.uint32[::1]), **_KERNEL)
+def _nibble_q4_0_pack(a8, n, nb, f16u, q32, scales):
+    _q4_0_rows(a8, n, nb, 4, f16u, q32, scales, _nibble_q4_0_put)
+
+
+@closable_inline
+def _nibble_q4_0_get(a8, o0, rb, blk, r, q32, d8, unused):
+    w = blk * _U(32)
+    ur = _U(r)
+    o1 = o0 + _U(4) * rb
+    lx = _get2(q32, w + ur, w + _U(4) + ur)
+    ly = _get2(q32, w + _U(8) + ur, w + _U(12) + ur)
+    hx = _get2(q32, w + _U(16) + ur, w + _U(20) + ur)
+    hy = _get2(q32, w + _U(24) + ur, w + _U(28) + ur)
+    _st64(a8, o0 + _U(_Q40_QS), (lx & _M0F) | ((hx & _M0F) << _U(4)))
+    _st64(a8, o0 + _U(_Q40_QS + 8), (ly & _M0F) | ((hy & _M0F) << _U(4)))
+    _st64(a8, o1 + _U(_Q40_QS), ((lx >> _U(4)) & _M0F) | (hx & _MF0))
+    _st64(a8, o1 + _U(_Q40_QS + 8), ((ly >> _U(4)) & _M0F) | (hy & _MF0))
+    s = (blk * _U(8) + ur) * _U(2)
+    a8[o0] = d8[s]
+    a8[o0 + _U(1)] = d8[s + _U(1)]
+    a8[o1] = d8[s + _U(8)]
+    a8[o1 + _U(1)] = d8[s + _U(9)]
+    return _U(0)
 
 
 @lazy_njit(nt.void(_RO_U32, _RO_U8, nt.int64, nt.int64, nt.uint8[::1]), **_KERNEL)
 def _nibble_q4_0_unpack(q32, d8, n, nb, a8):
     """``d8``: the f16 bits of every scale (2 bytes per (sr, b, r)), already checked exact."""
-    rb = _U(nb * _Q40_BYTES)
-    for sr in range(n // 8):
-        for b in range(nb):
-            blk = _U(sr * nb + b)
-            w = blk * _U(32)
-            for r in range(4):
-                ur = _U(r)
-                o0 = _U(8 * sr + r) * rb + _U(_Q40_BYTES * b)
-                o1 = o0 + _U(4) * rb
-                lx = _get2(q32, w + ur, w + _U(4) + ur)
-                ly = _get2(q32, w + _U(8) + ur, w + _U(12) + ur)
-                hx = _get2(q32, w + _U(16) + ur, w + _U(20) + ur)
-                hy = _get2(q32, w + _U(24) + ur, w + _U(28) + ur)
-                _st64(a8, o0 + _U(_Q40_QS), (lx & _M0F) | ((hx & _M0F) << _U(4)))
-                _st64(a8, o0 + _U(_Q40_QS + 8), (ly & _M0F) | ((hy & _M0F) << _U(4)))
-                _st64(a8, o1 + _U(_Q40_QS), ((lx >> _U(4)) & _M0F) | (hx & _MF0))
-                _st64(a8, o1 + _U(_Q40_QS + 8), ((ly >> _U(4)) & _M0F) | (hy & _MF0))
-                s = (blk * _U(8) + ur) * _U(2)
-                a8[o0] = d8[s]
-                a8[o0 + _U(1)] = d8[s + _U(1)]
-                a8[o1] = d8[s + _U(8)]
-                a8[o1 + _U(1)] = d8[s + _U(9)]
+    _q4_0_rows(a8, n, nb, 4, q32, d8, d8, _nibble_q4_0_get)
 
 
 # -- il8-int8, Q4_0 -------------------------------------------------------------------------
+@closable_inline
+def _int8_q4_0_put(a8, o, rb, blk, rr, f16u, q32, scales):
+    x = _ld64(a8, o + _U(_Q40_QS))
+    y = _ld64(a8, o + _U(_Q40_QS + 8))
+    slot = blk * _U(64) + _U(4 * (rr // 4) + rr % 4)  # 4h + r
+    _put2(q32, slot, slot + _U(8), _signed(x & _M0F))  # g = 0, 1
+    _put2(q32, slot + _U(16), slot + _U(24), _signed(y & _M0F))  # g = 2, 3
+    _put2(q32, slot + _U(32), slot + _U(40), _signed((x >> _U(4)) & _M0F))  # g = 4, 5
+    _put2(q32, slot + _U(48), slot + _U(56), _signed((y >> _U(4)) & _M0F))  # g = 6, 7
+    scales[blk * _U(8) + _U(rr)] = _f16_bits_at(a8, o, f16u)
+    return _U(0)
+
+
 @lazy_njit(nt.void(_RO_U8, nt.int64, nt.int64, _RO_U32, nt.uint32[::1], nt.uint32[::1]), **_KERNEL)
 def _int8_q4_0_pack(a8, n, nb, f16u, q32, scales):
-    rb = _U(nb * _Q40_BYTES)
-    for sr in range(n // 8):
-        for b in range(nb):
-            blk = _U(sr * nb + b)
-            w = blk * _U(64)
-            for rr in range(8):
-                o = _U(8 * sr + rr) * rb + _U(_Q40_BYTES * b)
-                x = _ld64(a8, o + _U(_Q40_QS))
-                y = _ld64(a8, o + _U(_Q40_QS + 8))
-                slot = w + _U(4 * (rr // 4) + rr % 4)  # 4h + r
-                _put2(q32, slot, slot + _U(8), _signed(x & _M0F))  # g = 0, 1
-                _put2(q32, slot + _U(16), slot + _U(24), _signed(y & _M0F))  # g = 2, 3
-                _put2(q32, slot + _U(32), slot + _U(40), _signed((x >> _U(4)) & _M0F))  # g = 4, 5
-                _put2(q32, slot + _U(48), slot + _U(56), _signed((y >> _U(4)) & _M0F))  # g = 6, 7
-                scales[blk * _U(8) + _U(rr)] = _f16_bits_at(a8, o, f16u)
+    _q4_0_rows(a8, n, nb, 8, f16u, q32, scales, _int8_q4_0_put)
 
 
 @njit
@@ -219,31 +235,29 @@ def _q4_range_bits(v):
     return v ^ (v << _U(1))
 
 
+@closable_inline
+def _int8_q4_0_get(a8, o, rb, blk, rr, q32, d8, unused):
+    """u = code ^ 8 in the low nibble (both nibbles of a qs byte flipped at once: ``^ 0x88``);
+    returns the range bits of the codes (_q4_range_bits, masked once at the end)."""
+    slot = blk * _U(64) + _U(4 * (rr // 4) + rr % 4)
+    vx = _get2(q32, slot, slot + _U(8))
+    vy = _get2(q32, slot + _U(16), slot + _U(24))
+    wx = _get2(q32, slot + _U(32), slot + _U(40))
+    wy = _get2(q32, slot + _U(48), slot + _U(56))
+    _st64(a8, o + _U(_Q40_QS), ((vx & _M0F) | ((wx & _M0F) << _U(4))) ^ _M88)
+    _st64(a8, o + _U(_Q40_QS + 8), ((vy & _M0F) | ((wy & _M0F) << _U(4))) ^ _M88)
+    s = (blk * _U(8) + _U(rr)) * _U(2)
+    a8[o] = d8[s]
+    a8[o + _U(1)] = d8[s + _U(1)]
+    return _q4_range_bits(vx) | _q4_range_bits(vy) | _q4_range_bits(wx) | _q4_range_bits(wy)
+
+
 @lazy_njit(nt.int64(_RO_U32, _RO_U8, nt.int64, nt.int64, nt.uint8[::1]), **_KERNEL)
 def _int8_q4_0_unpack(q32, d8, n, nb, a8):
-    """u = code ^ 8 in the low nibble (both nibbles of a qs byte flipped at once: ``^ 0x88``);
-    returns 0, or 1 when a code is outside -8..7 (``a8`` is then partly written: the wrapper
-    raises). The range check (_q4_range_bits, masked once at the end) and the xor took the
-    kernel from 1.7-2.2 to 2.4-2.8 GB/s (alone, same process) against the per-lane add."""
-    rb = _U(nb * _Q40_BYTES)
-    bad = _U(0)
-    for sr in range(n // 8):
-        for b in range(nb):
-            blk = _U(sr * nb + b)
-            w = blk * _U(64)
-            for rr in range(8):
-                o = _U(8 * sr + rr) * rb + _U(_Q40_BYTES * b)
-                slot = w + _U(4 * (rr // 4) + rr % 4)
-                vx = _get2(q32, slot, slot + _U(8))
-                vy = _get2(q32, slot + _U(16), slot + _U(24))
-                wx = _get2(q32, slot + _U(32), slot + _U(40))
-                wy = _get2(q32, slot + _U(48), slot + _U(56))
-                bad |= _q4_range_bits(vx) | _q4_range_bits(vy) | _q4_range_bits(wx) | _q4_range_bits(wy)
-                _st64(a8, o + _U(_Q40_QS), ((vx & _M0F) | ((wx & _M0F) << _U(4))) ^ _M88)
-                _st64(a8, o + _U(_Q40_QS + 8), ((vy & _M0F) | ((wy & _M0F) << _U(4))) ^ _M88)
-                s = (blk * _U(8) + _U(rr)) * _U(2)
-                a8[o] = d8[s]
-                a8[o + _U(1)] = d8[s + _U(1)]
+    """Returns 0, or 1 when a code is outside -8..7 (``a8`` is then partly written: the wrapper
+    raises). The range check and the xor took the kernel from 1.7-2.2 to 2.4-2.8 GB/s (alone,
+    same process) against the per-lane add."""
+    bad = _q4_0_rows(a8, n, nb, 8, q32, d8, d8, _int8_q4_0_get)
     return 0 if (bad & _MF0) == _U(0) else 1
 
 

@@ -309,6 +309,20 @@ def _plane_to_lanes(f8, i, count):
     return v
 
 
+@njit
+def _sixteen_to_plane(f8, blk, c, lo, hi):
+    """A block's 16 one-byte values (lanes of ``lo``: values 0..7, of ``hi``: 8..15; Q3_K's and
+    Q6_K's sub-block scales) -> channel ``c``'s column of their [SB][groups][16][64] field."""
+    _lanes_to_plane(f8, _field(blk, c, 16, 0, 1), lo, 8)
+    _lanes_to_plane(f8, _field(blk, c, 16, 8, 1), hi, 8)
+
+
+@njit
+def _sixteen_from_plane(f8, blk, c):
+    """Inverse of _sixteen_to_plane: (lo, hi)."""
+    return _plane_to_lanes(f8, _field(blk, c, 16, 0, 1), 8), _plane_to_lanes(f8, _field(blk, c, 16, 8, 1), 8)
+
+
 @_body
 def _q5_k_put(a8, p8, sc8, m8, d8, dmin8, ob, blk, c, w):
     _copy(d8, _field(blk, c, 1, 0, 2), a8, ob + _U(_Q5K.d), 2)
@@ -353,8 +367,7 @@ def _q5_k_get(a8, p8, sc8, m8, d8, dmin8, ob, blk, c, w):
 @_body
 def _q6_k_put(a8, p8, s8, d8, f2, f3, ob, blk, c, w):
     _copy(d8, _field(blk, c, 1, 0, 2), a8, ob + _U(_Q6K.d), 2)
-    _lanes_to_plane(s8, _field(blk, c, 16, 0, 1), ld64(a8, ob + _U(_Q6K.scales)), 8)
-    _lanes_to_plane(s8, _field(blk, c, 16, 8, 1), ld64(a8, ob + _U(_Q6K.scales + 8)), 8)
+    _sixteen_to_plane(s8, blk, c, ld64(a8, ob + _U(_Q6K.scales)), ld64(a8, ob + _U(_Q6K.scales + 8)))
     for h in range(2):
         for t in range(4):
             a = ld64(a8, ob + _U(_Q6K.ql + 64 * h + 8 * t))
@@ -370,8 +383,9 @@ def _q6_k_put(a8, p8, s8, d8, f2, f3, ob, blk, c, w):
 @_body
 def _q6_k_get(a8, p8, s8, d8, f2, f3, ob, blk, c, w):
     _copy(a8, ob + _U(_Q6K.d), d8, _field(blk, c, 1, 0, 2), 2)
-    st64(a8, ob + _U(_Q6K.scales), _plane_to_lanes(s8, _field(blk, c, 16, 0, 1), 8))
-    st64(a8, ob + _U(_Q6K.scales + 8), _plane_to_lanes(s8, _field(blk, c, 16, 8, 1), 8))
+    lo, hi = _sixteen_from_plane(s8, blk, c)
+    st64(a8, ob + _U(_Q6K.scales), lo)
+    st64(a8, ob + _U(_Q6K.scales + 8), hi)
     for h in range(2):
         for t in range(4):
             x = w + _U(256 * (32 * h + 2 * t))
@@ -452,9 +466,7 @@ def _q2_k_get(a8, p8, sc8, m8, d8, dmin8, ob, blk, c, w):
 @_body
 def _q3_k_put(a8, p8, sc8, d8, f2, f3, ob, blk, c, w):
     _copy(d8, _field(blk, c, 1, 0, 2), a8, ob + _U(_Q3K.d), 2)
-    sc0, sc1 = _q3_k_scales_get(a8, ob + _U(_Q3K.scales))
-    _lanes_to_plane(sc8, _field(blk, c, 16, 0, 1), sc0, 8)
-    _lanes_to_plane(sc8, _field(blk, c, 16, 8, 1), sc1, 8)
+    _sixteen_to_plane(sc8, blk, c, *_q3_k_scales_get(a8, ob + _U(_Q3K.scales)))
     for t in range(4):
         hm = ld64(a8, ob + _U(_Q3K.hmask + 8 * t))
         for h in range(2):
@@ -467,8 +479,7 @@ def _q3_k_put(a8, p8, sc8, d8, f2, f3, ob, blk, c, w):
 @_body
 def _q3_k_get(a8, p8, sc8, d8, f2, f3, ob, blk, c, w):
     _copy(a8, ob + _U(_Q3K.d), d8, _field(blk, c, 1, 0, 2), 2)
-    _q3_k_scales_put(a8, ob + _U(_Q3K.scales), _plane_to_lanes(sc8, _field(blk, c, 16, 0, 1), 8),
-                     _plane_to_lanes(sc8, _field(blk, c, 16, 8, 1), 8))
+    _q3_k_scales_put(a8, ob + _U(_Q3K.scales), *_sixteen_from_plane(sc8, blk, c))
     for t in range(4):
         hm = _U(0)
         for h in range(2):

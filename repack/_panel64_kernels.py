@@ -21,7 +21,7 @@ from numba import njit
 from numba import types as nt
 
 from ..formats import qtypes
-from ..formats._jit import lazy_njit, ld64, prefetch
+from ..formats._jit import closable_inline, lazy_njit, ld64, prefetch
 from ..formats.blocks import q4_0, q4_1, q4_k
 from ._common import word_step
 
@@ -278,8 +278,8 @@ def _qs_units(p64, kg, q, k):
     return _qs_unit(lw, hw, 0), _qs_unit(lw, hw, 1)
 
 
-@lazy_njit(nt.void(_RO_U64, _RO_U64, nt.uint64, nt.uint64[::1]), **_HELPER)
-def _q4_0_unquads(p64, d64, blk0, t):
+@lazy_njit(nt.void(nt.uint64[::1], nt.uint64, _RO_U64, _RO_U64), **_HELPER)
+def _q4_0_unquads(t, blk0, p64, d64):
     """Inverse of _q4_0_quads. Block b's units start at 9b: for even b the unit pairs (m, m+1)
     of the slots are (d, qs0), (qs1, qs2) .. (qs7, d of block b+1), for odd b (qs0, qs1) ..."""
     for bp in range(2):
@@ -317,8 +317,8 @@ def _q4_1_quads(t, blk0, p64, d64, m64):
                 _put_kg2(t, _Q41_UNITS * b + _Q41_QS + 2 * i, _U(q), p64, blk * _U(8) + _U(i))
 
 
-@lazy_njit(nt.void(_RO_U64, _RO_U64, _RO_U64, nt.uint64, nt.uint64[::1]), **_HELPER)
-def _q4_1_unquads(p64, d64, m64, blk0, t):
+@lazy_njit(nt.void(nt.uint64[::1], nt.uint64, _RO_U64, _RO_U64, _RO_U64), **_HELPER)
+def _q4_1_unquads(t, blk0, p64, d64, m64):
     for b in range(2):
         blk = blk0 + _U(b)
         for q in range(16):
@@ -339,45 +339,67 @@ def _q4_step(hdr):
     return _Q40_STEP if hdr == q4_0.AT.qs else _Q41_STEP
 
 
-@njit(inline="always")
-def _q4_sweep(hdr, ng):
-    """A Q4_0/Q4_1 word kernel's geometry: (blocks a step, words a step, steps a sweep, words a
-    row) and the staging buffer of one sweep over a super-block's 64 channels."""
-    nbk, bw = _q4_step(hdr)
-    return nbk, bw, _RUN_WORDS // bw, _U(ng // nbk * bw), np.zeros(_RUN_WORDS * 64, np.uint64)
+@closable_inline
+def _sweeps(rows, fields, n, nsteps, bw, gather, move, scatter, arg):
+    """The sweeps of a channel-quad word kernel (Q4_0, Q4_1, Q4_K), both ways: rows of
+    ``nsteps`` steps of ``bw`` words, ``_RUN_WORDS // bw`` steps of a super-block's 64 channels
+    at a time. ``gather(rows, t, first word, words a row, channels, words)`` stages them
+    (packing), ``move(slots, s, fields, arg)`` moves step ``s`` (``sb * nsteps + its index``)
+    between its slots and the panel and scale ``fields`` (either way), and ``scatter(t, rows,
+    ...)`` writes the slots back (unpacking); the stage a direction lacks is :func:`_no_stage`."""
+    run = _RUN_WORDS // bw
+    wr = _U(nsteps * bw)
+    t = np.zeros(_RUN_WORDS * 64, np.uint64)
+    for sb in range((n + 63) >> 6):
+        cn = min(64, n - sb * 64)
+        for g0 in range(0, nsteps, run):
+            steps = min(run, nsteps - g0)
+            o0 = _U(sb * 64) * wr + _U(bw * g0)
+            gather(rows, t, o0, wr, cn, bw * steps)
+            for st in range(steps):
+                move(t[64 * bw * st:], sb * nsteps + g0 + st, fields, arg)
+            scatter(t, rows, o0, wr, cn, bw * steps)
+
+
+@lazy_njit()
+def _to_slots(rows, t, o0, wr, cn, nw):
+    _rows_slots(rows, t, o0, wr, cn, nw, True)
+
+
+@lazy_njit()
+def _from_slots(t, rows, o0, wr, cn, nw):
+    _rows_slots(t, rows, o0, wr, cn, nw, False)
+
+
+@lazy_njit()
+def _no_stage(a, b, o0, wr, cn, nw):
+    """The stage a direction does not have."""
+
+
+@closable_inline
+def _q4_move(slots, s, fields, arg):
+    """Step ``s`` of Q4_0 (``hdr`` 2: four blocks) or Q4_1 (two), ``arg = (hdr, the Q4_0 move,
+    the Q4_1 move)``: _q4_0_quads and _q4_1_quads, or their inverses."""
+    hdr, q4_0_move, q4_1_move = arg
+    p64, d64, m64 = fields
+    blk = _U(_q4_step(hdr)[0] * s)
+    if hdr == 2:
+        q4_0_move(slots, blk, p64, d64)
+    else:
+        q4_1_move(slots, blk, p64, d64, m64)
 
 
 @lazy_njit(nt.void(_RO_U64, nt.int64, nt.int64, nt.int64, nt.uint64[::1], nt.uint64[::1], nt.uint64[::1]), **_KERNEL)
 def _q4_pack_w(w64, n, ng, hdr, p64, d64, m64):
     """Q4_0 (hdr 2, K % 128 == 0; m64 unused) and Q4_1 (hdr 4, K % 64 == 0)."""
-    nbk, bw, run, wr, t = _q4_sweep(hdr, ng)
-    for sb in range((n + 63) >> 6):
-        cn = min(64, n - sb * 64)
-        for g0 in range(0, ng // nbk, run):
-            steps = min(run, ng // nbk - g0)
-            _rows_slots(w64, t, _U(sb * 64) * wr + _U(bw * g0), wr, cn, bw * steps, True)
-            for st in range(steps):
-                blk = _U(sb * ng + nbk * (g0 + st))
-                if hdr == 2:
-                    _q4_0_quads(t[64 * bw * st:], blk, p64, d64)
-                else:
-                    _q4_1_quads(t[64 * bw * st:], blk, p64, d64, m64)
+    nbk, bw = _q4_step(hdr)
+    _sweeps(w64, (p64, d64, m64), n, ng // nbk, bw, _to_slots, _q4_move, _no_stage, (hdr, _q4_0_quads, _q4_1_quads))
 
 
 @lazy_njit(nt.void(_RO_U64, _RO_U64, _RO_U64, nt.int64, nt.int64, nt.int64, nt.uint64[::1]), **_KERNEL)
 def _q4_unpack_w(p64, d64, m64, n, ng, hdr, w64):
-    nbk, bw, run, wr, t = _q4_sweep(hdr, ng)
-    for sb in range((n + 63) >> 6):
-        cn = min(64, n - sb * 64)
-        for g0 in range(0, ng // nbk, run):
-            steps = min(run, ng // nbk - g0)
-            for st in range(steps):
-                blk = _U(sb * ng + nbk * (g0 + st))
-                if hdr == 2:
-                    _q4_0_unquads(p64, d64, blk, t[64 * bw * st:])
-                else:
-                    _q4_1_unquads(p64, d64, m64, blk, t[64 * bw * st:])
-            _rows_slots(t, w64, _U(sb * 64) * wr + _U(bw * g0), wr, cn, bw * steps, False)
+    nbk, bw = _q4_step(hdr)
+    _sweeps(w64, (p64, d64, m64), n, ng // nbk, bw, _no_stage, _q4_move, _from_slots, (hdr, _q4_0_unquads, _q4_1_unquads))
 
 
 # -- Q4_0 (any K) and Q4_1: one block at a time, staged as byte planes ---------------------
@@ -488,8 +510,8 @@ def _k_bytes(sc32, m32, i):
             (sh & _N0) | ((mh & _N0) << _U(4)))
 
 
-@lazy_njit(nt.void(_RO_U64, _RO_U32, _RO_U32, _RO_U64, _RO_U64, nt.uint64, nt.uint64, nt.uint64[::1]), **_HELPER)
-def _q4_k_unquads(p64, sc32, m32, d64, dmin64, g0, sbj, t):
+@lazy_njit(nt.void(nt.uint64[::1], nt.uint64, nt.uint64, _RO_U64, _RO_U32, _RO_U32, _RO_U64, _RO_U64), **_HELPER)
+def _q4_k_unquads(t, g0, sbj, p64, sc32, m32, d64, dmin64):
     for q in range(16):
         uq = _U(q)
         _put_units(t, _Q4K_D, uq, d64[sbj * _U(16) + uq], dmin64[sbj * _U(16) + uq])  # d, dmin
@@ -519,35 +541,22 @@ def _q4_k_unquads(p64, sc32, m32, d64, dmin64, g0, sbj, t):
                 _or_units(t, _Q4K_QS + 16 * p + 2 * i, uq, _qs_high(hw, 0), _qs_high(hw, 1))
 
 
+@closable_inline
+def _q4_k_move(slots, s, fields, move):
+    """Super-block step ``s``: ``move`` = _q4_k_quads or _q4_k_unquads."""
+    p64, sc32, m32, d64, dmin64 = fields
+    move(slots, _U(8 * s), _U(s), p64, sc32, m32, d64, dmin64)
+
+
 @lazy_njit(nt.void(_RO_U64, nt.int64, nt.int64, nt.uint64[::1], nt.uint32[::1], nt.uint32[::1], nt.uint64[::1],
                    nt.uint64[::1]), **_KERNEL)
 def _q4_k_pack(w64, n, nsb, p64, sc32, m32, d64, dmin64):
-    wr = _U(nsb * _Q4K_WORDS)
-    runk = _RUN_WORDS // _Q4K_WORDS  # super-blocks per sweep
-    t = np.zeros(_RUN_WORDS * 64, np.uint64)
-    for sb in range((n + 63) >> 6):
-        cn = min(64, n - sb * 64)
-        for j0 in range(0, nsb, runk):
-            steps = min(runk, nsb - j0)
-            _rows_slots(w64, t, _U(sb * 64) * wr + _U(_Q4K_WORDS * j0), wr, cn, _Q4K_WORDS * steps, True)
-            for st in range(steps):
-                j = j0 + st
-                _q4_k_quads(t[_Q4K_WORDS * 64 * st:], _U(sb * nsb * 8 + 8 * j), _U(sb * nsb + j), p64, sc32, m32, d64, dmin64)
+    _sweeps(w64, (p64, sc32, m32, d64, dmin64), n, nsb, _Q4K_WORDS, _to_slots, _q4_k_move, _no_stage, _q4_k_quads)
 
 
 @lazy_njit(nt.void(_RO_U64, _RO_U32, _RO_U32, _RO_U64, _RO_U64, nt.int64, nt.int64, nt.uint64[::1]), **_KERNEL)
 def _q4_k_unpack(p64, sc32, m32, d64, dmin64, n, nsb, w64):
-    wr = _U(nsb * _Q4K_WORDS)
-    runk = _RUN_WORDS // _Q4K_WORDS
-    t = np.zeros(_RUN_WORDS * 64, np.uint64)
-    for sb in range((n + 63) >> 6):
-        cn = min(64, n - sb * 64)
-        for j0 in range(0, nsb, runk):
-            steps = min(runk, nsb - j0)
-            for st in range(steps):
-                j = j0 + st
-                _q4_k_unquads(p64, sc32, m32, d64, dmin64, _U(sb * nsb * 8 + 8 * j), _U(sb * nsb + j), t[_Q4K_WORDS * 64 * st:])
-            _rows_slots(t, w64, _U(sb * 64) * wr + _U(_Q4K_WORDS * j0), wr, cn, _Q4K_WORDS * steps, False)
+    _sweeps(w64, (p64, sc32, m32, d64, dmin64), n, nsb, _Q4K_WORDS, _no_stage, _q4_k_move, _from_slots, _q4_k_unquads)
 
 
 # ---- byte loads of the Q4_0/Q4_1 block-column kernel below (LLVM merges them into one load)

@@ -30,3 +30,57 @@ def test_first_kernel_does_not_import_scipy_and_blas_still_works():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.strip() == "ok"
+
+
+# ---- closable_inline: the patterns the kernels that share a walk rely on ---------------------
+def _store_direct(out, i, v):
+    out[i] = v
+
+
+def _store_through_tuple(out, i, v, pair):
+    src, dst = pair  # arrays unpacked from a tuple: handed on to a kernel (never stored into here)
+    _put(dst, i, src[i] + v)
+
+
+def _walk(out, n, step, arg):
+    for i in range(n):
+        step(out, i, arg)
+
+
+def _plus(out, i, arg):
+    out[i] += arg
+
+
+def _put_py(dst, i, v):
+    dst[i] = v
+
+
+_put = None  # _put_py as the njit kernel _store_through_tuple calls (built in the test)
+
+
+def test_closable_inline_bodies_store_what_they_are_given():
+    """The walks in repack/ and verify/ (il8 partials, x8 and panel64 sweeps, the emulated
+    leaves) inline plain functions into kernels and pass them steps: stores through array
+    arguments, through a called kernel on arrays unpacked from a tuple, and a step handed in as
+    an argument all land. (An array unpacked from a tuple and stored into inside the inlined
+    body itself loses the store in numba 0.6x: no kernel does that; see closable_inline.)"""
+    global _put
+    import numba
+    import numpy as np
+
+    from panelpack.formats._jit import closable_inline
+
+    _put = numba.njit(_put_py)
+    for fn in (_store_direct, _store_through_tuple, _walk, _plus):
+        closable_inline(fn)
+
+    @numba.njit
+    def kernel(out, src, dst, n):
+        for i in range(n):
+            _store_direct(out, i, 7)
+            _store_through_tuple(out, i, 5, (src, dst))
+        _walk(src, n, _plus, 1)
+
+    out, src, dst = np.zeros(4, np.int64), np.arange(4, dtype=np.int64), np.zeros(4, np.int64)
+    kernel(out, src, dst, 4)
+    assert out.tolist() == [7] * 4 and dst.tolist() == [5, 6, 7, 8] and src.tolist() == [1, 2, 3, 4]

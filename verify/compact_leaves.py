@@ -26,6 +26,7 @@ from numba import types
 
 from ..formats._jit import lazy_njit
 from . import leaves as _leaves
+from . import neon as _neon
 from .neon import (
     Q,
     add_16b,
@@ -36,35 +37,21 @@ from .neon import (
     movi_16b,
     nibble_values,
     sdot_4s_elem,
-    st1_4s,
     tbl1_16b,
     ushl_16b,
 )
 from .sme2 import (
-    LANES_S,
     VL,
     add_b_pred,
     dup_imm_b,
     ld1b,
-    ld1rqb,
     ldr_p,
-    ldr_zt0,
     luti2_x4,
     luti4_x2,
-    mova_za_to_z_vgx4,
     new_state,
-    ptrue,
-    sdot_za_vgx4_indexed,
-    smopa_s_4way,
-    st1w_z,
-    st1w_za_h,
-    whilelt,
-    zero_za_all,
-    zero_za_vgx4,
 )
 
 CHANNELS = _leaves.CHANNELS
-ROWS = _leaves.ROWS
 PLANE = 32  # bytes of one bit plane of a kg-block
 PRED = 6  # the plane predicate register (p0..p7: ADD's Pg field; p6 is free in both leaves)
 SPLAT = 20  # z20 + p: 2^(B+p) in every byte
@@ -76,23 +63,32 @@ _i64 = types.int64
 _void = types.void
 
 
-@lazy_njit(_void(_u8_1d, _i64, _i64, _i64, _i64, _i64, _u8_2d, _u8_1d, _u8_2d, _i64), cache=True, inline="always")
-def _expand(rec_bytes, rec, q, qn, base, nplanes, Z, ZT0, P, ptrue_reg):
-    """The kg-block ``q`` of the record at ``rec`` into z0..z3 (the module doc's sequence)."""
+@lazy_njit()
+def _record_step(Z, ZT0, P, pg, records, sb, g, q, ng, qn, base, nplanes):
+    """The kg-block ``q`` of the record of (``sb``, ``g``) into z0..z3 (the module doc's
+    sequence; the ``load`` of ``leaves.gemv_run`` and ``leaves.gemm_run``)."""
     bb = 32 * base
+    rec = (sb * ng + g) * qn * 32 * (base + nplanes)
     blk = rec + q * bb
     if base == 4:
-        ld1b(Z, 16, rec_bytes, blk, P, ptrue_reg)
-        ld1b(Z, 17, rec_bytes, blk + VL, P, ptrue_reg)
+        ld1b(Z, 16, records, blk, P, pg)
+        ld1b(Z, 17, records, blk + VL, P, pg)
         luti4_x2(Z, 0, ZT0, 16, 0, 8)
         luti4_x2(Z, 2, ZT0, 17, 0, 8)
     else:
-        ld1b(Z, 16, rec_bytes, blk, P, ptrue_reg)
+        ld1b(Z, 16, records, blk, P, pg)
         luti2_x4(Z, 0, ZT0, 16, 0, 8)
     for p in range(nplanes):
         for v in range(4):
-            ldr_p(P, PRED, rec_bytes, rec + qn * bb + p * qn * PLANE + q * PLANE + 8 * v)
+            ldr_p(P, PRED, records, rec + qn * bb + p * qn * PLANE + q * PLANE + 8 * v)
             add_b_pred(Z, v, P, PRED, SPLAT + p)
+
+
+@lazy_njit()
+def _splats(Z, base, nplanes):
+    """z(20 + p) = 2^(base + p) in every byte, one per bit plane (``dup``)."""
+    for p in range(nplanes):
+        dup_imm_b(Z, SPLAT + p, 1 << (base + p))
 
 
 _PROG_SIG = _void(_u8_1d, _u8_1d, _u8_1d, _i64, _i64, _i64, _i64, _i64, _i64, _i64_1d, _u8_1d,
@@ -101,70 +97,17 @@ _PROG_SIG = _void(_u8_1d, _u8_1d, _u8_1d, _i64, _i64, _i64, _i64, _i64, _i64, _i
 
 @lazy_njit(_PROG_SIG, cache=True)
 def gemv_program(records, zt0, acts, m_rows, n, k, G, base, nplanes, sbs, out, Z, ZA, ZT0, P):
-    """The GEMV leaf (panel64's register allocation, ``leaves.gemv_program``) on group records;
-    ``out`` int32 bytes ``[m_rows][len(sbs)][ng][64]``, pad channels not written."""
-    ng = k // G
-    qn = G // 4
-    gb = qn * 32 * (base + nplanes)
-    nsel = sbs.shape[0]
-    ptrue(P, 0, 1)
-    ldr_zt0(ZT0, zt0, 0)
-    for p in range(nplanes):
-        dup_imm_b(Z, SPLAT + p, 1 << (base + p))
-    for row in range(m_rows):
-        arow = row * k
-        for si in range(nsel):
-            sb = sbs[si]
-            for v in range(4):
-                whilelt(P, 1 + v, 4, sb * CHANNELS + LANES_S * v, n)
-            for g in range(ng):
-                slot = g % 16
-                zero_za_vgx4(ZA, slot, 0)
-                rec = (sb * ng + g) * gb
-                for q in range(qn):
-                    _expand(records, rec, q, qn, base, nplanes, Z, ZT0, P, 0)
-                    if q % 4 == 0:
-                        ld1rqb(Z, 12, acts, arow + G * g + 4 * q, P, 0)
-                    sdot_za_vgx4_indexed(ZA, slot, 0, Z, 0, 12, q % 4)
-                mova_za_to_z_vgx4(Z, 8, ZA, slot, 0)
-                o = (((row * nsel) + si) * ng + g) * CHANNELS
-                for v in range(4):
-                    st1w_z(Z, 8 + v, out, (o + LANES_S * v) * 4, P, 1 + v)
+    """The GEMV leaf (panel64's program, ``leaves.gemv_run``) on group records; ``out`` int32
+    bytes ``[m_rows][len(sbs)][ng][64]``, pad channels not written."""
+    _leaves.gemv_run(_record_step, _splats, records, zt0, acts, m_rows, n, k, G, base, nplanes, sbs, out,
+                     Z, ZA, ZT0, P)
 
 
 @lazy_njit(_PROG_SIG, cache=True)
 def gemm_program(records, zt0, apk, m_rows, n, k, G, base, nplanes, sbs, out, Z, ZA, ZT0, P):
-    """The GEMM leaf (``leaves.gemm_program``'s registers, activations in z24) on group records."""
-    ng = k // G
-    qn = G // 4
-    gb = qn * 32 * (base + nplanes)
-    nsel = sbs.shape[0]
-    mtiles = (m_rows + ROWS - 1) // ROWS
-    ptrue(P, 1, 1)
-    ldr_zt0(ZT0, zt0, 0)
-    for p in range(nplanes):
-        dup_imm_b(Z, SPLAT + p, 1 << (base + p))
-    for mt in range(mtiles):
-        rows = min(ROWS, m_rows - ROWS * mt)
-        whilelt(P, 0, 1, 0, 4 * rows)
-        for si in range(nsel):
-            sb = sbs[si]
-            for t in range(4):
-                cnt = min(max(n - sb * CHANNELS - LANES_S * t, 0), LANES_S)
-                whilelt(P, 2 + t, 1, 0, 4 * cnt)
-            for g in range(ng):
-                zero_za_all(ZA)
-                rec = (sb * ng + g) * gb
-                for q in range(qn):
-                    ld1b(Z, 24, apk, ((mt * ng + g) * qn + q) * VL, P, 0)
-                    _expand(records, rec, q, qn, base, nplanes, Z, ZT0, P, 1)
-                    for t in range(4):
-                        smopa_s_4way(ZA, t, Z, 24, t, P, 0, 2 + t)
-                for t in range(4):
-                    for i in range(rows):
-                        m = ROWS * mt + i
-                        addr = ((((m * nsel) + si) * ng + g) * CHANNELS + LANES_S * t) * 4
-                        st1w_za_h(ZA, t, i, out, addr, P, 2 + t)
+    """The GEMM leaf (``leaves.gemm_run``, activations in z24: z20.. are splats) on group records."""
+    _leaves.gemm_run(_record_step, _splats, 24, records, zt0, apk, m_rows, n, k, G, base, nplanes, sbs, out,
+                     Z, ZA, ZT0, P)
 
 
 def _args(records, zt0, n, k, G, base, nplanes, sbs):
@@ -242,18 +185,9 @@ def _neon_planes(V, vr, R, recs, plane0, nplanes, qn):
         add_16b(V, vr, vr, 15)
 
 
-@lazy_njit(_void(_u8_1d, _u8_1d, _u8_1d, _u8_1d, _i64, _i64, _i64, _i64, _i64, _i64, _i64_1d, _u8_1d, _u8_2d),
-           cache=True)
-def neon_program(records, table16, consts, acts, m_rows, n, k, G, base, nplanes, sbs, out, V):
-    """The NEON path on group records for ``m_rows`` activation rows; ``out`` as the SME2
-    leaves: int32 bytes ``[m_rows][len(sbs)][ng][64]``."""
-    ng = k // G
-    qn = G // 4
-    bb = 32 * base
-    gb = qn * 32 * (base + nplanes)
-    nsel = sbs.shape[0]
-    ld1_16b(V, 1, table16, 0)
-    movi_16b(V, 2, 0x0F)
+@lazy_njit()
+def _neon_setup(V, consts, base, nplanes):
+    """v8..v12: the constants above (v10 #3), v(13 + p): the plane splats 2^(B+p)."""
     ld1_16b(V, 8, consts, 0)
     ld1_16b(V, 9, consts, Q)
     movi_16b(V, 10, 0x03)
@@ -261,40 +195,41 @@ def neon_program(records, table16, consts, acts, m_rows, n, k, G, base, nplanes,
     ld1_16b(V, 12, consts, 3 * Q)
     for p in range(nplanes):
         movi_16b(V, 13 + p, 1 << (base + p))
-    for row in range(m_rows):
-        arow = row * k
-        for si in range(nsel):
-            sb = sbs[si]
-            for g in range(ng):
-                for j in range(16):
-                    movi_16b(V, 16 + j, 0)
-                rec = (sb * ng + g) * gb
-                for q in range(qn):
-                    if q % 4 == 0:
-                        ld1_16b(V, 0, acts, arow + G * g + 4 * q)
-                    lane = q % 4
-                    blk = rec + q * bb
-                    plane0 = rec + qn * bb + q * PLANE
-                    if base == 4:
-                        for r in range(8):
-                            nibble_values(V, records, blk + Q * r)
-                            _neon_planes(V, 6, 2 * r, records, plane0, nplanes, qn)
-                            _neon_planes(V, 7, 2 * r + 1, records, plane0, nplanes, qn)
-                            sdot_4s_elem(V, 16 + 2 * r, 6, 0, lane)
-                            sdot_4s_elem(V, 17 + 2 * r, 7, 0, lane)
-                    else:
-                        for r in range(16):
-                            ld1r(V, 3, records, blk + 4 * r, 4)
-                            tbl1_16b(V, 3, 3, 8)
-                            ushl_16b(V, 3, 3, 9)
-                            and_16b(V, 3, 3, 10)
-                            tbl1_16b(V, 6, 1, 3)
-                            _neon_planes(V, 6, r, records, plane0, nplanes, qn)
-                            sdot_4s_elem(V, 16 + r, 6, 0, lane)
-                o = (((row * nsel) + si) * ng + g) * CHANNELS
-                for j in range(16):
-                    if sb * CHANNELS + 4 * j < n:
-                        st1_4s(V, 16 + j, out, (o + 4 * j) * 4)
+
+
+@lazy_njit()
+def _neon_step(V, records, sb, g, q, ng, qn, lane, base, nplanes):
+    """Kg-block ``q`` of the record of (``sb``, ``g``) into the accumulators (the module text;
+    the ``step`` of ``neon.neon_run``)."""
+    bb = 32 * base
+    rec = (sb * ng + g) * qn * 32 * (base + nplanes)
+    blk = rec + q * bb
+    plane0 = rec + qn * bb + q * PLANE
+    if base == 4:
+        for r in range(8):
+            nibble_values(V, records, blk + Q * r)
+            _neon_planes(V, 6, 2 * r, records, plane0, nplanes, qn)
+            _neon_planes(V, 7, 2 * r + 1, records, plane0, nplanes, qn)
+            sdot_4s_elem(V, 16 + 2 * r, 6, 0, lane)
+            sdot_4s_elem(V, 17 + 2 * r, 7, 0, lane)
+    else:
+        for r in range(16):
+            ld1r(V, 3, records, blk + 4 * r, 4)
+            tbl1_16b(V, 3, 3, 8)
+            ushl_16b(V, 3, 3, 9)
+            and_16b(V, 3, 3, 10)
+            tbl1_16b(V, 6, 1, 3)
+            _neon_planes(V, 6, r, records, plane0, nplanes, qn)
+            sdot_4s_elem(V, 16 + r, 6, 0, lane)
+
+
+@lazy_njit(_void(_u8_1d, _u8_1d, _u8_1d, _u8_1d, _i64, _i64, _i64, _i64, _i64, _i64, _i64_1d, _u8_1d, _u8_2d),
+           cache=True)
+def neon_program(records, table16, consts, acts, m_rows, n, k, G, base, nplanes, sbs, out, V):
+    """The NEON path (``neon.neon_run``) on group records for ``m_rows`` activation rows; ``out``
+    as the SME2 leaves: int32 bytes ``[m_rows][len(sbs)][ng][64]``."""
+    _neon.neon_run(_neon_step, _neon_setup, records, table16, consts, acts, m_rows, n, k, G, base, nplanes, sbs,
+                   out, V)
 
 
 def neon_leaf(records, zt0, a, n: int, k: int, G: int, base: int, nplanes: int, sbs=None, vregs=None) -> np.ndarray:

@@ -48,7 +48,7 @@ from numba import njit, types
 
 from .. import repack
 from ..formats import qtypes
-from ..formats._jit import lazy_njit
+from ..formats._jit import closable_inline, lazy_njit
 from ..formats.errors import BadInputError, UnsupportedError
 from ..repack import ggml_x8, il8_int8, il8_nibble
 from ..repack._common import unpack_scales12
@@ -91,25 +91,49 @@ def _int4(v):
     return (v ^ 8) - 8
 
 
-# ---- the kernels: P[m, 8sr + r, g] for every super-row, 8 lanes per step --------------------
-@lazy_njit(_SIG, cache=True)
-def _x8_q4_0_partials(w, a, offset, out):
-    m_rows, k = a.shape
-    nb = k // QK
-    lanes = np.zeros(ROWS, np.int32)
-    for sr in range(out.shape[1] // ROWS):
-        for b in range(nb):
-            qs = (sr * nb + b) * _X8_Q4_0 + 16
-            for m in range(m_rows):
-                lanes[:] = 0
-                for h in range(2):
+#: a block dot: a plain function numba inlines (so the kernels _block_partials makes can close
+#: over it and keep the hand-written sweep's speed and a stable cache key)
+_dot = closable_inline
+
+
+def _block_partials(unit: int, first: int, block_dot):
+    """The kernel ``P[m, 8sr + r, b]`` of a form whose unit is one QK block: super-row ``sr``'s
+    block ``b`` is ``unit`` bytes at ``(sr*nb + b)*unit``, its codes from byte ``first`` on, and
+    ``block_dot(w, codes, a, m, e0, off, lanes)`` adds its 8 rows' dots with activation row
+    ``m`` (K ``e0`` .. ``e0 + QK``, code offset ``off``) into ``lanes[r]``. A factory, as
+    ``_compiled_kernels._column_tile``: each kernel is compiled with its block dot as a
+    constant, the sweep written once."""
+
+    @lazy_njit(_SIG, cache=True, tag=block_dot.__name__.strip("_"))
+    def partials(w, a, offset, out):
+        m_rows, k = a.shape
+        nb = k // QK
+        off = np.int32(offset)
+        lanes = np.zeros(ROWS, np.int32)
+        for sr in range(out.shape[1] // ROWS):
+            for b in range(nb):
+                codes = (sr * nb + b) * unit + first
+                for m in range(m_rows):
+                    lanes[:] = 0
+                    block_dot(w, codes, a, m, QK * b, off, lanes)
                     for r in range(ROWS):
-                        for i in range(8):
-                            byte = np.int32(w[qs + 64 * h + 8 * r + i])
-                            e = QK * b + 8 * h + i
-                            lanes[r] += _int4(byte & 15) * np.int32(a[m, e]) + _int4(byte >> 4) * np.int32(a[m, e + 16])
-                for r in range(ROWS):
-                    out[m, ROWS * sr + r, b] = lanes[r]
+                        out[m, ROWS * sr + r, b] = lanes[r]
+
+    return partials
+
+
+# ---- the kernels: P[m, 8sr + r, g] for every super-row, 8 lanes per step --------------------
+@_dot
+def _x8_q4_0_dot(w, qs, a, m, e0, off, lanes):
+    for h in range(2):
+        for r in range(ROWS):
+            for i in range(8):
+                byte = np.int32(w[qs + 64 * h + 8 * r + i])
+                e = e0 + 8 * h + i
+                lanes[r] += _int4(byte & 15) * np.int32(a[m, e]) + _int4(byte >> 4) * np.int32(a[m, e + 16])
+
+
+_x8_q4_0_partials = _block_partials(_X8_Q4_0, 16, _x8_q4_0_dot)
 
 
 @lazy_njit(_SIG, cache=True)
@@ -135,46 +159,29 @@ def _x8_q4_k_partials(w, a, offset, out):
                         out[m, ROWS * sr + r, 8 * j + s] = lanes[r, s]
 
 
-@lazy_njit(_SIG, cache=True)
-def _il8_nibble_partials(w, a, offset, out):
+@_dot
+def _il8_nibble_dot(w, base, a, m, e0, off, lanes):
     """Raw nibbles ``u``; the weight is ``u - offset`` (Q4_0: 8, Q4_K: 0)."""
-    m_rows, k = a.shape
-    nb = k // QK
-    off = np.int32(offset)
-    lanes = np.zeros(ROWS, np.int32)
-    for sr in range(out.shape[1] // ROWS):
-        for b in range(nb):
-            base = (sr * nb + b) * _NIBBLE
-            for m in range(m_rows):
-                lanes[:] = 0
-                for g in range(8):
-                    for i in range(16):
-                        byte = np.int32(w[base + 16 * g + i])
-                        av = np.int32(a[m, QK * b + 4 * g + i % 4])
-                        lanes[i // 4] += ((byte & 15) - off) * av
-                        lanes[4 + i // 4] += ((byte >> 4) - off) * av
-                for r in range(ROWS):
-                    out[m, ROWS * sr + r, b] = lanes[r]
+    for g in range(8):
+        for i in range(16):
+            byte = np.int32(w[base + 16 * g + i])
+            av = np.int32(a[m, e0 + 4 * g + i % 4])
+            lanes[i // 4] += ((byte & 15) - off) * av
+            lanes[4 + i // 4] += ((byte >> 4) - off) * av
 
 
-@lazy_njit(_SIG, cache=True)
-def _il8_int8_partials(w, a, offset, out):
-    m_rows, k = a.shape
-    nb = k // QK
-    lanes = np.zeros(ROWS, np.int32)
-    for sr in range(out.shape[1] // ROWS):
-        for b in range(nb):
-            base = (sr * nb + b) * _INT8
-            for m in range(m_rows):
-                lanes[:] = 0
-                for g in range(8):
-                    for h in range(2):
-                        for r in range(4):
-                            for c in range(4):
-                                v = np.int32(np.int8(w[base + 32 * g + 16 * h + 4 * r + c]))
-                                lanes[4 * h + r] += v * np.int32(a[m, QK * b + 4 * g + c])
-                for r in range(ROWS):
-                    out[m, ROWS * sr + r, b] = lanes[r]
+@_dot
+def _il8_int8_dot(w, base, a, m, e0, off, lanes):
+    for g in range(8):
+        for h in range(2):
+            for r in range(4):
+                for c in range(4):
+                    v = np.int32(np.int8(w[base + 32 * g + 16 * h + 4 * r + c]))
+                    lanes[4 * h + r] += v * np.int32(a[m, e0 + 4 * g + c])
+
+
+_il8_nibble_partials = _block_partials(_NIBBLE, 0, _il8_nibble_dot)
+_il8_int8_partials = _block_partials(_INT8, 0, _il8_int8_dot)
 
 
 # ---- rescale factors from each layout's scale bytes -----------------------------------------

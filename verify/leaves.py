@@ -37,7 +37,7 @@ from typing import Optional, Sequence
 import numpy as np
 from numba import types
 
-from ..formats._jit import lazy_njit
+from ..formats._jit import closable_inline, lazy_njit
 from ..formats.errors import BadInputError
 from ..repack import panel64 as _panel64
 from .sme2 import (
@@ -121,6 +121,50 @@ def load_weights(Z, ZT0, panels, blk, nibble, P, pg):
             ld1b(Z, v, panels, blk + VL * v, P, pg)
 
 
+@lazy_njit()
+def _panel_step(Z, ZT0, P, pg, panels, sb, g, q, ng, qn, nibble, unused):
+    """:func:`load_weights` of kg-block ``q`` of group ``g`` of super-block ``sb`` (the
+    ``load`` of :func:`gemv_run` and :func:`gemm_run` on panel64's panels)."""
+    load_weights(Z, ZT0, panels, ((sb * ng + g) * qn + q) * (NIBBLE_BLOCK if nibble else INT8_BLOCK), nibble, P, pg)
+
+
+@lazy_njit()
+def _no_setup(Z, f0, f1):
+    """Panel64's leaves need no register set up beyond ZT0."""
+
+
+@closable_inline
+def gemv_run(load, setup, panels, zt0, acts, m_rows, n, k, G, f0, f1, sbs, out, Z, ZA, ZT0, P):
+    """The GEMV program above for any weight form: ``setup(Z, f0, f1)`` once after ZT0, and
+    ``load(Z, ZT0, P, pg, panels, sb, g, q, ng, qn, f0, f1)`` brings kg-block ``q`` of group
+    ``g`` of super-block ``sb`` into z0..z3 (panel64: ``f0`` = nibble; the compact records,
+    verify/compact_leaves.py: ``f0, f1`` = base bits, bit planes)."""
+    ng = k // G
+    qn = G // 4
+    nsel = sbs.shape[0]
+    ptrue(P, 0, 1)
+    ldr_zt0(ZT0, zt0, 0)
+    setup(Z, f0, f1)
+    for row in range(m_rows):
+        arow = row * k
+        for si in range(nsel):
+            sb = sbs[si]
+            for v in range(4):
+                whilelt(P, 1 + v, 4, sb * CHANNELS + LANES_S * v, n)
+            for g in range(ng):
+                slot = g % 16  # w8
+                zero_za_vgx4(ZA, slot, 0)
+                for q in range(qn):
+                    load(Z, ZT0, P, 0, panels, sb, g, q, ng, qn, f0, f1)
+                    if q % 4 == 0:
+                        ld1rqb(Z, 12, acts, arow + G * g + 4 * q, P, 0)
+                    sdot_za_vgx4_indexed(ZA, slot, 0, Z, 0, 12, q % 4)
+                mova_za_to_z_vgx4(Z, 8, ZA, slot, 0)
+                base = (((row * nsel) + si) * ng + g) * CHANNELS
+                for v in range(4):
+                    st1w_z(Z, 8 + v, out, (base + LANES_S * v) * 4, P, 1 + v)
+
+
 @lazy_njit(_void(_u8_1d, _u8_1d, _u8_1d, _i64, _i64, _i64, _i64, _i64, _i64_1d, _u8_1d,
           _u8_2d, _u8_2d, _u8_1d, _u8_2d),
     cache=True,
@@ -132,30 +176,7 @@ def gemv_program(panels, zt0, acts, m_rows, n, k, G, nibble, sbs, out, Z, ZA, ZT
     pad channels are not written. Preconditions (checked by ``gemv_leaf``): sizes consistent,
     ``G % 16 == 0``, ``k % G == 0``, every sb < ceil(n/64).
     """
-    ng = k // G
-    qn = G // 4
-    blk_bytes = NIBBLE_BLOCK if nibble else INT8_BLOCK
-    nsel = sbs.shape[0]
-    ptrue(P, 0, 1)
-    ldr_zt0(ZT0, zt0, 0)
-    for row in range(m_rows):
-        arow = row * k
-        for si in range(nsel):
-            sb = sbs[si]
-            for v in range(4):
-                whilelt(P, 1 + v, 4, sb * CHANNELS + LANES_S * v, n)
-            for g in range(ng):
-                slot = g % 16  # w8
-                zero_za_vgx4(ZA, slot, 0)
-                for q in range(qn):
-                    load_weights(Z, ZT0, panels, ((sb * ng + g) * qn + q) * blk_bytes, nibble, P, 0)
-                    if q % 4 == 0:
-                        ld1rqb(Z, 12, acts, arow + G * g + 4 * q, P, 0)
-                    sdot_za_vgx4_indexed(ZA, slot, 0, Z, 0, 12, q % 4)
-                mova_za_to_z_vgx4(Z, 8, ZA, slot, 0)
-                base = (((row * nsel) + si) * ng + g) * CHANNELS
-                for v in range(4):
-                    st1w_z(Z, 8 + v, out, (base + LANES_S * v) * 4, P, 1 + v)
+    gemv_run(_panel_step, _no_setup, panels, zt0, acts, m_rows, n, k, G, nibble, 0, sbs, out, Z, ZA, ZT0, P)
 
 
 # ============================================================================================
@@ -188,23 +209,17 @@ def gemv_program(panels, zt0, acts, m_rows, n, k, G, nibble, sbs, out, Z, ZA, ZT
 # ZA_t[i][j] = sum_q sum_c a[16mt+i, G*g+4q+c] * W[sb*64+16t+j, G*g+4q+c].
 
 
-@lazy_njit(_void(_u8_1d, _u8_1d, _u8_1d, _i64, _i64, _i64, _i64, _i64, _i64_1d, _u8_1d,
-          _u8_2d, _u8_2d, _u8_1d, _u8_2d),
-    cache=True,
-)
-def gemm_program(panels, zt0, apk, m_rows, n, k, G, nibble, sbs, out, Z, ZA, ZT0, P):
-    """Run the GEMM leaf over ``ceil(m_rows/16)`` M-tiles of packed activations ``apk``.
-
-    ``out`` receives int32 partials as bytes, layout ``[m_rows][len(sbs)][ng][64]``; rows
-    ``>= m_rows`` and pad channels are not written.
-    """
+@closable_inline
+def gemm_run(load, setup, areg, panels, zt0, apk, m_rows, n, k, G, f0, f1, sbs, out, Z, ZA, ZT0, P):
+    """The GEMM program above for any weight form (``load``, ``setup``, ``f0``, ``f1`` as in
+    :func:`gemv_run`), the packed activations in z(``areg``) (panel64: z20)."""
     ng = k // G
     qn = G // 4
-    blk_bytes = NIBBLE_BLOCK if nibble else INT8_BLOCK
     nsel = sbs.shape[0]
     mtiles = (m_rows + ROWS - 1) // ROWS
     ptrue(P, 1, 1)
     ldr_zt0(ZT0, zt0, 0)
+    setup(Z, f0, f1)
     for mt in range(mtiles):
         rows = min(ROWS, m_rows - ROWS * mt)
         whilelt(P, 0, 1, 0, 4 * rows)
@@ -216,15 +231,28 @@ def gemm_program(panels, zt0, apk, m_rows, n, k, G, nibble, sbs, out, Z, ZA, ZT0
             for g in range(ng):
                 zero_za_all(ZA)
                 for q in range(qn):
-                    ld1b(Z, 20, apk, ((mt * ng + g) * qn + q) * VL, P, 0)
-                    load_weights(Z, ZT0, panels, ((sb * ng + g) * qn + q) * blk_bytes, nibble, P, 1)
+                    ld1b(Z, areg, apk, ((mt * ng + g) * qn + q) * VL, P, 0)
+                    load(Z, ZT0, P, 1, panels, sb, g, q, ng, qn, f0, f1)
                     for t in range(4):
-                        smopa_s_4way(ZA, t, Z, 20, t, P, 0, 2 + t)
+                        smopa_s_4way(ZA, t, Z, areg, t, P, 0, 2 + t)
                 for t in range(4):
                     for i in range(rows):
                         m = ROWS * mt + i
                         addr = ((((m * nsel) + si) * ng + g) * CHANNELS + LANES_S * t) * 4
                         st1w_za_h(ZA, t, i, out, addr, P, 2 + t)
+
+
+@lazy_njit(_void(_u8_1d, _u8_1d, _u8_1d, _i64, _i64, _i64, _i64, _i64, _i64_1d, _u8_1d,
+          _u8_2d, _u8_2d, _u8_1d, _u8_2d),
+    cache=True,
+)
+def gemm_program(panels, zt0, apk, m_rows, n, k, G, nibble, sbs, out, Z, ZA, ZT0, P):
+    """Run the GEMM leaf over ``ceil(m_rows/16)`` M-tiles of packed activations ``apk``.
+
+    ``out`` receives int32 partials as bytes, layout ``[m_rows][len(sbs)][ng][64]``; rows
+    ``>= m_rows`` and pad channels are not written.
+    """
+    gemm_run(_panel_step, _no_setup, 20, panels, zt0, apk, m_rows, n, k, G, nibble, 0, sbs, out, Z, ZA, ZT0, P)
 
 
 # ============================================================================================

@@ -35,7 +35,7 @@ from typing import Optional, Sequence
 import numpy as np
 from numba import types
 
-from ..formats._jit import lazy_njit
+from ..formats._jit import closable_inline, lazy_njit
 from .leaves import CHANNELS, INT8_BLOCK, NIBBLE_BLOCK, check_leaf_inputs, gather_partials
 
 Q = 16  # bytes per Advanced SIMD register
@@ -225,18 +225,41 @@ def nibble_values(V, mem, addr):
     tbl1_16b(V, 7, 1, 7)
 
 
-@lazy_njit(_void(_u8_1d, _u8_1d, _u8_1d, _i64, _i64, _i64, _i64, _i64, _i64_1d, _u8_1d, _u8_2d),
-    cache=True,
-)
-def neon_program(panels, table16, acts, m_rows, n, k, G, nibble, sbs, out, V):
-    """Run the NEON panel path on ``m_rows`` activation rows; ``out`` as the SME2 leaves:
-    int32 bytes ``[m_rows][len(sbs)][ng][64]``. ``table16`` is the 16-byte code table."""
+@lazy_njit()
+def _panel_step(V, panels, sb, g, q, ng, qn, lane, nibble, unused):
+    """Kg-block ``q`` of group ``g`` of super-block ``sb`` into the accumulators (the ``step``
+    of :func:`neon_run` on panel64's panels): nibble panels through the table, 8 x 2 SDOTs; int8
+    panels as they are, 16 SDOTs."""
+    blk = ((sb * ng + g) * qn + q) * (NIBBLE_BLOCK if nibble else INT8_BLOCK)
+    if nibble:
+        for r in range(8):
+            nibble_values(V, panels, blk + Q * r)
+            sdot_4s_elem(V, 16 + 2 * r, 6, 0, lane)
+            sdot_4s_elem(V, 17 + 2 * r, 7, 0, lane)
+    else:
+        for r in range(16):
+            ld1_16b(V, 3, panels, blk + Q * r)
+            sdot_4s_elem(V, 16 + r, 3, 0, lane)
+
+
+@lazy_njit()
+def _no_setup(V, consts, f0, f1):
+    """Panel64's NEON path needs no register beyond v1 (the table) and v2 (#0x0f)."""
+
+
+@closable_inline
+def neon_run(step, setup, panels, table16, consts, acts, m_rows, n, k, G, f0, f1, sbs, out, V):
+    """The NEON program above for any weight form: ``setup(V, consts, f0, f1)`` once after v1
+    and v2, and ``step(V, panels, sb, g, q, ng, qn, lane, f0, f1)`` adds kg-block ``q`` of
+    group ``g`` of super-block ``sb`` into v16..v31 by SDOT lane ``lane`` of v0 (panel64:
+    ``f0`` = nibble; the compact records, verify/compact_leaves.py: ``f0, f1`` = base bits,
+    bit planes, ``consts`` their constant pool)."""
     ng = k // G
     qn = G // 4
-    blk_bytes = NIBBLE_BLOCK if nibble else INT8_BLOCK
     nsel = sbs.shape[0]
     ld1_16b(V, 1, table16, 0)
     movi_16b(V, 2, 0x0F)
+    setup(V, consts, f0, f1)
     for row in range(m_rows):
         arow = row * k
         for si in range(nsel):
@@ -247,23 +270,22 @@ def neon_program(panels, table16, acts, m_rows, n, k, G, nibble, sbs, out, V):
                 for q in range(qn):
                     if q % 4 == 0:
                         ld1_16b(V, 0, acts, arow + G * g + 4 * q)
-                    lane = q % 4
-                    blk = ((sb * ng + g) * qn + q) * blk_bytes
-                    if nibble:
-                        for r in range(8):
-                            nibble_values(V, panels, blk + Q * r)
-                            sdot_4s_elem(V, 16 + 2 * r, 6, 0, lane)
-                            sdot_4s_elem(V, 17 + 2 * r, 7, 0, lane)
-                    else:
-                        for r in range(16):
-                            ld1_16b(V, 3, panels, blk + Q * r)
-                            sdot_4s_elem(V, 16 + r, 3, 0, lane)
+                    step(V, panels, sb, g, q, ng, qn, q % 4, f0, f1)
                 base = (((row * nsel) + si) * ng + g) * CHANNELS
                 for j in range(16):
                     # whole vectors of pad channels are skipped; a partial one is stored
                     # (its pad lanes are exactly 0) and dropped by the wrapper
                     if sb * CHANNELS + 4 * j < n:
                         st1_4s(V, 16 + j, out, (base + 4 * j) * 4)
+
+
+@lazy_njit(_void(_u8_1d, _u8_1d, _u8_1d, _i64, _i64, _i64, _i64, _i64, _i64_1d, _u8_1d, _u8_2d),
+    cache=True,
+)
+def neon_program(panels, table16, acts, m_rows, n, k, G, nibble, sbs, out, V):
+    """Run the NEON panel path on ``m_rows`` activation rows; ``out`` as the SME2 leaves:
+    int32 bytes ``[m_rows][len(sbs)][ng][64]``. ``table16`` is the 16-byte code table."""
+    neon_run(_panel_step, _no_setup, panels, table16, table16, acts, m_rows, n, k, G, nibble, 0, sbs, out, V)
 
 
 def neon_leaf(panels, zt0, a, n: int, k: int, G: int, nibble: bool,

@@ -161,14 +161,23 @@ TOKEN_EMBEDDING = re.compile(r"(?:^|\.)(?:token_embd|embed_tokens|word_embedding
 #: the layer index in a tensor name (GGUF ``blk.N.``, HF ``layers.N.`` / ``layer.N.`` / ``h.N.``)
 LAYER_INDEX = re.compile(r"(?:^|\.)(?:blk|layers|layer|h)\.(\d{1,9})\.")
 
+#: BERT's HF module names -> llama.cpp's (``{i}``: the layer), each with ``.weight`` (and ``.bias``):
+#: the embeddings, the per-layer matrices, and the LayerNorms (the converter's own BERT table,
+#: convert/gguf_arch.py, reads all three; :data:`GENERIC_HF_NAMES` the first two)
+BERT_EMBEDDINGS = (("word_embeddings", "token_embd"), ("position_embeddings", "position_embd"),
+                   ("token_type_embeddings", "token_types"))
+BERT_LAYER = (("attention.self.query", "blk.{i}.attn_q"), ("attention.self.key", "blk.{i}.attn_k"),
+              ("attention.self.value", "blk.{i}.attn_v"), ("attention.output.dense", "blk.{i}.attn_output"),
+              ("intermediate.dense", "blk.{i}.ffn_up"), ("output.dense", "blk.{i}.ffn_down"))
+BERT_NORMS = (("embeddings.LayerNorm", "token_embd_norm"), ("attention.output.LayerNorm", "blk.{i}.attn_output_norm"),
+              ("output.LayerNorm", "blk.{i}.layer_output_norm"))
+
 _LAYER = r"(?:model\.|transformer\.|bert\.|)(?:layers|layer|h|blocks|encoder\.layer)\.(\d+)\."
 #: (HF regex, llama.cpp name) for spellings outside the table (BERT, GPT-2, unknown decoders),
 #: after the table's own names: what ``convert_hf_to_gguf.py`` would call them
 GENERIC_HF_NAMES: tuple[tuple[re.Pattern, str], ...] = tuple((re.compile(p + r"$"), g) for p, g in (
     (r"(?:model\.)?embed_tokens\.weight", "token_embd.weight"),
-    (r"(?:bert\.)?embeddings\.word_embeddings\.weight", "token_embd.weight"),
-    (r"(?:bert\.)?embeddings\.position_embeddings\.weight", "position_embd.weight"),
-    (r"(?:bert\.)?embeddings\.token_type_embeddings\.weight", "token_types.weight"),
+    *((r"(?:bert\.)?embeddings\." + re.escape(hf) + r"\.weight", g + ".weight") for hf, g in BERT_EMBEDDINGS),
     (r"(?:transformer\.)?wte\.weight", "token_embd.weight"),
     (r"lm_head\.weight", "output.weight"),
     (_LAYER + r"self_attn\.q_proj\.weight", "blk.{i}.attn_q.weight"),
@@ -180,12 +189,7 @@ GENERIC_HF_NAMES: tuple[tuple[re.Pattern, str], ...] = tuple((re.compile(p + r"$
     (_LAYER + r"mlp\.gate_proj\.weight", "blk.{i}.ffn_gate.weight"),
     (_LAYER + r"mlp\.up_proj\.weight", "blk.{i}.ffn_up.weight"),
     (_LAYER + r"mlp\.down_proj\.weight", "blk.{i}.ffn_down.weight"),
-    (_LAYER + r"attention\.self\.query\.weight", "blk.{i}.attn_q.weight"),
-    (_LAYER + r"attention\.self\.key\.weight", "blk.{i}.attn_k.weight"),
-    (_LAYER + r"attention\.self\.value\.weight", "blk.{i}.attn_v.weight"),
-    (_LAYER + r"attention\.output\.dense\.weight", "blk.{i}.attn_output.weight"),
-    (_LAYER + r"intermediate\.dense\.weight", "blk.{i}.ffn_up.weight"),
-    (_LAYER + r"output\.dense\.weight", "blk.{i}.ffn_down.weight"),
+    *((_LAYER + re.escape(hf) + r"\.weight", g + ".weight") for hf, g in BERT_LAYER),
     (_LAYER + r"[a-z_.]*(?:layernorm|layer_norm|norm|LayerNorm)\.weight", "blk.{i}.x_norm.weight"),
     (r"(?:model\.)?norm\.weight", "output_norm.weight"),
 ))

@@ -101,32 +101,21 @@ static void i8mm_x8_q4_0(PPK_IL8_UNIT_ARGS) {
     }
 }
 
+/* x8_q4_k_unit's hooks: act2, SMMLA, each accumulator's 2x2 to its two rows of both activation rows */
+static int32x4_t smmla(int32x4_t acc, int8x16_t w, int8x16_t act) {
+    return vmmlaq_s32(acc, w, act);
+}
+
+static void put_smmla(const int32x4_t accl[4], const int32x4_t acch[4], int32_t *p0, int32_t *p1, int64_t ng) {
+    for (int p = 0; p < 4; p++) {
+        put2x2(accl[p], p0 + 2 * p * ng, p1 ? p1 + 2 * p * ng : 0, ng);
+        put2x2(acch[p], p0 + 2 * p * ng + 1, p1 ? p1 + 2 * p * ng + 1 : 0, ng);
+    }
+}
+
 static void i8mm_x8_q4_k(PPK_IL8_UNIT_ARGS) {
     (void)offset;
-    const int64_t ng = k / 32;
-    const uint8_t *qs = blk + 128;
-    int8x16_t lo[16], hi[16];
-    for (int64_t mm = 0; mm < m; mm += 2) {
-        const int8_t *a0 = a + mm * k + 256 * u, *a1 = mm + 1 < m ? a0 + k : 0;
-        int32_t *p0 = P + (mm * n + 8 * sr) * ng + 8 * u, *p1 = a1 ? p0 + n * ng : 0;
-        for (int c = 0; c < 4; c++) {
-            int32x4_t accl[4], acch[4];
-            for (int p = 0; p < 4; p++)
-                accl[p] = acch[p] = vdupq_n_s32(0);
-            x8_q4_k_codes(qs, c, lo, hi);
-            for (int hh = 0; hh < 4; hh++) {
-                const int8x16_t al = act2(a0, a1, 64 * c + 8 * hh), ah = act2(a0, a1, 64 * c + 32 + 8 * hh);
-                for (int p = 0; p < 4; p++) {
-                    accl[p] = vmmlaq_s32(accl[p], lo[4 * hh + p], al);
-                    acch[p] = vmmlaq_s32(acch[p], hi[4 * hh + p], ah);
-                }
-            }
-            for (int p = 0; p < 4; p++) {
-                put2x2(accl[p], p0 + 2 * p * ng + 2 * c, p1 ? p1 + 2 * p * ng + 2 * c : 0, ng);
-                put2x2(acch[p], p0 + 2 * p * ng + 2 * c + 1, p1 ? p1 + 2 * p * ng + 2 * c + 1 : 0, ng);
-            }
-        }
-    }
+    x8_q4_k_unit(blk, a, m, n, k, sr, u, P, 2, act2, smmla, put_smmla);
 }
 
 PPK_IL8_DEFINE(i8mm)

@@ -96,30 +96,25 @@ static void neon_x8_q4_0(PPK_IL8_UNIT_ARGS) {
     }
 }
 
+/* x8_q4_k_unit's hooks: one activation row (8 bytes twice), SDOT by vector, the pairwise sums */
+static int8x16_t act1(const int8_t *a0, const int8_t *a1, int64_t e) {
+    (void)a1;
+    return dup8(a0 + e);
+}
+
+static int32x4_t sdot(int32x4_t acc, int8x16_t w, int8x16_t act) {
+    return vdotq_s32(acc, w, act);
+}
+
+static void put_sdot(const int32x4_t accl[4], const int32x4_t acch[4], int32_t *p0, int32_t *p1, int64_t ng) {
+    (void)p1;
+    put8(vpaddq_s32(accl[0], accl[1]), vpaddq_s32(accl[2], accl[3]), p0, ng);
+    put8(vpaddq_s32(acch[0], acch[1]), vpaddq_s32(acch[2], acch[3]), p0 + 1, ng);
+}
+
 static void neon_x8_q4_k(PPK_IL8_UNIT_ARGS) {
     (void)offset;
-    const int64_t ng = k / 32;
-    const uint8_t *qs = blk + 128;
-    int8x16_t lo[16], hi[16];
-    for (int64_t mm = 0; mm < m; mm++) {
-        const int8_t *am = a + mm * k + 256 * u;
-        int32_t *out = P + (mm * n + 8 * sr) * ng + 8 * u;
-        for (int c = 0; c < 4; c++) {
-            int32x4_t accl[4], acch[4];
-            for (int p = 0; p < 4; p++)
-                accl[p] = acch[p] = vdupq_n_s32(0);
-            x8_q4_k_codes(qs, c, lo, hi);
-            for (int hh = 0; hh < 4; hh++) {
-                const int8x16_t al = dup8(am + 64 * c + 8 * hh), ah = dup8(am + 64 * c + 32 + 8 * hh);
-                for (int p = 0; p < 4; p++) {
-                    accl[p] = vdotq_s32(accl[p], lo[4 * hh + p], al);
-                    acch[p] = vdotq_s32(acch[p], hi[4 * hh + p], ah);
-                }
-            }
-            put8(vpaddq_s32(accl[0], accl[1]), vpaddq_s32(accl[2], accl[3]), out + 2 * c, ng);
-            put8(vpaddq_s32(acch[0], acch[1]), vpaddq_s32(acch[2], acch[3]), out + 2 * c + 1, ng);
-        }
-    }
+    x8_q4_k_unit(blk, a, m, n, k, sr, u, P, 1, act1, sdot, put_sdot);
 }
 
 PPK_IL8_DEFINE(neon)
