@@ -109,12 +109,13 @@ def write_plans(work: Path) -> tuple[dict[str, Path], int]:
     return plans, len(jobs)
 
 
-def batch(work: Path, env: dict, runs: int) -> None:
+def batch(work: Path, env: dict, runs: int, ray_args: tuple[str, ...] = ("--ray",), what: str = "") -> None:
+    """Whole ``panelpack batch PLAN`` processes, local and on Ray (``ray_args``), interleaved."""
     plans, n_jobs = write_plans(work)
-    cmd = {ex: [sys.executable, "-m", "panelpack", "batch", str(plans[ex]), "--no-progress"] + (["--ray"] if ex == "ray" else [])
-           for ex in plans}
+    cmd = {ex: [sys.executable, "-m", "panelpack", "batch", str(plans[ex]), "--no-progress"]
+           + (list(ray_args) if ex == "ray" else []) for ex in plans}
     times: dict[str, list] = {ex: [] for ex in plans}
-    print(f"batch of {n_jobs} conversions: {load()}")
+    print(f"batch of {n_jobs} conversions{what}: {load()}")
     for i in range(runs + 1):
         for ex in plans:
             clear(work / ex / "out")
@@ -127,6 +128,7 @@ def batch(work: Path, env: dict, runs: int) -> None:
         tree_digest(work / "local" / "out" / n) == tree_digest(work / "ray" / "out" / n) for n in outs)
     lw, rw = statistics.median(t[0] for t in times["local"]), statistics.median(t[0] for t in times["ray"])
     print(f"  median of {runs}: local {lw:.2f} s, ray {rw:.2f} s wall: ratio {rw / lw:.2f}x (target <= 1.15x); "
+          f"runs local {', '.join(f'{t[0]:.2f}' for t in times['local'])}, ray {', '.join(f'{t[0]:.2f}' for t in times['ray'])}; "
           f"same outputs: {same}")
 
 
@@ -160,34 +162,17 @@ def batch_warm(work: Path, runs: int) -> None:
 
 
 def batch_cluster(work: Path, env: dict, runs: int) -> None:
-    plans, n_jobs = write_plans(work)
     port = "6391"
     ray_bin = str(Path(sys.executable).with_name("ray"))
     env = dict(env, RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="token")  # `ray start` clusters want a token
     subprocess.run([ray_bin, "start", "--head", "--port", port, "--node-ip-address", "127.0.0.1", "--num-cpus", "2",
                     "--include-dashboard", "false", "--disable-usage-stats"], env=env, check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    cmd = {ex: [sys.executable, "-m", "panelpack", "batch", str(plans[ex]), "--no-progress"]
-           + (["--ray", f"127.0.0.1:{port}"] if ex == "ray" else []) for ex in plans}
-    times: dict[str, list] = {ex: [] for ex in plans}
-    print(f"batch of {n_jobs} conversions, whole process, Ray cluster started by `ray start --head` before: {load()}")
     try:
-        for i in range(runs + 1):
-            for ex in plans:
-                clear(work / ex / "out")
-                t = timed(cmd[ex], env)
-                if i:
-                    times[ex].append(t)
-                print(f"  run {i}{' (warm-up)' if not i else ''}: {ex} {t[0]:.2f} s wall {t[1]:.2f} s CPU; {load()}")
+        batch(work, env, runs, ("--ray", f"127.0.0.1:{port}"),
+              ", whole process, Ray cluster started by `ray start --head` before")
     finally:
         subprocess.run([ray_bin, "stop", "--force"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    outs = sorted(p.name for p in (work / "local" / "out").glob("*.ppk"))
-    same = len(outs) == n_jobs and all(
-        tree_digest(work / "local" / "out" / n) == tree_digest(work / "ray" / "out" / n) for n in outs)
-    lw, rw = statistics.median(t[0] for t in times["local"]), statistics.median(t[0] for t in times["ray"])
-    print(f"  median of {runs}: local {lw:.2f} s, ray {rw:.2f} s wall: ratio {rw / lw:.2f}x (target <= 1.15x); "
-          f"runs local {', '.join(f'{t[0]:.2f}' for t in times['local'])}, ray {', '.join(f'{t[0]:.2f}' for t in times['ray'])}; "
-          f"same outputs: {same}")
 
 
 def main() -> None:
