@@ -158,8 +158,12 @@ def pack(blocks, n: int, k: int, qtype, out: dict[str, np.ndarray] | None = None
             regions[name][...] = a
         return regions
     from . import _panel64_compact_kernels as K
+    from . import _panel64_compact_q23 as Q23
     from . import _panel64_int8_kernels as I8
 
+    if t.name in Q23.TYPES:  # GGUF bytes straight to records (no int8 pass)
+        Q23.pack(raw, t, n, k, regions)
+        return regions
     geo = panel64.geometry(t, n, k)
     for s0, s1, r0, r1 in _steps(geo, n, k):
         scratch = np.empty((s1 - s0, geo.ng, geo.kq, K.KG_INT8), np.int8)
@@ -180,8 +184,12 @@ def unpack(regions, n: int, k: int, qtype, out: np.ndarray | None = None) -> np.
     r = C.as_regions(NAME, regions, plan(t, n, k))
     raw = C.out_blocks(NAME, out, t, n, k)
     from . import _panel64_compact_kernels as K
+    from . import _panel64_compact_q23 as Q23
     from . import _panel64_int8_kernels as I8
 
+    if t.name in Q23.TYPES:
+        Q23.unpack(r, t, n, k, raw)
+        return raw
     geo = panel64.geometry(t, n, k)
     for s0, s1, r0, r1 in _steps(geo, n, k):
         scratch = np.empty((s1 - s0, geo.ng, geo.kq, K.KG_INT8), np.int8)
