@@ -77,8 +77,9 @@ def test_extreme_codes(qname, rng):
 
 @pytest.mark.parametrize("qname", COMPACT)
 def test_avx2_and_portable_tiles_agree(qname, rng):
-    """The AVX2 tile (records expanded to int8 panels, _simd's group dot) == the portable column
-    tile, bit for bit, codes at both ends of their range, activations at -128."""
+    """The AVX2 tile (LUTI4 forms: the planes dot on the records in place; LUTI2 forms: records
+    expanded to int8 panels, _simd's group dot) == the portable column tile, bit for bit, codes
+    at both ends of their range, activations at -128."""
     from panelpack.formats import blocks as B
     from panelpack.verify import _simd, compact
 
@@ -91,7 +92,8 @@ def test_avx2_and_portable_tiles_agree(qname, rng):
     blocks = B.from_fields(f, t, n, k)
     prep = C.prepare(PC.NAME, PC.pack(blocks, n, k, qname), n, k, qname)
     assert prep.spec.path == "compiled.panel64-compact.avx2"
-    portable = dataclasses.replace(prep, spec=dataclasses.replace(prep.spec, kernel=compact._TILES[t.code_bits]))
+    portable = dataclasses.replace(prep, spec=dataclasses.replace(prep.spec, kernel=compact._TILES[t.code_bits],
+                                                                  activations=None))
     assert_fast_is_portable(prep, portable, blocks, n, k, qname, rng.standard_normal((3, k)))
 
 

@@ -426,11 +426,12 @@ def _tile_done(yt, t, tw, y, want_y):
                 y[m, t * TILE + j] = yt[m, j]
 
 
-def int8_group_tile(dot, operand, scratch_bytes: int):
+def int8_group_tile(dot, operand, scratch_bytes: int, raw: bool = False):
     """A column tile over int8 panels through _simd's int8 group ``dot`` (16 or 32 K a group):
     for each group, ``operand(w, t, g, ng, group, geom, scratch)`` gives the bytes and offset of
     its int8 panel (read in place, or expanded into ``scratch`` of ``scratch_bytes``), then one
-    dot per activation row and that group's finish (:func:`_group_done`)."""
+    dot per activation row and that group's finish (:func:`_group_done`). With ``raw`` the dot
+    sums raw codes (any group dot of that signature) and the finish subtracts ``geom[0]·A``."""
 
     @njit(cache=True)
     def tile(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
@@ -441,11 +442,12 @@ def int8_group_tile(dot, operand, scratch_bytes: int):
         acc = np.empty(TILE, np.int32)
         yt = np.zeros((a.shape[0], TILE), np.float32)
         scratch = np.empty(scratch_bytes, np.uint8)
+        off = geom[0] if raw else 0
         for g in range(ng):
             src, at = operand(w, t, g, ng, group, geom, scratch)
             for m in range(a.shape[0]):
                 dot(src, at, af, m * k + g * group, acc)
-                _group_done(acc, t, g, m, tw, 0, A, s_t, o_t, da, kind, g * group, P, yt, want_p, want_y)
+                _group_done(acc, t, g, m, tw, off, A, s_t, o_t, da, kind, g * group, P, yt, want_p, want_y)
         _tile_done(yt, t, tw, y, want_y)
 
     return tile

@@ -63,8 +63,9 @@ def _record_view(bits: int):
 _TILES = {bits: _column_tile(_record_view(bits), _unpack_compact) for bits in (2, 3, 5, 6)}
 
 
-# ---- where numba targets AVX2: each group's record expanded to its int8 panel, then _simd's
-# ---- int8 group dot on it, as panel64's int8 tiles. The expansion is the SME2 leaf's sequence in
+# ---- where numba targets AVX2, the LUTI2 forms (Q2_K, Q3_K): each group's record expanded to its
+# ---- int8 panel, then _simd's int8 group dot on it, as panel64's int8 tiles (the LUTI4 forms: the
+# ---- planes dot below, no expansion). The expansion is the SME2 leaf's sequence in
 # ---- LLVM vector IR, written here from §4.2.1 (not repack's converter): per 32 lanes the base
 # ---- value (nibbles or crumbs to lanes, minus the code offset: the ZT0 value), then per bit plane
 # ---- the plane's 32 bits as an i1 mask selecting 2^(B+p) to add (the predicated ADD).
@@ -118,9 +119,105 @@ def _expand_intrinsic(base: int, nplanes: int, kq: int):
     return expand
 
 
+# ---- LUTI4 forms (Q5_0/Q5_1/Q5_K/Q6_K): no expansion at all. The base plane is panel64's nibble
+# ---- panel, so the group dot is _simd.nibble_group_dot's on the raw stored codes u (0 .. 2^bits-1,
+# ---- activations in pair order), each bit plane OR-ed into the nibble lanes it belongs to; the
+# ---- tile subtracts code_offset * A as the nibble tiles do.
+def _planes_dot_intrinsic(nplanes: int, kq: int):
+    """``acc[0:64] = Σ_kk u(c, kk)·x[kk]`` (int32) for the group record at byte ``woff`` of ``w``
+    (base plane: kq kg-blocks of 128 nibble bytes; plane p: kq x 32 bytes after it), ``a[aoff:]``
+    the group's 4·kq activations in pair order (_simd.pair_order). Per kg-block q and 32 nibble
+    bytes (channels 16s .. 16s+15)::
+
+        lo = x & 15 (K 0, 2 of each channel), hi = x >> 4 & 15 (K 1, 3)
+        plane word = the 64 bits of lanes 4c + j (c = 16s ..): lo byte i takes bit 2i, hi byte i
+                     bit 2i + 1 (the word's byte i // 4 in byte i, tested against its bit)
+        u = lo | 2^(4+p) where set (hi likewise);  vpmaddubsw(u_lo, (a0, a2)) + vpmaddubsw(u_hi, (a1, a3))
+
+    Exactness: u <= 2^bits - 1 <= 63 unsigned against int8 a (-128 allowed): one vpmaddubsw lane
+    is at most 2·63·128 = 16128, a kg-block's lo + hi 32256 (Q6_K) or 15872 (5 bits, two
+    kg-blocks summed: 31744) < 32767 in int16, widened to int32 after that."""
+    from llvmlite import ir
+    from numba import types
+    from numba.extending import intrinsic
+
+    from ..formats import _numba_internals
+
+    i8, i16, i32, i64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
+    v32i8, v8i8, v16i16, v16i32 = ir.VectorType(i8, 32), ir.VectorType(i8, 8), ir.VectorType(i16, 16), ir.VectorType(i32, 16)
+    bits = 4 + nplanes
+    run = max(1, 32767 // (4 * ((1 << bits) - 1) * 128))  # kg-blocks summed in int16
+    pb = kq * 128  # the first plane byte
+
+    def const(v, ty=v32i8):
+        return ir.Constant(ty, [v] * ty.count if isinstance(v, int) else v)
+
+    @intrinsic
+    def dot(typingctx, w, woff, a, aoff, acc):
+        sig = types.void(w, woff, a, aoff, acc)
+
+        def codegen(context, builder, signature, args):
+            def data(i):
+                return context.make_array(signature.args[i])(context, builder, args[i]).data
+
+            wp, ap, cd = builder.gep(data(0), [args[1]]), builder.gep(data(2), [args[3]]), data(4)
+            pmadd = _numba_internals.llvm_function(builder, ir.FunctionType(v16i16, [v32i8, v32i8]),
+                                                   "llvm.x86.avx2.pmadd.ub.sw")
+
+            def at(p, o, ty):
+                return builder.bitcast(builder.gep(p, [ir.Constant(i64, o)]), ty.as_pointer())
+
+            def pair(o):  # the 2 activation bytes at ap + o, repeated x 16
+                v = builder.insert_element(ir.Constant(v16i16, None), builder.load(at(ap, o, i16), align=1),
+                                           ir.Constant(i32, 0))
+                return builder.bitcast(builder.shuffle_vector(v, ir.Constant(v16i16, None), const(0, ir.VectorType(i32, 16))), v32i8)
+
+            spread = const([i >> 2 for i in range(32)], ir.VectorType(i32, 32))
+            bit_lo = const([1 << (2 * (i % 4)) for i in range(32)])
+            bit_hi = const([2 << (2 * (i % 4)) for i in range(32)])
+            zero = const(0)
+            for s in range(4):
+                total, part = None, None
+                for q in range(kq):
+                    x = builder.load(at(wp, q * 128 + 32 * s, v32i8), align=1)
+                    lo = builder.and_(x, const(15))
+                    hi = builder.and_(builder.lshr(x, const(4)), const(15))
+                    for p in range(nplanes):
+                        word = builder.load(at(wp, pb + (p * kq + q) * 32 + 8 * s, v8i8), align=1)
+                        bb = builder.shuffle_vector(word, ir.Constant(v8i8, None), spread)
+                        add = const(1 << (4 + p))
+                        lo = builder.select(builder.icmp_unsigned("!=", builder.and_(bb, bit_lo), zero), builder.or_(lo, add), lo)
+                        hi = builder.select(builder.icmp_unsigned("!=", builder.and_(bb, bit_hi), zero), builder.or_(hi, add), hi)
+                    t = builder.add(builder.call(pmadd, [lo, pair(4 * q)]), builder.call(pmadd, [hi, pair(4 * q + 2)]))
+                    part = t if part is None else builder.add(part, t)
+                    if (q + 1) % run == 0 or q == kq - 1:
+                        wide = builder.sext(part, v16i32)
+                        total = wide if total is None else builder.add(total, wide)
+                        part = None
+                builder.store(total, at(cd, 16 * s, v16i32), align=4)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return dot
+
+
+def _avx2_planes_tile(nplanes: int, kq: int):
+    """The AVX2 tile of a LUTI4 form: the group records read in place by the planes dot."""
+    gb = kq * (128 + _PLANE * nplanes)
+
+    @njit(inline="always")
+    def in_place(w, t, g, ng, group, geom, scratch):
+        return w, (t * ng + g) * gb
+
+    return int8_group_tile(_planes_dot_intrinsic(nplanes, kq), in_place, 0, raw=True)
+
+
 def _avx2_tile(base: int, nplanes: int, kq: int):
     """The AVX2 tile of one compact form: each group's record expanded into an int8 panel, then
-    the int8 panels' own group dots."""
+    the int8 panels' own group dots; the LUTI4 forms through their planes dot in place."""
+    if base == 4:
+        return _avx2_planes_tile(nplanes, kq)
     gb = kq * (32 * base + _PLANE * nplanes)
     expand = _expand_intrinsic(base, nplanes, kq)
 
@@ -154,6 +251,9 @@ def panel64_compact_kernel(layout: str, t) -> _compiled.KernelSpec | None:
         return None
     offset = lambda t_, n, k: np.array([t_.code_offset], np.int64)  # noqa: E731
     fast = _AVX2_TILES.get(f.bits)
+    if fast is not None and f.base_bits == 4:  # raw codes u, pair-ordered activations, tile subtracts off·A
+        return _compiled.KernelSpec(layout, t.name, fast, compact_code_bytes, _compiled.panel64_scale_arrays, offset,
+                                    (1 << f.bits) - 1, activations=_simd.pair_order, variant="avx2")
     if fast is not None:  # signed codes into the int8 group dot (|c| <= 32: never -128)
         return _compiled.KernelSpec(layout, t.name, fast, compact_code_bytes, _compiled.panel64_scale_arrays, offset,
                                     max(t.code_offset, (1 << f.bits) - 1 - t.code_offset), variant="avx2")
