@@ -202,6 +202,18 @@ def _planes_dot_intrinsic(nplanes: int, kq: int):
     return dot
 
 
+def planes_group_dot_ref(w: np.ndarray, woff: int, a: np.ndarray, aoff: int, nplanes: int, kq: int) -> np.ndarray:
+    """int64 [64]: what the planes dot computes, ``Σ_kk u(c, kk)·a[kk]`` over the group record at
+    ``w[woff:]`` (numpy, from the record's closed forms), ``a[aoff:aoff + 4·kq]`` in natural order."""
+    rec = np.asarray(w[woff:woff + kq * (128 + _PLANE * nplanes)], np.uint8)
+    nib = rec[:kq * 128].reshape(kq, 64, 2).astype(np.int64)
+    u = np.stack([nib[..., 0] & 15, nib[..., 0] >> 4, nib[..., 1] & 15, nib[..., 1] >> 4], axis=-1)  # [q][c][j]
+    for p in range(nplanes):
+        plane = rec[kq * 128 + p * kq * _PLANE:kq * 128 + (p + 1) * kq * _PLANE].reshape(kq, _PLANE)
+        u = u | (np.unpackbits(plane, axis=-1, bitorder="little").reshape(kq, 64, 4).astype(np.int64) << (4 + p))
+    return np.einsum("qcj,qj->c", u, np.asarray(a[aoff:aoff + 4 * kq], np.int64).reshape(kq, 4))
+
+
 def _avx2_planes_tile(nplanes: int, kq: int):
     """The AVX2 tile of a LUTI4 form: the group records read in place by the planes dot."""
     gb = kq * (128 + _PLANE * nplanes)

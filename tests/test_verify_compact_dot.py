@@ -1,0 +1,32 @@
+"""The AVX2 planes dot of panel64-compact's LUTI4 forms (verify/compact.py): the group record read
+in place, against its numpy statement (``planes_group_dot_ref``), codes at both ends, activations
+at -128 and 127."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numba import njit
+
+from panelpack.verify import _simd, compact
+
+
+@pytest.mark.parametrize("nplanes, kq", [(1, 8), (2, 4)])  # Q5_0/Q5_1/Q5_K, Q6_K
+def test_planes_dot_is_its_reference(nplanes, kq, rng):
+    if not _simd.AVAILABLE:
+        pytest.skip("numba does not target AVX2 here")
+    dot = compact._planes_dot_intrinsic(nplanes, kq)
+
+    @njit
+    def run(w, woff, a, aoff, acc):
+        dot(w, woff, a, aoff, acc)
+
+    gb = kq * (128 + 32 * nplanes)
+    for fill in ("random", "max", "zero"):
+        w = {"random": rng.integers(0, 256, 3 * gb), "max": np.full(3 * gb, 255), "zero": np.zeros(3 * gb)}[fill]
+        w = np.asarray(w, np.uint8)
+        for a in (rng.integers(-128, 128, 4 * kq + 8), np.full(4 * kq + 8, -128), np.full(4 * kq + 8, 127)):
+            a = np.asarray(a, np.int8)
+            acc = np.zeros(64, np.int32)
+            run(w, gb, _simd.pair_order(a[None, 4:4 + 4 * kq])[0], 0, acc)
+            assert np.array_equal(acc, compact.planes_group_dot_ref(w, gb, a, 4, nplanes, kq)), fill
