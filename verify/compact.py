@@ -176,9 +176,11 @@ def _planes_dot_intrinsic(nplanes: int, kq: int):
             bit_lo = const([1 << (2 * (i % 4)) for i in range(32)])
             bit_hi = const([2 << (2 * (i % 4)) for i in range(32)])
             zero = const(0)
-            for s in range(4):
-                total, part = None, None
-                for q in range(kq):
+            total: list = [None] * 4
+            part: list = [None] * 4
+            for q in range(kq):  # kg-block outer: its two activation patterns built once
+                plo, phi = pair(4 * q), pair(4 * q + 2)
+                for s in range(4):
                     x = builder.load(at(wp, q * 128 + 32 * s, v32i8), align=1)
                     lo = builder.and_(x, const(15))
                     hi = builder.and_(builder.lshr(x, const(4)), const(15))
@@ -188,13 +190,14 @@ def _planes_dot_intrinsic(nplanes: int, kq: int):
                         add = const(1 << (4 + p))
                         lo = builder.select(builder.icmp_unsigned("!=", builder.and_(bb, bit_lo), zero), builder.or_(lo, add), lo)
                         hi = builder.select(builder.icmp_unsigned("!=", builder.and_(bb, bit_hi), zero), builder.or_(hi, add), hi)
-                    t = builder.add(builder.call(pmadd, [lo, pair(4 * q)]), builder.call(pmadd, [hi, pair(4 * q + 2)]))
-                    part = t if part is None else builder.add(part, t)
+                    t = builder.add(builder.call(pmadd, [lo, plo]), builder.call(pmadd, [hi, phi]))
+                    part[s] = t if part[s] is None else builder.add(part[s], t)
                     if (q + 1) % run == 0 or q == kq - 1:
-                        wide = builder.sext(part, v16i32)
-                        total = wide if total is None else builder.add(total, wide)
-                        part = None
-                builder.store(total, at(cd, 16 * s, v16i32), align=4)
+                        wide = builder.sext(part[s], v16i32)
+                        total[s] = wide if total[s] is None else builder.add(total[s], wide)
+                        part[s] = None
+            for s in range(4):
+                builder.store(total[s], at(cd, 16 * s, v16i32), align=4)
             return context.get_dummy_value()
 
         return sig, codegen
