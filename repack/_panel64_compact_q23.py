@@ -23,7 +23,9 @@ goes through **channel space** instead:
        d, dmin (ch)          = C[d], C[d + 1] as the f16's two bytes
 
    the record bytes of panel64_compact.py's module doc (Q2_K: ``u`` = the crumb, base plane
-   only; Q3_K: ``u`` = crumb | hmask bit << 2, the stored 3-bit code itself);
+   only; Q3_K: ``u`` = crumb | hmask bit << 2, the stored 3-bit code itself). Computed per 4
+   columns as one 4 x 4 transpose of crumbs (base) and one 8 x 8 bit transpose of the even- and
+   odd-channel halves (plane), delta swaps either way (``crumbs_t``, ``bits_t``);
 3. unpacking computes the columns back from the records and transposes them into the rows.
 
 A partial last super-block (N % 64) runs through a 64-row copy whose pad rows are the pad
@@ -176,49 +178,70 @@ def _build_ir():
         return m >> 5, (m >> 3) & 3, 4 * (m & 7)  # h, jj, l0 of kg-block row m = 4g + q
 
     evens, odds = mask(range(0, 64, 2)), mask(range(1, 64, 2))
+    ileave32 = mask([j for i in range(32) for j in (i, 32 + i)])  # even, odd channel bytes back in order
     inter = mask([j for i in range(64) for j in (i, 64 + i)])
 
+    def crumbs_t(x, v):
+        """4 x 4 transpose of 2-bit cells across 4 byte vectors (crumb j of v[i] <-> crumb i of
+        v[j]): two rounds of delta swaps, 2 x 2 blocks (shift 4) then single cells (shift 2)."""
+        v = list(v)
+        for d, sh, msk in ((2, 4, 0x0F), (1, 2, 0x33)):
+            for i in (0, 1) if d == 2 else (0, 2):
+                t = x.andc(x.b.xor(x.shr(v[i], sh), v[i + d]), msk)
+                v[i + d] = x.b.xor(v[i + d], t)
+                v[i] = x.b.xor(v[i], x.shl(t, sh))
+        return v
+
+    def base_at(x, rec, gb, m):
+        return x.add(rec, (m >> 2) * gb + (m & 3) * 64)
+
+    # for each h and r < 8: qs columns 32h + 4r + i (i < 4, crumb jj at bits 2jj) <-> base bytes of
+    # kg-block rows m = 32h + 8jj + r (crumb i at bits 2i): one crumb transpose, either way
     def crumbs_put(x, cols, qs, out, rec, gb):
-        for m in range(64):
-            h, jj, l0 = m_fields(m)
-            v = None
-            for i in range(4):
-                c = x.shl(x.andc(x.shr(x.ld(cols, (qs + 32 * h + l0 + i) * 64), 2 * jj), 3), 2 * i)
-                v = c if v is None else x.b.or_(v, c)
-            x.st(v, out, x.add(rec, (m >> 2) * gb + (m & 3) * 64))
+        for h in range(2):
+            for r in range(8):
+                v = crumbs_t(x, [x.ld(cols, (qs + 32 * h + 4 * r + i) * 64) for i in range(4)])
+                for jj in range(4):
+                    x.st(v[jj], out, base_at(x, rec, gb, 32 * h + 8 * jj + r))
 
     def crumbs_get(x, src, rec, gb, cols, qs):
         for h in range(2):
-            for l in range(32):
-                v = None
-                for jj in range(4):
-                    m = 32 * h + 8 * jj + (l >> 2)
-                    c = x.shl(x.andc(x.shr(x.ld(src, x.add(rec, (m >> 2) * gb + (m & 3) * 64)), 2 * (l & 3)), 3), 2 * jj)
-                    v = c if v is None else x.b.or_(v, c)
-                x.st(v, cols, (qs + 32 * h + l) * 64)
+            for r in range(8):
+                v = crumbs_t(x, [x.ld(src, base_at(x, rec, gb, 32 * h + 8 * jj + r)) for jj in range(4)])
+                for i in range(4):
+                    x.st(v[i], cols, (qs + 32 * h + 4 * r + i) * 64)
 
+    def bits_t(x, v):
+        """8 x 8 bit transpose across 8 byte vectors (bit b of v[k] <-> bit k of v[b]): delta
+        swaps of 4-, 2- and 1-bit blocks."""
+        v = list(v)
+        for d, msk in ((4, 0x0F), (2, 0x33), (1, 0x55)):
+            for i in range(8):
+                if not i & d:
+                    t = x.andc(x.b.xor(x.shr(v[i], d), v[i + d]), msk)
+                    v[i + d] = x.b.xor(v[i + d], t)
+                    v[i] = x.b.xor(v[i], x.shl(t, d))
+        return v
+
+    def plane_at(x, rec, gb, m):
+        return x.add(rec, (m >> 2) * gb + 256 + (m & 3) * 32)
+
+    # for each r < 8: the hmask columns 4r + i (i < 4; bit b = 4h + jj) split into even and odd
+    # channels are 8 rows of 32 bytes; their bit transpose is, row b, the plane bytes of kg-block
+    # row m = 32h + 8jj + r (bits 0-3: the even channel's 4 K, bits 4-7: the odd channel's)
     def plane_put(x, cols, hm, out, rec, gb):
-        for m in range(64):
-            h, jj, l0 = m_fields(m)
-            v = None
-            for i in range(4):
-                c = x.shl(x.andc(x.shr(x.ld(cols, (hm + l0 + i) * 64), 4 * h + jj), 1), i)
-                v = c if v is None else x.b.or_(v, c)
-            u = ir.Constant(v64, None)
-            pair = x.b.or_(x.b.shuffle_vector(v, u, evens), x.shl(x.b.shuffle_vector(v, u, odds), 4))
-            x.st(pair, out, x.add(rec, (m >> 2) * gb + 256 + (m & 3) * 32))
+        u = ir.Constant(v64, None)
+        for r in range(8):
+            hs = [x.ld(cols, (hm + 4 * r + i) * 64) for i in range(4)]
+            rows = bits_t(x, [x.b.shuffle_vector(h, u, evens) for h in hs] + [x.b.shuffle_vector(h, u, odds) for h in hs])
+            for b in range(8):
+                x.st(rows[b], out, plane_at(x, rec, gb, 32 * (b >> 2) + 8 * (b & 3) + r))
 
     def plane_get(x, src, rec, gb, cols, hm):
-        acc: dict[int, ir.Value] = {}
-        for m in range(64):
-            h, jj, l0 = m_fields(m)
-            p = x.ld(src, x.add(rec, (m >> 2) * gb + 256 + (m & 3) * 32), v32)
-            nib = x.b.shuffle_vector(x.andc(p, 15), x.shr(p, 4), mask([j for i in range(32) for j in (i, 32 + i)]))
+        for r in range(8):
+            rows = bits_t(x, [x.ld(src, plane_at(x, rec, gb, 32 * (b >> 2) + 8 * (b & 3) + r), v32) for b in range(8)])
             for i in range(4):
-                c = x.shl(x.andc(x.shr(nib, i), 1), 4 * h + jj)
-                acc[l0 + i] = c if l0 + i not in acc else x.b.or_(acc[l0 + i], c)
-        for l in range(32):
-            x.st(acc[l], cols, (hm + l) * 64)
+                x.st(x.b.shuffle_vector(rows[i], rows[4 + i], ileave32), cols, (hm + 4 * r + i) * 64)
 
     def f16_put(x, cols, at, out, off):
         x.st(x.b.shuffle_vector(x.ld(cols, at * 64), x.ld(cols, (at + 1) * 64), inter), out, off)
