@@ -3,6 +3,7 @@
     python benchmarks/bench_gemv.py                      # Q4_0 4096 x 4096, M = 1, 2 threads
     python benchmarks/bench_gemv.py --threads 1 --m 1 16 64
     python benchmarks/bench_gemv.py --type q4_k --rounds 8 --repeats 30
+    python benchmarks/bench_gemv.py --type q5_k --threads 1 --cpu-time --settle 0   # one thread's CPU time
 
 Each round runs a block of ``--repeats`` consecutive calls per contender, the block order
 rotating from round to round (load from other processes hits every contender alike). Before
@@ -52,6 +53,9 @@ def _args():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--settle", type=float, default=0.3,
                    help="seconds of idle before each block (OpenBLAS workers spin ~0.1 s after a call)")
+    p.add_argument("--cpu-time", action="store_true",
+                   help="time with the calling thread's CPU time (steadier on a shared host; needs --threads 1, "
+                        "where it is all the work)")
     p.add_argument("--omp-wait", choices=["passive", "active", "default"], default="default",
                    help="OMP_WAIT_POLICY for numba's omp workers; default = unset (GOMP spins briefly, "
                         "then sleeps)")
@@ -103,7 +107,10 @@ def panel64_regions(blocks, n, k, t):
 
 
 def main():
+    if ARGS.cpu_time and ARGS.threads != 1:
+        raise SystemExit("--cpu-time measures the calling thread only: use it with --threads 1")
     numba.set_num_threads(ARGS.threads)
+    clock = time.thread_time if ARGS.cpu_time else time.perf_counter
     t = qtypes.get(ARGS.type)
     n, k = ARGS.n, ARGS.k
     rng = np.random.default_rng(ARGS.seed)
@@ -156,9 +163,9 @@ def main():
                 time.sleep(ARGS.settle)  # let the previous contender's spinning workers go idle
                 fn()  # wake the thread pool
                 for _ in range(ARGS.repeats):
-                    s = time.perf_counter()
+                    s = clock()
                     fn()
-                    times[name].append(time.perf_counter() - s)
+                    times[name].append(clock() - s)
         med = {name: float(np.median(v)) for name, v in times.items()}
         print(f"\nM={m}  (ms)        median      min     p90")
         for name, v in times.items():
