@@ -15,7 +15,7 @@ from panelpack.verify import _simd, compact
 def test_planes_dot_is_its_reference(nplanes, kq, rng):
     if not _simd.AVAILABLE:
         pytest.skip("numba does not target AVX2 here")
-    dot = compact._planes_dot_intrinsic(nplanes, kq)
+    dot = compact._planes_intrinsics(nplanes, kq)[0]
 
     @njit
     def run(w, woff, a, aoff, acc):

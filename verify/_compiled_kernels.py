@@ -426,12 +426,12 @@ def _tile_done(yt, t, tw, y, want_y):
                 y[m, t * TILE + j] = yt[m, j]
 
 
-def int8_group_tile(dot, operand, scratch_bytes: int, raw: bool = False):
-    """A column tile over int8 panels through _simd's int8 group ``dot`` (16 or 32 K a group):
-    for each group, ``operand(w, t, g, ng, group, geom, scratch)`` gives the bytes and offset of
-    its int8 panel (read in place, or expanded into ``scratch`` of ``scratch_bytes``), then one
-    dot per activation row and that group's finish (:func:`_group_done`). With ``raw`` the dot
-    sums raw codes (any group dot of that signature) and the finish subtracts ``geom[0]·A``."""
+def int8_group_tile(dot, operand, scratch_bytes: int, raw: bool = False, single=None):
+    """A column tile over int8 panels through _simd's int8 group ``dot`` (G = 16 or 32): per group
+    ``operand(w, t, g, ng, group, geom, scratch)`` gives its panel's bytes and offset (in place, or
+    expanded into ``scratch_bytes`` of scratch), a dot per activation row, the finish (_group_done);
+    ``raw``: raw codes, the finish subtracts ``geom[0]·A``; ``single``: (dot, operand) for one row."""
+    dot1, operand1 = single or (dot, operand)
 
     @njit(cache=True)
     def tile(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
@@ -444,6 +444,11 @@ def int8_group_tile(dot, operand, scratch_bytes: int, raw: bool = False):
         scratch = np.empty(scratch_bytes, np.uint8)
         off = geom[0] if raw else 0
         for g in range(ng):
+            if a.shape[0] == 1:
+                src1, at1 = operand1(w, t, g, ng, group, geom, scratch)
+                dot1(src1, at1, af, g * group, acc)
+                _group_done(acc, t, g, 0, tw, off, A, s_t, o_t, da, kind, g * group, P, yt, want_p, want_y)
+                continue
             src, at = operand(w, t, g, ng, group, geom, scratch)
             for m in range(a.shape[0]):
                 dot(src, at, af, m * k + g * group, acc)

@@ -63,9 +63,9 @@ def _record_view(bits: int):
 _TILES = {bits: _column_tile(_record_view(bits), _unpack_compact) for bits in (2, 3, 5, 6)}
 
 
-# ---- where numba targets AVX2, the LUTI2 forms (Q2_K, Q3_K): each group's record expanded to its
-# ---- int8 panel, then _simd's int8 group dot on it, as panel64's int8 tiles (the LUTI4 forms: the
-# ---- planes dot below, no expansion). The expansion is the SME2 leaf's sequence in
+# ---- where numba targets AVX2, Q6_K and the LUTI2 forms (Q2_K, Q3_K): each group's record expanded
+# ---- to its int8 panel, then _simd's int8 group dot on it, as panel64's int8 tiles (Q5_0/Q5_1/Q5_K:
+# ---- the planes dot below). The expansion is the SME2 leaf's sequence in
 # ---- LLVM vector IR, written here from §4.2.1 (not repack's converter): per 32 lanes the base
 # ---- value (nibbles or crumbs to lanes, minus the code offset: the ZT0 value), then per bit plane
 # ---- the plane's 32 bits as an i1 mask selecting 2^(B+p) to add (the predicated ADD).
@@ -119,12 +119,13 @@ def _expand_intrinsic(base: int, nplanes: int, kq: int):
     return expand
 
 
-# ---- LUTI4 forms (Q5_0/Q5_1/Q5_K/Q6_K): no expansion at all. The base plane is panel64's nibble
+# ---- 5-bit LUTI4 forms (Q5_0/Q5_1/Q5_K): no int8 expansion. The base plane is panel64's nibble
 # ---- panel, so the group dot is _simd.nibble_group_dot's on the raw stored codes u (0 .. 2^bits-1,
 # ---- activations in pair order), each bit plane OR-ed into the nibble lanes it belongs to; the
 # ---- tile subtracts code_offset * A as the nibble tiles do.
-def _planes_dot_intrinsic(nplanes: int, kq: int):
-    """``acc[0:64] = Σ_kk u(c, kk)·x[kk]`` (int32) for the group record at byte ``woff`` of ``w``
+def _planes_intrinsics(nplanes: int, kq: int):
+    """(dot, expand, scratch dot) of a LUTI4 form. ``dot``: ``acc[0:64] = Σ_kk u(c, kk)·x[kk]``
+    (int32) for the group record at byte ``woff`` of ``w``
     (base plane: kq kg-blocks of 128 nibble bytes; plane p: kq x 32 bytes after it), ``a[aoff:]``
     the group's 4·kq activations in pair order (_simd.pair_order). Per kg-block q and 32 nibble
     bytes (channels 16s .. 16s+15)::
@@ -136,7 +137,9 @@ def _planes_dot_intrinsic(nplanes: int, kq: int):
 
     Exactness: u <= 2^bits - 1 <= 63 unsigned against int8 a (-128 allowed): one vpmaddubsw lane
     is at most 2·63·128 = 16128, a kg-block's lo + hi 32256 (Q6_K) or 15872 (5 bits, two
-    kg-blocks summed: 31744) < 32767 in int16, widened to int32 after that."""
+    kg-blocks summed: 31744) < 32767 in int16, widened to int32 after that. ``expand`` stores a
+    group's u_lo/u_hi once (kq x 256 bytes) and ``scratch dot`` is the same dot reading them:
+    with several activation rows the planes are merged once a group, not once a row."""
     from llvmlite import ir
     from numba import types
     from numba.extending import intrinsic
@@ -152,57 +155,89 @@ def _planes_dot_intrinsic(nplanes: int, kq: int):
     def const(v, ty=v32i8):
         return ir.Constant(ty, [v] * ty.count if isinstance(v, int) else v)
 
+    spread = const([i >> 2 for i in range(32)], ir.VectorType(i32, 32))
+    bit_lo = const([1 << (2 * (i % 4)) for i in range(32)])
+    bit_hi = const([2 << (2 * (i % 4)) for i in range(32)])
+    zero = const(0)
+
+    def at(builder, p, o, ty):
+        return builder.bitcast(builder.gep(p, [ir.Constant(i64, o)]), ty.as_pointer())
+
+    def data(context, builder, signature, args, i):
+        return context.make_array(signature.args[i])(context, builder, args[i]).data
+
+    def record_lohi(builder, wp, q, s):
+        """(u_lo, u_hi) of kg-block q, channels 16s .. 16s+15, from the record at ``wp``."""
+        x = builder.load(at(builder, wp, q * 128 + 32 * s, v32i8), align=1)
+        lo = builder.and_(x, const(15))
+        hi = builder.and_(builder.lshr(x, const(4)), const(15))
+        for p in range(nplanes):
+            word = builder.load(at(builder, wp, pb + (p * kq + q) * 32 + 8 * s, v8i8), align=1)
+            bb = builder.shuffle_vector(word, ir.Constant(v8i8, None), spread)
+            add = const(1 << (4 + p))
+            lo = builder.select(builder.icmp_unsigned("!=", builder.and_(bb, bit_lo), zero), builder.or_(lo, add), lo)
+            hi = builder.select(builder.icmp_unsigned("!=", builder.and_(bb, bit_hi), zero), builder.or_(hi, add), hi)
+        return lo, hi
+
+    def scratch_lohi(builder, sp, q, s):
+        """(u_lo, u_hi) as :func:`expand` stored them (64 bytes per kg-block and channel slice)."""
+        return tuple(builder.load(at(builder, sp, (4 * q + s) * 64 + 32 * h, v32i8), align=1) for h in range(2))
+
+    def dot_of(lohi):
+        @intrinsic
+        def dot(typingctx, w, woff, a, aoff, acc):
+            sig = types.void(w, woff, a, aoff, acc)
+
+            def codegen(context, builder, signature, args):
+                wp = builder.gep(data(context, builder, signature, args, 0), [args[1]])
+                ap = builder.gep(data(context, builder, signature, args, 2), [args[3]])
+                cd = data(context, builder, signature, args, 4)
+                pmadd = _numba_internals.llvm_function(builder, ir.FunctionType(v16i16, [v32i8, v32i8]),
+                                                       "llvm.x86.avx2.pmadd.ub.sw")
+
+                def pair(o):  # the 2 activation bytes at ap + o, repeated x 16
+                    v = builder.insert_element(ir.Constant(v16i16, None), builder.load(at(builder, ap, o, i16), align=1),
+                                               ir.Constant(i32, 0))
+                    return builder.bitcast(builder.shuffle_vector(v, ir.Constant(v16i16, None),
+                                                                  const(0, ir.VectorType(i32, 16))), v32i8)
+
+                total: list = [None] * 4
+                part: list = [None] * 4
+                for q in range(kq):  # kg-block outer: its two activation patterns built once
+                    plo, phi = pair(4 * q), pair(4 * q + 2)
+                    for s in range(4):
+                        lo, hi = lohi(builder, wp, q, s)
+                        t = builder.add(builder.call(pmadd, [lo, plo]), builder.call(pmadd, [hi, phi]))
+                        part[s] = t if part[s] is None else builder.add(part[s], t)
+                        if (q + 1) % run == 0 or q == kq - 1:
+                            wide = builder.sext(part[s], v16i32)
+                            total[s] = wide if total[s] is None else builder.add(total[s], wide)
+                            part[s] = None
+                for s in range(4):
+                    builder.store(total[s], at(builder, cd, 16 * s, v16i32), align=4)
+                return context.get_dummy_value()
+
+            return sig, codegen
+
+        return dot
+
     @intrinsic
-    def dot(typingctx, w, woff, a, aoff, acc):
-        sig = types.void(w, woff, a, aoff, acc)
+    def expand(typingctx, w, woff, out):
+        """The record's u_lo/u_hi bytes into ``out[0 : kq*256]`` (for several activation rows)."""
+        sig = types.void(w, woff, out)
 
         def codegen(context, builder, signature, args):
-            def data(i):
-                return context.make_array(signature.args[i])(context, builder, args[i]).data
-
-            wp, ap, cd = builder.gep(data(0), [args[1]]), builder.gep(data(2), [args[3]]), data(4)
-            pmadd = _numba_internals.llvm_function(builder, ir.FunctionType(v16i16, [v32i8, v32i8]),
-                                                   "llvm.x86.avx2.pmadd.ub.sw")
-
-            def at(p, o, ty):
-                return builder.bitcast(builder.gep(p, [ir.Constant(i64, o)]), ty.as_pointer())
-
-            def pair(o):  # the 2 activation bytes at ap + o, repeated x 16
-                v = builder.insert_element(ir.Constant(v16i16, None), builder.load(at(ap, o, i16), align=1),
-                                           ir.Constant(i32, 0))
-                return builder.bitcast(builder.shuffle_vector(v, ir.Constant(v16i16, None), const(0, ir.VectorType(i32, 16))), v32i8)
-
-            spread = const([i >> 2 for i in range(32)], ir.VectorType(i32, 32))
-            bit_lo = const([1 << (2 * (i % 4)) for i in range(32)])
-            bit_hi = const([2 << (2 * (i % 4)) for i in range(32)])
-            zero = const(0)
-            total: list = [None] * 4
-            part: list = [None] * 4
-            for q in range(kq):  # kg-block outer: its two activation patterns built once
-                plo, phi = pair(4 * q), pair(4 * q + 2)
+            wp = builder.gep(data(context, builder, signature, args, 0), [args[1]])
+            op = data(context, builder, signature, args, 2)
+            for q in range(kq):
                 for s in range(4):
-                    x = builder.load(at(wp, q * 128 + 32 * s, v32i8), align=1)
-                    lo = builder.and_(x, const(15))
-                    hi = builder.and_(builder.lshr(x, const(4)), const(15))
-                    for p in range(nplanes):
-                        word = builder.load(at(wp, pb + (p * kq + q) * 32 + 8 * s, v8i8), align=1)
-                        bb = builder.shuffle_vector(word, ir.Constant(v8i8, None), spread)
-                        add = const(1 << (4 + p))
-                        lo = builder.select(builder.icmp_unsigned("!=", builder.and_(bb, bit_lo), zero), builder.or_(lo, add), lo)
-                        hi = builder.select(builder.icmp_unsigned("!=", builder.and_(bb, bit_hi), zero), builder.or_(hi, add), hi)
-                    t = builder.add(builder.call(pmadd, [lo, plo]), builder.call(pmadd, [hi, phi]))
-                    part[s] = t if part[s] is None else builder.add(part[s], t)
-                    if (q + 1) % run == 0 or q == kq - 1:
-                        wide = builder.sext(part[s], v16i32)
-                        total[s] = wide if total[s] is None else builder.add(total[s], wide)
-                        part[s] = None
-            for s in range(4):
-                builder.store(total[s], at(cd, 16 * s, v16i32), align=4)
+                    for h, v in enumerate(record_lohi(builder, wp, q, s)):
+                        builder.store(v, at(builder, op, (4 * q + s) * 64 + 32 * h, v32i8), align=1)
             return context.get_dummy_value()
 
         return sig, codegen
 
-    return dot
+    return dot_of(record_lohi), expand, dot_of(scratch_lohi)
 
 
 def planes_group_dot_ref(w: np.ndarray, woff: int, a: np.ndarray, aoff: int, nplanes: int, kq: int) -> np.ndarray:
@@ -218,20 +253,34 @@ def planes_group_dot_ref(w: np.ndarray, woff: int, a: np.ndarray, aoff: int, npl
 
 
 def _avx2_planes_tile(nplanes: int, kq: int):
-    """The AVX2 tile of a LUTI4 form: the group records read in place by the planes dot."""
+    """The AVX2 tile of a LUTI4 form: one activation row, the group records read in place by
+    the planes dot; several, each group's u bytes expanded once, then the scratch dot per row."""
     gb = kq * (128 + _PLANE * nplanes)
+    dot, expand, scratch_dot = _planes_intrinsics(nplanes, kq)
 
     @njit(inline="always")
     def in_place(w, t, g, ng, group, geom, scratch):
         return w, (t * ng + g) * gb
 
-    return int8_group_tile(_planes_dot_intrinsic(nplanes, kq), in_place, 0, raw=True)
+    @njit(inline="always")
+    def expanded(w, t, g, ng, group, geom, scratch):
+        expand(w, (t * ng + g) * gb, scratch)
+        return scratch, 0
+
+    return int8_group_tile(scratch_dot, expanded, kq * 256, raw=True, single=(dot, in_place))
+
+
+def _planes_dot_form(base: int, nplanes: int) -> bool:
+    """Whether a form's AVX2 tile is the planes dot: the 5-bit LUTI4 forms. Q6_K's two planes
+    (6-bit u: int16 sums widened every kg-block) measured no faster than its int8 expansion at
+    M = 1 and 13 % slower at M = 16, so it keeps the expansion with the LUTI2 forms."""
+    return base == 4 and nplanes == 1
 
 
 def _avx2_tile(base: int, nplanes: int, kq: int):
     """The AVX2 tile of one compact form: each group's record expanded into an int8 panel, then
     the int8 panels' own group dots; the LUTI4 forms through their planes dot in place."""
-    if base == 4:
+    if _planes_dot_form(base, nplanes):
         return _avx2_planes_tile(nplanes, kq)
     gb = kq * (32 * base + _PLANE * nplanes)
     expand = _expand_intrinsic(base, nplanes, kq)
@@ -266,7 +315,7 @@ def panel64_compact_kernel(layout: str, t) -> _compiled.KernelSpec | None:
         return None
     offset = lambda t_, n, k: np.array([t_.code_offset], np.int64)  # noqa: E731
     fast = _AVX2_TILES.get(f.bits)
-    if fast is not None and f.base_bits == 4:  # raw codes u, pair-ordered activations, tile subtracts off·A
+    if fast is not None and _planes_dot_form(f.base_bits, f.planes):  # raw u, pair order, tile subtracts off·A
         return _compiled.KernelSpec(layout, t.name, fast, compact_code_bytes, _compiled.panel64_scale_arrays, offset,
                                     (1 << f.bits) - 1, activations=_simd.pair_order, variant="avx2")
     if fast is not None:  # signed codes into the int8 group dot (|c| <= 32: never -128)
