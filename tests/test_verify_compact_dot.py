@@ -1,6 +1,6 @@
 """The AVX2 planes dot of panel64-compact's LUTI4 forms (verify/compact.py): the group record read
-in place, against its numpy statement (``planes_group_dot_ref``), codes at both ends, activations
-at -128 and 127."""
+in place, and through its expanded u bytes (several activation rows), against its numpy statement
+(``planes_group_dot_ref``), codes at both ends, activations at -128 and 127."""
 
 from __future__ import annotations
 
@@ -15,11 +15,16 @@ from panelpack.verify import _simd, compact
 def test_planes_dot_is_its_reference(nplanes, kq, rng):
     if not _simd.AVAILABLE:
         pytest.skip("numba does not target AVX2 here")
-    dot = compact._planes_intrinsics(nplanes, kq)[0]
+    dot, expand, scratch_dot = compact._planes_intrinsics(nplanes, kq)
 
     @njit
     def run(w, woff, a, aoff, acc):
         dot(w, woff, a, aoff, acc)
+
+    @njit
+    def run_expanded(w, woff, a, aoff, acc, scratch):  # several rows: u bytes once, then a dot a row
+        expand(w, woff, scratch)
+        scratch_dot(scratch, 0, a, aoff, acc)
 
     gb = kq * (128 + 32 * nplanes)
     for fill in ("random", "max", "zero"):
@@ -28,5 +33,10 @@ def test_planes_dot_is_its_reference(nplanes, kq, rng):
         for a in (rng.integers(-128, 128, 4 * kq + 8), np.full(4 * kq + 8, -128), np.full(4 * kq + 8, 127)):
             a = np.asarray(a, np.int8)
             acc = np.zeros(64, np.int32)
-            run(w, gb, _simd.pair_order(a[None, 4:4 + 4 * kq])[0], 0, acc)
-            assert np.array_equal(acc, compact.planes_group_dot_ref(w, gb, a, 4, nplanes, kq)), fill
+            pa = _simd.pair_order(a[None, 4:4 + 4 * kq])[0]
+            want = compact.planes_group_dot_ref(w, gb, a, 4, nplanes, kq)
+            run(w, gb, pa, 0, acc)
+            assert np.array_equal(acc, want), fill
+            acc[:] = 0
+            run_expanded(w, gb, pa, 0, acc, np.zeros(kq * 256, np.uint8))
+            assert np.array_equal(acc, want), fill
