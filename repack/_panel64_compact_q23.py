@@ -40,11 +40,11 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from numba import config, njit
+from numba import config
 from numba import types as nt
 
 from ..formats import qtypes
-from ..formats._jit import RO_U8
+from ..formats._jit import RO_U8, lazy_njit
 from ..formats.blocks import q2_k, q3_k
 
 _Q2K, _Q3K = q2_k.AT, q3_k.AT
@@ -327,7 +327,7 @@ _R2C2, _C2R2, _R2C3, _C2R3, _Q2_PUT, _Q2_GET, _Q3_PUT, _Q3_GET = _build_ir()
 _U8 = nt.uint8[::1]
 
 
-@njit(nt.void(RO_U8, nt.int64, nt.int64, _U8, _U8, _U8, _U8, _U8), cache=True, nogil=True, boundscheck=False)
+@lazy_njit(nt.void(RO_U8, nt.int64, nt.int64, _U8, _U8, _U8, _U8, _U8), boundscheck=False)
 def q2_k_pack(src, nsb, nblk, codes, sc8, m8, d8, dmin8):
     """``nsb`` super-blocks of 64 rows x ``nblk`` Q2_K blocks -> records and scale fields."""
     cols = np.empty(RB2 * 64, np.uint8)
@@ -337,7 +337,7 @@ def q2_k_pack(src, nsb, nblk, codes, sc8, m8, d8, dmin8):
             _Q2_PUT(cols, codes, sc8, m8, d8, dmin8, sb * nblk + b)
 
 
-@njit(nt.void(RO_U8, RO_U8, RO_U8, RO_U8, RO_U8, nt.int64, nt.int64, _U8), cache=True, nogil=True, boundscheck=False)
+@lazy_njit(nt.void(RO_U8, RO_U8, RO_U8, RO_U8, RO_U8, nt.int64, nt.int64, _U8), boundscheck=False)
 def q2_k_unpack(codes, sc8, m8, d8, dmin8, nsb, nblk, dst):
     cols = np.empty(RB2 * 64, np.uint8)
     for sb in range(nsb):
@@ -346,7 +346,7 @@ def q2_k_unpack(codes, sc8, m8, d8, dmin8, nsb, nblk, dst):
             _C2R2(cols, dst, (sb * 64 * nblk + b) * RB2, nblk * RB2)
 
 
-@njit(nt.void(RO_U8, nt.int64, nt.int64, _U8, _U8, _U8), cache=True, nogil=True, boundscheck=False)
+@lazy_njit(nt.void(RO_U8, nt.int64, nt.int64, _U8, _U8, _U8), boundscheck=False)
 def q3_k_pack(src, nsb, nblk, codes, sc8, d8):
     cols = np.empty(RB3 * 64, np.uint8)
     for sb in range(nsb):
@@ -355,7 +355,7 @@ def q3_k_pack(src, nsb, nblk, codes, sc8, d8):
             _Q3_PUT(cols, codes, sc8, d8, sb * nblk + b)
 
 
-@njit(nt.void(RO_U8, RO_U8, RO_U8, nt.int64, nt.int64, _U8), cache=True, nogil=True, boundscheck=False)
+@lazy_njit(nt.void(RO_U8, RO_U8, RO_U8, nt.int64, nt.int64, _U8), boundscheck=False)
 def q3_k_unpack(codes, sc8, d8, nsb, nblk, dst):
     cols = np.empty(RB3 * 64, np.uint8)
     for sb in range(nsb):
