@@ -38,6 +38,7 @@ from typing import Any, Mapping, Optional
 
 import numpy as np
 
+from ..formats import arch as _arch
 from ..formats import cq
 from ..formats.arch import gemma4 as _gemma4
 from ..formats.errors import UnsupportedError
@@ -45,7 +46,6 @@ from ..formats.errors import UnsupportedError
 #: the families whose cactus adapter writes a checkpoint's towers, with the towers' defaults
 TOWER_FAMILIES: dict[str, Mapping[str, Mapping[str, Any]]] = {"gemma4": _gemma4.TOWER_DEFAULTS}
 TOWER_CONFIGS = ("vision_config", "audio_config")
-PREFIXES = _gemma4.TOWER_PREFIXES
 
 #: cactus's respelling of an audio tower key (its ``remap_gemma4_audio_key``), applied in order
 AUDIO_KEY_RULES: tuple[tuple[str, str], ...] = (
@@ -79,7 +79,8 @@ def has_towers(config: Mapping[str, Any]) -> bool:
 
 
 def is_tower(hf_name: str) -> bool:
-    return hf_name.startswith(PREFIXES)
+    """A tower tensor: :func:`panelpack.formats.arch.is_tower`, the one rule every path reads."""
+    return _arch.is_tower(hf_name)
 
 
 def adapter_key(hf_name: str) -> str:

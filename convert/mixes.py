@@ -410,12 +410,12 @@ def decide(info: TensorInfo, choice: Choice, layout: str):
     decision keeps the type, writes ``rowmajor`` and gives the refusal as its reason (the
     rule stays in ``rule``)."""
     from .. import repack
-    from .policy import KEPT_BECAUSE, Decision, role_of
+    from .policy import TOWER_KEPT, Decision, role_of
 
     role = role_of(info)
     st = info.type
     if role == "tower":  # never quantized: panelpack passes the towers through as stored
-        return Decision(role, "copy", st, "rowmajor", KEPT_BECAUSE[role], rule=choice.rule)
+        return Decision(role, "copy", st, "rowmajor", TOWER_KEPT, rule=choice.rule)
     if choice.type is None or len(info.shape) > 2:
         why = None
         if choice.type is not None:  # llama.cpp quantizes 3-D expert stacks; panelpack keeps them

@@ -51,12 +51,8 @@ class Decision:
     rule: Optional[str] = None  # --quant MIX: the llama.cpp rule that chose the type, in words
 
 
-#: why a tensor that is not a matrix product is kept as stored, by role
-KEPT_BECAUSE = {
-    "embedding": "embedding lookup: runtimes gather its rows, kept row-major as stored",
-    "kernel": "convolution kernel (a few taps per channel, not a matrix product): kept as stored, row-major",
-    "tower": "vision/audio tower tensor: passed through as stored (panelpack runs text decoders only)",
-}
+#: why a vision/audio tower's tensor is kept as stored, whatever was asked (policy and mixes)
+TOWER_KEPT = "vision/audio tower tensor: passed through as stored (panelpack runs text decoders only)"
 
 
 def role_of(info: TensorInfo) -> str:
@@ -102,10 +98,12 @@ def decide(info: TensorInfo, source_kind: str, layout: str, quant: Optional[qtyp
     if role != "matmul":
         why: str | None = {
             "vector": f"{len(info.shape)}-D tensor (norm, bias or scalar): kept as stored",
+            "embedding": "embedding lookup: runtimes gather its rows, kept row-major as stored",
+            "tower": TOWER_KEPT,
             "kernel": f"convolution kernel {list(info.shape)} (a few taps per channel, not a matrix product): "
                       f"kept as stored, row-major",
             "tensor": f"{len(info.shape)}-D tensor: panels are defined for 2-D matrices, kept as stored",
-        }.get(role) or KEPT_BECAUSE[role]
+        }[role]
         return Decision(role, "copy", st, "rowmajor", None if layout == "rowmajor" else why)
 
     n, k = info.n, info.k

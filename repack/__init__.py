@@ -87,7 +87,7 @@ def request(name: "str | Request") -> Request:
     raise :class:`UnsupportedError` listing the known ones."""
     if isinstance(name, Request):
         return name
-    base, sep, form = (name.partition(":") if isinstance(name, str) else (name, "", ""))
+    base, sep, form = name.partition(":")
     mod = get(base)
     forms = CODE_FORMS.get(mod.NAME)
     if forms is None:

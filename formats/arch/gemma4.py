@@ -24,7 +24,7 @@ Gemma 3's layer (norms before and after attention and FFN, GELU-tanh gated FFN, 
 
 Refused by name: MoE blocks (``enable_moe_block``, ``num_experts``), attention biases,
 bidirectional attention, a ``per_layer_config``. The vision and audio towers of ``gemma4``
-checkpoints (:data:`TOWER_DEFAULTS`, :data:`TOWER_PREFIXES`) are never run: plain repacking passes
+checkpoints (:data:`TOWER_DEFAULTS`; their tensors: :func:`panelpack.formats.arch.is_tower`) are never run: plain repacking passes
 them through as tensors, the cactus target writes them as cactus's ``gemma4`` adapter does
 (convert/cactus_towers.py), GGUF output drops them as llama.cpp's converter does (its mmproj file
 holds them), and the runtime refuses them by name (:func:`.hyper.hf_arch`); a ``gemma4`` checkpoint
@@ -217,7 +217,5 @@ TOWER_DEFAULTS: dict[str, dict[str, Any]] = {
                      "gradient_clipping": 1e10, "output_proj_dims": 1536, "initializer_range": 0.02},
 }
 
-#: the tensor-name prefixes of those towers and of their embedders into the text model
-TOWER_PREFIXES = ("model.vision_tower.", "model.audio_tower.", "model.embed_vision.", "model.embed_audio.")
 
 ROWS = (GEMMA4,)
