@@ -4,6 +4,8 @@
     python benchmarks/bench_gemv.py --threads 1 --m 1 16 64
     python benchmarks/bench_gemv.py --type q4_k --rounds 8 --repeats 30
     python benchmarks/bench_gemv.py --type q5_k --threads 1 --cpu-time --settle 0   # one thread's CPU time
+    python benchmarks/bench_gemv.py --type q5_k --row          # through RowProduct, as a decoded token
+    python benchmarks/bench_gemv.py --type q5_k --row --working-set 256   # weights streamed from memory
 
 Each round runs a block of ``--repeats`` consecutive calls per contender, the block order
 rotating from round to round (load from other processes hits every contender alike). Before
@@ -34,10 +36,14 @@ default), GOMP spins briefly, then sleeps).
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import itertools
+import math
 import os
 import platform
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 
@@ -56,6 +62,14 @@ def _args():
     p.add_argument("--cpu-time", action="store_true",
                    help="time with the calling thread's CPU time (steadier on a shared host; needs --threads 1, "
                         "where it is all the work)")
+    p.add_argument("--row", action="store_true",
+                   help="at M = 1, time panel64/rowmajor/compact through verify/rowvec.RowProduct (what a decoded "
+                        "token runs: the per-call Python planned away) instead of Prepared.matmul")
+    p.add_argument("--working-set", type=float, default=0, metavar="MIB",
+                   help="give panel64, rowmajor and compact copies of their prepared tensor (weights and factors) "
+                        "totalling at least MIB each, and rotate the calls through them, so each call streams its "
+                        "weights from memory as a decoded token's products do (a model is larger than the caches); "
+                        "0 (default): one tensor, warm in the last-level cache after the first call")
     p.add_argument("--omp-wait", choices=["passive", "active", "default"], default="default",
                    help="OMP_WAIT_POLICY for numba's omp workers; default = unset (GOMP spins briefly, "
                         "then sleeps)")
@@ -77,6 +91,7 @@ from gguf.quants import quantize as gguf_quantize  # noqa: E402
 from panelpack.formats import qtypes  # noqa: E402
 from panelpack.formats.errors import BadInputError  # noqa: E402
 from panelpack.verify import compiled as C  # noqa: E402
+from panelpack.verify.rowvec import RowProduct  # noqa: E402
 
 
 def weights(t, n, k, rng):
@@ -106,6 +121,18 @@ def panel64_regions(blocks, n, k, t):
     return ref_pack_panel64(blocks, n, k, t), "tests.ref_pack_panel64"
 
 
+def copies(prep) -> list:
+    """``prep`` and enough copies of it (weights, factors) to fill ``--working-set`` MiB."""
+    size = prep.weights.nbytes + prep.s_t.nbytes + (prep.o_t.nbytes if prep.o_t is not prep.s_t else 0)
+    count = max(1, math.ceil(ARGS.working_set * 2**20 / size))
+    out = [prep]
+    for _ in range(count - 1):
+        o_t = prep.o_t.copy() if prep.o_t is not prep.s_t else None
+        s_t = prep.s_t.copy()
+        out.append(dataclasses.replace(prep, weights=prep.weights.copy(), s_t=s_t, o_t=s_t if o_t is None else o_t))
+    return out
+
+
 def main():
     if ARGS.cpu_time and ARGS.threads != 1:
         raise SystemExit("--cpu-time measures the calling thread only: use it with --threads 1")
@@ -116,7 +143,9 @@ def main():
     rng = np.random.default_rng(ARGS.seed)
     print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, numba {numba.__version__},"
           f" numpy {np.__version__}, OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset)')}")
-    print(f"# {t.name} N={n} K={k}, threads={ARGS.threads}, {ARGS.rounds} rounds x {ARGS.repeats} calls")
+    print(f"# {t.name} N={n} K={k}, threads={ARGS.threads}, {ARGS.rounds} rounds x {ARGS.repeats} calls,"
+          f" {'RowProduct' if ARGS.row else 'Prepared.matmul'}"
+          + (f", rotating copies of >= {ARGS.working_set:g} MiB each" if ARGS.working_set else ""))
 
     t0 = time.perf_counter()
     blocks = weights(t, n, k, rng)
@@ -139,13 +168,20 @@ def main():
     for m in ARGS.m:
         x = rng.standard_normal((m, k)).astype(np.float32)
         xv = x[0] if m == 1 else x
+        def product(prep):
+            fns = [RowProduct(p).__call__ if ARGS.row and m == 1 else p.matmul for p in copies(prep)]
+            if len(fns) == 1:
+                return fns[0]
+            turn = itertools.cycle(fns)
+            return lambda v: next(turn)(v)
+
         contenders = {
             "numpy f32": (lambda: wf @ xv) if m == 1 else (lambda: x @ wf.T),
-            "panel64": lambda: prep_p.matmul(xv),
-            "rowmajor": lambda: prep_r.matmul(xv),
+            "panel64": partial(product(prep_p), xv),
+            "rowmajor": partial(product(prep_r), xv),
         }
         if prep_c is not None:
-            contenders["compact"] = lambda: prep_c.matmul(xv)
+            contenders["compact"] = partial(product(prep_c), xv)
         yp, yr = contenders["panel64"](), contenders["rowmajor"]()  # also compiles / warms up
         if not np.array_equal(np.asarray(yp).view(np.uint32), np.asarray(yr).view(np.uint32)):
             raise SystemExit("panel64 and rowmajor outputs differ: not benchmarking a wrong kernel")

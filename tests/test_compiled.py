@@ -262,22 +262,65 @@ def test_q6_k_block_dot_against_references(rng):
         assert np.all(acc == 63 * 16 * v)
 
 
+#: the fast int8 panel tiles by instruction set, and the one the kernel table picks where both run
+INT8_PANEL_TILES = {"avx2": C._INT8_PANEL_TILES_AVX2, "avx512": C._INT8_PANEL_TILES_AVX512}
+DEFAULT_ISA = "avx512" if C._INT8_PANEL_TILES_AVX512 else "avx2"
+
+
 @needs_avx2
-@pytest.mark.parametrize("qname", fast_only(["Q6_K", "Q5_0", "Q5_1", "Q5_K", "Q2_K", "Q3_K"], {"Q6_K"}))
-def test_avx2_and_portable_int8_panel_kernels_agree(qname, rng):
-    """panel64 int8 panels through the AVX2 group dot == the portable column tile, bit for bit,
-    with activations at -128 and codes at both ends of their range."""
+@pytest.mark.parametrize("isa", ["avx2", "avx512"])
+@pytest.mark.parametrize("qname", fast_only(["Q6_K", "Q5_0", "Q5_1", "Q5_K", "Q2_K", "Q3_K", "Q8_0"], {"Q6_K", "Q8_0"}))
+def test_fast_and_portable_int8_panel_kernels_agree(qname, isa, rng):
+    """panel64 int8 panels through the AVX2 (vpsignb) and the AVX-512 (vpdpbusd) group dots ==
+    the portable column tile, bit for bit, with activations at -128 and codes at both ends of
+    their range (Q8_0's -128 codes: AVX-512 only; vpsignb cannot negate them)."""
     import dataclasses
 
+    if not INT8_PANEL_TILES[isa] or (isa == "avx2" and qname == "Q8_0"):
+        pytest.skip(f"no {isa} int8 panel tile for {qname} here")
     n, k = 136, 512
     t = qtypes.get(qname)
     f = B.to_fields(random_blocks(qname, n, k, rng), t, n, k)
     f["codes"] = np.where(rng.random(f["codes"].shape) < 0.3, 0, (1 << t.code_bits) - 1).astype(f["codes"].dtype)
     blocks = B.from_fields(f, t, n, k)
     prep = C.prepare("panel64", ref_pack_panel64(blocks, n, k, qname), n, k, qname)
-    assert prep.spec.kernel is C._INT8_PANEL_TILES_AVX2[t.group] and prep.spec.path == "compiled.panel64.avx2"
+    if qname != "Q8_0" or DEFAULT_ISA == "avx512":
+        assert prep.spec.path == f"compiled.panel64.{DEFAULT_ISA}"
+        assert prep.spec.kernel is INT8_PANEL_TILES[DEFAULT_ISA][t.group]
+    fast = dataclasses.replace(prep, spec=dataclasses.replace(prep.spec, kernel=INT8_PANEL_TILES[isa][t.group]))
     portable = dataclasses.replace(prep, spec=dataclasses.replace(prep.spec, kernel=C._tile_panel64_int8))
-    assert_fast_is_portable(prep, portable, blocks, n, k, qname, rng.standard_normal((3, k)))
+    assert_fast_is_portable(fast, portable, blocks, n, k, qname, rng.standard_normal((3, k)))
+
+
+@pytest.mark.parametrize("kg_blocks", [8, 4])
+def test_vnni_group_dots_are_their_reference(kg_blocks, rng):
+    """_simd512's group dots (signed int8 panels, raw unsigned codes) against their numpy
+    statements, every byte value and activations at -128 and 127."""
+    from numba import njit
+
+    from panelpack.verify import _simd512
+
+    if not _simd512.AVAILABLE:
+        pytest.skip("numba does not target AVX-512 VNNI here")
+    signed = _simd512.int8_group_dot if kg_blocks == 8 else _simd512.int8_group_dot16
+    raw = _simd512.raw_group_dot if kg_blocks == 8 else _simd512.raw_group_dot16
+
+    @njit
+    def run(w, woff, a, aoff, acc, out):
+        signed(w, woff, a, aoff, acc)
+        raw(w, woff, a, aoff, out)
+
+    gb = 256 * kg_blocks
+    for w in (rng.integers(0, 256, 3 * gb), np.full(3 * gb, 0x80), np.full(3 * gb, 0xFF), np.full(3 * gb, 0x7F)):
+        w = np.asarray(w, np.uint8)
+        for a in (rng.integers(-128, 128, 4 * kg_blocks + 8), np.full(4 * kg_blocks + 8, -128),
+                  np.full(4 * kg_blocks + 8, 127)):
+            a = np.asarray(a, np.int8)
+            acc, out = np.zeros(64, np.int32), np.zeros(64, np.int32)
+            run(w, gb, a, 4, acc, out)
+            assert np.array_equal(acc, _simd.int8_group_dot_ref(w, gb, a, 4, 4 * kg_blocks))
+            u = w[gb:2 * gb].reshape(kg_blocks, 64, 4).astype(np.int64)
+            assert np.array_equal(out, np.einsum("qcj,qj->c", u, a[4:4 + 4 * kg_blocks].reshape(kg_blocks, 4)))
 
 
 @needs_avx2
@@ -482,3 +525,17 @@ def test_rowmajor_scale_fields_subset(qname, rng):
     assert "codes" not in part and set(part) == set(full) - {"codes"}
     for name, v in part.items():
         assert np.array_equal(v, full[name]), name
+
+
+def test_simd_switch_keeps_the_avx2_kernels():
+    """``PANELPACK_SIMD=avx2`` turns the AVX-512 kernels off (read at import): the table then
+    picks the AVX2 tiles, as on a CPU without AVX-512 VNNI."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from panelpack.verify import _simd512, compiled as C; from panelpack.formats import qtypes;"
+            "print(_simd512.AVAILABLE, C.panel64_kernel('panel64', qtypes.get('Q6_K')).path)")
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PANELPACK_SIMD": "avx2"},
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert out[0] == "False" and out[1] == ("compiled.panel64.avx2" if _simd.AVAILABLE else "compiled.panel64")

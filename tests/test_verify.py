@@ -80,7 +80,7 @@ def test_good_bundle_agrees_on_every_path(gguf_bundle):
     assert rep.ok, rep.render()
     v = _verdict(rep, Q4_0)
     assert v.verdict == "AGREE"
-    compiled_path = "compiled.panel64.avx2" if _simd.AVAILABLE else "compiled.panel64"
+    compiled_path = "compiled.panel64.avx2" if _simd.AVAILABLE else "compiled.panel64"  # Q4_0: nibble panels
     assert v.paths == ["standard", compiled_path, "sme2.gemv.luti4_sdot", "neon.panel", "sme2.gemm.luti4_smopa"]
     assert v.levels == {"structure": "ok", "lossless": "ok", "agreement": "ok"}
     assert 0 < v.max_error < 0.05

@@ -75,23 +75,32 @@ def test_extreme_codes(qname, rng):
         assert np.array_equal(prep.partials(a)[0], D.standard_partials(blocks, n, k, t, a)[0])
 
 
+@pytest.mark.parametrize("isa", ["avx2", "avx512"])
 @pytest.mark.parametrize("qname", COMPACT)
-def test_avx2_and_portable_tiles_agree(qname, rng):
-    """The AVX2 tile (LUTI4 forms: the planes dot on the records in place; LUTI2 forms: records
-    expanded to int8 panels, _simd's group dot) == the portable column tile, bit for bit, codes
-    at both ends of their range, activations at -128."""
+def test_fast_and_portable_tiles_agree(qname, isa, rng):
+    """The fast tiles == the portable column tile, bit for bit, codes at both ends of their
+    range, activations at -128: AVX2 (LUTI4 forms: the planes dot on the records in place;
+    Q6_K and the LUTI2 forms: records expanded to int8 panels, _simd's group dot) and AVX-512
+    (every form: the records in lane order, vpdpbusd). The table picks AVX-512 where it runs."""
     from panelpack.formats import blocks as B
     from panelpack.verify import _simd, compact
 
-    if not _simd.AVAILABLE:
-        pytest.skip("numba does not target AVX2 here")
+    tiles = {"avx2": compact._AVX2_TILES, "avx512": compact._AVX512_TILES}[isa]
+    if not tiles:
+        pytest.skip(f"numba does not target {isa} here")
     n, k = 136, 512
     t = qtypes.get(qname)
     f = B.to_fields(random_blocks(qname, n, k, rng), t, n, k)
     f["codes"] = np.where(rng.random(f["codes"].shape) < 0.3, 0, (1 << t.code_bits) - 1).astype(f["codes"].dtype)
     blocks = B.from_fields(f, t, n, k)
     prep = C.prepare(PC.NAME, PC.pack(blocks, n, k, qname), n, k, qname)
-    assert prep.spec.path == "compiled.panel64-compact.avx2"
+    default = "avx512" if compact._AVX512_TILES else "avx2"
+    assert prep.spec.path == f"compiled.panel64-compact.{default}"
+    if isa != default:  # the other instruction set's spec, as the kernel table would build it there
+        planes = isa == "avx2" and compact._planes_dot_form(PC.form(t).base_bits, PC.form(t).planes)
+        prep = dataclasses.replace(prep, spec=dataclasses.replace(  # (code_max: unread by the fast tiles)
+            prep.spec, kernel=tiles[t.code_bits], variant=isa, activations=_simd.pair_order if planes else None))
+    assert prep.spec.kernel is tiles[t.code_bits]
     portable = dataclasses.replace(prep, spec=dataclasses.replace(prep.spec, kernel=compact._TILES[t.code_bits],
                                                                   activations=None))
     assert_fast_is_portable(prep, portable, blocks, n, k, qname, rng.standard_normal((3, k)))

@@ -426,6 +426,14 @@ def _tile_done(yt, t, tw, y, want_y):
                 y[m, t * TILE + j] = yt[m, j]
 
 
+@njit(inline="always")
+def _int8_panel_in_place(w, t, g, ng, group, geom, scratch):
+    # panel64 int8 panels (``c = code - code_offset``) are already the group dots' operand (byte
+    # ``256q + 4c + j`` = code of channel ``c`` at K ``4q + j``; 64 bytes per K of a 64-channel
+    # tile): read in place (AVX2: |c| < 128, every int8 type but Q8_0; AVX-512: any)
+    return w, (t * ng + g) * (group * TILE)
+
+
 def int8_group_tile(dot, operand, scratch_bytes: int, raw: bool = False, single=None):
     """A column tile over int8 panels through _simd's int8 group ``dot`` (G = 16 or 32): per group
     ``operand(w, t, g, ng, group, geom, scratch)`` gives its panel's bytes and offset (in place, or
@@ -772,13 +780,6 @@ if _simd.AVAILABLE:
                     for i in range(16):
                         pt[16 * j + i, r] = acc[i] - off * A[m, 16 * j + i]
             _row_finish(pt, m, tw, t, A, s_t, o_t, da, kind, group, P, y, want_p, want_y, yrow)
-
-    @njit(inline="always")
-    def _int8_panel_in_place(w, t, g, ng, group, geom, scratch):
-        # panel64 int8 panels (``c = code - code_offset``, |c| < 128: every int8 type but Q8_0) are
-        # already the dot's operand (byte ``256q + 4c + j`` = code of channel ``c`` at K ``4q + j``;
-        # 64 bytes per K of a 64-channel tile): read in place
-        return w, (t * ng + g) * (group * TILE)
 
     # groups of 16 K (Q6_K, Q2_K, Q3_K) or 32: the same exact int32 partials as _tile_panel64_int8
     _INT8_PANEL_TILES_AVX2 = {16: int8_group_tile(_simd.int8_group_dot16, _int8_panel_in_place, 0),

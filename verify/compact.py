@@ -17,7 +17,7 @@ from numba import njit
 from ..formats._jit import lazy_njit
 from ..repack import panel64 as _panel64
 from ..repack import panel64_compact as _compact
-from . import _simd
+from . import _simd, _simd512
 from . import compiled as _compiled
 from ._compiled_kernels import TILE, _column_tile, _tile_view, int8_group_tile
 from .registry import PathResult, Sample
@@ -294,6 +294,126 @@ def _avx2_tile(base: int, nplanes: int, kq: int):
     return int8_group_tile(dot, expanded, kq * 256)
 
 
+# ---- where numba targets AVX-512 VNNI (_simd512), every form: the record read in place into the
+# ---- int8 panel's lane order (channel-major, 4 K a dword), one vpdpbusd per 64 weights.
+def _vnni_intrinsics(base: int, nplanes: int, kq: int):
+    """(dot, expand) of one compact form on AVX-512. ``dot``: ``acc[0:64] = Σ_kk u(c, kk)·a[kk]``
+    (int32, raw codes u, ``a[aoff:]`` the group's 4·kq activations in natural order) for the group
+    record at byte ``woff`` of ``w``; ``expand``: the record's u bytes in panel64's int8 panel
+    order (byte ``256q + 4c + j``) into ``out[0 : kq*256]``, for :data:`_simd512.raw_group_dot`
+    with several activation rows. Per kg-block q and slice s (channels 16s .. 16s+15, lanes
+    ``4c' + j``, the order of the plane words' bits)::
+
+        nibbles (base 4): 32 bytes x, byte 2c'+h = u(k 2h) | u(k 2h+1) << 4
+            w = zero-extend x to 16-bit words        [ 00 x0 | 00 x1 | ... ]
+            u = (w | w << 4) & 0x0F0F  (vpternlogd)  [ lo(x0) hi(x0) | lo(x1) hi(x1) | ... ]  = k0 k1 | k2 k3
+        crumbs (base 2): 16 bytes y, byte c' = u(k0) | u(k1) << 2 | u(k2) << 4 | u(k3) << 6
+            qword i of the vector = source qword i // 4 (channels 2i, 2i+1 are in it)
+            u = vpmultishiftqb(bit 16(i % 4) + 8(b // 4) + 2(b % 4) for byte b of qword i) & 3
+        plane p: its 64-bit word at lanes 64s .. 64s+63 is the byte mask: u += 2^(base+p) where set
+        acc[s] = vpdpbusd(acc[s], u, a[4q .. 4q+3] x 16)
+
+    Exactness: u <= 63, so one dword adds at most 4·63·128 and a group 8 times that (int32)."""
+    from numba import types
+    from numba.extending import intrinsic
+
+    first_plane = kq * 32 * base
+
+    def lanes_of(L, wp, q, s):
+        b, ir = L.b, L.ir
+        if base == 4:
+            v32i16 = ir.VectorType(ir.IntType(16), 32)
+            w16 = b.zext(L.load(wp, 128 * q + 32 * s, ir.VectorType(L.i8, 32)), v32i16)
+            u = b.bitcast(L.ternlog(w16, b.shl(w16, L.const(4, v32i16)), L.const(0x0F0F, v32i16), 0xA8), L.v64i8)
+        else:
+            v2i64 = ir.VectorType(L.i64, 2)
+            y = L.load(wp, 64 * q + 16 * s, v2i64)
+            rep = b.bitcast(b.shuffle_vector(y, ir.Constant(v2i64, None), L.const([i // 4 for i in range(8)],
+                                                                                  ir.VectorType(L.i32, 8))), L.v64i8)
+            ctrl = L.const([16 * (i // 8 % 4) + 8 * (i % 8 // 4) + 2 * (i % 4) for i in range(64)], L.v64i8)
+            u = b.and_(L.multishift(ctrl, rep), L.const(3, L.v64i8))
+        for p in range(nplanes):
+            word = L.load(wp, first_plane + (p * kq + q) * _PLANE + 8 * s, L.i64)
+            mask = b.bitcast(word, ir.VectorType(ir.IntType(1), 64))
+            u = b.select(mask, b.add(u, L.const(1 << (base + p), L.v64i8)), u)
+        return u
+
+    @intrinsic
+    def dot(typingctx, w, woff, a, aoff, acc):
+        sig = types.void(w, woff, a, aoff, acc)
+
+        def codegen(context, builder, signature, args):
+            wp, ap, cd = _simd512.pointers(context, builder, signature, args)
+            L = _simd512.Lanes(builder)
+            accs = [L.zero()] * 4
+            for q in range(kq):
+                p = L.broadcast4(ap, 4 * q)
+                for s in range(4):
+                    accs[s] = L.dpbusd(accs[s], lanes_of(L, wp, q, s), p)
+            L.store_acc(cd, accs)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    @intrinsic
+    def expand(typingctx, w, woff, out):
+        sig = types.void(w, woff, out)
+
+        def codegen(context, builder, signature, args):
+            wp = builder.gep(context.make_array(signature.args[0])(context, builder, args[0]).data, [args[1]])
+            op = context.make_array(signature.args[2])(context, builder, args[2]).data
+            L = _simd512.Lanes(builder)
+            for q in range(kq):
+                for s in range(4):
+                    builder.store(lanes_of(L, wp, q, s), L.ptr(op, 256 * q + 64 * s, L.v64i8), align=1)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return dot, expand
+
+
+def vnni_group_dot_ref(w: np.ndarray, woff: int, a: np.ndarray, aoff: int, base: int, nplanes: int,
+                       kq: int) -> np.ndarray:
+    """int64 [64]: what the VNNI dot computes, ``Σ_kk u(c, kk)·a[kk]`` over the group record at
+    ``w[woff:]`` (numpy, from the record's closed forms, any base), ``a[aoff:aoff + 4·kq]``."""
+    rec = np.asarray(w[woff:woff + kq * (32 * base + _PLANE * nplanes)], np.uint8)
+    if base == 4:
+        nib = rec[:kq * 128].reshape(kq, 64, 2).astype(np.int64)
+        u = np.stack([nib[..., 0] & 15, nib[..., 0] >> 4, nib[..., 1] & 15, nib[..., 1] >> 4], axis=-1)
+    else:
+        crumbs = rec[:kq * 64].reshape(kq, 64, 1).astype(np.int64)
+        u = (crumbs >> np.arange(0, 8, 2)) & 3
+    first = kq * 32 * base
+    for p in range(nplanes):
+        plane = rec[first + p * kq * _PLANE:first + (p + 1) * kq * _PLANE].reshape(kq, _PLANE)
+        u = u + (np.unpackbits(plane, axis=-1, bitorder="little").reshape(kq, 64, 4).astype(np.int64) << (base + p))
+    return np.einsum("qcj,qj->c", u, np.asarray(a[aoff:aoff + 4 * kq], np.int64).reshape(kq, 4))
+
+
+def _avx512_tile(base: int, nplanes: int, kq: int):
+    """The AVX-512 tile of one compact form: one activation row, the records read in place by the
+    VNNI dot; several, each group's u bytes expanded once, then _simd512's raw dot per row."""
+    gb = kq * (32 * base + _PLANE * nplanes)
+    dot, expand = _vnni_intrinsics(base, nplanes, kq)
+
+    @njit(inline="always")
+    def in_place(w, t, g, ng, group, geom, scratch):
+        return w, (t * ng + g) * gb
+
+    @njit(inline="always")
+    def expanded(w, t, g, ng, group, geom, scratch):
+        expand(w, (t * ng + g) * gb, scratch)
+        return scratch, 0
+
+    raw = _simd512.raw_group_dot if kq == 8 else _simd512.raw_group_dot16
+    return int8_group_tile(raw, expanded, kq * 256, raw=True, single=(dot, in_place))
+
+
+#: code bits -> the AVX-512 tile of that form (None where numba does not target AVX-512 VNNI)
+_AVX512_TILES = {f.bits: _avx512_tile(f.base_bits, f.planes, f.kq) for f in map(_compact.form, _compact.COMPACT_TYPES)
+                 } if _simd512.AVAILABLE else {}
+
 #: code bits -> the AVX2 tile of that form (None where numba does not target AVX2)
 _AVX2_TILES = {f.bits: _avx2_tile(f.base_bits, f.planes, f.kq) for f in map(_compact.form, _compact.COMPACT_TYPES)
                } if _simd.AVAILABLE else {}
@@ -314,6 +434,10 @@ def panel64_compact_kernel(layout: str, t) -> _compiled.KernelSpec | None:
     if t.scheme is None:
         return None
     offset = lambda t_, n, k: np.array([t_.code_offset], np.int64)  # noqa: E731
+    fast = _AVX512_TILES.get(f.bits)
+    if fast is not None:  # raw u, natural order, the tile subtracts off·A
+        return _compiled.KernelSpec(layout, t.name, fast, compact_code_bytes, _compiled.panel64_scale_arrays, offset,
+                                    (1 << f.bits) - 1, variant="avx512")
     fast = _AVX2_TILES.get(f.bits)
     if fast is not None and _planes_dot_form(f.base_bits, f.planes):  # raw u, pair order, tile subtracts off·A
         return _compiled.KernelSpec(layout, t.name, fast, compact_code_bytes, _compiled.panel64_scale_arrays, offset,

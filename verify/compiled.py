@@ -53,7 +53,7 @@ from ..formats import _numba_internals, qtypes
 from ..formats import blocks as _blocks
 from ..formats.errors import BadInputError, UnsupportedError
 from ..repack import panel64 as _panel64
-from . import _simd
+from . import _simd, _simd512
 from . import dispatch as _d
 from . import il8 as _il8
 from . import registry as _registry
@@ -66,6 +66,7 @@ from ._compiled_kernels import (
     SCRATCH_MIN_ROWS,  # noqa: F401  (rowvec and the tests read it here)
     TILE,
     _drive,
+    _int8_panel_in_place,
     _row_q2_k,
     _row_q3_k,
     _row_q4_0,
@@ -88,6 +89,7 @@ from ._compiled_kernels import (
     _tile_rowmajor_q8_0_avx2,
     _tile_x8_q4_0,
     _tile_x8_q4_k,
+    int8_group_tile,
 )
 
 log = logging.getLogger(__name__)
@@ -204,6 +206,11 @@ _ROW_TILES_AVX2 = {} if _row_tile_nibble_avx2 is None else {
     "Q8_0": _tile_rowmajor_q8_0_avx2, "Q6_K": _tile_rowmajor_q6_k_avx2}
 
 
+#: panel64 int8 panels (G = 16 or 32) through _simd512's VNNI group dot, where it runs
+_INT8_PANEL_TILES_AVX512 = {group: int8_group_tile(dot, _int8_panel_in_place, 0) for group, dot in (
+    (16, _simd512.int8_group_dot16), (32, _simd512.int8_group_dot))} if _simd512.AVAILABLE else {}
+
+
 def _nibble_tile(t):
     """(tile function, activation order, variant) of panel64 nibble panels: the AVX2 kernel
     where it runs (G = 32), else the portable one."""
@@ -221,6 +228,10 @@ def panel64_kernel(layout: str, t) -> KernelSpec | None:
         return KernelSpec(layout, t.name, tile, panel64_code_bytes, panel64_scale_arrays,
                           _geom_offset(t.code_offset), 15, activations=order, variant=variant)
     # int8 panels hold c = code - code_offset
+    fast = _INT8_PANEL_TILES_AVX512.get(t.group)
+    if fast is not None:  # through the AVX-512 VNNI group dot (_simd512; any int8 code, Q8_0's -128 too)
+        return KernelSpec(layout, t.name, fast, panel64_code_bytes, panel64_scale_arrays, _geom_offset(0),
+                          _signed_code_max(t), variant="avx512")
     fast = _INT8_PANEL_TILES_AVX2.get(t.group) if _signed_code_max(t) < 128 else None
     if fast is not None:  # through the AVX2 int8 group dot (_INT8_PANEL_TILES_AVX2, int8_group_tile)
         return KernelSpec(layout, t.name, fast, panel64_code_bytes, panel64_scale_arrays, _geom_offset(0),
