@@ -6,6 +6,7 @@
     python benchmarks/bench_gemv.py --type q5_k --threads 1 --cpu-time --settle 0   # one thread's CPU time
     python benchmarks/bench_gemv.py --type q5_k --row          # through RowProduct, as a decoded token
     python benchmarks/bench_gemv.py --type q5_k --row --working-set 256   # weights streamed from memory
+    python benchmarks/bench_gemv.py --type q5_k --row --working-set 256 --pairs 400   # compact vs int8, paired
 
 Each round runs a block of ``--repeats`` consecutive calls per contender, the block order
 rotating from round to round (load from other processes hits every contender alike). Before
@@ -70,6 +71,10 @@ def _args():
                         "totalling at least MIB each, and rotate the calls through them, so each call streams its "
                         "weights from memory as a decoded token's products do (a model is larger than the caches); "
                         "0 (default): one tensor, warm in the last-level cache after the first call")
+    p.add_argument("--pairs", type=int, default=0, metavar="N",
+                   help="also time panel64 and compact alternately, call by call, N pairs, and report the median of "
+                        "the per-pair ratios (both calls of a pair see the same host state: the steady measure on a "
+                        "shared machine)")
     p.add_argument("--omp-wait", choices=["passive", "active", "default"], default="default",
                    help="OMP_WAIT_POLICY for numba's omp workers; default = unset (GOMP spins briefly, "
                         "then sleeps)")
@@ -119,6 +124,20 @@ def panel64_regions(blocks, n, k, t):
     from test_compiled import ref_pack_panel64
 
     return ref_pack_panel64(blocks, n, k, t), "tests.ref_pack_panel64"
+
+
+def paired_ratios(first, second, pairs: int, clock) -> np.ndarray:
+    """``second``'s time over ``first``'s, call by call: ``pairs`` pairs, the order inside a pair
+    alternating (so neither always runs right after the other's threads went idle)."""
+    out = np.empty(pairs)
+    for i in range(pairs):
+        spent = []
+        for fn in ((first, second) if i % 2 == 0 else (second, first)):
+            s = clock()
+            fn()
+            spent.append(clock() - s)
+        out[i] = spent[1] / spent[0] if i % 2 == 0 else spent[0] / spent[1]
+    return out
 
 
 def copies(prep) -> list:
@@ -215,6 +234,11 @@ def main():
             print(f"  compact / panel64   = {med['compact'] / med['panel64']:.2f}x time"
                   + ("   (target <= 1x)" if m == 1 else "")
                   + f"; compact reads {prep_c.weights.nbytes / 2**20:.1f} MiB of codes")
+        if prep_c is not None and ARGS.pairs:
+            pairs = paired_ratios(contenders["panel64"], contenders["compact"], ARGS.pairs, clock)
+            q1, q2, q3 = np.percentile(pairs, [25, 50, 75])
+            print(f"  compact / panel64, {ARGS.pairs} alternating pairs: median {q2:.2f}x (quartiles {q1:.2f}-{q3:.2f})"
+                  + ("   (target <= 1x)" if m == 1 else ""))
         print(f"  panel64 weight bytes read: {prep_p.weights.nbytes / 2**20:.1f} MiB"
               f" (+ f32 factors {sum({id(v): v.nbytes for v in (prep_p.s_t, prep_p.o_t)}.values()) / 2**20:.1f} MiB);"
               f" numpy reads {wf.nbytes / 2**20:.1f} MiB")
