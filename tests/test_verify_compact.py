@@ -75,8 +75,13 @@ def test_extreme_codes(qname, rng):
         assert np.array_equal(prep.partials(a)[0], D.standard_partials(blocks, n, k, t, a)[0])
 
 
-@pytest.mark.parametrize("isa", ["avx2", "avx512"])
-@pytest.mark.parametrize("qname", COMPACT)
+#: (type, instruction set): AVX-512 for every form in the fast tier, AVX2 for one form of each kind
+#: of its tile there (the planes dot, the int8 expansion), the rest in the slow tier
+ISA_CASES = [pytest.param(q, isa, marks=() if isa == "avx512" or q in ("Q5_K", "Q2_K") else (pytest.mark.slow,))
+             for q in COMPACT for isa in ("avx2", "avx512")]
+
+
+@pytest.mark.parametrize("qname, isa", ISA_CASES)
 def test_fast_and_portable_tiles_agree(qname, isa, rng):
     """The fast tiles == the portable column tile, bit for bit, codes at both ends of their
     range, activations at -128: AVX2 (LUTI4 forms: the planes dot on the records in place;

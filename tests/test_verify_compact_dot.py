@@ -1,7 +1,7 @@
 """The AVX2 planes dot of panel64-compact's LUTI4 forms and the AVX-512 record dot of every form
 (verify/compact.py): the group record read in place, and through its expanded u bytes (several
 activation rows), against their numpy statements (``planes_group_dot_ref``,
-``vnni_group_dot_ref``), codes at both ends, activations at -128 and 127."""
+``record_group_dot_ref``), codes at both ends, activations at -128 and 127."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def test_planes_dot_is_its_reference(nplanes, kq, rng):
 @pytest.mark.parametrize("base, nplanes, kq", [(4, 1, 8), (4, 2, 4), (2, 0, 4), (2, 1, 4)])  # Q5_x, Q6_K, Q2_K, Q3_K
 def test_vnni_dot_is_its_reference(base, nplanes, kq, rng):
     """The AVX-512 record dot (every form, read in place in lane order) and its expansion into
-    int8 panel order (several rows: _simd512's raw dot on it) against ``vnni_group_dot_ref``."""
+    int8 panel order (several rows: _simd512's raw dot on it) against ``record_group_dot_ref``."""
     from panelpack.verify import _simd512
 
     if not _simd512.AVAILABLE:
@@ -69,9 +69,7 @@ def test_vnni_dot_is_its_reference(base, nplanes, kq, rng):
         w = np.asarray(w, np.uint8)
         for a in (rng.integers(-128, 128, 4 * kq + 8), np.full(4 * kq + 8, -128), np.full(4 * kq + 8, 127)):
             a = np.asarray(a, np.int8)
-            want = compact.vnni_group_dot_ref(w, gb, a, 4, base, nplanes, kq)
-            if base == 4:  # the same sum as the AVX2 planes dot's statement
-                assert np.array_equal(want, compact.planes_group_dot_ref(w, gb, a, 4, nplanes, kq))
+            want = compact.record_group_dot_ref(w, gb, a, 4, base, nplanes, kq)
             acc = np.zeros(64, np.int32)
             run(w, gb, a, 4, acc)
             assert np.array_equal(acc, want), fill

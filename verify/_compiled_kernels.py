@@ -428,9 +428,8 @@ def _tile_done(yt, t, tw, y, want_y):
 
 @njit(inline="always")
 def _int8_panel_in_place(w, t, g, ng, group, geom, scratch):
-    # panel64 int8 panels (``c = code - code_offset``) are already the group dots' operand (byte
-    # ``256q + 4c + j`` = code of channel ``c`` at K ``4q + j``; 64 bytes per K of a 64-channel
-    # tile): read in place (AVX2: |c| < 128, every int8 type but Q8_0; AVX-512: any)
+    # panel64 int8 panels (``c = code - code_offset``; byte ``256q + 4c + j`` = channel ``c`` at K ``4q + j``)
+    # are the group dots' operand, read in place (AVX2: |c| < 128, every int8 type but Q8_0; AVX-512: any)
     return w, (t * ng + g) * (group * TILE)
 
 

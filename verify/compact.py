@@ -241,22 +241,21 @@ def _planes_intrinsics(nplanes: int, kq: int):
 
 
 def planes_group_dot_ref(w: np.ndarray, woff: int, a: np.ndarray, aoff: int, nplanes: int, kq: int) -> np.ndarray:
-    """int64 [64]: what the planes dot computes, ``Σ_kk u(c, kk)·a[kk]`` over the group record at
-    ``w[woff:]`` (numpy, from the record's closed forms), ``a[aoff:aoff + 4·kq]`` in natural order."""
-    rec = np.asarray(w[woff:woff + kq * (128 + _PLANE * nplanes)], np.uint8)
-    nib = rec[:kq * 128].reshape(kq, 64, 2).astype(np.int64)
-    u = np.stack([nib[..., 0] & 15, nib[..., 0] >> 4, nib[..., 1] & 15, nib[..., 1] >> 4], axis=-1)  # [q][c][j]
-    for p in range(nplanes):
-        plane = rec[kq * 128 + p * kq * _PLANE:kq * 128 + (p + 1) * kq * _PLANE].reshape(kq, _PLANE)
-        u = u | (np.unpackbits(plane, axis=-1, bitorder="little").reshape(kq, 64, 4).astype(np.int64) << (4 + p))
-    return np.einsum("qcj,qj->c", u, np.asarray(a[aoff:aoff + 4 * kq], np.int64).reshape(kq, 4))
+    """int64 [64]: what the planes dot computes (a LUTI4 form's :func:`record_group_dot_ref`)."""
+    return record_group_dot_ref(w, woff, a, aoff, 4, nplanes, kq)
 
 
 def _avx2_planes_tile(nplanes: int, kq: int):
     """The AVX2 tile of a LUTI4 form: one activation row, the group records read in place by
     the planes dot; several, each group's u bytes expanded once, then the scratch dot per row."""
-    gb = kq * (128 + _PLANE * nplanes)
     dot, expand, scratch_dot = _planes_intrinsics(nplanes, kq)
+    return _records_tile(kq * (128 + _PLANE * nplanes), kq, dot, expand, scratch_dot)
+
+
+def _records_tile(gb: int, kq: int, dot, expand, scratch_dot):
+    """The column tile over group records of ``gb`` bytes that the raw-code ``dot`` reads in place
+    (one activation row), or that ``expand`` turns into ``kq·256`` bytes of u for ``scratch_dot``
+    (several rows; the planes merged once a group, not once a row)."""
 
     @njit(inline="always")
     def in_place(w, t, g, ng, group, geom, scratch):
@@ -373,10 +372,11 @@ def _vnni_intrinsics(base: int, nplanes: int, kq: int):
     return dot, expand
 
 
-def vnni_group_dot_ref(w: np.ndarray, woff: int, a: np.ndarray, aoff: int, base: int, nplanes: int,
-                       kq: int) -> np.ndarray:
-    """int64 [64]: what the VNNI dot computes, ``Σ_kk u(c, kk)·a[kk]`` over the group record at
-    ``w[woff:]`` (numpy, from the record's closed forms, any base), ``a[aoff:aoff + 4·kq]``."""
+def record_group_dot_ref(w: np.ndarray, woff: int, a: np.ndarray, aoff: int, base: int, nplanes: int,
+                         kq: int) -> np.ndarray:
+    """int64 [64]: ``Σ_kk u(c, kk)·a[kk]`` over the group record at ``w[woff:]`` (numpy, from the
+    record's closed forms, any base), ``a[aoff:aoff + 4·kq]`` in natural order: what the planes dot
+    and the VNNI dot compute."""
     rec = np.asarray(w[woff:woff + kq * (32 * base + _PLANE * nplanes)], np.uint8)
     if base == 4:
         nib = rec[:kq * 128].reshape(kq, 64, 2).astype(np.int64)
@@ -394,20 +394,9 @@ def vnni_group_dot_ref(w: np.ndarray, woff: int, a: np.ndarray, aoff: int, base:
 def _avx512_tile(base: int, nplanes: int, kq: int):
     """The AVX-512 tile of one compact form: one activation row, the records read in place by the
     VNNI dot; several, each group's u bytes expanded once, then _simd512's raw dot per row."""
-    gb = kq * (32 * base + _PLANE * nplanes)
     dot, expand = _vnni_intrinsics(base, nplanes, kq)
-
-    @njit(inline="always")
-    def in_place(w, t, g, ng, group, geom, scratch):
-        return w, (t * ng + g) * gb
-
-    @njit(inline="always")
-    def expanded(w, t, g, ng, group, geom, scratch):
-        expand(w, (t * ng + g) * gb, scratch)
-        return scratch, 0
-
     raw = _simd512.raw_group_dot if kq == 8 else _simd512.raw_group_dot16
-    return int8_group_tile(raw, expanded, kq * 256, raw=True, single=(dot, in_place))
+    return _records_tile(kq * (32 * base + _PLANE * nplanes), kq, dot, expand, raw)
 
 
 #: code bits -> the AVX-512 tile of that form (None where numba does not target AVX-512 VNNI)
