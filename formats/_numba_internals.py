@@ -31,6 +31,9 @@ were written against 0.59 and up).
 9     numba's codegen helpers (``numba.core.cgutils``): declaring an  ``_jit.prefetch``,
       LLVM function in a kernel's module (``get_or_insert_function``), ``verify/_simd.py``,
       ``alloca_once``, ``for_range``                                  ``convert/_error_kernels.py``
+10    an intrinsic in a closure's cache key: numba pickles it with    ``verify/_simd.py``,
+      a uuid drawn per process and its typing function by value;     ``verify/_simd512.py``,
+      a keyed intrinsic's class gets a ``__reduce__`` by key          ``verify/compact.py``
 ====  ==============================================================  ==========================
 
 numba is imported inside the functions, never here: importing this module costs nothing.
@@ -219,3 +222,53 @@ def llvm_function(builder: Any, fnty: Any, name: str) -> Any:
     from numba.core import cgutils
 
     return cgutils.get_or_insert_function(builder.module, fnty, name)
+
+
+# ---- 10: an intrinsic in a closure's cache key -----------------------------------------------
+_KEYED: dict[str, Any] = {}
+_KEYED_CLASSES: dict[type, type] = {}
+_DIGESTS: dict[str, str] = {}
+
+
+def keyed_intrinsic(fn: Any, key: str, sources: tuple[str, ...] = ()) -> Any:
+    """``fn`` (a numba ``@intrinsic``) made to pickle as ``key`` plus a digest of its module's
+    source and of ``sources`` (modules its code generation reads), returned.
+
+    numba hashes the pickled cells of a closure into the closure's cache key. An intrinsic
+    pickles with a uuid drawn once per process and its typing function by value, whose closure
+    holds llvmlite type objects that cache state as the process compiles: so a tile that a
+    factory builds around a group dot got a new key in every process, was compiled again each
+    time and added an entry to its cache index. Keyed, it pickles the same in every process until
+    its source changes (then numba compiles it afresh, as for any edited kernel). ``key`` must name
+    the intrinsic uniquely (its factory and the factory's arguments)."""
+    base = type(fn)
+    cls = _KEYED_CLASSES.get(base)
+    if cls is None:
+        cls = _KEYED_CLASSES[base] = type(f"Keyed{base.__name__}", (base,), {"__reduce__": _reduce_keyed})
+    full = f"{key}@{_sources_digest((fn.__module__, *sources))}"
+    fn.__class__ = cls
+    fn._panelpack_key = full
+    _KEYED[full] = fn
+    return fn
+
+
+def _reduce_keyed(self: Any) -> tuple:
+    return (keyed, (self._panelpack_key,))
+
+
+def keyed(key: str) -> Any:
+    """The keyed intrinsic of ``key`` (what one pickles to)."""
+    return _KEYED[key]
+
+
+def _sources_digest(modules: tuple[str, ...]) -> str:
+    import hashlib
+
+    out = []
+    for name in modules:
+        if name not in _DIGESTS:
+            path = getattr(sys.modules.get(name), "__file__", None)
+            data = open(path, "rb").read() if path else name.encode()
+            _DIGESTS[name] = hashlib.sha256(data).hexdigest()[:16]
+        out.append(_DIGESTS[name])
+    return "+".join(out)

@@ -542,3 +542,43 @@ def test_simd_switch_keeps_the_avx2_kernels():
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PANELPACK_SIMD": "avx2"},
                          capture_output=True, text=True, check=True).stdout.split()
     assert out[0] == "False" and out[1] == ("compiled.panel64.avx2" if _simd.AVAILABLE else "compiled.panel64")
+
+
+def _tile_cache_keys() -> dict:
+    """numba's cache key (hashed) of every tile dispatcher in the kernel tables of verify."""
+    import hashlib
+
+    from numba.core.caching import FunctionCache
+    from numba.core.dispatcher import Dispatcher
+    from numba.core.registry import cpu_target
+
+    from panelpack.verify import compact
+
+    codegen = cpu_target.target_context.codegen()
+    tables = {"compiled.INT8_AVX2": C._INT8_PANEL_TILES_AVX2, "compiled.INT8_AVX512": C._INT8_PANEL_TILES_AVX512,
+              "compact.AVX2": compact._AVX2_TILES, "compact.AVX512": compact._AVX512_TILES,
+              "compact.portable": compact._TILES, "compiled.ROW_AVX2": C._ROW_TILES_AVX2}
+    out = {}
+    for name, table in tables.items():
+        for k, tile in table.items():
+            if isinstance(tile, Dispatcher):
+                key = FunctionCache(tile.py_func)._index_key(C._TSIG.args, codegen)
+                out[f"{name}[{k}]"] = hashlib.sha256(repr(key).encode()).hexdigest()
+    return out
+
+
+def test_tiles_keep_their_cache_key_across_processes():
+    """A tile that closes over a group dot (an intrinsic) and its operand body keeps one numba
+    cache key from process to process (keyed intrinsics, closable bodies): otherwise every process
+    compiles it again and adds an entry to its cache index."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    here = _tile_cache_keys()
+    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); import test_compiled;"
+            "print(json.dumps(test_compiled._tile_cache_keys()))")
+    there = json.loads(subprocess.run([sys.executable, "-c", code, os.path.dirname(__file__)], capture_output=True,
+                                      text=True, check=True).stdout)
+    assert here and here == there, sorted(k for k in here if here[k] != there.get(k))

@@ -218,6 +218,37 @@ def test_9_codegen_helpers_declare_an_llvm_function():
     assert call(np.float64(-2.5)) == 2.5, moved(9, "_jit.prefetch, verify/_simd", "an intrinsic's declared function misbehaves")
 
 
+def test_10_a_keyed_intrinsic_pickles_by_its_key():
+    from numba.core.serialize import dumps
+    from numba.extending import intrinsic
+
+    def make():
+        @intrinsic
+        def ident(typingctx, x):
+            def codegen(context, builder, sig, args):
+                return args[0]
+
+            return types.int64(types.int64), codegen
+
+        return ident
+
+    try:
+        a, b = (ni.keyed_intrinsic(make(), "tests.test_numba_internals.ident") for _ in range(2))
+        c = ni.keyed_intrinsic(make(), "tests.test_numba_internals.other")
+        blobs = [dumps(x) for x in (a, b, c)]
+    except Exception as e:  # noqa: BLE001
+        pytest.fail(moved(10, "verify/_simd, _simd512, compact", f"an intrinsic's class or pickling moved: {e!r}"))
+    assert blobs[0] == blobs[1] != blobs[2], moved(10, "verify/_simd, _simd512, compact",
+                                                   "a keyed intrinsic does not pickle by its key")
+    assert pickle.loads(pickle.dumps(a)) is b  # the last one registered under the key
+
+    @numba.njit
+    def call(x):
+        return a(x) + c(x)
+
+    assert call(7) == 14, moved(10, "verify/_simd, _simd512, compact", "a keyed intrinsic no longer compiles")
+
+
 def test_the_cap_in_pyproject_covers_the_numba_checked_here():
     text = open(os.path.join(os.path.dirname(__file__), "..", "pyproject.toml"), encoding="utf-8").read()
     major, minor = (int(p) for p in ni.CHECKED_NUMBA.split("."))

@@ -13,7 +13,7 @@ import numpy as np
 from numba import njit, prange, types
 
 from ..formats import qtypes
-from ..formats._jit import lazy_njit
+from ..formats._jit import closable_inline, lazy_njit
 from ..formats.blocks import q2_k, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0
 from ..repack import panel64 as _panel64
 from . import _simd
@@ -426,7 +426,7 @@ def _tile_done(yt, t, tw, y, want_y):
                 y[m, t * TILE + j] = yt[m, j]
 
 
-@njit(inline="always")
+@closable_inline  # (a plain function in the tiles' closure cells: their cache keys stay stable)
 def _int8_panel_in_place(w, t, g, ng, group, geom, scratch):
     # panel64 int8 panels (``c = code - code_offset``; byte ``256q + 4c + j`` = channel ``c`` at K ``4q + j``)
     # are the group dots' operand, read in place (AVX2: |c| < 128, every int8 type but Q8_0; AVX-512: any)

@@ -366,7 +366,11 @@ def _build():
 
         return sig, codegen
 
-    return nibble_group_dot, int8_group_dot, int8_group_dot16, q6_k_block_dot, int8_rows_dot, f16_lanes
+    built = {"nibble_group_dot": nibble_group_dot, "int8_group_dot": int8_group_dot,
+             "int8_group_dot16": int8_group_dot16, "q6_k_block_dot": q6_k_block_dot,
+             "int8_rows_dot": int8_rows_dot, "f16_lanes": f16_lanes}
+    # fixed identities: the tiles that close over them keep one numba cache key across processes
+    return tuple(_numba_internals.keyed_intrinsic(fn, f"{__name__}.{name}") for name, fn in built.items())
 
 
 def _target_has_f16c() -> bool:

@@ -151,7 +151,7 @@ def int8_group_dot_of(kg_blocks: int, signed: bool):
 
         return sig, codegen
 
-    return int8_group_dot
+    return _numba_internals.keyed_intrinsic(int8_group_dot, f"{__name__}.int8_group_dot({kg_blocks}, {signed})")
 
 
 #: the intrinsics (callable from numba code only), or None where they cannot run

@@ -12,9 +12,9 @@ writes the stored codes ``u`` into ``buf[G][64]``; the shared column-tile loop t
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
-from ..formats._jit import lazy_njit
+from ..formats import _numba_internals
+from ..formats._jit import closable_inline, lazy_njit
 from ..repack import panel64 as _panel64
 from ..repack import panel64_compact as _compact
 from . import _simd, _simd512
@@ -116,7 +116,7 @@ def _expand_intrinsic(base: int, nplanes: int, kq: int):
 
         return sig, codegen
 
-    return expand
+    return _numba_internals.keyed_intrinsic(expand, f"{__name__}.expand_intrinsic({base}, {nplanes}, {kq})")
 
 
 # ---- 5-bit LUTI4 forms (Q5_0/Q5_1/Q5_K): no int8 expansion. The base plane is panel64's nibble
@@ -144,7 +144,6 @@ def _planes_intrinsics(nplanes: int, kq: int):
     from numba import types
     from numba.extending import intrinsic
 
-    from ..formats import _numba_internals
 
     i8, i16, i32, i64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
     v32i8, v8i8, v16i16, v16i32 = ir.VectorType(i8, 32), ir.VectorType(i8, 8), ir.VectorType(i16, 16), ir.VectorType(i32, 16)
@@ -237,7 +236,10 @@ def _planes_intrinsics(nplanes: int, kq: int):
 
         return sig, codegen
 
-    return dot_of(record_lohi), expand, dot_of(scratch_lohi)
+    key = f"{__name__}.planes_intrinsics({nplanes}, {kq})"
+    return (_numba_internals.keyed_intrinsic(dot_of(record_lohi), f"{key}.dot"),
+            _numba_internals.keyed_intrinsic(expand, f"{key}.expand"),
+            _numba_internals.keyed_intrinsic(dot_of(scratch_lohi), f"{key}.scratch_dot"))
 
 
 def planes_group_dot_ref(w: np.ndarray, woff: int, a: np.ndarray, aoff: int, nplanes: int, kq: int) -> np.ndarray:
@@ -257,11 +259,11 @@ def _records_tile(gb: int, kq: int, dot, expand, scratch_dot):
     (one activation row), or that ``expand`` turns into ``kq·256`` bytes of u for ``scratch_dot``
     (several rows; the planes merged once a group, not once a row)."""
 
-    @njit(inline="always")
+    @closable_inline  # (not a dispatcher: the tile's cache key would change with every process)
     def in_place(w, t, g, ng, group, geom, scratch):
         return w, (t * ng + g) * gb
 
-    @njit(inline="always")
+    @closable_inline
     def expanded(w, t, g, ng, group, geom, scratch):
         expand(w, (t * ng + g) * gb, scratch)
         return scratch, 0
@@ -284,7 +286,7 @@ def _avx2_tile(base: int, nplanes: int, kq: int):
     gb = kq * (32 * base + _PLANE * nplanes)
     expand = _expand_intrinsic(base, nplanes, kq)
 
-    @njit(inline="always")
+    @closable_inline
     def expanded(w, t, g, ng, group, geom, scratch):
         expand(w, (t * ng + g) * gb, scratch, geom[0])
         return scratch, 0
@@ -369,7 +371,9 @@ def _vnni_intrinsics(base: int, nplanes: int, kq: int):
 
         return sig, codegen
 
-    return dot, expand
+    key = f"{__name__}.vnni_intrinsics({base}, {nplanes}, {kq})"
+    return tuple(_numba_internals.keyed_intrinsic(fn, f"{key}.{name}", (_simd512.__name__,))
+                 for name, fn in (("dot", dot), ("expand", expand)))
 
 
 def record_group_dot_ref(w: np.ndarray, woff: int, a: np.ndarray, aoff: int, base: int, nplanes: int,
