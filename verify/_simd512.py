@@ -64,8 +64,9 @@ class Lanes:
         self.i8, self.i32, self.i64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
         self.v64i8, self.v16i32 = ir.VectorType(self.i8, 64), ir.VectorType(self.i32, 16)
         fn = _numba_internals.llvm_function
-        self._dp = fn(builder, ir.FunctionType(self.v16i32, [self.v16i32, self.v64i8, self.v64i8]),
-                      "llvm.x86.avx512.vpdpbusd.512")
+        # declared with the dword operand types of older LLVM releases, which take it as is; newer
+        # ones (byte operands) upgrade the declaration when they parse the module (llvmlite 0.50: LLVM 22)
+        self._dp = fn(builder, ir.FunctionType(self.v16i32, [self.v16i32] * 3), "llvm.x86.avx512.vpdpbusd.512")
         self._tern = fn(builder, ir.FunctionType(self.v16i32, [self.v16i32] * 3 + [self.i32]),
                         "llvm.x86.avx512.pternlog.d.512")
         self._mshift = fn(builder, ir.FunctionType(self.v64i8, [self.v64i8, self.v64i8]),
@@ -93,7 +94,7 @@ class Lanes:
 
     def dpbusd(self, acc, u, p):
         """``acc + Σ_{4 bytes} u·p`` per dword (u unsigned, p signed)."""
-        return self.b.call(self._dp, [acc, u, p])
+        return self.b.call(self._dp, [acc, self.b.bitcast(u, self.v16i32), self.b.bitcast(p, self.v16i32)])
 
     def ternlog(self, a, c, d, imm: int):
         """``vpternlogd`` on three 64-byte values (any vector types of 512 bits)."""
