@@ -434,9 +434,9 @@ def _int8_panel_in_place(w, t, g, ng, group, geom, scratch):
 
 
 def int8_group_tile(dot, operand, scratch_bytes: int, raw: bool = False, single=None):
-    """A column tile over int8 panels through _simd's int8 group ``dot`` (G = 16 or 32): per group
-    ``operand(w, t, g, ng, group, geom, scratch)`` gives its panel's bytes and offset (in place, or
-    expanded into ``scratch_bytes`` of scratch), a dot per activation row, the finish (_group_done);
+    """A column tile over int8 panels through an int8 group ``dot`` (_simd: AVX2, _simd512: VNNI;
+    G = 16 or 32): per group ``operand(w, t, g, ng, group, geom, scratch)`` gives its panel's bytes
+    and offset (in place, or expanded into ``scratch_bytes`` of scratch), a dot per activation row, the finish (_group_done);
     ``raw``: raw codes, the finish subtracts ``geom[0]·A``; ``single``: (dot, operand) for one row."""
     dot1, operand1 = single or (dot, operand)
 

@@ -21,7 +21,8 @@ Kernel paths (the ledger's ``path`` column):
 ``neon.panel``              emulated NEON path reading the same panels
 ``il8.gemm``                the 8-row interleaved kernel (``ggml-x8``, ``il8-*``)
 ``compiled.<layout>``       the fast compiled kernel, all rows (``compiled.panel64.avx2``: the
-                            AVX2 variant of the panel64 nibble kernel, where numba targets AVX2)
+                            AVX2 variant of the panel64 nibble kernel, where numba targets AVX2;
+                            ``.avx512``: the VNNI variant of the int8 panel and compact kernels)
 ``native.<kernel>@<where>`` a C kernel of ``verify/native`` (``--native``) on the sampled rows, where
                             it ran: ``native.sme2.gemv@qemu-11.1``, ``native.avx2.il8@host``
 ==========================  ===============================================================

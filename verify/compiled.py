@@ -174,7 +174,7 @@ class KernelSpec:
     code_max: int  # max |value| the unpacker puts in buf (bounds the int16 runs)
     row_multiple: int = 1
     activations: Callable | None = None  # a -> the int8 [M, K] the kernel reads, if not a itself
-    variant: str = ""  # which implementation runs, for ledgers ("avx2"; "" = the portable one)
+    variant: str = ""  # which implementation runs, for ledgers ("avx2", "avx512"; "" = the portable one)
 
     @property
     def path(self) -> str:
