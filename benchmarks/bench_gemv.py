@@ -140,15 +140,19 @@ def paired_ratios(first, second, pairs: int, clock) -> np.ndarray:
     return out
 
 
+def factor_bytes(prep) -> int:
+    """The bytes of a prepared tensor's f32 factors (``o_t`` is ``s_t`` for scale-only types)."""
+    return sum({id(v): v.nbytes for v in (prep.s_t, prep.o_t)}.values())
+
+
 def copies(prep) -> list:
     """``prep`` and enough copies of it (weights, factors) to fill ``--working-set`` MiB."""
-    size = prep.weights.nbytes + prep.s_t.nbytes + (prep.o_t.nbytes if prep.o_t is not prep.s_t else 0)
-    count = max(1, math.ceil(ARGS.working_set * 2**20 / size))
+    count = max(1, math.ceil(ARGS.working_set * 2**20 / (prep.weights.nbytes + factor_bytes(prep))))
     out = [prep]
     for _ in range(count - 1):
-        o_t = prep.o_t.copy() if prep.o_t is not prep.s_t else None
         s_t = prep.s_t.copy()
-        out.append(dataclasses.replace(prep, weights=prep.weights.copy(), s_t=s_t, o_t=s_t if o_t is None else o_t))
+        o_t = s_t if prep.o_t is prep.s_t else prep.o_t.copy()
+        out.append(dataclasses.replace(prep, weights=prep.weights.copy(), s_t=s_t, o_t=o_t))
     return out
 
 
@@ -184,11 +188,14 @@ def main():
     if panel64_compact.form(t) is not None:
         prep_c = C.prepare(panel64_compact.NAME, panel64_compact.pack(blocks, n, k, t), n, k, t)
 
+    # --working-set: the copies made once, for every M
+    sets = {id(p): copies(p) for p in (prep_p, prep_r, prep_c) if p is not None}
     for m in ARGS.m:
         x = rng.standard_normal((m, k)).astype(np.float32)
         xv = x[0] if m == 1 else x
+
         def product(prep):
-            fns = [RowProduct(p).__call__ if ARGS.row and m == 1 else p.matmul for p in copies(prep)]
+            fns = [RowProduct(p).__call__ if ARGS.row and m == 1 else p.matmul for p in sets[id(prep)]]
             if len(fns) == 1:
                 return fns[0]
             turn = itertools.cycle(fns)
@@ -240,7 +247,7 @@ def main():
             print(f"  compact / panel64, {ARGS.pairs} alternating pairs: median {q2:.2f}x (quartiles {q1:.2f}-{q3:.2f})"
                   + ("   (target <= 1x)" if m == 1 else ""))
         print(f"  panel64 weight bytes read: {prep_p.weights.nbytes / 2**20:.1f} MiB"
-              f" (+ f32 factors {sum({id(v): v.nbytes for v in (prep_p.s_t, prep_p.o_t)}.values()) / 2**20:.1f} MiB);"
+              f" (+ f32 factors {factor_bytes(prep_p) / 2**20:.1f} MiB);"
               f" numpy reads {wf.nbytes / 2**20:.1f} MiB")
     print(f"\n# numba threading layer: {numba.threading_layer()}")
 

@@ -144,7 +144,6 @@ def _planes_intrinsics(nplanes: int, kq: int):
     from numba import types
     from numba.extending import intrinsic
 
-
     i8, i16, i32, i64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
     v32i8, v8i8, v16i16, v16i32 = ir.VectorType(i8, 32), ir.VectorType(i8, 8), ir.VectorType(i16, 16), ir.VectorType(i32, 16)
     bits = 4 + nplanes
