@@ -75,6 +75,11 @@ def _args():
                    help="also time panel64 and compact alternately, call by call, N pairs, and report the median of "
                         "the per-pair ratios (both calls of a pair see the same host state: the steady measure on a "
                         "shared machine)")
+    p.add_argument("--block", type=int, default=1, metavar="B",
+                   help="with --pairs: each pair is B timed calls of one kernel, then B of the other (each after one "
+                        "untimed call), its ratio that of the two blocks' medians: B > 1 keeps each kernel on its "
+                        "own warm data, where single alternating calls evict each other's from a shared cache "
+                        "(default 1)")
     p.add_argument("--omp-wait", choices=["passive", "active", "default"], default="default",
                    help="OMP_WAIT_POLICY for numba's omp workers; default = unset (GOMP spins briefly, "
                         "then sleeps)")
@@ -126,16 +131,22 @@ def panel64_regions(blocks, n, k, t):
     return ref_pack_panel64(blocks, n, k, t), "tests.ref_pack_panel64"
 
 
-def paired_ratios(first, second, pairs: int, clock) -> np.ndarray:
-    """``second``'s time over ``first``'s, call by call: ``pairs`` pairs, the order inside a pair
-    alternating (so neither always runs right after the other's threads went idle)."""
+def paired_ratios(first, second, pairs: int, clock, block: int = 1) -> np.ndarray:
+    """``second``'s time over ``first``'s: ``pairs`` pairs, the order inside a pair alternating (so
+    neither always runs right after the other's threads went idle). ``block`` 1: one call each;
+    more: an untimed call, then ``block`` timed calls of each, compared by their medians."""
     out = np.empty(pairs)
     for i in range(pairs):
         spent = []
         for fn in ((first, second) if i % 2 == 0 else (second, first)):
-            s = clock()
-            fn()
-            spent.append(clock() - s)
+            if block > 1:
+                fn()
+            calls = []
+            for _ in range(block):
+                s = clock()
+                fn()
+                calls.append(clock() - s)
+            spent.append(float(np.median(calls)))
         out[i] = spent[1] / spent[0] if i % 2 == 0 else spent[0] / spent[1]
     return out
 
@@ -242,9 +253,10 @@ def main():
                   + ("   (target <= 1x)" if m == 1 else "")
                   + f"; compact reads {prep_c.weights.nbytes / 2**20:.1f} MiB of codes")
         if prep_c is not None and ARGS.pairs:
-            pairs = paired_ratios(contenders["panel64"], contenders["compact"], ARGS.pairs, clock)
+            pairs = paired_ratios(contenders["panel64"], contenders["compact"], ARGS.pairs, clock, ARGS.block)
             q1, q2, q3 = np.percentile(pairs, [25, 50, 75])
-            print(f"  compact / panel64, {ARGS.pairs} alternating pairs: median {q2:.2f}x (quartiles {q1:.2f}-{q3:.2f})"
+            unit = "alternating pairs" if ARGS.block == 1 else f"pairs of {ARGS.block}-call blocks"
+            print(f"  compact / panel64, {ARGS.pairs} {unit}: median {q2:.2f}x (quartiles {q1:.2f}-{q3:.2f})"
                   + ("   (target <= 1x)" if m == 1 else ""))
         print(f"  panel64 weight bytes read: {prep_p.weights.nbytes / 2**20:.1f} MiB"
               f" (+ f32 factors {factor_bytes(prep_p) / 2**20:.1f} MiB);"

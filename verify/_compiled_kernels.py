@@ -1,7 +1,8 @@
 """The compiled kernels of :mod:`panelpack.verify.compiled`: per layout the tile functions (64
-output channels each: partials, then the shared rescale), their unpackers and row decoders, and
-the one parallel driver body that runs them (the entry points, the table of kernels per layout
-and type, and the driver's start-up are :mod:`.compiled`'s; its docstring says how ``P`` is formed).
+output channels each: partials, then the shared rescale), their unpackers, and the one parallel
+driver body that runs them (the rowmajor tiles' row decoders are :mod:`._row_decoders`'; the entry
+points, the table of kernels per layout and type, and the driver's start-up are :mod:`.compiled`'s;
+its docstring says how ``P`` is formed).
 
 Every tile function is ``cache=True``: numba keys its cache by this file, so editing here
 recompiles them once (docs/BENCHMARKS.md, "cold start").
@@ -12,12 +13,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange, types
 
-from ..formats import qtypes
 from ..formats._jit import closable_inline, lazy_njit
-from ..formats.blocks import q2_k, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0
 from ..repack import panel64 as _panel64
 from . import _simd
 from . import il8 as _il8
+from ._row_decoders import _row_q8_0
 from .dispatch import rescale_lanes
 
 TILE = _panel64.CHANNELS  # output channels per tile (= one panel64 super-block = 8 interleaved super-rows)
@@ -111,7 +111,7 @@ def _rows_partials(codes, tw, a, group, pt):
 @njit(inline="always")
 def _row_finish(ptm, m, tw, t, A, s_t, o_t, da, kind, group, P, y, want_p, want_y, yrow):
     """Row tiles, activation row ``m``: store its partials ``ptm`` ``[ng, TILE]`` into ``P``
-    and/or rescale them, group by group, 64 channels at a time (``yrow``: TILE f32 of scratch)."""
+    and/or rescale them, group by group, 64 channels at a time (``yrow``: [1, TILE] f32 of scratch)."""
     ng = ptm.shape[0]
     if want_p:
         for g in range(ng):
@@ -119,17 +119,17 @@ def _row_finish(ptm, m, tw, t, A, s_t, o_t, da, kind, group, P, y, want_p, want_
                 P[m, t * TILE + r, g] = ptm[g, r]
     if want_y:
         for r in range(TILE):
-            yrow[r] = np.float32(0.0)
+            yrow[0, r] = np.float32(0.0)
         for g in range(ng):
-            rescale_lanes(yrow, ptm[g], A[m, g], s_t[t, g], o_t[t, g], da[m, (g * group) // 32], kind, TILE)
+            rescale_lanes(yrow, 0, ptm[g], A[m, g], s_t, o_t, t, g, da[m, (g * group) // 32], kind, TILE)
         for r in range(tw):
-            y[m, t * TILE + r] = yrow[r]
+            y[m, t * TILE + r] = yrow[0, r]
 
 
 @njit(cache=True)
 def _rows_finish(pt, tw, t, A, s_t, o_t, da, kind, group, P, y, want_p, want_y):
     """Row tiles: :func:`_row_finish` of every activation row's partials ``pt[m]``."""
-    yrow = np.empty(TILE, np.float32)
+    yrow = np.empty((1, TILE), np.float32)
     for m in range(pt.shape[0]):
         _row_finish(pt[m], m, tw, t, A, s_t, o_t, da, kind, group, P, y, want_p, want_y, yrow)
 
@@ -212,142 +212,6 @@ def _unpack_il8_int8(wt, g, buf, tw):
 
 
 # =============================================================================================
-# row decoders (rowmajor = the standard GGUF blocks, docs/FORMAT.md §2): signed codes c of row r of the
-# tile; wt = [rows, blocks, type_size] (a _tile_view), out = [TILE, blocks, block_size]. The byte
-# offsets are the codecs' (``AT``, formats/blocks/<type>.py), the code offsets the type table's:
-# numba reads these module globals as compile-time constants.
-# =============================================================================================
-_A40, _A41, _A50, _A51, _A80, _A2K, _A3K, _A4K, _A5K, _A6K = (
-    m.AT for m in (q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k))
-_OFF40, _OFF50, _OFF2K, _OFF3K, _OFF6K = (t.code_offset for t in (qtypes.Q4_0, qtypes.Q5_0, qtypes.Q2_K, qtypes.Q3_K,
-                                                                  qtypes.Q6_K))
-
-
-@lazy_njit(inline="always")
-def _row_q4_0(wt, r, out):
-    # [d f16][qs 16]: element i < 16 low nibble of qs[i], i >= 16 high nibble of qs[i-16]; c = u - 8
-    for b in range(wt.shape[1]):
-        for i in range(16):
-            v = np.int16(wt[r, b, _A40.qs + i])
-            out[r, b, i] = (v & 15) - _OFF40
-            out[r, b, 16 + i] = (v >> 4) - _OFF40
-
-
-@lazy_njit(inline="always")
-def _row_q4_1(wt, r, out):
-    # [d f16][m f16][qs 16]: nibbles as Q4_0; c = u
-    for b in range(wt.shape[1]):
-        for i in range(16):
-            v = np.int16(wt[r, b, _A41.qs + i])
-            out[r, b, i] = v & 15
-            out[r, b, 16 + i] = v >> 4
-
-
-@njit(inline="always")
-def _u32(wt, r, b, at):
-    return (np.int64(wt[r, b, at]) | (np.int64(wt[r, b, at + 1]) << 8) | (np.int64(wt[r, b, at + 2]) << 16)
-            | (np.int64(wt[r, b, at + 3]) << 24))
-
-
-@lazy_njit(inline="always")
-def _row_q5_0(wt, r, out):
-    # [d f16][qh u32][qs 16]: low 4 bits as Q4_0, bit 4 of element e = (qh >> e) & 1; c = q - 16
-    for b in range(wt.shape[1]):
-        qh = _u32(wt, r, b, _A50.qh)
-        for i in range(16):
-            v = np.int16(wt[r, b, _A50.qs + i])
-            out[r, b, i] = ((v & 15) | np.int16(((qh >> i) & 1) << 4)) - _OFF50
-            out[r, b, 16 + i] = ((v >> 4) | np.int16(((qh >> (i + 16)) & 1) << 4)) - _OFF50
-
-
-@lazy_njit(inline="always")
-def _row_q5_1(wt, r, out):
-    # [d f16][m f16][qh u32][qs 16]: as Q5_0; c = q
-    for b in range(wt.shape[1]):
-        qh = _u32(wt, r, b, _A51.qh)
-        for i in range(16):
-            v = np.int16(wt[r, b, _A51.qs + i])
-            out[r, b, i] = (v & 15) | np.int16(((qh >> i) & 1) << 4)
-            out[r, b, 16 + i] = (v >> 4) | np.int16(((qh >> (i + 16)) & 1) << 4)
-
-
-@lazy_njit(inline="always")
-def _row_q8_0(wt, r, out):
-    # [d f16][qs i8 32]; c = q
-    for b in range(wt.shape[1]):
-        for i in range(32):
-            out[r, b, i] = np.int8(wt[r, b, _A80.qs + i])
-
-
-@lazy_njit(inline="always")
-def _row_q4_k(wt, r, out):
-    # [d][dmin][scales 12][qs 128]: element 64c + l (l < 32) low nibble of qs[32c + l],
-    # 64c + 32 + l the high nibble; c = q
-    for j in range(wt.shape[1]):
-        for c in range(4):
-            for i in range(32):
-                v = np.int16(wt[r, j, _A4K.qs + 32 * c + i])
-                out[r, j, 64 * c + i] = v & 15
-                out[r, j, 64 * c + 32 + i] = v >> 4
-
-
-@lazy_njit(inline="always")
-def _row_q5_k(wt, r, out):
-    # [d][dmin][scales 12][qh 32][qs 128]: element e = 32s + l: low 4 bits nibble s%2 of
-    # qs[32(s//2) + l], bit 4 = (qh[l] >> s) & 1; c = q
-    for j in range(wt.shape[1]):
-        for c in range(4):
-            for i in range(32):
-                v = np.int16(wt[r, j, _A5K.qs + 32 * c + i])
-                hb = np.int16(wt[r, j, _A5K.qh + i])
-                out[r, j, 64 * c + i] = (v & 15) | (((hb >> (2 * c)) & 1) << 4)
-                out[r, j, 64 * c + 32 + i] = (v >> 4) | (((hb >> (2 * c + 1)) & 1) << 4)
-
-
-@lazy_njit(inline="always")
-def _row_q6_k(wt, r, out):
-    # [ql 128][qh 64][scales i8 16][d f16]: e = 128h + 32g + l: low 4 bits nibble g//2 of
-    # ql[64h + 32(g%2) + l], high 2 bits (qh[32h + l] >> 2g) & 3; c = q - 32
-    for j in range(wt.shape[1]):
-        for h in range(2):
-            for i in range(32):
-                l0 = np.int16(wt[r, j, _A6K.ql + 64 * h + i])
-                l1 = np.int16(wt[r, j, _A6K.ql + 64 * h + 32 + i])
-                hb = np.int16(wt[r, j, _A6K.qh + 32 * h + i])
-                out[r, j, 128 * h + i] = ((l0 & 15) | ((hb & 3) << 4)) - _OFF6K
-                out[r, j, 128 * h + 32 + i] = ((l1 & 15) | (((hb >> 2) & 3) << 4)) - _OFF6K
-                out[r, j, 128 * h + 64 + i] = ((l0 >> 4) | (((hb >> 4) & 3) << 4)) - _OFF6K
-                out[r, j, 128 * h + 96 + i] = ((l1 >> 4) | (((hb >> 6) & 3) << 4)) - _OFF6K
-
-
-@lazy_njit(inline="always")
-def _row_k_2bit(wt, r, out, o_qs, o_hm, bias):
-    # Q2_K (o_hm < 0) and Q3_K: element e = 128h + 32j + l holds u = (qs[o_qs + 32h + l] >> 2j)
-    # & 3, for Q3_K | ((hmask[o_hm + l] >> (4h + j)) & 1) << 2; c = u - bias
-    for b in range(wt.shape[1]):
-        blk = wt[r, b]
-        ob = out[r, b]
-        for e in range(256):
-            h, j, l = e >> 7, (e >> 5) & 3, e & 31
-            u = (np.int16(blk[o_qs + 32 * h + l]) >> (2 * j)) & 3
-            if o_hm >= 0:
-                u |= ((np.int16(blk[o_hm + l]) >> (4 * h + j)) & 1) << 2
-            ob[e] = u - bias
-
-
-@lazy_njit(inline="always")
-def _row_q2_k(wt, r, out):
-    # [scales 16][qs 64][d f16][dmin f16]; c = q
-    _row_k_2bit(wt, r, out, _A2K.qs, -1, _OFF2K)
-
-
-@lazy_njit(inline="always")
-def _row_q3_k(wt, r, out):
-    # [hmask 32][qs 64][scales 12][d f16]; c = u - 4
-    _row_k_2bit(wt, r, out, _A3K.qs, _A3K.hmask, _OFF3K)
-
-
-# =============================================================================================
 # the kernels: one tile function per table row (serial, compiled on first use), all run by one
 # parallel driver (prange over tiles). Keeping the heavy bodies out of the parfor keeps compile
 # time low (compile times: docs/BENCHMARKS.md, "cold start"; cache=True keeps them).
@@ -400,12 +264,12 @@ def _group_done(acc, t, g, m, tw, off, A, s_t, o_t, da, kind, k0, P, yt, want_p,
     """A column tile's group ``g`` for row ``m``, once ``acc`` holds ``Σ u·a``: subtract
     ``off·A`` (raw codes; ``off`` 0 for signed ones), store ``P`` and/or add the group's
     rescale into ``yt``."""
-    _group_done_with(acc, t, g, m, tw, off, A, s_t[t, g], o_t[t, g], da, kind, k0, P, yt, want_p, want_y)
+    _group_done_with(acc, t, g, m, tw, off, A, s_t, o_t, t, g, da, kind, k0, P, yt, want_p, want_y)
 
 
 @njit(inline="always")
-def _group_done_with(acc, t, g, m, tw, off, A, s, o, da, kind, k0, P, yt, want_p, want_y):
-    """:func:`_group_done` with the group's 64 factors ``s``, ``o`` given."""
+def _group_done_with(acc, t, g, m, tw, off, A, s, o, st, sg, da, kind, k0, P, yt, want_p, want_y):
+    """:func:`_group_done` with the group's 64 factors at ``s[st, sg]``, ``o[st, sg]``."""
     asum = A[m, g]
     offa = np.int32(off * asum)
     for j in range(TILE):
@@ -414,7 +278,7 @@ def _group_done_with(acc, t, g, m, tw, off, A, s, o, da, kind, k0, P, yt, want_p
         for j in range(tw):
             P[m, t * TILE + j, g] = acc[j]
     if want_y:
-        rescale_lanes(yt[m], acc, asum, s, o, da[m, k0 // 32], kind, TILE)
+        rescale_lanes(yt, m, acc, asum, s, o, st, sg, da[m, k0 // 32], kind, TILE)
 
 
 @njit(inline="always")
@@ -433,6 +297,24 @@ def _int8_panel_in_place(w, t, g, ng, group, geom, scratch):
     return w, (t * ng + g) * (group * TILE)
 
 
+def _tile_around(groups, scratch_bytes: int):
+    """The tile that runs ``groups(t, w, geom, a, A, s_t, o_t, da, kind, group, n, P, yt, want_p,
+    want_y, acc, scratch)``, a group loop compiled without reference counting (``_nrt=False``), on
+    fresh buffers: ``yt`` f32 [M, TILE], ``acc`` int32 [TILE], ``scratch_bytes`` of scratch.
+    Each array an inlined function receives takes and drops a reference (an atomic add on its
+    meminfo); where the body uses it in a loop or branch, LLVM's pruning keeps the pair: a handful
+    a group in the finish (12-23 % of a GEMV at M = 1, docs/BENCHMARKS.md #26)."""
+
+    @njit(cache=True)
+    def tile(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
+        yt = np.zeros((a.shape[0], TILE), np.float32)
+        groups(t, w, geom, a, A, s_t, o_t, da, kind, group, n, P, yt, want_p, want_y, np.empty(TILE, np.int32),
+               np.empty(scratch_bytes, np.uint8))
+        _tile_done(yt, t, _tile_width(n, t), y, want_y)
+
+    return tile
+
+
 def int8_group_tile(dot, operand, scratch_bytes: int, raw: bool = False, single=None):
     """A column tile over int8 panels through an int8 group ``dot`` (_simd: AVX2, _simd512: VNNI;
     G = 16 or 32): per group ``operand(w, t, g, ng, group, geom, scratch)`` gives its panel's bytes
@@ -440,15 +322,12 @@ def int8_group_tile(dot, operand, scratch_bytes: int, raw: bool = False, single=
     ``raw``: raw codes, the finish subtracts ``geom[0]·A``; ``single``: (dot, operand) for one row."""
     dot1, operand1 = single or (dot, operand)
 
-    @njit(cache=True)
-    def tile(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
+    @lazy_njit(cache=False, _nrt=False)  # compiled into the tile (cached there)
+    def groups(t, w, geom, a, A, s_t, o_t, da, kind, group, n, P, yt, want_p, want_y, acc, scratch):
         ng = s_t.shape[1]
         tw = _tile_width(n, t)
         k = a.shape[1]
         af = a.reshape(-1)
-        acc = np.empty(TILE, np.int32)
-        yt = np.zeros((a.shape[0], TILE), np.float32)
-        scratch = np.empty(scratch_bytes, np.uint8)
         off = geom[0] if raw else 0
         for g in range(ng):
             if a.shape[0] == 1:
@@ -460,9 +339,8 @@ def int8_group_tile(dot, operand, scratch_bytes: int, raw: bool = False, single=
             for m in range(a.shape[0]):
                 dot(src, at, af, m * k + g * group, acc)
                 _group_done(acc, t, g, m, tw, off, A, s_t, o_t, da, kind, g * group, P, yt, want_p, want_y)
-        _tile_done(yt, t, tw, y, want_y)
 
-    return tile
+    return _tile_around(groups, scratch_bytes)
 
 
 if _simd.AVAILABLE:
@@ -473,11 +351,11 @@ if _simd.AVAILABLE:
         """The AVX2 panel64 nibble tile; with ``half`` its twin that keeps the factors as f16
         (:func:`with_half_factors`: Q4_0, Q4_1, where s = f32(d) and o = f32(m) are f16 values):
         ``s_t``/``o_t`` are then f32 ``[tiles, ng, 32]`` arrays whose bytes are the f16
-        ``[tiles, ng, 64]`` factors, widened exactly per group (:func:`_simd.f16_lanes`), so a
-        decoded token streams 4 bytes of factors per 32 weights instead of 8."""
+        ``[tiles, ng, 64]`` factors, widened exactly per group (:func:`_simd.f16_lanes`) into
+        the scratch, so a decoded token streams 4 bytes of factors per 32 weights instead of 8."""
 
-        @njit(cache=True)
-        def tile(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
+        @lazy_njit(cache=False, _nrt=False)
+        def groups(t, w, geom, a, A, s_t, o_t, da, kind, group, n, P, yt, want_p, want_y, acc, scratch):
             # The same partials as _tile_panel64_nibble, one group of 64 channels per call of the
             # vpmaddubsw sequence in _simd (exact: see there). Nibble types all have G = 32; ``a``
             # arrives in _simd.pair_order (KernelSpec.activations), which only this kernel reads.
@@ -486,27 +364,24 @@ if _simd.AVAILABLE:
             off = geom[0]
             k = a.shape[1]
             af = a.reshape(-1)
-            acc = np.empty(TILE, np.int32)
-            s = np.empty(TILE, np.float32)
-            o = np.empty(TILE, np.float32)
-            yt = np.zeros((a.shape[0], TILE), np.float32)
+            so = scratch.view(np.float32).reshape(2, 1, 1, TILE)  # the f16 factors' group, widened
             s16 = s_t.reshape(-1).view(np.uint16)  # (reshaped once: each reshape is a call)
             o16 = o_t.reshape(-1).view(np.uint16)
             for g in range(ng):
                 k0 = g * group
                 base = (t * ng + g) * (group * 32)  # 32 bytes per K of a 64-channel nibble tile
                 if half:
-                    _f16_lanes(s16, (t * ng + g) * TILE, s)
-                    _f16_lanes(o16, (t * ng + g) * TILE, o)
+                    _f16_lanes(s16, (t * ng + g) * TILE, so[0])
+                    _f16_lanes(o16, (t * ng + g) * TILE, so[1])
                 for m in range(a.shape[0]):
                     _nibble_group_dot(w, base, af, m * k + k0, acc)
                     if half:
-                        _group_done_with(acc, t, g, m, tw, off, A, s, o, da, kind, k0, P, yt, want_p, want_y)
+                        _group_done_with(acc, t, g, m, tw, off, A, so[0], so[1], 0, 0, da, kind, k0, P, yt, want_p,
+                                         want_y)
                     else:
                         _group_done(acc, t, g, m, tw, off, A, s_t, o_t, da, kind, k0, P, yt, want_p, want_y)
-            _tile_done(yt, t, tw, y, want_y)
 
-        return tile
+        return _tile_around(groups, 2 * TILE * 4)
 
     _tile_panel64_nibble_avx2 = _nibble_avx2_tile(False)
     _tile_panel64_nibble_avx2_f16 = _nibble_avx2_tile(True) if _simd.F16_LANES else None
@@ -769,7 +644,7 @@ if _simd.AVAILABLE:
         off = np.int32(geom[2])
         af = a.reshape(-1)
         pt = np.zeros((ng, TILE), np.int32)  # lanes past tw stay 0
-        yrow = np.empty(TILE, np.float32)
+        yrow = np.empty((1, TILE), np.float32)
         acc = np.empty(16, np.int32)
         first = TILE * t * row_bytes
         for m in range(a.shape[0]):

@@ -19,9 +19,10 @@ whatever the codes and activations (-128 included on both sides, which ``vpsignb
 kernels' trick, cannot take). The numpy statements the tests hold these to are
 ``_simd.int8_group_dot_ref`` and, for raw codes, the same sum over ``u``.
 
-:data:`AVAILABLE` says whether numba compiles for a CPU with AVX512BW, AVX512_VNNI and
-AVX512_VBMI (``vpmultishiftqb``, which panel64-compact's 2-bit records use): Zen 4, Ice Lake and
-later; elsewhere the AVX2 kernels run, with the same results. ``PANELPACK_SIMD=avx2`` in the
+:data:`AVAILABLE` says whether numba compiles for a CPU with AVX512BW, AVX512_VNNI,
+AVX512_VBMI (``vpmultishiftqb`` and ``vpermt2b``, which panel64-compact's records use) and GFNI
+(``vgf2p8affineqb``, their high nibbles): Zen 4, Ice Lake and later (every CPU with both VNNI and
+VBMI has GFNI); elsewhere the AVX2 kernels run, with the same results. ``PANELPACK_SIMD=avx2`` in the
 environment keeps the AVX2 kernels on such a CPU too (read once, at import).
 """
 
@@ -32,7 +33,7 @@ import os
 from ..formats import _numba_internals
 
 #: CPU features the kernels of this module need (LLVM's names)
-FEATURES = ("avx512f", "avx512bw", "avx512vnni", "avx512vbmi")
+FEATURES = ("avx512f", "avx512bw", "avx512vnni", "avx512vbmi", "gfni")
 
 
 def _target_has_avx512() -> bool:
@@ -54,8 +55,8 @@ AVAILABLE: bool = _target_has_avx512()
 
 class Lanes:
     """The LLVM IR pieces the AVX-512 kernels share, for one ``builder``: typed loads at byte
-    offsets, the dword broadcast of four activations, ``vpdpbusd``, ``vpternlogd`` and
-    ``vpmultishiftqb``."""
+    offsets, the dword broadcast of four activations, ``vpdpbusd``, ``vpternlogd``,
+    ``vpmultishiftqb`` and ``vgf2p8affineqb``."""
 
     def __init__(self, builder):
         from llvmlite import ir
@@ -71,6 +72,8 @@ class Lanes:
                         "llvm.x86.avx512.pternlog.d.512")
         self._mshift = fn(builder, ir.FunctionType(self.v64i8, [self.v64i8, self.v64i8]),
                           "llvm.x86.avx512.pmultishift.qb.512")
+        self._affine = fn(builder, ir.FunctionType(self.v64i8, [self.v64i8, self.v64i8, self.i8]),
+                          "llvm.x86.vgf2p8affineqb.512")
 
     def const(self, values, ty):
         return self.ir.Constant(ty, values if isinstance(values, list) else [values] * ty.count)
@@ -104,6 +107,12 @@ class Lanes:
     def multishift(self, ctrl, x):
         """``vpmultishiftqb``: byte ``i`` = the 8 bits of ``x``'s qword ``i // 8`` from bit ``ctrl[i]``."""
         return self.b.call(self._mshift, [ctrl, x])
+
+    def affine(self, x, rows: int):
+        """``vgf2p8affineqb`` (GFNI): every byte of ``x`` times the 8x8 bit matrix ``rows`` (a qword:
+        its byte ``7 - k`` selects the bits of ``x`` whose parity is result bit ``k``)."""
+        matrix = self.b.bitcast(self.const(rows, self.ir.VectorType(self.i64, 8)), self.v64i8)
+        return self.b.call(self._affine, [x, matrix, self.ir.Constant(self.i8, 0)])
 
     def store_acc(self, cd, accs):
         """``acc[16s : 16s+16] = accs[s]`` (int32)."""

@@ -296,6 +296,10 @@ def _avx2_tile(base: int, nplanes: int, kq: int):
 
 # ---- where numba targets AVX-512 VNNI (_simd512), every form: the record read in place into the
 # ---- int8 panel's lane order (channel-major, 4 K a dword), one vpdpbusd per 64 weights.
+#: the GF(2) matrix of ``(x >> 4) & 0x0F`` for :meth:`_simd512.Lanes.affine`: result bit k is x's bit k + 4
+_HIGH_NIBBLE = sum(1 << (k + 4) << 8 * (7 - k) for k in range(4))
+
+
 def _vnni_intrinsics(base: int, nplanes: int, kq: int):
     """(dot, expand) of one compact form on AVX-512. ``dot``: ``acc[0:64] = Σ_kk u(c, kk)·a[kk]``
     (int32, raw codes u, ``a[aoff:]`` the group's 4·kq activations in natural order) for the group
@@ -304,9 +308,11 @@ def _vnni_intrinsics(base: int, nplanes: int, kq: int):
     with several activation rows. Per kg-block q and slice s (channels 16s .. 16s+15, lanes
     ``4c' + j``, the order of the plane words' bits)::
 
-        nibbles (base 4): 32 bytes x, byte 2c'+h = u(k 2h) | u(k 2h+1) << 4
-            w = zero-extend x to 16-bit words        [ 00 x0 | 00 x1 | ... ]
-            u = (w | w << 4) & 0x0F0F  (vpternlogd)  [ lo(x0) hi(x0) | lo(x1) hi(x1) | ... ]  = k0 k1 | k2 k3
+        nibbles (base 4): a slice's 32 bytes x, byte 2c'+h = u(k 2h) | u(k 2h+1) << 4
+            X = one 64-byte load: slices 2r, 2r+1      [ X0 X1 ... X63 ]
+            lo = X & 0x0F (vpandq), hi = (X >> 4) & 0x0F (vgf2p8affineqb by _HIGH_NIBBLE)
+            u(slice 2r+i) = vpermt2b(lo, hi)           [ lo(X32i) hi(X32i) | lo(X32i+1) hi(X32i+1) | ... ]
+                                                       = c'0: k0 k1 | k2 k3 | c'1: ...
         crumbs (base 2): 16 bytes y, byte c' = u(k0) | u(k1) << 2 | u(k2) << 4 | u(k3) << 6
             qword i of the vector = source qword i // 4 (channels 2i, 2i+1 are in it)
             u = vpmultishiftqb(bit 16(i % 4) + 8(b // 4) + 2(b % 4) for byte b of qword i) & 3
@@ -319,24 +325,31 @@ def _vnni_intrinsics(base: int, nplanes: int, kq: int):
 
     first_plane = kq * 32 * base
 
-    def lanes_of(L, wp, q, s):
+    def kg_block(L, wp, q):
+        """The u bytes of kg-block ``q``'s four slices, planes added."""
         b, ir = L.b, L.ir
+        us = []
         if base == 4:
-            v32i16 = ir.VectorType(ir.IntType(16), 32)
-            w16 = b.zext(L.load(wp, 128 * q + 32 * s, ir.VectorType(L.i8, 32)), v32i16)
-            u = b.bitcast(L.ternlog(w16, b.shl(w16, L.const(4, v32i16)), L.const(0x0F0F, v32i16), 0xA8), L.v64i8)
+            for h in range(2):  # slices 2h, 2h+1: one 64-byte load
+                x = L.load(wp, 128 * q + 64 * h, L.v64i8)
+                lo, hi = b.and_(x, L.const(0x0F, L.v64i8)), L.affine(x, _HIGH_NIBBLE)
+                for s in range(2):
+                    us.append(b.shuffle_vector(lo, hi, L.const([32 * s + i // 2 + 64 * (i % 2) for i in range(64)],
+                                                               ir.VectorType(L.i32, 64))))
         else:
             v2i64 = ir.VectorType(L.i64, 2)
-            y = L.load(wp, 64 * q + 16 * s, v2i64)
-            rep = b.bitcast(b.shuffle_vector(y, ir.Constant(v2i64, None), L.const([i // 4 for i in range(8)],
-                                                                                  ir.VectorType(L.i32, 8))), L.v64i8)
             ctrl = L.const([16 * (i // 8 % 4) + 8 * (i % 8 // 4) + 2 * (i % 4) for i in range(64)], L.v64i8)
-            u = b.and_(L.multishift(ctrl, rep), L.const(3, L.v64i8))
-        for p in range(nplanes):
-            word = L.load(wp, first_plane + (p * kq + q) * _PLANE + 8 * s, L.i64)
-            mask = b.bitcast(word, ir.VectorType(ir.IntType(1), 64))
-            u = b.select(mask, b.add(u, L.const(1 << (base + p), L.v64i8)), u)
-        return u
+            for s in range(4):
+                y = L.load(wp, 64 * q + 16 * s, v2i64)
+                rep = b.bitcast(b.shuffle_vector(y, ir.Constant(v2i64, None), L.const([i // 4 for i in range(8)],
+                                                                                      ir.VectorType(L.i32, 8))), L.v64i8)
+                us.append(b.and_(L.multishift(ctrl, rep), L.const(3, L.v64i8)))
+        for s in range(4):
+            for p in range(nplanes):
+                word = L.load(wp, first_plane + (p * kq + q) * _PLANE + 8 * s, L.i64)
+                mask = b.bitcast(word, ir.VectorType(ir.IntType(1), 64))
+                us[s] = b.select(mask, b.add(us[s], L.const(1 << (base + p), L.v64i8)), us[s])
+        return us
 
     @intrinsic
     def dot(typingctx, w, woff, a, aoff, acc):
@@ -348,8 +361,8 @@ def _vnni_intrinsics(base: int, nplanes: int, kq: int):
             accs = [L.zero()] * 4
             for q in range(kq):
                 p = L.broadcast4(ap, 4 * q)
-                for s in range(4):
-                    accs[s] = L.dpbusd(accs[s], lanes_of(L, wp, q, s), p)
+                for s, u in enumerate(kg_block(L, wp, q)):
+                    accs[s] = L.dpbusd(accs[s], u, p)
             L.store_acc(cd, accs)
             return context.get_dummy_value()
 
@@ -364,8 +377,8 @@ def _vnni_intrinsics(base: int, nplanes: int, kq: int):
             op = context.make_array(signature.args[2])(context, builder, args[2]).data
             L = _simd512.Lanes(builder)
             for q in range(kq):
-                for s in range(4):
-                    builder.store(lanes_of(L, wp, q, s), L.ptr(op, 256 * q + 64 * s, L.v64i8), align=1)
+                for s, u in enumerate(kg_block(L, wp, q)):
+                    builder.store(u, L.ptr(op, 256 * q + 64 * s, L.v64i8), align=1)
             return context.get_dummy_value()
 
         return sig, codegen

@@ -67,16 +67,6 @@ from ._compiled_kernels import (
     TILE,
     _drive,
     _int8_panel_in_place,
-    _row_q2_k,
-    _row_q3_k,
-    _row_q4_0,
-    _row_q4_1,
-    _row_q4_k,
-    _row_q5_0,
-    _row_q5_1,
-    _row_q5_k,
-    _row_q6_k,
-    _row_q8_0,
     _row_tile,
     _row_tile_nibble_avx2,
     _tile_il8_int8,
@@ -90,6 +80,18 @@ from ._compiled_kernels import (
     _tile_x8_q4_0,
     _tile_x8_q4_k,
     int8_group_tile,
+)
+from ._row_decoders import (
+    _row_q2_k,
+    _row_q3_k,
+    _row_q4_0,
+    _row_q4_1,
+    _row_q4_k,
+    _row_q5_0,
+    _row_q5_1,
+    _row_q5_k,
+    _row_q6_k,
+    _row_q8_0,
 )
 
 log = logging.getLogger(__name__)

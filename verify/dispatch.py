@@ -311,20 +311,25 @@ def rescale_step(y, p, asum, s, o, da, kind):
 
 
 @njit(inline="always")
-def rescale_lanes(y, p, asum, s, o, da, kind, count):
-    """One group's update of ``count`` outputs side by side: ``y[j] = rescale_step(y[j], p[j],
-    asum, s[j], o[j], da, kind)``. ``kind`` is tested once, outside the loop, so each loop sees a
-    constant formula and vectorises; the arithmetic is :func:`rescale_step`'s, unchanged.
+def rescale_lanes(y, m, p, asum, s, o, t, g, da, kind, count):
+    """One group's update of ``count`` outputs side by side: ``y[m, j] = rescale_step(y[m, j], p[j],
+    asum, s[t, g, j], o[t, g, j], da, kind)``. ``kind`` is tested once, outside the loop, so each
+    loop sees a constant formula and vectorises; the arithmetic is :func:`rescale_step`'s, unchanged.
+
+    The factors (``[tiles, groups, lanes]``) are indexed in place, never taken as a view
+    ``s[t, g]``: a view takes and drops a reference on the array's meminfo, an atomic add that
+    the threads of one product, sharing the factors, contend on once a group (2 threads, Q6_K
+    4096²: 0.96 ms a product with views, 0.61 ms without; one thread the same).
     """
     if kind == SCALE_MIN:
         for j in range(count):
-            y[j] = rescale_step(y[j], p[j], asum, s[j], o[j], da, SCALE_MIN)
+            y[m, j] = rescale_step(y[m, j], p[j], asum, s[t, g, j], o[t, g, j], da, SCALE_MIN)
     elif kind == K_SCALE_MIN:
         for j in range(count):
-            y[j] = rescale_step(y[j], p[j], asum, s[j], o[j], da, K_SCALE_MIN)
+            y[m, j] = rescale_step(y[m, j], p[j], asum, s[t, g, j], o[t, g, j], da, K_SCALE_MIN)
     else:
         for j in range(count):
-            y[j] = rescale_step(y[j], p[j], asum, s[j], o[j], da, SCALE)
+            y[m, j] = rescale_step(y[m, j], p[j], asum, s[t, g, j], o[t, g, j], da, SCALE)
 
 
 _RESCALE_SIG = types.void(
