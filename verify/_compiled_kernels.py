@@ -297,29 +297,33 @@ def _int8_panel_in_place(w, t, g, ng, group, geom, scratch):
     return w, (t * ng + g) * (group * TILE)
 
 
-def _tile_around(groups, scratch_bytes: int):
-    """The tile that runs ``groups(t, w, geom, a, A, s_t, o_t, da, kind, group, n, P, yt, want_p,
+def _tile_around(groups, scratch_bytes: int, name: str):
+    """The tile ``tile_<name>`` that runs ``groups(t, w, geom, a, A, s_t, o_t, da, kind, group, n, P, yt, want_p,
     want_y, acc, scratch)``, a group loop compiled without reference counting (``_nrt=False``), on
     fresh buffers: ``yt`` f32 [M, TILE], ``acc`` int32 [TILE], ``scratch_bytes`` of scratch.
     Each array an inlined function receives takes and drops a reference (an atomic add on its
     meminfo); where the body uses it in a loop or branch, LLVM's pruning keeps the pair: a handful
-    a group in the finish (12-23 % of a GEMV at M = 1, docs/BENCHMARKS.md #26)."""
+    a group in the finish (12-23 % of a GEMV at M = 1, docs/BENCHMARKS.md #26). ``name`` (unique per
+    tile) names numba's cache index: closures sharing one index race on its entry numbers when
+    processes compile at once (``_jit.lazy_njit``'s ``tag``). The portable tiles keep their loops
+    in the tile: their unpack and ``_dot_cols`` dominate, and the change measured no faster there."""
 
-    @njit(cache=True)
     def tile(t, w, geom, a, A, s_t, o_t, da, kind, group, chunk, n, P, y, want_p, want_y):
         yt = np.zeros((a.shape[0], TILE), np.float32)
         groups(t, w, geom, a, A, s_t, o_t, da, kind, group, n, P, yt, want_p, want_y, np.empty(TILE, np.int32),
                np.empty(scratch_bytes, np.uint8))
         _tile_done(yt, t, _tile_width(n, t), y, want_y)
 
-    return tile
+    tile.__name__ = tile.__qualname__ = f"tile_{name}"
+    return njit(cache=True)(tile)
 
 
-def int8_group_tile(dot, operand, scratch_bytes: int, raw: bool = False, single=None):
+def int8_group_tile(name: str, dot, operand, scratch_bytes: int, raw: bool = False, single=None):
     """A column tile over int8 panels through an int8 group ``dot`` (_simd: AVX2, _simd512: VNNI;
     G = 16 or 32): per group ``operand(w, t, g, ng, group, geom, scratch)`` gives its panel's bytes
     and offset (in place, or expanded into ``scratch_bytes`` of scratch), a dot per activation row, the finish (_group_done);
-    ``raw``: raw codes, the finish subtracts ``geom[0]·A``; ``single``: (dot, operand) for one row."""
+    ``raw``: raw codes, the finish subtracts ``geom[0]·A``; ``single``: (dot, operand) for one row;
+    ``name``: the tile's, unique (:func:`_tile_around`)."""
     dot1, operand1 = single or (dot, operand)
 
     @lazy_njit(cache=False, _nrt=False)  # compiled into the tile (cached there)
@@ -340,7 +344,7 @@ def int8_group_tile(dot, operand, scratch_bytes: int, raw: bool = False, single=
                 dot(src, at, af, m * k + g * group, acc)
                 _group_done(acc, t, g, m, tw, off, A, s_t, o_t, da, kind, g * group, P, yt, want_p, want_y)
 
-    return _tile_around(groups, scratch_bytes)
+    return _tile_around(groups, scratch_bytes, name)
 
 
 if _simd.AVAILABLE:
@@ -381,7 +385,7 @@ if _simd.AVAILABLE:
                     else:
                         _group_done(acc, t, g, m, tw, off, A, s_t, o_t, da, kind, k0, P, yt, want_p, want_y)
 
-        return _tile_around(groups, 2 * TILE * 4)
+        return _tile_around(groups, 2 * TILE * 4, "nibble_avx2_f16" if half else "nibble_avx2")
 
     _tile_panel64_nibble_avx2 = _nibble_avx2_tile(False)
     _tile_panel64_nibble_avx2_f16 = _nibble_avx2_tile(True) if _simd.F16_LANES else None
@@ -656,8 +660,8 @@ if _simd.AVAILABLE:
             _row_finish(pt, m, tw, t, A, s_t, o_t, da, kind, group, P, y, want_p, want_y, yrow)
 
     # groups of 16 K (Q6_K, Q2_K, Q3_K) or 32: the same exact int32 partials as _tile_panel64_int8
-    _INT8_PANEL_TILES_AVX2 = {16: int8_group_tile(_simd.int8_group_dot16, _int8_panel_in_place, 0),
-                              32: int8_group_tile(_simd.int8_group_dot, _int8_panel_in_place, 0)}
+    _INT8_PANEL_TILES_AVX2 = {16: int8_group_tile("int8_avx2_g16", _simd.int8_group_dot16, _int8_panel_in_place, 0),
+                              32: int8_group_tile("int8_avx2_g32", _simd.int8_group_dot, _int8_panel_in_place, 0)}
 else:
     _row_tile_nibble_avx2 = None
     _tile_rowmajor_q8_0_avx2 = None

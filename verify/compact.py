@@ -250,10 +250,10 @@ def _avx2_planes_tile(nplanes: int, kq: int):
     """The AVX2 tile of a LUTI4 form: one activation row, the group records read in place by
     the planes dot; several, each group's u bytes expanded once, then the scratch dot per row."""
     dot, expand, scratch_dot = _planes_intrinsics(nplanes, kq)
-    return _records_tile(kq * (128 + _PLANE * nplanes), kq, dot, expand, scratch_dot)
+    return _records_tile(f"compact_avx2_4_{nplanes}_{kq}", kq * (128 + _PLANE * nplanes), kq, dot, expand, scratch_dot)
 
 
-def _records_tile(gb: int, kq: int, dot, expand, scratch_dot):
+def _records_tile(name: str, gb: int, kq: int, dot, expand, scratch_dot):
     """The column tile over group records of ``gb`` bytes that the raw-code ``dot`` reads in place
     (one activation row), or that ``expand`` turns into ``kq·256`` bytes of u for ``scratch_dot``
     (several rows; the planes merged once a group, not once a row)."""
@@ -267,7 +267,7 @@ def _records_tile(gb: int, kq: int, dot, expand, scratch_dot):
         expand(w, (t * ng + g) * gb, scratch)
         return scratch, 0
 
-    return int8_group_tile(scratch_dot, expanded, kq * 256, raw=True, single=(dot, in_place))
+    return int8_group_tile(name, scratch_dot, expanded, kq * 256, raw=True, single=(dot, in_place))
 
 
 def _planes_dot_form(base: int, nplanes: int) -> bool:
@@ -291,7 +291,7 @@ def _avx2_tile(base: int, nplanes: int, kq: int):
         return scratch, 0
 
     dot = _simd.int8_group_dot16 if kq == 4 else _simd.int8_group_dot
-    return int8_group_tile(dot, expanded, kq * 256)
+    return int8_group_tile(f"compact_avx2_{base}_{nplanes}_{kq}", dot, expanded, kq * 256)
 
 
 # ---- where numba targets AVX-512 VNNI (_simd512), every form: the record read in place into the
@@ -412,7 +412,8 @@ def _avx512_tile(base: int, nplanes: int, kq: int):
     VNNI dot; several, each group's u bytes expanded once, then _simd512's raw dot per row."""
     dot, expand = _vnni_intrinsics(base, nplanes, kq)
     raw = _simd512.raw_group_dot if kq == 8 else _simd512.raw_group_dot16
-    return _records_tile(kq * (32 * base + _PLANE * nplanes), kq, dot, expand, raw)
+    return _records_tile(f"compact_avx512_{base}_{nplanes}_{kq}", kq * (32 * base + _PLANE * nplanes), kq, dot, expand,
+                         raw)
 
 
 #: code bits -> the AVX-512 tile of that form (None where numba does not target AVX-512 VNNI)
