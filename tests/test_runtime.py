@@ -513,3 +513,25 @@ def test_smollm2_first_layer_on_its_gguf_is_bit_identical(smollm2):
     a = Model.open(smollm2, "compiled", n_layer=1).logits(ids)
     b = std.logits(ids)
     assert a.shape == (len(ids), std.n_vocab) and np.array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+@pytest.mark.parametrize("tname", ["Q6_K", "Q8_0"])
+def test_tied_head_rows_through_panels_keep_the_row_major_bits(tmp_path, tname):
+    """A tied head of a :data:`weights.HEAD_PANELS` type (the embedding, kept row-major for its
+    gather) runs a decoded token's row through panel64 panels packed in memory on first use: the
+    row-major kernel's bits, for a row and for a batch (which keeps the row-major kernel)."""
+    from builders import build_gguf, random_blocks
+
+    from panelpack.verify.runtime import weights
+
+    assert tname in weights.HEAD_PANELS
+    rng = np.random.default_rng(3)
+    n, k = 200, 512  # N not a multiple of 64
+    build_gguf(tmp_path / "h.gguf", {"token_embd.weight": (tname, random_blocks(tname, n, k, rng))})
+    e, regs = weights.open_source(tmp_path / "h.gguf").get("token_embd.weight")
+    lin = weights.linear("token_embd", e, regs, "compiled")
+    head = weights.tied_head("token_embd", e, regs, "compiled")
+    assert head.path == lin.path + "+panel64.rows"
+    for rows in (1, 3):
+        x = rng.standard_normal((rows, k)).astype(np.float32)
+        assert np.array_equal(head(x).view(np.uint32), lin(x).view(np.uint32))

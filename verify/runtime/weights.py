@@ -333,9 +333,11 @@ def stacked(name: str, parts, kernels: str) -> Linear | None:
 #: panel64 panels packed in memory on the first single-row product: the same bits (every
 #: compiled kernel ends in the same rescale), in about half the time for Q6_K (the 65536 × 1024
 #: head of LFM2-350M's Q4_K_M mix: 5.2-6.1 ms of CPU a row against 9.9-10.8 ms row-major,
-#: docs/BENCHMARKS.md, acc29). Multi-row products (prefill, eval) keep the row-major kernel, and a
-#: model that never decodes never packs.
-HEAD_PANELS = ("Q6_K",)
+#: docs/BENCHMARKS.md, acc29) and 2.3-2.9x faster for Q8_0 (Gemma 3's 262144 × 640 head was ~60 %
+#: of a decoded token: decode 28-29 -> 45-49 tok/s, docs/BENCHMARKS.md #26, 2026-12-03). The price
+#: is a second resident copy of the head while the model decodes (Gemma 3 270M: ~180 MB). Multi-row
+#: products (prefill, eval) keep the row-major kernel, and a model that never decodes never packs.
+HEAD_PANELS = ("Q6_K", "Q8_0")
 
 
 class _PanelRows:
