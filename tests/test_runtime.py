@@ -520,9 +520,9 @@ def test_tied_head_rows_through_panels_keep_the_row_major_bits(tmp_path, tname):
     """A tied head of a :data:`weights.HEAD_PANELS` type (the embedding, kept row-major for its
     gather) runs a decoded token's row through panel64 panels packed in memory on first use: the
     row-major kernel's bits, for a row and for a batch (which keeps the row-major kernel)."""
-    from builders import build_gguf, random_blocks
-
     from panelpack.verify.runtime import weights
+
+    from builders import build_gguf, random_blocks
 
     assert tname in weights.HEAD_PANELS
     rng = np.random.default_rng(3)
