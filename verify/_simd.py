@@ -388,3 +388,23 @@ def _target_has_f16c() -> bool:
  f16_lanes) = _build() if AVAILABLE else (None,) * 6
 #: f16_lanes compiles to vcvtph2ps (F16C; every AVX2 CPU we know has it, checked anyway)
 F16_LANES = AVAILABLE and _target_has_f16c()
+
+
+#: CPUs (LLVM's names) whose ``pdep`` is microcoded: tens to hundreds of cycles where others take
+#: one (AMD before Zen 3), so the kernels that deposit bits with it keep another sequence there
+SLOW_PDEP = ("bdver4", "znver1", "znver2")
+
+
+def _target_has_fast_pdep() -> bool:
+    from numba import config
+
+    if config.CPU_NAME:
+        name, features = config.CPU_NAME, (config.CPU_FEATURES or "").split(",")
+        return "+bmi2" in features and name not in SLOW_PDEP
+    import llvmlite.binding as ll
+
+    return bool(ll.get_host_cpu_features().get("bmi2", False)) and ll.get_host_cpu_name() not in SLOW_PDEP
+
+
+#: whether the AVX2 kernels may use BMI2's ``pdep`` (verify/compact.py's Q6_K planes dot)
+FAST_PDEP = AVAILABLE and _target_has_fast_pdep()

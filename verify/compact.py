@@ -177,6 +177,40 @@ def _planes_intrinsics(nplanes: int, kq: int):
             hi = builder.select(builder.icmp_unsigned("!=", builder.and_(bb, bit_hi), zero), builder.or_(hi, add), hi)
         return lo, hi
 
+    v16i8, v2i64 = ir.VectorType(i8, 16), ir.VectorType(i64, 2)
+    lut_lo = const([16 * (i & 1) + 32 * (i >> 2 & 1) for i in range(16)] * 2)
+    lut_hi = const([16 * (i >> 1 & 1) + 32 * (i >> 3 & 1) for i in range(16)] * 2)
+    interleave = const([t // 2 + 16 * (t % 2) for t in range(32)], ir.VectorType(i32, 32))
+
+    def two_planes_lohi(builder, wp, q, s):
+        """(u_lo, u_hi) of a two-plane form (Q6_K) by crumbs: crumb i of a plane word is lo byte
+        i's bit (its low bit) and hi byte i's (its high bit), so pdep puts the two planes' crumbs
+        i side by side in nibble i, ``n = c4 | c5 << 2``, and one vpshufb of a 16-entry table per
+        half gives the byte to OR in (lo: 16·n0 + 32·n2; hi: 16·n1 + 32·n3)."""
+        x = builder.load(at(builder, wp, q * 128 + 32 * s, v32i8), align=1)
+        lo = builder.and_(x, const(15))
+        hi = builder.and_(builder.lshr(x, const(4)), const(15))
+        i64t = ir.FunctionType(i64, [i64, i64])
+        pdep = _numba_internals.llvm_function(builder, i64t, "llvm.x86.bmi.pdep.64")
+        pshufb = _numba_internals.llvm_function(builder, ir.FunctionType(v32i8, [v32i8, v32i8]),
+                                                "llvm.x86.avx2.pshuf.b")
+        words = [builder.load(at(builder, wp, pb + (p * kq + q) * 32 + 8 * s, i64), align=1) for p in range(2)]
+        halves = []
+        for h in range(2):  # crumbs 16h .. 16h+15 of both planes -> 16 nibbles
+            c4, c5 = (builder.lshr(wd, ir.Constant(i64, 32 * h)) if h else wd for wd in words)
+            halves.append(builder.or_(builder.call(pdep, [c4, ir.Constant(i64, 0x3333333333333333)]),
+                                      builder.call(pdep, [c5, ir.Constant(i64, -0x3333333333333334)])))
+        y = builder.insert_element(builder.insert_element(ir.Constant(v2i64, None), halves[0], ir.Constant(i32, 0)),
+                                   halves[1], ir.Constant(i32, 1))
+        y = builder.bitcast(y, v16i8)
+        n_even = builder.and_(y, const(15, v16i8))
+        n_odd = builder.and_(builder.lshr(y, const(4, v16i8)), const(15, v16i8))
+        idx = builder.shuffle_vector(n_even, n_odd, interleave)
+        return (builder.or_(lo, builder.call(pshufb, [lut_lo, idx])),
+                builder.or_(hi, builder.call(pshufb, [lut_hi, idx])))
+
+    in_record = two_planes_lohi if nplanes == 2 and _simd.FAST_PDEP else record_lohi
+
     def scratch_lohi(builder, sp, q, s):
         """(u_lo, u_hi) as :func:`expand` stored them (64 bytes per kg-block and channel slice)."""
         return tuple(builder.load(at(builder, sp, (4 * q + s) * 64 + 32 * h, v32i8), align=1) for h in range(2))
@@ -229,14 +263,14 @@ def _planes_intrinsics(nplanes: int, kq: int):
             op = data(context, builder, signature, args, 2)
             for q in range(kq):
                 for s in range(4):
-                    for h, v in enumerate(record_lohi(builder, wp, q, s)):
+                    for h, v in enumerate(in_record(builder, wp, q, s)):
                         builder.store(v, at(builder, op, (4 * q + s) * 64 + 32 * h, v32i8), align=1)
             return context.get_dummy_value()
 
         return sig, codegen
 
     key = f"{__name__}.planes_intrinsics({nplanes}, {kq})"
-    return (_numba_internals.keyed_intrinsic(dot_of(record_lohi), f"{key}.dot"),
+    return (_numba_internals.keyed_intrinsic(dot_of(in_record), f"{key}.dot"),
             _numba_internals.keyed_intrinsic(expand, f"{key}.expand"),
             _numba_internals.keyed_intrinsic(dot_of(scratch_lohi), f"{key}.scratch_dot"))
 
@@ -271,10 +305,11 @@ def _records_tile(name: str, gb: int, kq: int, dot, expand, scratch_dot):
 
 
 def _planes_dot_form(base: int, nplanes: int) -> bool:
-    """Whether a form's AVX2 tile is the planes dot: the 5-bit LUTI4 forms. Q6_K's two planes
-    (6-bit u: int16 sums widened every kg-block) measured no faster than its int8 expansion at
-    M = 1 and 13 % slower at M = 16, so it keeps the expansion with the LUTI2 forms."""
-    return base == 4 and nplanes == 1
+    """Whether a form's AVX2 tile is the planes dot: the 5-bit LUTI4 forms, and Q6_K where
+    ``pdep`` is fast (its crumb tables: docs/BENCHMARKS.md, "Issue 26 on AVX2"). Q6_K's planes
+    tested bit by bit measured no faster than its int8 expansion, which it keeps elsewhere, with
+    the LUTI2 forms."""
+    return base == 4 and (nplanes == 1 or nplanes == 2 and _simd.FAST_PDEP)
 
 
 def _avx2_tile(base: int, nplanes: int, kq: int):
