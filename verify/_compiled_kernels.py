@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange, types
 
-from ..formats._jit import closable_inline, lazy_njit
+from ..formats._jit import closable_inline, lazy_njit, prefetch
 from ..repack import panel64 as _panel64
 from . import _simd
 from . import il8 as _il8
@@ -318,12 +318,21 @@ def _tile_around(groups, scratch_bytes: int, name: str):
     return njit(cache=True)(tile)
 
 
-def int8_group_tile(name: str, dot, operand, scratch_bytes: int, raw: bool = False, single=None):
+#: groups ahead whose weight bytes a SIMD column tile prefetches (all their cache lines): the
+#: compact records' dots do more arithmetic per byte than the int8 dot, and without the hint the
+#: hardware prefetcher fell behind them (Zen 3, streamed Q6_K: compact/int8 1.29-1.51 without,
+#: 0.88-1.05 with; int8 alone unchanged within noise: docs/BENCHMARKS.md, "Issue 26 on AVX2")
+PREFETCH_GROUPS = 8
+
+
+def int8_group_tile(name: str, dot, operand, scratch_bytes: int, raw: bool = False, single=None, stride: int = 0):
     """A column tile over int8 panels through an int8 group ``dot`` (_simd: AVX2, _simd512: VNNI;
     G = 16 or 32): per group ``operand(w, t, g, ng, group, geom, scratch)`` gives its panel's bytes
     and offset (in place, or expanded into ``scratch_bytes`` of scratch), a dot per activation row, the finish (_group_done);
     ``raw``: raw codes, the finish subtracts ``geom[0]·A``; ``single``: (dot, operand) for one row;
-    ``name``: the tile's, unique (:func:`_tile_around`)."""
+    ``name``: the tile's, unique (:func:`_tile_around`); ``stride``: the bytes of ``w`` per group
+    (group ``g`` of tile ``t`` at ``(t·ng + g)·stride``), whose lines :data:`PREFETCH_GROUPS` ahead are
+    prefetched (0: no prefetch)."""
     dot1, operand1 = single or (dot, operand)
 
     @lazy_njit(cache=False, _nrt=False)  # compiled into the tile (cached there)
@@ -334,6 +343,10 @@ def int8_group_tile(name: str, dot, operand, scratch_bytes: int, raw: bool = Fal
         af = a.reshape(-1)
         off = geom[0] if raw else 0
         for g in range(ng):
+            if stride:  # (a hint: past the end of w it fetches nothing and never faults)
+                ahead = (t * ng + g + PREFETCH_GROUPS) * stride
+                for o in range(0, stride, 64):
+                    prefetch(w, ahead + o)
             if a.shape[0] == 1:
                 src1, at1 = operand1(w, t, g, ng, group, geom, scratch)
                 dot1(src1, at1, af, g * group, acc)
@@ -660,8 +673,8 @@ if _simd.AVAILABLE:
             _row_finish(pt, m, tw, t, A, s_t, o_t, da, kind, group, P, y, want_p, want_y, yrow)
 
     # groups of 16 K (Q6_K, Q2_K, Q3_K) or 32: the same exact int32 partials as _tile_panel64_int8
-    _INT8_PANEL_TILES_AVX2 = {16: int8_group_tile("int8_avx2_g16", _simd.int8_group_dot16, _int8_panel_in_place, 0),
-                              32: int8_group_tile("int8_avx2_g32", _simd.int8_group_dot, _int8_panel_in_place, 0)}
+    _INT8_PANEL_TILES_AVX2 = {group: int8_group_tile(f"int8_avx2_g{group}", dot, _int8_panel_in_place, 0, stride=group * TILE)
+                              for group, dot in ((16, _simd.int8_group_dot16), (32, _simd.int8_group_dot))}
 else:
     _row_tile_nibble_avx2 = None
     _tile_rowmajor_q8_0_avx2 = None

@@ -301,7 +301,7 @@ def _records_tile(name: str, gb: int, kq: int, dot, expand, scratch_dot):
         expand(w, (t * ng + g) * gb, scratch)
         return scratch, 0
 
-    return int8_group_tile(name, scratch_dot, expanded, kq * 256, raw=True, single=(dot, in_place))
+    return int8_group_tile(name, scratch_dot, expanded, kq * 256, raw=True, single=(dot, in_place), stride=gb)
 
 
 def _planes_dot_form(base: int, nplanes: int) -> bool:
@@ -326,7 +326,7 @@ def _avx2_tile(base: int, nplanes: int, kq: int):
         return scratch, 0
 
     dot = _simd.int8_group_dot16 if kq == 4 else _simd.int8_group_dot
-    return int8_group_tile(f"compact_avx2_{base}_{nplanes}_{kq}", dot, expanded, kq * 256)
+    return int8_group_tile(f"compact_avx2_{base}_{nplanes}_{kq}", dot, expanded, kq * 256, stride=gb)
 
 
 # ---- where numba targets AVX-512 VNNI (_simd512), every form: the record read in place into the

@@ -209,8 +209,9 @@ _ROW_TILES_AVX2 = {} if _row_tile_nibble_avx2 is None else {
 
 
 #: panel64 int8 panels (G = 16 or 32) through _simd512's VNNI group dot, where it runs
-_INT8_PANEL_TILES_AVX512 = {group: int8_group_tile(f"int8_avx512_g{group}", dot, _int8_panel_in_place, 0) for group, dot in (
-    (16, _simd512.int8_group_dot16), (32, _simd512.int8_group_dot))} if _simd512.AVAILABLE else {}
+_INT8_PANEL_TILES_AVX512 = {group: int8_group_tile(f"int8_avx512_g{group}", dot, _int8_panel_in_place, 0, stride=group * TILE)
+                            for group, dot in ((16, _simd512.int8_group_dot16), (32, _simd512.int8_group_dot))
+                            } if _simd512.AVAILABLE else {}
 
 
 def _nibble_tile(t):
