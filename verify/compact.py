@@ -63,9 +63,9 @@ def _record_view(bits: int):
 _TILES = {bits: _column_tile(_record_view(bits), _unpack_compact) for bits in (2, 3, 5, 6)}
 
 
-# ---- where numba targets AVX2, Q6_K and the LUTI2 forms (Q2_K, Q3_K): each group's record expanded
-# ---- to its int8 panel, then _simd's int8 group dot on it, as panel64's int8 tiles (Q5_0/Q5_1/Q5_K:
-# ---- the planes dot below). The expansion is the SME2 leaf's sequence in
+# ---- where numba targets AVX2, the LUTI2 forms (Q2_K, Q3_K), and Q6_K where pdep is slow: each group's
+# ---- record expanded to its int8 panel, then _simd's int8 group dot on it, as panel64's int8 tiles
+# ---- (Q5_0/Q5_1/Q5_K, and Q6_K elsewhere: the planes dot below). The expansion is the SME2 leaf's sequence in
 # ---- LLVM vector IR, written here from §4.2.1 (not repack's converter): per 32 lanes the base
 # ---- value (nibbles or crumbs to lanes, minus the code offset: the ZT0 value), then per bit plane
 # ---- the plane's 32 bits as an i1 mask selecting 2^(B+p) to add (the predicated ADD).
