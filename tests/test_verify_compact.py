@@ -84,11 +84,11 @@ ISA_CASES = [pytest.param(q, isa, marks=() if isa == "avx512" or q in ("Q5_K", "
 @pytest.mark.parametrize("qname, isa", ISA_CASES)
 def test_fast_and_portable_tiles_agree(qname, isa, rng):
     """The fast tiles == the portable column tile, bit for bit, codes at both ends of their
-    range, activations at -128: AVX2 (LUTI4 forms: the planes dot on the records in place;
-    Q6_K and the LUTI2 forms: records expanded to int8 panels, _simd's group dot) and AVX-512
+    range, activations at -128: AVX2 (the planes dot on the records in place; Q6_K where
+    pdep is slow: records expanded to int8 panels, _simd's group dot) and AVX-512
     (every form: the records in lane order, vpdpbusd). The table picks AVX-512 where it runs."""
     from panelpack.formats import blocks as B
-    from panelpack.verify import _simd, compact
+    from panelpack.verify import compact
 
     tiles = {"avx2": compact._AVX2_TILES, "avx512": compact._AVX512_TILES}[isa]
     if not tiles:
@@ -102,13 +102,35 @@ def test_fast_and_portable_tiles_agree(qname, isa, rng):
     default = "avx512" if compact._AVX512_TILES else "avx2"
     assert prep.spec.path == f"compiled.panel64-compact.{default}"
     if isa != default:  # the other instruction set's spec, as the kernel table would build it there
-        planes = isa == "avx2" and compact._planes_dot_form(PC.form(t).base_bits, PC.form(t).planes)
+        order = compact.avx2_activations(PC.form(t).base_bits, PC.form(t).planes) if isa == "avx2" else None
         prep = dataclasses.replace(prep, spec=dataclasses.replace(  # (code_max: unread by the fast tiles)
-            prep.spec, kernel=tiles[t.code_bits], variant=isa, activations=_simd.pair_order if planes else None))
+            prep.spec, kernel=tiles[t.code_bits], variant=isa, activations=order))
     assert prep.spec.kernel is tiles[t.code_bits]
     portable = dataclasses.replace(prep, spec=dataclasses.replace(prep.spec, kernel=compact._TILES[t.code_bits],
                                                                   activations=None))
     assert_fast_is_portable(prep, portable, blocks, n, k, qname, rng.standard_normal((3, k)))
+
+
+def test_q6_k_expansion_tile_where_pdep_is_slow(monkeypatch, rng):
+    """Q6_K's AVX2 tile where ``pdep`` is microcoded (_simd.SLOW_PDEP: Zen 1/2): the records
+    expanded to int8 panels, then _simd's group dot, natural order, == the portable tile."""
+    from panelpack.formats import blocks as B
+    from panelpack.verify import _simd, compact
+
+    if not _simd.AVAILABLE:
+        pytest.skip("numba does not target AVX2 here")
+    monkeypatch.setattr(_simd, "FAST_PDEP", False)
+    assert not compact._planes_dot_form(4, 2) and compact.avx2_activations(4, 2) is None
+    tile = compact._avx2_tile(4, 2, 4)
+    assert tile.py_func.__name__ == "tile_compact_avx2_expand_4_2_4"  # its own tile (and numba cache index)
+    n, k, t = 72, 256, qtypes.get("Q6_K")
+    f = B.to_fields(random_blocks("Q6_K", n, k, rng), t, n, k)
+    f["codes"] = np.where(rng.random(f["codes"].shape) < 0.3, 0, (1 << t.code_bits) - 1).astype(f["codes"].dtype)
+    blocks = B.from_fields(f, t, n, k)
+    prep = C.prepare(PC.NAME, PC.pack(blocks, n, k, "Q6_K"), n, k, "Q6_K")
+    fast = dataclasses.replace(prep, spec=dataclasses.replace(prep.spec, kernel=tile, variant="avx2", activations=None))
+    portable = dataclasses.replace(prep, spec=dataclasses.replace(prep.spec, kernel=compact._TILES[6], activations=None))
+    assert_fast_is_portable(fast, portable, blocks, n, k, "Q6_K", rng.standard_normal((3, k)))
 
 
 def test_registry_rows():

@@ -123,8 +123,9 @@ def _expand_intrinsic(base: int, nplanes: int, kq: int):
 # ---- panel, so the group dot is _simd.nibble_group_dot's on the raw stored codes u (0 .. 2^bits-1,
 # ---- activations in pair order), each bit plane OR-ed into the nibble lanes it belongs to; the
 # ---- tile subtracts code_offset * A as the nibble tiles do.
-def _planes_intrinsics(nplanes: int, kq: int):
-    """(dot, expand, scratch dot) of a LUTI4 form. ``dot``: ``acc[0:64] = Σ_kk u(c, kk)·x[kk]``
+def _planes_intrinsics(base: int, nplanes: int, kq: int):
+    """(dot, expand, scratch dot) of a LUTI4 form (``base`` 4), or of a LUTI2 one (``base`` 2:
+    :func:`crumb_lohi` below, activations in natural order). ``dot``: ``acc[0:64] = Σ_kk u(c, kk)·x[kk]``
     (int32) for the group record at byte ``woff`` of ``w``
     (base plane: kq kg-blocks of 128 nibble bytes; plane p: kq x 32 bytes after it), ``a[aoff:]``
     the group's 4·kq activations in pair order (_simd.pair_order). Per kg-block q and 32 nibble
@@ -146,9 +147,9 @@ def _planes_intrinsics(nplanes: int, kq: int):
 
     i8, i16, i32, i64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
     v32i8, v8i8, v16i16, v16i32 = ir.VectorType(i8, 32), ir.VectorType(i8, 8), ir.VectorType(i16, 16), ir.VectorType(i32, 16)
-    bits = 4 + nplanes
+    bits = base + nplanes
     run = max(1, 32767 // (4 * ((1 << bits) - 1) * 128))  # kg-blocks summed in int16
-    pb = kq * 128  # the first plane byte
+    pb = kq * 32 * base  # the first plane byte
 
     def const(v, ty=v32i8):
         return ir.Constant(ty, [v] * ty.count if isinstance(v, int) else v)
@@ -209,7 +210,37 @@ def _planes_intrinsics(nplanes: int, kq: int):
         return (builder.or_(lo, builder.call(pshufb, [lut_lo, idx])),
                 builder.or_(hi, builder.call(pshufb, [lut_hi, idx])))
 
-    in_record = two_planes_lohi if nplanes == 2 and _simd.FAST_PDEP else record_lohi
+    v16i32 = ir.VectorType(i32, 16)
+    pshufb16 = ir.FunctionType(v16i8, [v16i8, v16i8])
+    #: channel c's plane nibble (bits j = lanes 4c + j) from the word's bytes: c even low, odd high
+    nibble_of = const([c // 2 + 8 * (c % 2) for c in range(16)], v16i32)
+    pairs01 = const([c // 2 + 16 * (c % 2) for c in range(32)], ir.VectorType(i32, 32))
+    bit_tables = [const([4 * (n >> j & 1) for n in range(16)], v16i8) for j in range(4)]
+
+    def crumb_lohi(builder, wp, q, s):
+        """(u01, u23) of a LUTI2 form (Q2_K, Q3_K), kg-block q, channels 16s .. 16s+15: byte 2c of
+        u01 is u(c, k0), byte 2c+1 u(c, k1) (u23: k2, k3), so the activations pair in natural
+        order. A channel's crumb byte y = u0 | u1 << 2 | u2 << 4 | u3 << 6 (16 bytes a slice)::
+
+            c_j = (y >> 2j) & 3                     j = 0..3, 16 channels a vector
+            plane (Q3_K): nibble c of the slice's 64-bit word holds lanes 4c + j (bit j):
+                c_j |= T_j[nibble]  (vpshufb, T_j[n] = 4·(n >> j & 1))
+            u01 = interleave(c_0, c_1), u23 = interleave(c_2, c_3)
+        """
+        y = builder.load(at(builder, wp, q * 64 + 16 * s, v16i8), align=1)
+        cs = [builder.and_(builder.lshr(y, const(2 * j, v16i8)) if j else y, const(3, v16i8)) for j in range(4)]
+        if nplanes:
+            pshufb = _numba_internals.llvm_function(builder, pshufb16, "llvm.x86.ssse3.pshuf.b.128")
+            word = builder.load(at(builder, wp, pb + q * 32 + 8 * s, v8i8), align=1)
+            lo, hi = builder.and_(word, const(15, v8i8)), builder.lshr(word, const(4, v8i8))
+            nib = builder.shuffle_vector(lo, hi, nibble_of)
+            cs = [builder.or_(c, builder.call(pshufb, [bit_tables[j], nib])) for j, c in enumerate(cs)]
+        return builder.shuffle_vector(cs[0], cs[1], pairs01), builder.shuffle_vector(cs[2], cs[3], pairs01)
+
+    if base == 2:
+        in_record = crumb_lohi
+    else:
+        in_record = two_planes_lohi if nplanes == 2 and _simd.FAST_PDEP else record_lohi
 
     def scratch_lohi(builder, sp, q, s):
         """(u_lo, u_hi) as :func:`expand` stored them (64 bytes per kg-block and channel slice)."""
@@ -269,22 +300,18 @@ def _planes_intrinsics(nplanes: int, kq: int):
 
         return sig, codegen
 
-    key = f"{__name__}.planes_intrinsics({nplanes}, {kq})"
+    key = f"{__name__}.planes_intrinsics({base}, {nplanes}, {kq})"
     return (_numba_internals.keyed_intrinsic(dot_of(in_record), f"{key}.dot"),
             _numba_internals.keyed_intrinsic(expand, f"{key}.expand"),
             _numba_internals.keyed_intrinsic(dot_of(scratch_lohi), f"{key}.scratch_dot"))
 
 
-def planes_group_dot_ref(w: np.ndarray, woff: int, a: np.ndarray, aoff: int, nplanes: int, kq: int) -> np.ndarray:
-    """int64 [64]: what the planes dot computes (a LUTI4 form's :func:`record_group_dot_ref`)."""
-    return record_group_dot_ref(w, woff, a, aoff, 4, nplanes, kq)
-
-
-def _avx2_planes_tile(nplanes: int, kq: int):
-    """The AVX2 tile of a LUTI4 form: one activation row, the group records read in place by
+def _avx2_planes_tile(base: int, nplanes: int, kq: int):
+    """The AVX2 tile of a planes-dot form: one activation row, the group records read in place by
     the planes dot; several, each group's u bytes expanded once, then the scratch dot per row."""
-    dot, expand, scratch_dot = _planes_intrinsics(nplanes, kq)
-    return _records_tile(f"compact_avx2_4_{nplanes}_{kq}", kq * (128 + _PLANE * nplanes), kq, dot, expand, scratch_dot)
+    dot, expand, scratch_dot = _planes_intrinsics(base, nplanes, kq)
+    return _records_tile(f"compact_avx2_{base}_{nplanes}_{kq}", kq * (32 * base + _PLANE * nplanes), kq, dot, expand,
+                         scratch_dot)
 
 
 def _records_tile(name: str, gb: int, kq: int, dot, expand, scratch_dot):
@@ -305,18 +332,24 @@ def _records_tile(name: str, gb: int, kq: int, dot, expand, scratch_dot):
 
 
 def _planes_dot_form(base: int, nplanes: int) -> bool:
-    """Whether a form's AVX2 tile is the planes dot: the 5-bit LUTI4 forms, and Q6_K where
-    ``pdep`` is fast (its crumb tables: docs/BENCHMARKS.md, "Issue 26 on AVX2"). Q6_K's planes
-    tested bit by bit measured no faster than its int8 expansion, which it keeps elsewhere, with
-    the LUTI2 forms."""
-    return base == 4 and (nplanes == 1 or nplanes == 2 and _simd.FAST_PDEP)
+    """Whether a form's AVX2 tile is the planes dot: the 5-bit LUTI4 forms, the LUTI2 forms
+    (crumbs paired in natural order), and Q6_K where ``pdep`` is fast (its crumb tables:
+    docs/BENCHMARKS.md, "Issue 26 on AVX2"). Q6_K's planes tested bit by bit measured no faster
+    than its int8 expansion, which it keeps elsewhere."""
+    return base == 2 or nplanes == 1 or nplanes == 2 and _simd.FAST_PDEP
+
+
+def avx2_activations(base: int, nplanes: int):
+    """The activation order of a form's AVX2 tile: :func:`_simd.pair_order` for the LUTI4
+    planes dot (nibble pairs k0, k2 | k1, k3), None (natural) for the others."""
+    return _simd.pair_order if base == 4 and _planes_dot_form(base, nplanes) else None
 
 
 def _avx2_tile(base: int, nplanes: int, kq: int):
     """The AVX2 tile of one compact form: each group's record expanded into an int8 panel, then
     the int8 panels' own group dots; the LUTI4 forms through their planes dot in place."""
     if _planes_dot_form(base, nplanes):
-        return _avx2_planes_tile(nplanes, kq)
+        return _avx2_planes_tile(base, nplanes, kq)
     gb = kq * (32 * base + _PLANE * nplanes)
     expand = _expand_intrinsic(base, nplanes, kq)
 
@@ -326,7 +359,7 @@ def _avx2_tile(base: int, nplanes: int, kq: int):
         return scratch, 0
 
     dot = _simd.int8_group_dot16 if kq == 4 else _simd.int8_group_dot
-    return int8_group_tile(f"compact_avx2_{base}_{nplanes}_{kq}", dot, expanded, kq * 256, stride=gb)
+    return int8_group_tile(f"compact_avx2_expand_{base}_{nplanes}_{kq}", dot, expanded, kq * 256, stride=gb)
 
 
 # ---- where numba targets AVX-512 VNNI (_simd512), every form: the record read in place into the
@@ -480,9 +513,10 @@ def panel64_compact_kernel(layout: str, t) -> _compiled.KernelSpec | None:
         return _compiled.KernelSpec(layout, t.name, fast, compact_code_bytes, _compiled.panel64_scale_arrays, offset,
                                     (1 << f.bits) - 1, variant="avx512")
     fast = _AVX2_TILES.get(f.bits)
-    if fast is not None and _planes_dot_form(f.base_bits, f.planes):  # raw u, pair order, tile subtracts off·A
+    if fast is not None and _planes_dot_form(f.base_bits, f.planes):  # raw u, the tile subtracts off·A
         return _compiled.KernelSpec(layout, t.name, fast, compact_code_bytes, _compiled.panel64_scale_arrays, offset,
-                                    (1 << f.bits) - 1, activations=_simd.pair_order, variant="avx2")
+                                    (1 << f.bits) - 1, activations=avx2_activations(f.base_bits, f.planes),
+                                    variant="avx2")
     if fast is not None:  # signed codes into the int8 group dot (|c| <= 32: never -128)
         return _compiled.KernelSpec(layout, t.name, fast, compact_code_bytes, _compiled.panel64_scale_arrays, offset,
                                     max(t.code_offset, (1 << f.bits) - 1 - t.code_offset), variant="avx2")
