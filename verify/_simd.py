@@ -49,16 +49,22 @@ KG_BYTES = _panel64.NIBBLE_KG_BYTES  # one kg-block: 4 K x 64 channels of 4 bits
 CHANNELS = _panel64.CHANNELS
 
 
+def target_cpu() -> tuple[str, set[str]]:
+    """(LLVM CPU name, features) of numba's compile target: ``NUMBA_CPU_NAME``/``NUMBA_CPU_FEATURES``
+    when set (an explicit target, portable caches: trust only its feature string), else the host's."""
+    from numba import config
+
+    if config.CPU_NAME:
+        return config.CPU_NAME, {f[1:] for f in (config.CPU_FEATURES or "").split(",") if f.startswith("+")}
+    import llvmlite.binding as ll
+
+    return ll.get_host_cpu_name(), {f for f, on in ll.get_host_cpu_features().items() if on}
+
+
 def _target_has_avx2() -> bool:
     from numba import config
 
-    if config.DISABLE_JIT:
-        return False
-    if config.CPU_NAME:  # an explicit target (portable caches): trust only its feature string
-        return "+avx2" in (config.CPU_FEATURES or "").split(",")
-    import llvmlite.binding as ll
-
-    return bool(ll.get_host_cpu_features().get("avx2", False))
+    return not config.DISABLE_JIT and "avx2" in target_cpu()[1]
 
 
 AVAILABLE: bool = _target_has_avx2()
@@ -373,21 +379,11 @@ def _build():
     return tuple(_numba_internals.keyed_intrinsic(fn, f"{__name__}.{name}") for name, fn in built.items())
 
 
-def _target_has_f16c() -> bool:
-    from numba import config
-
-    if config.CPU_NAME:
-        return "+f16c" in (config.CPU_FEATURES or "").split(",")
-    import llvmlite.binding as ll
-
-    return bool(ll.get_host_cpu_features().get("f16c", False))
-
-
 #: the intrinsics (callable from numba code only), or None where they cannot run
 (nibble_group_dot, int8_group_dot, int8_group_dot16, q6_k_block_dot, int8_rows_dot,
  f16_lanes) = _build() if AVAILABLE else (None,) * 6
 #: f16_lanes compiles to vcvtph2ps (F16C; every AVX2 CPU we know has it, checked anyway)
-F16_LANES = AVAILABLE and _target_has_f16c()
+F16_LANES = AVAILABLE and "f16c" in target_cpu()[1]
 
 
 #: CPUs (LLVM's names) whose ``pdep`` is microcoded: tens to hundreds of cycles where others take
@@ -395,16 +391,5 @@ F16_LANES = AVAILABLE and _target_has_f16c()
 SLOW_PDEP = ("bdver4", "znver1", "znver2")
 
 
-def _target_has_fast_pdep() -> bool:
-    from numba import config
-
-    if config.CPU_NAME:
-        name, features = config.CPU_NAME, (config.CPU_FEATURES or "").split(",")
-        return "+bmi2" in features and name not in SLOW_PDEP
-    import llvmlite.binding as ll
-
-    return bool(ll.get_host_cpu_features().get("bmi2", False)) and ll.get_host_cpu_name() not in SLOW_PDEP
-
-
 #: whether the AVX2 kernels may use BMI2's ``pdep`` (verify/compact.py's Q6_K planes dot)
-FAST_PDEP = AVAILABLE and _target_has_fast_pdep()
+FAST_PDEP = AVAILABLE and "bmi2" in target_cpu()[1] and target_cpu()[0] not in SLOW_PDEP

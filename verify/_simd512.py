@@ -31,6 +31,7 @@ from __future__ import annotations
 import os
 
 from ..formats import _numba_internals
+from . import _simd
 
 #: CPU features the kernels of this module need (LLVM's names)
 FEATURES = ("avx512f", "avx512bw", "avx512vnni", "avx512vbmi", "gfni")
@@ -41,13 +42,7 @@ def _target_has_avx512() -> bool:
 
     if config.DISABLE_JIT or os.environ.get("PANELPACK_SIMD", "").lower() == "avx2":
         return False
-    if config.CPU_NAME:  # an explicit target (portable caches): trust only its feature string
-        have = set((config.CPU_FEATURES or "").split(","))
-        return all(f"+{f}" in have for f in FEATURES)
-    import llvmlite.binding as ll
-
-    host = ll.get_host_cpu_features()
-    return all(host.get(f, False) for f in FEATURES)
+    return set(FEATURES) <= _simd.target_cpu()[1]
 
 
 AVAILABLE: bool = _target_has_avx512()

@@ -63,20 +63,19 @@ def _record_view(bits: int):
 _TILES = {bits: _column_tile(_record_view(bits), _unpack_compact) for bits in (2, 3, 5, 6)}
 
 
-# ---- where numba targets AVX2, the LUTI2 forms (Q2_K, Q3_K), and Q6_K where pdep is slow: each group's
-# ---- record expanded to its int8 panel, then _simd's int8 group dot on it, as panel64's int8 tiles
-# ---- (Q5_0/Q5_1/Q5_K, and Q6_K elsewhere: the planes dot below). The expansion is the SME2 leaf's sequence in
+# ---- where numba targets AVX2 and pdep is slow (_simd.SLOW_PDEP), Q6_K: each group's record expanded
+# ---- to its int8 panel, then _simd's int8 group dot on it, as panel64's int8 tiles (every other form,
+# ---- and Q6_K elsewhere: the planes dot below). The expansion is the SME2 leaf's sequence in
 # ---- LLVM vector IR, written here from §4.2.1 (not repack's converter): per 32 lanes the base
-# ---- value (nibbles or crumbs to lanes, minus the code offset: the ZT0 value), then per bit plane
-# ---- the plane's 32 bits as an i1 mask selecting 2^(B+p) to add (the predicated ADD).
-def _expand_intrinsic(base: int, nplanes: int, kq: int):
+# ---- value (nibbles to lanes, minus the code offset: the ZT0 value), then per bit plane
+# ---- the plane's 32 bits as an i1 mask selecting 2^(4+p) to add (the predicated ADD).
+def _expand_intrinsic(nplanes: int, kq: int):
     from llvmlite import ir
     from numba import types
     from numba.extending import intrinsic
 
     i8, i32, i64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
-    v32i8, v16i8, v8i8, v32i1 = (ir.VectorType(i8, 32), ir.VectorType(i8, 16), ir.VectorType(i8, 8),
-                                 ir.VectorType(ir.IntType(1), 32))
+    v32i8, v16i8, v32i1 = ir.VectorType(i8, 32), ir.VectorType(i8, 16), ir.VectorType(ir.IntType(1), 32)
     vi = ir.VectorType(i32, 32)
 
     def const(v, ty=v32i8):
@@ -98,30 +97,26 @@ def _expand_intrinsic(base: int, nplanes: int, kq: int):
 
             for q in range(kq):
                 for c in range(8):  # lanes 32c .. 32c+31 of kg-block q
-                    if base == 4:
-                        b = builder.load(at(wp, q * 128 + 16 * c, v16i8), align=1)
-                        lo, hi = builder.and_(b, const(15, v16i8)), builder.lshr(b, const(4, v16i8))
-                        u = builder.shuffle_vector(lo, hi, ir.Constant(vi, [x for i in range(16) for x in (i, 16 + i)]))
-                    else:
-                        b = builder.load(at(wp, q * 64 + 8 * c, v8i8), align=1)
-                        rep = builder.shuffle_vector(b, ir.Constant(v8i8, None), ir.Constant(vi, [i // 4 for i in range(32)]))
-                        u = builder.and_(builder.lshr(rep, ir.Constant(v32i8, [2 * (i % 4) for i in range(32)])), const(3))
+                    b = builder.load(at(wp, q * 128 + 16 * c, v16i8), align=1)
+                    lo, hi = builder.and_(b, const(15, v16i8)), builder.lshr(b, const(4, v16i8))
+                    u = builder.shuffle_vector(lo, hi, ir.Constant(vi, [x for i in range(16) for x in (i, 16 + i)]))
                     val = builder.sub(u, offs)
                     for p in range(nplanes):
-                        word = builder.load(at(wp, kq * 32 * base + (p * kq + q) * 32 + 4 * c, i32), align=1)
+                        word = builder.load(at(wp, kq * 128 + (p * kq + q) * 32 + 4 * c, i32), align=1)
                         mask = builder.bitcast(word, v32i1)
-                        val = builder.add(val, builder.select(mask, const(1 << (base + p)), const(0)))
+                        val = builder.add(val, builder.select(mask, const(1 << (4 + p)), const(0)))
                     builder.store(val, at(op, q * 256 + 32 * c, v32i8), align=1)
             return context.get_dummy_value()
 
         return sig, codegen
 
-    return _numba_internals.keyed_intrinsic(expand, f"{__name__}.expand_intrinsic({base}, {nplanes}, {kq})")
+    return _numba_internals.keyed_intrinsic(expand, f"{__name__}.expand_intrinsic({nplanes}, {kq})")
 
 
-# ---- 5-bit LUTI4 forms (Q5_0/Q5_1/Q5_K): no int8 expansion. The base plane is panel64's nibble
-# ---- panel, so the group dot is _simd.nibble_group_dot's on the raw stored codes u (0 .. 2^bits-1,
-# ---- activations in pair order), each bit plane OR-ed into the nibble lanes it belongs to; the
+# ---- the planes dot (Q5_0/Q5_1/Q5_K, Q6_K where pdep is fast, Q2_K, Q3_K): no int8 expansion. A LUTI4
+# ---- form's base plane is panel64's nibble panel, so the group dot is _simd.nibble_group_dot's on the
+# ---- raw stored codes u (0 .. 2^bits-1, activations in pair order), each bit plane OR-ed into the
+# ---- nibble lanes it belongs to; a LUTI2 form's crumbs pair in natural order (crumb_lohi); the
 # ---- tile subtracts code_offset * A as the nibble tiles do.
 def _planes_intrinsics(base: int, nplanes: int, kq: int):
     """(dot, expand, scratch dot) of a LUTI4 form (``base`` 4), or of a LUTI2 one (``base`` 2:
@@ -346,12 +341,13 @@ def avx2_activations(base: int, nplanes: int):
 
 
 def _avx2_tile(base: int, nplanes: int, kq: int):
-    """The AVX2 tile of one compact form: each group's record expanded into an int8 panel, then
-    the int8 panels' own group dots; the LUTI4 forms through their planes dot in place."""
+    """The AVX2 tile of one compact form: its planes dot on the records in place, or (Q6_K where
+    pdep is slow) each group's record expanded into an int8 panel, then the int8 panels' group dot."""
     if _planes_dot_form(base, nplanes):
         return _avx2_planes_tile(base, nplanes, kq)
-    gb = kq * (32 * base + _PLANE * nplanes)
-    expand = _expand_intrinsic(base, nplanes, kq)
+    assert base == 4, (base, nplanes)  # every LUTI2 form has its planes dot
+    gb = kq * (128 + _PLANE * nplanes)
+    expand = _expand_intrinsic(nplanes, kq)
 
     @closable_inline
     def expanded(w, t, g, ng, group, geom, scratch):
