@@ -231,6 +231,10 @@ RO_F32 = readonly("f4")
 import numba as _numba  # noqa: E402
 import numpy as _np  # noqa: E402
 
+# every kernel module imports this one before it compiles anything: from here on the functions
+# numba compiles get symbol names no other process's cached kernels share (_numba_internals 11)
+_numba_internals.distinct_function_ids()
+
 _U64 = _np.uint64
 
 

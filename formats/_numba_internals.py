@@ -34,6 +34,9 @@ were written against 0.59 and up).
 10    an intrinsic in a closure's cache key: numba pickles it with    ``verify/_simd.py``,
       a uuid drawn per process and its typing function by value;     ``verify/_simd512.py``,
       a keyed intrinsic's class gets a ``__reduce__`` by key          ``verify/compact.py``
+11    the counter numba numbers compiled functions from               ``_jit`` (on import)
+      (``numba.core.bytecode.FunctionIdentity._unique_ids``), which
+      goes into every symbol name: random numbers instead
 ====  ==============================================================  ==========================
 
 numba is imported inside the functions, never here: importing this module costs nothing.
@@ -272,3 +275,48 @@ def _sources_digest(modules: tuple[str, ...]) -> str:
             _DIGESTS[name] = hashlib.sha256(data).hexdigest()[:16]
         out.append(_DIGESTS[name])
     return "+".join(out)
+
+
+# ---- 11: symbol names distinct across processes ---------------------------------------------
+class _RandomIds:
+    """An endless iterator of random 62-bit numbers (``os.urandom``: a forked child draws its own)."""
+
+    def __iter__(self) -> "_RandomIds":
+        return self
+
+    def __next__(self) -> int:
+        import secrets
+
+        return secrets.randbits(62) | 1 << 62
+
+
+_DISTINCT_IDS = _RandomIds()
+
+
+def distinct_function_ids() -> None:
+    """Number the functions numba compiles in this process with random 63-bit numbers instead of
+    a counter from 1.
+
+    numba names a compiled function's symbol after its qualified name, its argument types and a
+    number from a per-process counter (``FunctionIdentity._unique_ids``). Two closures of one
+    factory (one qualified name, the same argument types) compiled in two processes, each after
+    the same sequence of compilations, get the same number and so the same symbol with different
+    bodies. A process that then loads both from numba's on-disk cache links every call to that
+    symbol to whichever library came first: the other kernel runs the wrong code and returns
+    wrong numbers, silently (numba/numba#10486; here: panel64's Q6_K tile calling the group
+    loop compiled for the compact Q6_K tile, docs/BENCHMARKS.md "Issue 26 on AVX2: fewer
+    shuffles"). A random number per function keeps them distinct within a process, across
+    processes and across forks (a counter from a random start would be copied into every
+    forked child); two of 10^4 functions share one with probability ~10^-11. The cache keys do
+    not read the number, so cached kernels still load. Idempotent; call it before the first
+    kernel compiles (``_jit`` does on import)."""
+    from numba.core import bytecode
+
+    setattr(bytecode.FunctionIdentity, "_unique_ids", _DISTINCT_IDS)  # (any iterator of ints serves)
+
+
+def function_ids_distinct() -> bool:
+    """Whether :func:`distinct_function_ids` is in force in this process."""
+    from numba.core import bytecode
+
+    return bytecode.FunctionIdentity._unique_ids is _DISTINCT_IDS

@@ -23,6 +23,8 @@ import numpy as np
 from numba import config, njit
 from numba import types as nt
 
+from ..formats import _jit  # noqa: F401  (numba's symbol names distinct across processes, before any compile)
+
 _BITS = (np.arange(256, dtype=np.uint64)[:, None] >> np.arange(8, dtype=np.uint64)) & np.uint64(1)
 #: uint64[256]: bit i of the index -> bit 0 of byte lane i (a plane byte back to 8 lanes)
 SPREAD = (_BITS << (np.uint64(8) * np.arange(8, dtype=np.uint64))).sum(axis=1, dtype=np.uint64)

@@ -249,6 +249,18 @@ def test_10_a_keyed_intrinsic_pickles_by_its_key():
     assert call(7) == 14, moved(10, "verify/_simd, _simd512, compact", "a keyed intrinsic no longer compiles")
 
 
+def test_11_function_ids_are_random_once_jit_is_imported():
+    from numba.core import bytecode
+
+    assert ni.function_ids_distinct(), moved(11, "formats/_jit (on import)",
+                                             "FunctionIdentity._unique_ids is not the random ids")
+    ids = {bytecode.FunctionIdentity.from_function(_template).unique_id for _ in range(64)}
+    assert len(ids) == 64 and min(ids) >= 2**62, moved(
+        11, "formats/_jit", f"function ids {sorted(ids)[:3]}... do not come from the random ids")
+    ni.distinct_function_ids()  # idempotent
+    assert ni.function_ids_distinct()
+
+
 def test_the_cap_in_pyproject_covers_the_numba_checked_here():
     text = open(os.path.join(os.path.dirname(__file__), "..", "pyproject.toml"), encoding="utf-8").read()
     major, minor = (int(p) for p in ni.CHECKED_NUMBA.split("."))

@@ -335,7 +335,9 @@ def int8_group_tile(name: str, dot, operand, scratch_bytes: int, raw: bool = Fal
     prefetched (0: no prefetch)."""
     dot1, operand1 = single or (dot, operand)
 
-    @lazy_njit(cache=False, _nrt=False)  # compiled into the tile (cached there)
+    # compiled into the tile (cached there); named after it, as every closure a factory compiles
+    # (the symbol numba gives it: formats/_numba_internals 11)
+    @lazy_njit(cache=False, _nrt=False, tag=name)
     def groups(t, w, geom, a, A, s_t, o_t, da, kind, group, n, P, yt, want_p, want_y, acc, scratch):
         ng = s_t.shape[1]
         tw = _tile_width(n, t)
@@ -371,7 +373,7 @@ if _simd.AVAILABLE:
         ``[tiles, ng, 64]`` factors, widened exactly per group (:func:`_simd.f16_lanes`) into
         the scratch, so a decoded token streams 4 bytes of factors per 32 weights instead of 8."""
 
-        @lazy_njit(cache=False, _nrt=False)
+        @lazy_njit(cache=False, _nrt=False, tag="f16" if half else "f32")
         def groups(t, w, geom, a, A, s_t, o_t, da, kind, group, n, P, yt, want_p, want_y, acc, scratch):
             # The same partials as _tile_panel64_nibble, one group of 64 channels per call of the
             # vpmaddubsw sequence in _simd (exact: see there). Nibble types all have G = 32; ``a``

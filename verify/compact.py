@@ -133,7 +133,8 @@ def _planes_intrinsics(base: int, nplanes: int, kq: int):
 
     Exactness: u <= 2^bits - 1 <= 63 unsigned against int8 a (-128 allowed): one vpmaddubsw lane
     is at most 2·63·128 = 16128, a kg-block's lo + hi 32256 (Q6_K) or 15872 (5 bits, two
-    kg-blocks summed: 31744) < 32767 in int16, widened to int32 after that. ``expand`` stores a
+    kg-blocks summed: 31744) < 32767 in int16, widened to int32 after that (vpmaddwd against
+    (1, 0) and (0, 1): the even and the odd channels, merged in channel order once a group). ``expand`` stores a
     group's u_lo/u_hi once (kq x 256 bytes) and ``scratch dot`` is the same dot reading them:
     with several activation rows the planes are merged once a group, not once a row."""
     from llvmlite import ir
@@ -205,32 +206,53 @@ def _planes_intrinsics(base: int, nplanes: int, kq: int):
         return (builder.or_(lo, builder.call(pshufb, [lut_lo, idx])),
                 builder.or_(hi, builder.call(pshufb, [lut_hi, idx])))
 
-    v16i32 = ir.VectorType(i32, 16)
-    pshufb16 = ir.FunctionType(v16i8, [v16i8, v16i8])
-    #: channel c's plane nibble (bits j = lanes 4c + j) from the word's bytes: c even low, odd high
-    nibble_of = const([c // 2 + 8 * (c % 2) for c in range(16)], v16i32)
-    pairs01 = const([c // 2 + 16 * (c % 2) for c in range(32)], ir.VectorType(i32, 32))
-    bit_tables = [const([4 * (n >> j & 1) for n in range(16)], v16i8) for j in range(4)]
+    #: byte i <- byte i // 2 of the slice's 16 crumb bytes (one per channel), in both 128-bit lanes
+    twice = const([i // 2 for i in range(32)])
+    #: byte i <- byte i // 4 of the slice's 8 plane bytes (two channels a byte, a nibble each)
+    fourfold = const([i // 4 for i in range(32)])
+    #: the plane bit of byte i of u01 (channel c = i // 2, lane 4c + i % 2), of u23 (lane 4c + 2 + i % 2)
+    bit01 = const([1 << (4 * (i // 2 % 2) + i % 2) for i in range(32)])
+    bit23 = const([1 << (4 * (i // 2 % 2) + 2 + i % 2) for i in range(32)])
+
+    def words(v, ty=v16i16):
+        return ir.Constant(ty, [v] * ty.count)
 
     def crumb_lohi(builder, wp, q, s):
         """(u01, u23) of a LUTI2 form (Q2_K, Q3_K), kg-block q, channels 16s .. 16s+15: byte 2c of
         u01 is u(c, k0), byte 2c+1 u(c, k1) (u23: k2, k3), so the activations pair in natural
-        order. A channel's crumb byte y = u0 | u1 << 2 | u2 << 4 | u3 << 6 (16 bytes a slice)::
+        order. A channel's crumb byte y = u0 | u1 << 2 | u2 << 4 | u3 << 6 (16 bytes a slice), each
+        doubled into the 16-bit lane of its channel (one vpshufb), then word shifts and masks::
 
-            c_j = (y >> 2j) & 3                     j = 0..3, 16 channels a vector
-            plane (Q3_K): nibble c of the slice's 64-bit word holds lanes 4c + j (bit j):
-                c_j |= T_j[nibble]  (vpshufb, T_j[n] = 4·(n >> j & 1))
-            u01 = interleave(c_0, c_1), u23 = interleave(c_2, c_3)
+            D = y | y << 8                          (lane c, 16 channels a vector)
+            u01 = D & 0x0003 | (D >> 2) & 0x0300    u23 = (D >> 4) & 0x0003 | (D >> 6) & 0x0300
+            plane (Q3_K): byte b of the slice's 64-bit word holds channels 2b (bits 0-3) and 2b + 1
+                (bits 4-7), bit j = lane 4c + j; repeated x 4 (one vpshufb), masked per byte:
+                u01 |= 4 where (P & bit01) != 0;    u23 |= min(P & bit23, 4)  (bit23 >= 4)
         """
         y = builder.load(at(builder, wp, q * 64 + 16 * s, v16i8), align=1)
-        cs = [builder.and_(builder.lshr(y, const(2 * j, v16i8)) if j else y, const(3, v16i8)) for j in range(4)]
+        pshufb = _numba_internals.llvm_function(builder, ir.FunctionType(v32i8, [v32i8, v32i8]),
+                                                "llvm.x86.avx2.pshuf.b")
+        both = builder.shuffle_vector(y, ir.Constant(v16i8, None), const(list(range(16)) * 2, ir.VectorType(i32, 32)))
+        d = builder.bitcast(builder.call(pshufb, [both, twice]), v16i16)
+
+        def crumbs(shift):
+            lo = builder.and_(builder.lshr(d, words(shift)) if shift else d, words(0x0003))
+            return builder.bitcast(builder.or_(lo, builder.and_(builder.lshr(d, words(shift + 2)), words(0x0300))),
+                                   v32i8)
+
+        u01, u23 = crumbs(0), crumbs(4)
         if nplanes:
-            pshufb = _numba_internals.llvm_function(builder, pshufb16, "llvm.x86.ssse3.pshuf.b.128")
-            word = builder.load(at(builder, wp, pb + q * 32 + 8 * s, v8i8), align=1)
-            lo, hi = builder.and_(word, const(15, v8i8)), builder.lshr(word, const(4, v8i8))
-            nib = builder.shuffle_vector(lo, hi, nibble_of)
-            cs = [builder.or_(c, builder.call(pshufb, [bit_tables[j], nib])) for j, c in enumerate(cs)]
-        return builder.shuffle_vector(cs[0], cs[1], pairs01), builder.shuffle_vector(cs[2], cs[3], pairs01)
+            word = builder.load(at(builder, wp, pb + q * 32 + 8 * s, i64), align=1)
+            v4i64 = ir.VectorType(i64, 4)
+            x4 = builder.shuffle_vector(builder.insert_element(ir.Constant(v4i64, None), word, ir.Constant(i32, 0)),
+                                        ir.Constant(v4i64, None), const(0, ir.VectorType(i32, 4)))
+            p = builder.call(pshufb, [builder.bitcast(x4, v32i8), fourfold])
+            four = const(4)
+            b01 = builder.and_(p, bit01)
+            u01 = builder.or_(u01, builder.select(builder.icmp_unsigned("!=", b01, zero), four, zero))
+            b23 = builder.and_(p, bit23)
+            u23 = builder.or_(u23, builder.select(builder.icmp_unsigned("<", b23, four), b23, four))
+        return u01, u23
 
     if base == 2:
         in_record = crumb_lohi
@@ -240,6 +262,10 @@ def _planes_intrinsics(base: int, nplanes: int, kq: int):
     def scratch_lohi(builder, sp, q, s):
         """(u_lo, u_hi) as :func:`expand` stored them (64 bytes per kg-block and channel slice)."""
         return tuple(builder.load(at(builder, sp, (4 * q + s) * 64 + 32 * h, v32i8), align=1) for h in range(2))
+
+    v8i32 = ir.VectorType(i32, 8)
+    parity = [const([1 - h if i % 2 == 0 else h for i in range(16)], v16i16) for h in range(2)]
+    zip8 = const([j // 2 + 8 * (j % 2) for j in range(16)], ir.VectorType(i32, 16))
 
     def dot_of(lohi):
         @intrinsic
@@ -259,7 +285,9 @@ def _planes_intrinsics(base: int, nplanes: int, kq: int):
                     return builder.bitcast(builder.shuffle_vector(v, ir.Constant(v16i16, None),
                                                                   const(0, ir.VectorType(i32, 16))), v32i8)
 
-                total: list = [None] * 4
+                pmaddwd = _numba_internals.llvm_function(builder, ir.FunctionType(v8i32, [v16i16, v16i16]),
+                                                         "llvm.x86.avx2.pmadd.wd")
+                total: list = [None] * 8  # slice s: channels 16s + 2j at 2s, 16s + 2j + 1 at 2s + 1
                 part: list = [None] * 4
                 for q in range(kq):  # kg-block outer: its two activation patterns built once
                     plo, phi = pair(4 * q), pair(4 * q + 2)
@@ -268,11 +296,15 @@ def _planes_intrinsics(base: int, nplanes: int, kq: int):
                         t = builder.add(builder.call(pmadd, [lo, plo]), builder.call(pmadd, [hi, phi]))
                         part[s] = t if part[s] is None else builder.add(part[s], t)
                         if (q + 1) % run == 0 or q == kq - 1:
-                            wide = builder.sext(part[s], v16i32)
-                            total[s] = wide if total[s] is None else builder.add(total[s], wide)
+                            # widened by vpmaddwd against (1, 0) and (0, 1): the even and the odd
+                            # channels, no shuffle (a sign extension takes three)
+                            for h in range(2):
+                                wide = builder.call(pmaddwd, [part[s], parity[h]])
+                                total[2 * s + h] = wide if total[2 * s + h] is None else builder.add(total[2 * s + h], wide)
                             part[s] = None
                 for s in range(4):
-                    builder.store(total[s], at(builder, cd, 16 * s, v16i32), align=4)
+                    merged = builder.shuffle_vector(total[2 * s], total[2 * s + 1], zip8)
+                    builder.store(merged, at(builder, cd, 16 * s, v16i32), align=4)
                 return context.get_dummy_value()
 
             return sig, codegen

@@ -31,7 +31,7 @@ import numpy as np
 from numba import config, njit, prange, types
 from numba.extending import intrinsic
 
-from ..formats import _numba_internals, qtypes
+from ..formats import _jit, _numba_internals, qtypes  # noqa: F401  (_jit: numba's symbol names, before any compile)
 from ..formats.blocks.f16 import f16_at
 from . import compiled as _c
 from . import dispatch as _d
