@@ -279,7 +279,7 @@ def _sources_digest(modules: tuple[str, ...]) -> str:
 
 # ---- 11: symbol names distinct across processes ---------------------------------------------
 class _RandomIds:
-    """An endless iterator of random 62-bit numbers (``os.urandom``: a forked child draws its own)."""
+    """An endless iterator of random 63-bit numbers, top bit set (``os.urandom``: a forked child draws its own)."""
 
     def __iter__(self) -> "_RandomIds":
         return self

@@ -37,6 +37,8 @@ disabled) the portable kernel runs, with the same results.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..formats import _numba_internals
@@ -49,16 +51,17 @@ KG_BYTES = _panel64.NIBBLE_KG_BYTES  # one kg-block: 4 K x 64 channels of 4 bits
 CHANNELS = _panel64.CHANNELS
 
 
-def target_cpu() -> tuple[str, set[str]]:
+@functools.cache  # (read at import by several predicates here and in _simd512; numba's target is fixed)
+def target_cpu() -> tuple[str, frozenset[str]]:
     """(LLVM CPU name, features) of numba's compile target: ``NUMBA_CPU_NAME``/``NUMBA_CPU_FEATURES``
     when set (an explicit target, portable caches: trust only its feature string), else the host's."""
     from numba import config
 
     if config.CPU_NAME:
-        return config.CPU_NAME, {f[1:] for f in (config.CPU_FEATURES or "").split(",") if f.startswith("+")}
+        return config.CPU_NAME, frozenset(f[1:] for f in (config.CPU_FEATURES or "").split(",") if f.startswith("+"))
     import llvmlite.binding as ll
 
-    return ll.get_host_cpu_name(), {f for f, on in ll.get_host_cpu_features().items() if on}
+    return ll.get_host_cpu_name(), frozenset(f for f, on in ll.get_host_cpu_features().items() if on)
 
 
 def _target_has_avx2() -> bool:

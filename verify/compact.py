@@ -214,9 +214,6 @@ def _planes_intrinsics(base: int, nplanes: int, kq: int):
     bit01 = const([1 << (4 * (i // 2 % 2) + i % 2) for i in range(32)])
     bit23 = const([1 << (4 * (i // 2 % 2) + 2 + i % 2) for i in range(32)])
 
-    def words(v, ty=v16i16):
-        return ir.Constant(ty, [v] * ty.count)
-
     def crumb_lohi(builder, wp, q, s):
         """(u01, u23) of a LUTI2 form (Q2_K, Q3_K), kg-block q, channels 16s .. 16s+15: byte 2c of
         u01 is u(c, k0), byte 2c+1 u(c, k1) (u23: k2, k3), so the activations pair in natural
@@ -236,8 +233,8 @@ def _planes_intrinsics(base: int, nplanes: int, kq: int):
         d = builder.bitcast(builder.call(pshufb, [both, twice]), v16i16)
 
         def crumbs(shift):
-            lo = builder.and_(builder.lshr(d, words(shift)) if shift else d, words(0x0003))
-            return builder.bitcast(builder.or_(lo, builder.and_(builder.lshr(d, words(shift + 2)), words(0x0300))),
+            lo = builder.and_(builder.lshr(d, const(shift, v16i16)) if shift else d, const(0x0003, v16i16))
+            return builder.bitcast(builder.or_(lo, builder.and_(builder.lshr(d, const(shift + 2, v16i16)), const(0x0300, v16i16))),
                                    v32i8)
 
         u01, u23 = crumbs(0), crumbs(4)
