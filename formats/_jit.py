@@ -234,6 +234,7 @@ import numpy as _np  # noqa: E402
 # every kernel module imports this one before it compiles anything: from here on the functions
 # numba compiles get symbol names no other process's cached kernels share (_numba_internals 11)
 _numba_internals.distinct_function_ids()
+_numba_internals.allow_inline_asm()  # (12: a kernel's inline assembly, verify/compact.py)
 
 _U64 = _np.uint64
 
@@ -287,4 +288,3 @@ def _build_prefetch(write: int):
 #: ``prefetch(a, i)``: ``a[i]``'s cache line will be read soon; ``prefetch_w``: written soon
 prefetch = _build_prefetch(0)
 prefetch_w = _build_prefetch(1)
-

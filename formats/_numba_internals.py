@@ -37,6 +37,9 @@ were written against 0.59 and up).
 11    the counter numba numbers compiled functions from               ``_jit`` (on import)
       (``numba.core.bytecode.FunctionIdentity._unique_ids``), which
       goes into every symbol name: random numbers instead
+12    inline assembly in a kernel: numba's JIT assembles it only      ``_jit`` (on import),
+      with LLVM's native asm parser, which numba never initialises    ``verify/compact.py``
+      (``llvmlite.binding.initialize_native_asmparser``)
 ====  ==============================================================  ==========================
 
 numba is imported inside the functions, never here: importing this module costs nothing.
@@ -320,3 +323,22 @@ def function_ids_distinct() -> bool:
     from numba.core import bytecode
 
     return bytecode.FunctionIdentity._unique_ids is _DISTINCT_IDS
+
+
+# ---- 12: inline assembly in a kernel ----------------------------------------------------------
+_ASM_READY = False
+
+
+def allow_inline_asm() -> None:
+    """Let kernels carry inline assembly (``builder.asm`` in an intrinsic: verify/compact.py
+    writes ``vpshufb`` so that LLVM keeps the in-lane byte shuffle it was given instead of a
+    lane-crossing ``vpermq`` and an unpack). numba's JIT emits machine code through LLVM's MC
+    layer, which needs the host's asm parser to assemble an inline-asm string; numba initialises
+    the target and its printer but not the parser, and without it LLVM aborts the process
+    ("Inline asm not supported by this streamer"). Idempotent; ``_jit`` calls it on import."""
+    global _ASM_READY
+    if not _ASM_READY:
+        import llvmlite.binding as llvm
+
+        llvm.initialize_native_asmparser()
+        _ASM_READY = True

@@ -11,7 +11,11 @@ import importlib.util
 import inspect
 import os
 import pickle
+import platform
+import subprocess
 import sys
+import tempfile
+import textwrap
 
 import numba
 import numpy as np
@@ -259,6 +263,37 @@ def test_11_function_ids_are_random_once_jit_is_imported():
         11, "formats/_jit", f"function ids {sorted(ids)[:3]}... do not come from the random ids")
     ni.distinct_function_ids()  # idempotent
     assert ni.function_ids_distinct()
+
+
+def test_12_a_kernel_with_inline_asm_compiles_once_jit_is_imported():
+    """In a fresh process (the parser is process state): ``_jit``'s import initialises LLVM's asm
+    parser, and a kernel whose intrinsic carries inline assembly compiles and runs (without the
+    parser LLVM aborts the process)."""
+    code = textwrap.dedent("""
+        from panelpack.formats import _jit  # noqa: F401
+        from llvmlite import ir
+        from numba import njit, types
+        from numba.extending import intrinsic
+
+        @intrinsic
+        def plus_one(typingctx, x):
+            def codegen(context, builder, sig, args):
+                fnty = ir.FunctionType(ir.IntType(64), [ir.IntType(64)])
+                return builder.asm(fnty, "leaq 1($1), $0", "=r,r", [args[0]], False)
+            return types.int64(types.int64), codegen
+
+        @njit
+        def run(x):
+            return plus_one(x)
+
+        print(run(41))
+    """)
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        pytest.skip("the canary's assembly is x86's")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "NUMBA_CACHE_DIR": tempfile.mkdtemp()})
+    assert out.returncode == 0 and out.stdout.strip() == "42", moved(
+        12, "formats/_jit (on import)", f"inline asm did not assemble: {out.stderr[-400:]}")
 
 
 def test_the_cap_in_pyproject_covers_the_numba_checked_here():

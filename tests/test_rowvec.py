@@ -71,7 +71,8 @@ def _every_kernel():
     return sorted(C.KERNELS)
 
 
-@pytest.mark.parametrize("row", fast_only(_every_kernel(), {("rowmajor", "Q4_0"), ("panel64", "Q4_0")},
+@pytest.mark.parametrize("row", fast_only(_every_kernel(), {("rowmajor", "Q4_0"), ("panel64", "Q4_0"),
+                                                            ("panel64-compact", "Q3_K")},
                                          ids=lambda r: f"{r[0]}-{r[1]}"))
 def test_row_product_equals_checked_run(row, rng):
     """RowProduct's one nopython call == prep.run of dispatch.quantize_activations, for every

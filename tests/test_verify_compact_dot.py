@@ -17,6 +17,7 @@ def test_planes_dot_is_its_reference(base, nplanes, kq, rng):
     if not _simd.AVAILABLE:
         pytest.skip("numba does not target AVX2 here")
     dot, expand, scratch_dot = compact._planes_intrinsics(base, nplanes, kq)
+    recipe = compact.avx2_activations(base, nplanes)
 
     @njit
     def run(w, woff, a, aoff, acc):
@@ -34,9 +35,11 @@ def test_planes_dot_is_its_reference(base, nplanes, kq, rng):
         for a in (rng.integers(-128, 128, 4 * kq + 8), np.full(4 * kq + 8, -128), np.full(4 * kq + 8, 127)):
             a = np.asarray(a, np.int8)
             acc = np.zeros(64, np.int32)
-            pa = _simd.pair_order(a[None, 4:4 + 4 * kq])[0] if base == 4 else a[4:4 + 4 * kq].copy()
+            group = a[None, 4:4 + 4 * kq]
+            pa = _simd.pair_order(group)[0] if base == 4 else group[0].copy()
+            row = pa if recipe is None else recipe(group)[0]  # one row: the kernel's, tables appended
             want = compact.record_group_dot_ref(w, gb, a, 4, base, nplanes, kq)
-            run(w, gb, pa, 0, acc)
+            run(w, gb, row, 0, acc)
             assert np.array_equal(acc, want), fill
             acc[:] = 0
             run_expanded(w, gb, pa, 0, acc, np.zeros(kq * 256, np.uint8))
@@ -76,3 +79,35 @@ def test_vnni_dot_is_its_reference(base, nplanes, kq, rng):
             acc[:] = 0
             run_expanded(w, gb, a, 4, acc, np.zeros(kq * 256, np.uint8))
             assert np.array_equal(acc, want), fill
+
+
+@pytest.mark.parametrize("base, nplanes", [(4, 1), (4, 2), (2, 0), (2, 1)])
+def test_activation_tables_are_their_reference(base, nplanes, rng):
+    """The activation row of a planes dot (verify/_act_tables.py): the K activations in the
+    kernel's order, then per kg-block its tables as int16 low and high bytes, == the numpy
+    statement, activations at both ends; several rows: the activations only."""
+    from panelpack.verify import _act_tables
+
+    recipe = compact.activation_recipe(base, nplanes)
+    k = 64
+    for a in (rng.integers(-128, 128, (1, k)), np.full((1, k), -128), np.full((1, k), 127)):
+        a = np.asarray(a, np.int8)
+        row = recipe(a)
+        assert row.shape == (1, recipe.width(k)) == (1, k + k // 4 * _act_tables.table_bytes(recipe.mode))
+        order = _simd.pair_order(a)[0] if base == 4 else a[0]
+        assert np.array_equal(row[0, :k], order)
+        tables = row[0, k:].reshape(k // 4, -1)
+        assert np.array_equal(tables, _act_tables.tables_ref(a[0], recipe.mode))
+        # entries read back as int16 are the sums (crumbs: c0·x0 + c1·x1 ..., planes: scale·Σ bits·x)
+        x = a[0].astype(np.int64).reshape(-1, 4)
+        t16 = tables.view(np.uint8).reshape(k // 4, -1, 2, 16).astype(np.int64)
+        entries = (t16[:, :, 0] | t16[:, :, 1] << 8).astype(np.uint16).view(np.int16)
+        n = np.arange(16)
+        if base == 2:
+            assert np.array_equal(entries[:, 0], x[:, :1] * (n & 3) + x[:, 1:2] * (n >> 2))
+            assert np.array_equal(entries[:, 1], x[:, 2:3] * (n & 3) + x[:, 3:4] * (n >> 2))
+        if nplanes:
+            bits = (n[:, None] >> np.arange(4)) & 1
+            assert np.array_equal(entries[:, -1], recipe.scale * (x @ bits.T))
+    several = np.asarray(rng.integers(-128, 128, (3, k)), np.int8)
+    assert np.array_equal(recipe(several), _simd.pair_order(several) if base == 4 else several)

@@ -17,7 +17,7 @@ from ..formats import _numba_internals
 from ..formats._jit import closable_inline, lazy_njit
 from ..repack import panel64 as _panel64
 from ..repack import panel64_compact as _compact
-from . import _simd, _simd512
+from . import _act_tables, _simd, _simd512
 from . import compiled as _compiled
 from ._compiled_kernels import TILE, _column_tile, _tile_view, int8_group_tile
 from .registry import PathResult, Sample
@@ -115,36 +115,46 @@ def _expand_intrinsic(nplanes: int, kq: int):
 
 # ---- the planes dot (Q5_0/Q5_1/Q5_K, Q6_K where pdep is fast, Q2_K, Q3_K): no int8 expansion. A LUTI4
 # ---- form's base plane is panel64's nibble panel, so the group dot is _simd.nibble_group_dot's on the
-# ---- raw stored codes u (0 .. 2^bits-1, activations in pair order), each bit plane OR-ed into the
-# ---- nibble lanes it belongs to; a LUTI2 form's crumbs pair in natural order (crumb_lohi); the
-# ---- tile subtracts code_offset * A as the nibble tiles do.
+# ---- raw stored codes u (0 .. 2^bits-1, activations in pair order); a LUTI2 form's crumb bytes and
+# ---- every bit plane go through the activation row's 16-entry tables (verify/_act_tables.py, one
+# ---- row); with several rows the planes are OR-ed into the code bytes once a group. The tile
+# ---- subtracts code_offset * A as the nibble tiles do.
 def _planes_intrinsics(base: int, nplanes: int, kq: int):
-    """(dot, expand, scratch dot) of a LUTI4 form (``base`` 4), or of a LUTI2 one (``base`` 2:
-    :func:`crumb_lohi` below, activations in natural order). ``dot``: ``acc[0:64] = Σ_kk u(c, kk)·x[kk]``
-    (int32) for the group record at byte ``woff`` of ``w``
-    (base plane: kq kg-blocks of 128 nibble bytes; plane p: kq x 32 bytes after it), ``a[aoff:]``
-    the group's 4·kq activations in pair order (_simd.pair_order). Per kg-block q and 32 nibble
-    bytes (channels 16s .. 16s+15)::
+    """(dot, expand, scratch dot) of a LUTI4 form (``base`` 4), or of a LUTI2 one (``base`` 2).
+    ``dot``: ``acc[0:64] = Σ_kk u(c, kk)·x[kk]`` (int32) for the group record at byte ``woff`` of
+    ``w`` (base plane: kq kg-blocks of 128 nibble bytes or 64 crumb bytes; plane p: kq x 32 bytes
+    after it), ``a`` the activation row of :func:`activation_recipe` and ``aoff`` the group's
+    first activation in it (one row: its tables follow the K activations). Per kg-block q::
 
-        lo = x & 15 (K 0, 2 of each channel), hi = x >> 4 & 15 (K 1, 3)
-        plane word = the 64 bits of lanes 4c + j (c = 16s ..): lo byte i takes bit 2i, hi byte i
-                     bit 2i + 1 (the word's byte i // 4 in byte i, tested against its bit)
-        u = lo | 2^(4+p) where set (hi likewise);  vpmaddubsw(u_lo, (a0, a2)) + vpmaddubsw(u_hi, (a1, a3))
+        LUTI4, 32 nibble bytes x (channels 16s .. 16s+15):
+            vpmaddubsw(x & 15, (a0, a2)) + vpmaddubsw(x >> 4 & 15, (a1, a3))     (pair order)
+        LUTI2, 32 crumb bytes y (slices s, s + 1):
+            C01[y & 15] + C23[y >> 4]        (vpshufb of the tables' low and high bytes, unpacked)
+        plane p, 16 plane bytes (slices s, s + 1; nibble c = channel c's 4 bits):
+            2^p x P[nibble]      (P = Σ bits·x; LUTI4: summed apart, x 2^4 when widened; LUTI2: 4·P)
 
-    Exactness: u <= 2^bits - 1 <= 63 unsigned against int8 a (-128 allowed): one vpmaddubsw lane
-    is at most 2·63·128 = 16128, a kg-block's lo + hi 32256 (Q6_K) or 15872 (5 bits, two
-    kg-blocks summed: 31744) < 32767 in int16, widened to int32 after that (vpmaddwd against
-    (1, 0) and (0, 1): the even and the odd channels, merged in channel order once a group). ``expand`` stores a
-    group's u_lo/u_hi once (kq x 256 bytes) and ``scratch dot`` is the same dot reading them:
-    with several activation rows the planes are merged once a group, not once a row."""
+    ``expand`` stores a group's code bytes with the planes merged (u_lo/u_hi, kq x 256 bytes;
+    LUTI2: crumbs paired in natural order, :func:`crumb_lohi`) and ``scratch dot`` is
+    vpmaddubsw on them: with several activation rows the planes are merged once a group, not
+    once a row.
+
+    Exactness: every sum is an integer sum of u·a with u <= 2^bits - 1 <= 63 and |a| <= 128, so
+    a kg-block's int16 lanes hold at most 4·63·128 = 32256 (Q6_K; 5 bits: 15872, two kg-blocks
+    summed: 31744; 3 bits: 3584, four summed) < 32767, widened to int32 after that (vpmaddwd
+    against (1, 0) and (0, 1): the even and the odd channels, merged in channel order once a
+    group); the table dot's LUTI4 nibbles alone 4·15·128 = 7680 (four summed: 30720) and its
+    planes apart 3·512 a kg-block (a group: 6144), sign-extended; one vpmaddubsw lane is at most
+    2·63·128 and a table entry 4·4·128 in magnitude."""
     from llvmlite import ir
     from numba import types
+    from numba.core import cgutils
     from numba.extending import intrinsic
 
     i8, i16, i32, i64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
     v32i8, v8i8, v16i16, v16i32 = ir.VectorType(i8, 32), ir.VectorType(i8, 8), ir.VectorType(i16, 16), ir.VectorType(i32, 16)
     bits = base + nplanes
     run = max(1, 32767 // (4 * ((1 << bits) - 1) * 128))  # kg-blocks summed in int16
+    run_apart = 32767 // (4 * 15 * 128)  # ... the nibbles alone (the planes summed apart: <= 3·512·kq)
     pb = kq * 32 * base  # the first plane byte
 
     def const(v, ty=v32i8):
@@ -161,12 +171,19 @@ def _planes_intrinsics(base: int, nplanes: int, kq: int):
     def data(context, builder, signature, args, i):
         return context.make_array(signature.args[i])(context, builder, args[i]).data
 
-    def record_lohi(builder, wp, q, s):
-        """(u_lo, u_hi) of kg-block q, channels 16s .. 16s+15, from the record at ``wp``."""
+    def record_lohi(builder, wp, q, s, planes=nplanes):
+        """(u_lo, u_hi) of kg-block q, channels 16s .. 16s+15, from the record at ``wp`` (its
+        first ``planes`` bit planes OR-ed in)::
+
+            lo = x & 15 (K 0, 2 of each channel), hi = x >> 4 & 15 (K 1, 3)
+            plane word = the 64 bits of lanes 4c + j (c = 16s ..): lo byte i takes bit 2i, hi byte i
+                         bit 2i + 1 (the word's byte i // 4 in byte i, tested against its bit)
+            u = lo | 2^(4+p) where set (hi likewise)
+        """
         x = builder.load(at(builder, wp, q * 128 + 32 * s, v32i8), align=1)
         lo = builder.and_(x, const(15))
         hi = builder.and_(builder.lshr(x, const(4)), const(15))
-        for p in range(nplanes):
+        for p in range(planes):
             word = builder.load(at(builder, wp, pb + (p * kq + q) * 32 + 8 * s, v8i8), align=1)
             bb = builder.shuffle_vector(word, ir.Constant(v8i8, None), spread)
             add = const(1 << (4 + p))
@@ -206,6 +223,12 @@ def _planes_intrinsics(base: int, nplanes: int, kq: int):
         return (builder.or_(lo, builder.call(pshufb, [lut_lo, idx])),
                 builder.or_(hi, builder.call(pshufb, [lut_hi, idx])))
 
+    def byte_shuffle(builder, table, idx):
+        """vpshufb, kept as it is written (LLVM rewrites a constant one, often into a lane-crossing
+        vpermq and an unpack)."""
+        fnty = ir.FunctionType(v32i8, [v32i8, v32i8])
+        return builder.asm(fnty, "vpshufb $2, $1, $0", "=x,x,x", [table, idx], False)
+
     #: byte i <- byte i // 2 of the slice's 16 crumb bytes (one per channel), in both 128-bit lanes
     twice = const([i // 2 for i in range(32)])
     #: byte i <- byte i // 4 of the slice's 8 plane bytes (two channels a byte, a nibble each)
@@ -214,7 +237,7 @@ def _planes_intrinsics(base: int, nplanes: int, kq: int):
     bit01 = const([1 << (4 * (i // 2 % 2) + i % 2) for i in range(32)])
     bit23 = const([1 << (4 * (i // 2 % 2) + 2 + i % 2) for i in range(32)])
 
-    def crumb_lohi(builder, wp, q, s):
+    def crumb_lohi(builder, wp, q, s, planes=nplanes):
         """(u01, u23) of a LUTI2 form (Q2_K, Q3_K), kg-block q, channels 16s .. 16s+15: byte 2c of
         u01 is u(c, k0), byte 2c+1 u(c, k1) (u23: k2, k3), so the activations pair in natural
         order. A channel's crumb byte y = u0 | u1 << 2 | u2 << 4 | u3 << 6 (16 bytes a slice), each
@@ -230,7 +253,7 @@ def _planes_intrinsics(base: int, nplanes: int, kq: int):
         pshufb = _numba_internals.llvm_function(builder, ir.FunctionType(v32i8, [v32i8, v32i8]),
                                                 "llvm.x86.avx2.pshuf.b")
         both = builder.shuffle_vector(y, ir.Constant(v16i8, None), const(list(range(16)) * 2, ir.VectorType(i32, 32)))
-        d = builder.bitcast(builder.call(pshufb, [both, twice]), v16i16)
+        d = builder.bitcast(byte_shuffle(builder, both, twice), v16i16)
 
         def crumbs(shift):
             lo = builder.and_(builder.lshr(d, const(shift, v16i16)) if shift else d, const(0x0003, v16i16))
@@ -238,7 +261,7 @@ def _planes_intrinsics(base: int, nplanes: int, kq: int):
                                    v32i8)
 
         u01, u23 = crumbs(0), crumbs(4)
-        if nplanes:
+        if planes:
             word = builder.load(at(builder, wp, pb + q * 32 + 8 * s, i64), align=1)
             v4i64 = ir.VectorType(i64, 4)
             x4 = builder.shuffle_vector(builder.insert_element(ir.Constant(v4i64, None), word, ir.Constant(i32, 0)),
@@ -264,7 +287,121 @@ def _planes_intrinsics(base: int, nplanes: int, kq: int):
     parity = [const([1 - h if i % 2 == 0 else h for i in range(16)], v16i16) for h in range(2)]
     zip8 = const([j // 2 + 8 * (j % 2) for j in range(16)], ir.VectorType(i32, 16))
 
-    def dot_of(lohi):
+    # ---- the single-row dot through activation tables (verify/_act_tables.py): a plane word's
+    # ---- nibble c is channel c's bits for the kg-block's K 0..3 (bit j = lane 4c + j), so its share
+    # ---- of the dot is P[n] = Σ_j bit_j(n)·x[kj], one 16-entry int16 table a kg-block (built once a
+    # ---- call), looked up by vpshufb (its low bytes, its high bytes), 32 channels (two slices) a
+    # ---- lookup; plane p adds its lookups 2^p times (LUTI4: summed apart, times 2^4 when widened;
+    # ---- LUTI2: the table is 4·P, added to the crumbs' sums). On AVX2 a byte shuffle, shift or
+    # ---- unpack issues on two of the four vector pipes: no lane-crossing ones.
+    v16i8 = ir.VectorType(i8, 16)
+    both_lanes = const(list(range(16)) * 2, ir.VectorType(i32, 32))
+    #: byte i <- the plane byte of its channel, in the crumb tables' order (lane 0: slice s ch 0-15;
+    #: lane 1: slice s + 1), twice
+    nibble_bytes = const([8 * (i // 16) + i % 16 // 2 for i in range(32)])
+    unpack_lo = const([16 * (i // 16) + i % 16 // 2 + 32 * (i % 2) for i in range(32)], ir.VectorType(i32, 32))
+    unpack_hi = const([16 * (i // 16) + 8 + i % 16 // 2 + 32 * (i % 2) for i in range(32)], ir.VectorType(i32, 32))
+
+    tb = _act_tables.table_bytes(activation_recipe(base, nplanes).mode)  # table bytes a kg-block
+
+    def row_tables(builder, tp, q, i):
+        """Kg-block q's table ``i`` (low bytes, high bytes), each in both 128-bit lanes, from the
+        activation row's tables (verify/_act_tables.py) at ``tp``."""
+        return tuple(builder.shuffle_vector(builder.load(at(builder, tp, tb * q + 32 * i + 16 * h, v16i8), align=1),
+                                            ir.Constant(v16i8, None), both_lanes) for h in range(2))
+
+    def plane_lookups(builder, wp, p, q, s, tables):
+        """A LUTI2 form's plane p, kg-block q, slices s and s + 1 (s even): two int16 vectors in
+        the crumb sums' order, from their 16 plane bytes W (W[0:8] slice s, W[8:16] slice s + 1;
+        byte b: channels 2b, 2b + 1)::
+
+            [W | W] (one load)  ->  byte pairs (b, b): lane 0 slice s ch 0-15, lane 1 slice s + 1
+            n = b & 0x0F in the low byte, b >> 4 in the high byte   (16-bit lanes)
+            L, H = vpshufb(low bytes, n), vpshufb(high bytes, n)
+            unpacklo(L, H) = ch 0-7 of s | of s + 1,  unpackhi(L, H) = ch 8-15 of s | of s + 1
+        """
+        word = builder.load(at(builder, wp, pb + (p * kq + q) * 32 + 8 * s, v16i8), align=1)
+        pairs = byte_shuffle(builder, builder.shuffle_vector(word, ir.Constant(v16i8, None), both_lanes), nibble_bytes)
+        d = builder.bitcast(pairs, v16i16)
+        n = builder.or_(builder.and_(d, const(0x000F, v16i16)), builder.and_(builder.lshr(d, const(4, v16i16)),
+                                                                          const(0x0F00, v16i16)))
+        n = builder.bitcast(n, v32i8)
+        lows, highs = (byte_shuffle(builder, table, n) for table in tables)
+        return tuple(builder.bitcast(builder.shuffle_vector(lows, highs, m), v16i16) for m in (unpack_lo, unpack_hi))
+
+    v4i64 = ir.VectorType(i64, 4)
+
+    def plane_lookups_split(builder, wp, p, q, s, tables):
+        """:func:`plane_lookups` for a LUTI4 form, whose planes are summed apart from the nibbles:
+        slice s's share as (even channels | odd channels), then slice s + 1's (int16, unscaled)::
+
+            [W | W] (one load)  ->  lane 0: W & 0x0F (channels 2b), lane 1: (W >> 4) & 0x0F (2b + 1)
+            L, H = vpshufb(low bytes, n), vpshufb(high bytes, n)
+            slice s = unpacklo(L, H), slice s + 1 = unpackhi(L, H)
+        """
+        word = builder.load(at(builder, wp, pb + (p * kq + q) * 32 + 8 * s, v16i8), align=1)
+        y = builder.bitcast(builder.shuffle_vector(word, ir.Constant(v16i8, None), both_lanes), v4i64)
+        n = builder.and_(builder.bitcast(builder.lshr(y, const([0, 0, 4, 4], v4i64)), v32i8), const(15))
+        lows, highs = (byte_shuffle(builder, table, n) for table in tables)
+        return tuple(builder.bitcast(builder.shuffle_vector(lows, highs, m), v16i16) for m in (unpack_lo, unpack_hi))
+
+    def kg_tables(builder, wp, q, plo, phi, pmadd, tp):
+        """The four int16 sums of kg-block q (16 channels each, :data:`sum_channels`) and the
+        planes' four apart (LUTI4: slice s's even channels, then its odd ones; None for LUTI2): a
+        LUTI4 form's nibbles by vpmaddubsw and its planes by their table, a LUTI2 form's crumb
+        bytes y by their two tables (indices y & 15, y >> 4: 32 channels a lookup) and its plane
+        by its table, added in."""
+        ts = []
+        if base == 4:
+            for s in range(4):
+                lo, hi = record_lohi(builder, wp, q, s, planes=0)
+                ts.append(builder.add(builder.call(pmadd, [lo, plo]), builder.call(pmadd, [hi, phi])))
+        else:
+            c01, c23 = row_tables(builder, tp, q, 0), row_tables(builder, tp, q, 1)
+            for s in (0, 2):  # lane 0: slice s's 16 crumb bytes, lane 1: slice s + 1's
+                y = builder.load(at(builder, wp, q * 64 + 16 * s, v32i8), align=1)
+                n01, n23 = builder.and_(y, const(15)), builder.and_(builder.lshr(y, const(4)), const(15))
+                sums = [None, None]
+                for tables, n in ((c01, n01), (c23, n23)):
+                    lows, highs = (byte_shuffle(builder, table, n) for table in tables)
+                    for h, m in enumerate((unpack_lo, unpack_hi)):
+                        v = builder.bitcast(builder.shuffle_vector(lows, highs, m), v16i16)
+                        sums[h] = v if sums[h] is None else builder.add(sums[h], v)
+                ts += sums
+        if not nplanes:
+            return ts, None
+        tables = row_tables(builder, tp, q, 2 if base == 2 else 0)
+        apart: list = [None] * 4
+        for s in (0, 2):
+            for p in range(nplanes):
+                lookups = plane_lookups(builder, wp, p, q, s, tables) if base == 2 else \
+                    plane_lookups_split(builder, wp, p, q, s, tables)
+                for h, v in enumerate(lookups):
+                    for _ in range(1 << p):
+                        if base == 2:
+                            ts[s + h] = builder.add(ts[s + h], v)
+                        else:
+                            apart[s + h] = v if apart[s + h] is None else builder.add(apart[s + h], v)
+        return ts, (apart if base == 4 else None)
+
+    #: the channels of the 16 int16 lanes of kg_tables' sums: slice s's 16 in order (LUTI4), or
+    #: (LUTI2, s = 2 sp + h) channels 8h .. 8h+7 of slice 2 sp, then of slice 2 sp + 1
+    sum_channels = [[16 * s + i for i in range(16)] if base == 4 else
+                    [16 * (2 * (s // 2) + i // 8) + 8 * (s % 2) + i % 8 for i in range(16)] for s in range(4)]
+
+    def kg_codes(lohi):
+        """The four slices' int16 sums of kg-block q from ``lohi``'s code bytes (planes merged),
+        channels in order."""
+        def kg(builder, wp, q, plo, phi, pmadd, tp):
+            return [builder.add(builder.call(pmadd, [lo, plo]), builder.call(pmadd, [hi, phi]))
+                    for lo, hi in (lohi(builder, wp, q, s) for s in range(4))], None
+        return kg
+
+    def dot_of(kg_block, tables=False, channels=None):
+        """The dot over ``kg_block``'s sums, whose lanes hold ``channels`` (16 a sum; default in
+        order), read from the activation row's tables where ``tables``."""
+        channels = channels or [[16 * s + i for i in range(16)] for s in range(4)]
+        width = min(next((i for i in range(1, 16) if ch[i] != ch[0] + i), 16) for ch in channels)
         @intrinsic
         def dot(typingctx, w, woff, a, aoff, acc):
             sig = types.void(w, woff, a, aoff, acc)
@@ -275,6 +412,11 @@ def _planes_intrinsics(base: int, nplanes: int, kq: int):
                 cd = data(context, builder, signature, args, 4)
                 pmadd = _numba_internals.llvm_function(builder, ir.FunctionType(v16i16, [v32i8, v32i8]),
                                                        "llvm.x86.avx2.pmadd.ub.sw")
+                tp = None
+                if tables:  # the group's first table: K + (tb/4)·aoff into the row of K·(1 + tb/4) bytes
+                    row = context.make_array(signature.args[2])(context, builder, args[2])
+                    k = builder.udiv(cgutils.unpack_tuple(builder, row.shape)[0], ir.Constant(i64, 1 + tb // 4))
+                    tp = builder.gep(row.data, [builder.add(k, builder.mul(args[3], ir.Constant(i64, tb // 4)))])
 
                 def pair(o):  # the 2 activation bytes at ap + o, repeated x 16
                     v = builder.insert_element(ir.Constant(v16i16, None), builder.load(at(builder, ap, o, i16), align=1),
@@ -286,22 +428,34 @@ def _planes_intrinsics(base: int, nplanes: int, kq: int):
                                                          "llvm.x86.avx2.pmadd.wd")
                 total: list = [None] * 8  # slice s: channels 16s + 2j at 2s, 16s + 2j + 1 at 2s + 1
                 part: list = [None] * 4
+                apart: list = [None] * 4  # the planes summed apart (LUTI4 tables): (even | odd channels)
                 for q in range(kq):  # kg-block outer: its two activation patterns built once
                     plo, phi = pair(4 * q), pair(4 * q + 2)
-                    for s in range(4):
-                        lo, hi = lohi(builder, wp, q, s)
-                        t = builder.add(builder.call(pmadd, [lo, plo]), builder.call(pmadd, [hi, phi]))
+                    ts, planes = kg_block(builder, wp, q, plo, phi, pmadd, tp)
+                    for s, t in enumerate(planes or ()):
+                        apart[s] = t if apart[s] is None else builder.add(apart[s], t)
+                    steps = run_apart if planes else run
+                    for s, t in enumerate(ts):
                         part[s] = t if part[s] is None else builder.add(part[s], t)
-                        if (q + 1) % run == 0 or q == kq - 1:
+                        if (q + 1) % steps == 0 or q == kq - 1:
                             # widened by vpmaddwd against (1, 0) and (0, 1): the even and the odd
                             # channels, no shuffle (a sign extension takes three)
                             for h in range(2):
                                 wide = builder.call(pmaddwd, [part[s], parity[h]])
                                 total[2 * s + h] = wide if total[2 * s + h] is None else builder.add(total[2 * s + h], wide)
                             part[s] = None
-                for s in range(4):
+                for s in range(4 if apart[0] is not None else 0):  # + 2^base x the planes, sign-extended
+                    for h in range(2):
+                        half = builder.shuffle_vector(apart[s], ir.Constant(v16i16, None),
+                                                      const(list(range(8 * h, 8 * h + 8)), ir.VectorType(i32, 8)))
+                        wide = builder.shl(builder.sext(half, v8i32), const(base, v8i32))
+                        total[2 * s + h] = builder.add(total[2 * s + h], wide)
+                for s in range(4):  # each sum's 16 lanes in order, stored by runs of channels
                     merged = builder.shuffle_vector(total[2 * s], total[2 * s + 1], zip8)
-                    builder.store(merged, at(builder, cd, 16 * s, v16i32), align=4)
+                    for r in range(0, 16, width):
+                        part_r = merged if width == 16 else builder.shuffle_vector(
+                            merged, ir.Constant(v16i32, None), const(list(range(r, r + width)), ir.VectorType(i32, width)))
+                        builder.store(part_r, at(builder, cd, channels[s][r], ir.VectorType(i32, width)), align=4)
                 return context.get_dummy_value()
 
             return sig, codegen
@@ -325,9 +479,9 @@ def _planes_intrinsics(base: int, nplanes: int, kq: int):
         return sig, codegen
 
     key = f"{__name__}.planes_intrinsics({base}, {nplanes}, {kq})"
-    return (_numba_internals.keyed_intrinsic(dot_of(in_record), f"{key}.dot"),
+    return (_numba_internals.keyed_intrinsic(dot_of(kg_tables, True, sum_channels), f"{key}.dot"),
             _numba_internals.keyed_intrinsic(expand, f"{key}.expand"),
-            _numba_internals.keyed_intrinsic(dot_of(scratch_lohi), f"{key}.scratch_dot"))
+            _numba_internals.keyed_intrinsic(dot_of(kg_codes(scratch_lohi)), f"{key}.scratch_dot"))
 
 
 def _avx2_planes_tile(base: int, nplanes: int, kq: int):
@@ -364,9 +518,19 @@ def _planes_dot_form(base: int, nplanes: int) -> bool:
 
 
 def avx2_activations(base: int, nplanes: int):
-    """The activation order of a form's AVX2 tile: :func:`_simd.pair_order` for the LUTI4
-    planes dot (nibble pairs k0, k2 | k1, k3), None (natural) for the others."""
-    return _simd.pair_order if base == 4 and _planes_dot_form(base, nplanes) else None
+    """The activations of a form's AVX2 tile: for the planes dot, the row with its tables
+    appended (:func:`activation_recipe`, verify/_act_tables.py; pair order for the LUTI4 forms:
+    nibble pairs k0, k2 | k1, k3), None (natural, as given) for the expansion tile."""
+    if not _planes_dot_form(base, nplanes):
+        return None
+    return activation_recipe(base, nplanes)
+
+
+def activation_recipe(base: int, nplanes: int) -> _act_tables.Recipe:
+    """The activation row of a form's planes dot: pair order and the plane table for the LUTI4
+    forms (the dot sums the planes apart and scales them by 2^base when it widens), the crumb
+    tables and the plane table times 2^base for the LUTI2 ones (added to the crumbs' sums)."""
+    return _act_tables.Recipe(pair=base == 4, crumbs=base == 2, scale=(1 if base == 4 else 4) if nplanes else 0)
 
 
 def _avx2_tile(base: int, nplanes: int, kq: int):

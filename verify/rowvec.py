@@ -11,7 +11,8 @@ entry point:
 
     x f32 [K] ─ Q8_0 codec's _quantize_range (the very quantizer of dispatch.quantize_activations)
               ─ a int8 [1, K], da = f32(f16 d) [1, K/32], A [1, K/G], max |a|
-              ─ a in the kernel's order (spec.activations: _simd.pair_order for the AVX2 nibble tiles)
+              ─ a in the kernel's order (spec.activations: _simd.pair_order for the AVX2 nibble tiles;
+                an _act_tables.Recipe: the compact planes dots' row, tables appended)
               ─ chunk = chunks[max |a|]   (compiled._chunk, tabled for every max |a| at planning)
               ─ the tile function over every tile (the same call the drivers make)
 
@@ -33,6 +34,7 @@ from numba.extending import intrinsic
 
 from ..formats import _jit, _numba_internals, qtypes  # noqa: F401  (_jit: numba's symbol names, before any compile)
 from ..formats.blocks.f16 import f16_at
+from . import _act_tables
 from . import compiled as _c
 from . import dispatch as _d
 
@@ -73,15 +75,16 @@ def _tile_addresses(tile) -> tuple:
 _RSIG = types.boolean(
     types.int64, types.int64, _ro(types.float32, 1), types.uint8[::1], types.int8[:, ::1], types.int8[:, ::1],
     types.int32[:, ::1], types.float32[:, ::1], _ro(types.uint8, 1), _ro(types.int64, 1),
-    _ro(types.float32, 3), _ro(types.float32, 3), types.int64, types.int64, _ro(types.int64, 1), types.boolean,
+    _ro(types.float32, 3), _ro(types.float32, 3), types.int64, types.int64, _ro(types.int64, 1), types.int64,
     types.int64, types.int32[:, :, ::1], types.float32[:, ::1],
 )
 
 
 @njit(inline="always")
-def _prologue(x, qbuf, a, a_k, A, da, group, pair):
-    """Quantize ``x`` into ``a``/``da`` (and ``a_k``, the kernel's order), sum ``A``; return
-    ``max |a|``, or -1 when ``x`` holds a non-finite value (nothing else is then written)."""
+def _prologue(x, qbuf, a, a_k, A, da, group, mode):
+    """Quantize ``x`` into ``a``/``da`` (and ``a_k``, the kernel's row: ``mode`` is
+    ``_act_tables.fill``'s, 0 for ``a`` itself), sum ``A``; return ``max |a|``, or -1 when ``x``
+    holds a non-finite value (nothing else is then written)."""
     k = x.shape[0]
     for i in range(k):
         if not np.isfinite(x[i]):
@@ -100,33 +103,29 @@ def _prologue(x, qbuf, a, a_k, A, da, group, pair):
         for i in range(g * group, (g + 1) * group):
             s += np.int32(a[0, i])
         A[0, g] = s
-    if pair:  # _simd.pair_order: each run of 4 as (x0, x2, x1, x3)
-        for q in range(0, k, 4):
-            a_k[0, q] = a[0, q]
-            a_k[0, q + 1] = a[0, q + 2]
-            a_k[0, q + 2] = a[0, q + 1]
-            a_k[0, q + 3] = a[0, q + 3]
+    if mode:  # pair order (_simd.pair_order: each run of 4 as x0, x2, x1, x3) and/or tables
+        _act_tables.fill(a, mode, a_k)
     return a_max
 
 
 @njit(inline="always")
-def _start(x, qbuf, a, a_k, A, da, group, pair, chunks):
+def _start(x, qbuf, a, a_k, A, da, group, mode, chunks):
     """The chunk length for the tiles, or -1 for a non-finite ``x`` (see :func:`_prologue`)."""
-    a_max = _prologue(x, qbuf, a, a_k, A, da, group, pair)
+    a_max = _prologue(x, qbuf, a, a_k, A, da, group, mode)
     return chunks[a_max] if a_max >= 0 else -1
 
 
-def _row_serial(tile_j, tile_c, x, qbuf, a, a_k, A, da, w, geom, s_t, o_t, kind, group, chunks, pair, n, P, y):
+def _row_serial(tile_j, tile_c, x, qbuf, a, a_k, A, da, w, geom, s_t, o_t, kind, group, chunks, mode, n, P, y):
     tile = _tile_at(tile_j, tile_c)
-    chunk = _start(x, qbuf, a, a_k, A, da, group, pair, chunks)
+    chunk = _start(x, qbuf, a, a_k, A, da, group, mode, chunks)
     for t in range(s_t.shape[0] if chunk >= 0 else 0):
         tile(np.int64(t), w, geom, a_k, A, s_t, o_t, da, kind, group, chunk, n, P, y, False, True)
     return chunk >= 0
 
 
-def _row_parallel(tile_j, tile_c, x, qbuf, a, a_k, A, da, w, geom, s_t, o_t, kind, group, chunks, pair, n, P, y):
+def _row_parallel(tile_j, tile_c, x, qbuf, a, a_k, A, da, w, geom, s_t, o_t, kind, group, chunks, mode, n, P, y):
     tile = _tile_at(tile_j, tile_c)
-    chunk = _start(x, qbuf, a, a_k, A, da, group, pair, chunks)
+    chunk = _start(x, qbuf, a, a_k, A, da, group, mode, chunks)
     nt = s_t.shape[0] if chunk >= 0 else 0
     for t in prange(nt):
         tile(np.int64(t), w, geom, a_k, A, s_t, o_t, da, kind, group, chunk, n, P, y, False, True)
@@ -191,12 +190,18 @@ class RowProduct:
         t = prep.qtype
         self._tile = _c._compiled(prep.spec.kernel)
         self._tile_args = _tile_addresses(self._tile)
-        self._pair = prep.spec.activations is not None
-        if self._pair and prep.spec.activations is not _c._simd.pair_order:
-            raise NotImplementedError(f"{prep.spec.path}: an activation order other than pair_order")
+        acts = prep.spec.activations
+        if acts is None:
+            self._mode, width = 0, self.k
+        elif acts is _c._simd.pair_order:
+            self._mode, width = _act_tables.PAIR, self.k
+        elif isinstance(acts, _act_tables.Recipe):
+            self._mode, width = acts.mode, acts.width(self.k)
+        else:
+            raise NotImplementedError(f"{prep.spec.path}: activations other than pair_order or an _act_tables.Recipe")
         self._qbuf = np.empty(self.k // _QK * _QB, np.uint8)
         self._a = np.empty((1, self.k), np.int8)
-        self._a_k = np.empty((1, self.k), np.int8) if self._pair else self._a
+        self._a_k = np.empty((1, width), np.int8) if self._mode else self._a
         self._A = np.empty((1, self.k // t.group), np.int32)
         self._da = np.empty((1, self.k // _d.QK8), np.float32)
         self._P = np.empty((1, 1, 1), np.int32)
@@ -206,7 +211,7 @@ class RowProduct:
         self._fn = _entry(self._parallel)
         p = prep
         self._tail = (self._qbuf, self._a, self._a_k, self._A, self._da, p.weights, p.geom, p.s_t, p.o_t, self._kind,
-                      t.group, self._chunks, self._pair, self.n, self._P)
+                      t.group, self._chunks, self._mode, self.n, self._P)
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         if self._fn is None:

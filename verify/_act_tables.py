@@ -1,0 +1,130 @@
+"""Activation tables for the AVX2 dots of ``panel64-compact`` (verify/compact.py): a row's
+activations, once a call, turned into the 16-entry sums the dots look up by ``vpshufb``.
+
+A bit-plane word holds one nibble a channel per kg-block (bit ``j`` = K ``4q + j``), so the plane's
+share of the channel's dot is ``P[n] = Σ_j bit_j(n)·x[4q + j]``: one 16-entry table per kg-block,
+the same for every channel (and every 64-channel tile) of the product. A LUTI2 form's crumb byte
+``y = c0 | c1 << 2 | c2 << 4 | c3 << 6`` is two such nibbles, ``c0 | c1 << 2`` and
+``c2 | c3 << 2``: two more tables. Built in the dot, a table costs a dozen vector operations per
+kg-block and tile; built here, once per activation row, it is two loads. Layout of the kernel's
+activation row (``M = 1``; for more rows the tiles expand each group's codes once and read the
+activations only)::
+
+    [ x: K activations (pair order for the LUTI4 forms) ][ kg-block 0 ][ kg-block 1 ] ... [ K/4 - 1 ]
+    kg-block q: its tables, 32 bytes each: the 16 entries' low bytes, then their high bytes (int16)
+        crumbs (LUTI2 forms):  C01[n] = (n & 3)·x[4q] + (n >> 2)·x[4q + 1]
+                               C23[n] = (n & 3)·x[4q + 2] + (n >> 2)·x[4q + 3]
+        planes:                P[n] = scale·Σ_j bit_j(n)·x[4q + j]     (scale 1 or 4: |P| <= 4·4·128)
+    (x natural order in the sums)
+
+so with ``B`` table bytes a kg-block the row has ``K·(1 + B/4)`` bytes and a dot handed the row
+and the offset ``p`` of its group's first activation finds kg-block ``q'``'s tables at
+``K + (B/4)·p + B·q'``. :func:`tables_ref` is the numpy statement; :func:`fill` the compiled
+one (the decode path's prologue calls it, verify/rowvec.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numba import types
+
+from ..formats._jit import lazy_njit
+
+#: bytes of one 16-entry int16 table (low bytes, high bytes)
+TABLE_BYTES = 32
+
+#: bits of a :func:`fill` mode: pair order (_simd.pair_order) for the first K bytes, the crumb
+#: tables, the plane table; bits 8+: the plane table's scale
+PAIR, CRUMBS, PLANES = 1, 2, 4
+
+
+def table_bytes(mode: int) -> int:
+    """Table bytes per kg-block of a :func:`fill` mode."""
+    return TABLE_BYTES * (2 * bool(mode & CRUMBS) + bool(mode & PLANES))
+
+
+@lazy_njit(inline="always")
+def _signed_byte(v):
+    """The low byte of the integer ``v`` as int8 (two's complement), the same with or without the JIT."""
+    return ((v & 0xFF) ^ 0x80) - 0x80
+
+
+_FILL_SIG = types.void(types.Array(types.int8, 2, "C", readonly=True), types.int64, types.int8[:, ::1])
+
+
+@lazy_njit(_FILL_SIG, cache=True)
+def fill(a, mode, out):
+    """``out[0]`` = the kernel's activation row for ``a[0]`` (int8, natural order): the K
+    activations (pair order where ``mode & PAIR``), then the tables ``mode`` asks for (module
+    docstring): ``out`` has ``K + K/4·table_bytes(mode)`` columns."""
+    k = a.shape[1]
+    if mode & PAIR:
+        for q in range(0, k, 4):
+            out[0, q], out[0, q + 1], out[0, q + 2], out[0, q + 3] = a[0, q], a[0, q + 2], a[0, q + 1], a[0, q + 3]
+    else:
+        for i in range(k):
+            out[0, i] = a[0, i]
+    crumbs, planes, scale = mode & CRUMBS, mode & PLANES, mode >> 8
+    tb = TABLE_BYTES * (2 * (crumbs != 0) + (planes != 0))
+    for q in range(k // 4 if tb else 0):
+        x0, x1, x2, x3 = np.int64(a[0, 4 * q]), np.int64(a[0, 4 * q + 1]), np.int64(a[0, 4 * q + 2]), \
+            np.int64(a[0, 4 * q + 3])
+        at = k + tb * q
+        if crumbs:
+            for n in range(16):
+                lo, hi = (n & 3) * x0 + (n >> 2) * x1, (n & 3) * x2 + (n >> 2) * x3
+                out[0, at + n], out[0, at + 16 + n] = _signed_byte(lo), _signed_byte(lo >> 8)
+                out[0, at + 32 + n], out[0, at + 48 + n] = _signed_byte(hi), _signed_byte(hi >> 8)
+            at += 2 * TABLE_BYTES
+        if planes:
+            for n in range(16):
+                v = scale * ((n & 1) * x0 + (n >> 1 & 1) * x1 + (n >> 2 & 1) * x2 + (n >> 3 & 1) * x3)
+                out[0, at + n], out[0, at + 16 + n] = _signed_byte(v), _signed_byte(v >> 8)
+
+
+def tables_ref(a: np.ndarray, mode: int) -> np.ndarray:
+    """int8 ``[K/4, table_bytes(mode)]``: the tables of one natural-order activation row ``a [K]`` (numpy)."""
+    x = np.asarray(a, np.int64).reshape(-1, 4)
+    n = np.arange(16)
+    tabs = []
+    if mode & CRUMBS:
+        tabs += [x[:, 2 * h:2 * h + 1] * (n & 3) + x[:, 2 * h + 1:2 * h + 2] * (n >> 2) for h in range(2)]
+    if mode & PLANES:
+        tabs.append((mode >> 8) * (x @ ((n[:, None] >> np.arange(4)) & 1).T))
+    parts = [p for t in tabs for p in (t & 0xFF, (t >> 8) & 0xFF)]
+    return np.concatenate(parts, axis=1).astype(np.uint8).view(np.int8) if parts else np.zeros((len(x), 0), np.int8)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """``KernelSpec.activations`` of a compact form's AVX2 tile: ``a [M, K]`` -> the rows its
+    kernel reads (pair order for the LUTI4 forms; one row: its tables appended)."""
+
+    pair: bool
+    crumbs: bool  # the LUTI2 forms' crumb tables
+    scale: int  # the plane table's factor (0: no plane table)
+
+    @property
+    def mode(self) -> int:
+        """The :func:`fill` mode of one row."""
+        return (PAIR if self.pair else 0) | (CRUMBS if self.crumbs else 0) | (PLANES | self.scale << 8 if self.scale
+                                                                             else 0)
+
+    def width(self, k: int) -> int:
+        """Columns of the one-row activations the kernel reads."""
+        return k + k // 4 * table_bytes(self.mode)
+
+    def __call__(self, a: np.ndarray) -> np.ndarray:
+        m, k = a.shape
+        if m != 1:  # several rows: the expanded-codes dot reads the activations only
+            if not self.pair:
+                return a
+            out = np.empty_like(a)
+            src, dst = a.reshape(m, k // 4, 4), out.reshape(m, k // 4, 4)
+            dst[..., 0], dst[..., 1], dst[..., 2], dst[..., 3] = src[..., 0], src[..., 2], src[..., 1], src[..., 3]
+            return out
+        out = np.empty((1, self.width(k)), np.int8)
+        fill(np.ascontiguousarray(a, np.int8), self.mode, out)
+        return out
