@@ -70,9 +70,6 @@ def main(argv=None) -> int:
         print(f"{name:10s} {base[kq]:6.2f} ns / 64 weights")
     for t in sorted(pc.COMPACT_TYPES, key=lambda t: t.name):
         f = pc.form(t)
-        if not compact._planes_dot_form(f.base_bits, f.planes):
-            print(f"{t.name:10s} (the expansion tile here: no planes dot)")
-            continue
         dot = compact._planes_intrinsics(f.base_bits, f.planes, f.kq)[0]
         recipe = compact.activation_recipe(f.base_bits, f.planes)
         gb = f.kq * (32 * f.base_bits + 32 * f.planes)

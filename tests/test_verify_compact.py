@@ -76,7 +76,7 @@ def test_extreme_codes(qname, rng):
 
 
 #: (type, instruction set): AVX-512 for every form in the fast tier, AVX2 for one form of each kind
-#: of its tile there (the planes dot, the int8 expansion), the rest in the slow tier
+#: of its dot there (LUTI4 nibbles and planes, LUTI2 crumbs), the rest in the slow tier
 ISA_CASES = [pytest.param(q, isa, marks=() if isa == "avx512" or q in ("Q5_K", "Q2_K") else (pytest.mark.slow,))
              for q in COMPACT for isa in ("avx2", "avx512")]
 
@@ -84,8 +84,8 @@ ISA_CASES = [pytest.param(q, isa, marks=() if isa == "avx512" or q in ("Q5_K", "
 @pytest.mark.parametrize("qname, isa", ISA_CASES)
 def test_fast_and_portable_tiles_agree(qname, isa, rng):
     """The fast tiles == the portable column tile, bit for bit, codes at both ends of their
-    range, activations at -128: AVX2 (the planes dot on the records in place; Q6_K where
-    pdep is slow: records expanded to int8 panels, _simd's group dot) and AVX-512
+    range, activations at -128, one row and three: AVX2 (one row: the table dot on the records
+    in place; several: the codes expanded once a group, vpmaddubsw) and AVX-512
     (every form: the records in lane order, vpdpbusd). The table picks AVX-512 where it runs."""
     from panelpack.formats import blocks as B
     from panelpack.verify import compact
@@ -102,7 +102,7 @@ def test_fast_and_portable_tiles_agree(qname, isa, rng):
     default = "avx512" if compact._AVX512_TILES else "avx2"
     assert prep.spec.path == f"compiled.panel64-compact.{default}"
     if isa != default:  # the other instruction set's spec, as the kernel table would build it there
-        order = compact.avx2_activations(PC.form(t).base_bits, PC.form(t).planes) if isa == "avx2" else None
+        order = compact.activation_recipe(PC.form(t).base_bits, PC.form(t).planes) if isa == "avx2" else None
         prep = dataclasses.replace(prep, spec=dataclasses.replace(  # (code_max: unread by the fast tiles)
             prep.spec, kernel=tiles[t.code_bits], variant=isa, activations=order))
     assert prep.spec.kernel is tiles[t.code_bits]
@@ -111,24 +111,25 @@ def test_fast_and_portable_tiles_agree(qname, isa, rng):
     assert_fast_is_portable(prep, portable, blocks, n, k, qname, rng.standard_normal((3, k)))
 
 
-def test_q6_k_expansion_tile_where_pdep_is_slow(monkeypatch, rng):
-    """Q6_K's AVX2 tile where ``pdep`` is microcoded (_simd.SLOW_PDEP: Zen 1/2): the records
-    expanded to int8 panels, then _simd's group dot, natural order, == the portable tile."""
+def test_q6_k_tile_where_pdep_is_slow(monkeypatch, rng):
+    """Q6_K's AVX2 tile where ``pdep`` is microcoded (_simd.SLOW_PDEP: Zen 1/2): one row, the
+    same table dot; several, the planes OR-ed in bit by bit instead of by pdep's crumb tables;
+    == the portable tile, one row and three."""
     from panelpack.formats import blocks as B
     from panelpack.verify import _simd, compact
 
     if not _simd.AVAILABLE:
         pytest.skip("numba does not target AVX2 here")
     monkeypatch.setattr(_simd, "FAST_PDEP", False)
-    assert not compact._planes_dot_form(4, 2) and compact.avx2_activations(4, 2) is None
-    tile = compact._avx2_tile(4, 2, 4)
-    assert tile.py_func.__name__ == "tile_compact_avx2_expand_4_2_4"  # its own tile (and numba cache index)
+    tile = compact._avx2_planes_tile(4, 2, 4)
+    assert tile.py_func.__name__ == "tile_compact_avx2_4_2_4_bitwise"  # its own tile (and numba cache index)
     n, k, t = 72, 256, qtypes.get("Q6_K")
     f = B.to_fields(random_blocks("Q6_K", n, k, rng), t, n, k)
     f["codes"] = np.where(rng.random(f["codes"].shape) < 0.3, 0, (1 << t.code_bits) - 1).astype(f["codes"].dtype)
     blocks = B.from_fields(f, t, n, k)
     prep = C.prepare(PC.NAME, PC.pack(blocks, n, k, "Q6_K"), n, k, "Q6_K")
-    fast = dataclasses.replace(prep, spec=dataclasses.replace(prep.spec, kernel=tile, variant="avx2", activations=None))
+    fast = dataclasses.replace(prep, spec=dataclasses.replace(prep.spec, kernel=tile, variant="avx2",
+                                                              activations=compact.activation_recipe(4, 2)))
     portable = dataclasses.replace(prep, spec=dataclasses.replace(prep.spec, kernel=compact._TILES[6], activations=None))
     assert_fast_is_portable(fast, portable, blocks, n, k, "Q6_K", rng.standard_normal((3, k)))
 

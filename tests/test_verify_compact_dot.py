@@ -17,7 +17,7 @@ def test_planes_dot_is_its_reference(base, nplanes, kq, rng):
     if not _simd.AVAILABLE:
         pytest.skip("numba does not target AVX2 here")
     dot, expand, scratch_dot = compact._planes_intrinsics(base, nplanes, kq)
-    recipe = compact.avx2_activations(base, nplanes)
+    recipe = compact.activation_recipe(base, nplanes)
 
     @njit
     def run(w, woff, a, aoff, acc):
@@ -37,7 +37,7 @@ def test_planes_dot_is_its_reference(base, nplanes, kq, rng):
             acc = np.zeros(64, np.int32)
             group = a[None, 4:4 + 4 * kq]
             pa = _simd.pair_order(group)[0] if base == 4 else group[0].copy()
-            row = pa if recipe is None else recipe(group)[0]  # one row: the kernel's, tables appended
+            row = recipe(group)[0]  # one row: the kernel's, tables appended
             want = compact.record_group_dot_ref(w, gb, a, 4, base, nplanes, kq)
             run(w, gb, row, 0, acc)
             assert np.array_equal(acc, want), fill

@@ -63,57 +63,7 @@ def _record_view(bits: int):
 _TILES = {bits: _column_tile(_record_view(bits), _unpack_compact) for bits in (2, 3, 5, 6)}
 
 
-# ---- where numba targets AVX2 and pdep is slow (_simd.SLOW_PDEP), Q6_K: each group's record expanded
-# ---- to its int8 panel, then _simd's int8 group dot on it, as panel64's int8 tiles (every other form,
-# ---- and Q6_K elsewhere: the planes dot below). The expansion is the SME2 leaf's sequence in
-# ---- LLVM vector IR, written here from §4.2.1 (not repack's converter): per 32 lanes the base
-# ---- value (nibbles to lanes, minus the code offset: the ZT0 value), then per bit plane
-# ---- the plane's 32 bits as an i1 mask selecting 2^(4+p) to add (the predicated ADD).
-def _expand_intrinsic(nplanes: int, kq: int):
-    from llvmlite import ir
-    from numba import types
-    from numba.extending import intrinsic
-
-    i8, i32, i64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
-    v32i8, v16i8, v32i1 = ir.VectorType(i8, 32), ir.VectorType(i8, 16), ir.VectorType(ir.IntType(1), 32)
-    vi = ir.VectorType(i32, 32)
-
-    def const(v, ty=v32i8):
-        return ir.Constant(ty, [v] * ty.count)
-
-    @intrinsic
-    def expand(typingctx, w, rec, out, off):
-        """The group record at ``w[rec:]`` -> its int8 panel in ``out[0 : kq*256]`` (signed codes)."""
-        sig = types.void(w, rec, out, off)
-
-        def codegen(context, builder, signature, args):
-            wp = builder.gep(context.make_array(signature.args[0])(context, builder, args[0]).data, [args[1]])
-            op = context.make_array(signature.args[2])(context, builder, args[2]).data
-            ob = builder.insert_element(ir.Constant(v32i8, None), builder.trunc(args[3], i8), ir.Constant(i32, 0))
-            offs = builder.shuffle_vector(ob, ir.Constant(v32i8, None), ir.Constant(vi, [0] * 32))
-
-            def at(p, o, ty):
-                return builder.bitcast(builder.gep(p, [ir.Constant(i64, o)]), ty.as_pointer())
-
-            for q in range(kq):
-                for c in range(8):  # lanes 32c .. 32c+31 of kg-block q
-                    b = builder.load(at(wp, q * 128 + 16 * c, v16i8), align=1)
-                    lo, hi = builder.and_(b, const(15, v16i8)), builder.lshr(b, const(4, v16i8))
-                    u = builder.shuffle_vector(lo, hi, ir.Constant(vi, [x for i in range(16) for x in (i, 16 + i)]))
-                    val = builder.sub(u, offs)
-                    for p in range(nplanes):
-                        word = builder.load(at(wp, kq * 128 + (p * kq + q) * 32 + 4 * c, i32), align=1)
-                        mask = builder.bitcast(word, v32i1)
-                        val = builder.add(val, builder.select(mask, const(1 << (4 + p)), const(0)))
-                    builder.store(val, at(op, q * 256 + 32 * c, v32i8), align=1)
-            return context.get_dummy_value()
-
-        return sig, codegen
-
-    return _numba_internals.keyed_intrinsic(expand, f"{__name__}.expand_intrinsic({nplanes}, {kq})")
-
-
-# ---- the planes dot (Q5_0/Q5_1/Q5_K, Q6_K where pdep is fast, Q2_K, Q3_K): no int8 expansion. A LUTI4
+# ---- the planes dot (every form where numba targets AVX2): no int8 expansion. A LUTI4
 # ---- form's base plane is panel64's nibble panel, so the group dot is _simd.nibble_group_dot's on the
 # ---- raw stored codes u (0 .. 2^bits-1, activations in pair order); a LUTI2 form's crumb bytes and
 # ---- every bit plane go through the activation row's 16-entry tables (verify/_act_tables.py, one
@@ -276,7 +226,7 @@ def _planes_intrinsics(base: int, nplanes: int, kq: int):
 
     if base == 2:
         in_record = crumb_lohi
-    else:
+    else:  # (where pdep is microcoded, _simd.SLOW_PDEP: Zen 1/2, Q6_K's planes bit by bit)
         in_record = two_planes_lohi if nplanes == 2 and _simd.FAST_PDEP else record_lohi
 
     def scratch_lohi(builder, sp, q, s):
@@ -478,7 +428,7 @@ def _planes_intrinsics(base: int, nplanes: int, kq: int):
 
         return sig, codegen
 
-    key = f"{__name__}.planes_intrinsics({base}, {nplanes}, {kq})"
+    key = f"{__name__}.planes_intrinsics({base}, {nplanes}, {kq}, {in_record.__name__})"
     return (_numba_internals.keyed_intrinsic(dot_of(kg_tables, True, sum_channels), f"{key}.dot"),
             _numba_internals.keyed_intrinsic(expand, f"{key}.expand"),
             _numba_internals.keyed_intrinsic(dot_of(kg_codes(scratch_lohi)), f"{key}.scratch_dot"))
@@ -488,8 +438,9 @@ def _avx2_planes_tile(base: int, nplanes: int, kq: int):
     """The AVX2 tile of a planes-dot form: one activation row, the group records read in place by
     the planes dot; several, each group's u bytes expanded once, then the scratch dot per row."""
     dot, expand, scratch_dot = _planes_intrinsics(base, nplanes, kq)
-    return _records_tile(f"compact_avx2_{base}_{nplanes}_{kq}", kq * (32 * base + _PLANE * nplanes), kq, dot, expand,
-                         scratch_dot)
+    bitwise = nplanes == 2 and not _simd.FAST_PDEP  # several rows: Q6_K's planes bit by bit (its own cache index)
+    return _records_tile(f"compact_avx2_{base}_{nplanes}_{kq}" + ("_bitwise" if bitwise else ""),
+                         kq * (32 * base + _PLANE * nplanes), kq, dot, expand, scratch_dot)
 
 
 def _records_tile(name: str, gb: int, kq: int, dot, expand, scratch_dot):
@@ -509,46 +460,12 @@ def _records_tile(name: str, gb: int, kq: int, dot, expand, scratch_dot):
     return int8_group_tile(name, scratch_dot, expanded, kq * 256, raw=True, single=(dot, in_place), stride=gb)
 
 
-def _planes_dot_form(base: int, nplanes: int) -> bool:
-    """Whether a form's AVX2 tile is the planes dot: the 5-bit LUTI4 forms, the LUTI2 forms
-    (crumbs paired in natural order), and Q6_K where ``pdep`` is fast (its crumb tables:
-    docs/BENCHMARKS.md, "Issue 26 on AVX2"). Q6_K's planes tested bit by bit measured no faster
-    than its int8 expansion, which it keeps elsewhere."""
-    return base == 2 or nplanes == 1 or nplanes == 2 and _simd.FAST_PDEP
-
-
-def avx2_activations(base: int, nplanes: int):
-    """The activations of a form's AVX2 tile: for the planes dot, the row with its tables
-    appended (:func:`activation_recipe`, verify/_act_tables.py; pair order for the LUTI4 forms:
-    nibble pairs k0, k2 | k1, k3), None (natural, as given) for the expansion tile."""
-    if not _planes_dot_form(base, nplanes):
-        return None
-    return activation_recipe(base, nplanes)
-
-
 def activation_recipe(base: int, nplanes: int) -> _act_tables.Recipe:
-    """The activation row of a form's planes dot: pair order and the plane table for the LUTI4
-    forms (the dot sums the planes apart and scales them by 2^base when it widens), the crumb
-    tables and the plane table times 2^base for the LUTI2 ones (added to the crumbs' sums)."""
+    """The activations of a form's AVX2 tile (``KernelSpec.activations``), one row with its
+    tables appended: pair order (nibble pairs k0, k2 | k1, k3) and the plane table for the
+    LUTI4 forms (the dot sums the planes apart and scales them by 2^base when it widens), the
+    crumb tables and the plane table times 2^base for the LUTI2 ones (added to the crumbs' sums)."""
     return _act_tables.Recipe(pair=base == 4, crumbs=base == 2, scale=(1 if base == 4 else 4) if nplanes else 0)
-
-
-def _avx2_tile(base: int, nplanes: int, kq: int):
-    """The AVX2 tile of one compact form: its planes dot on the records in place, or (Q6_K where
-    pdep is slow) each group's record expanded into an int8 panel, then the int8 panels' group dot."""
-    if _planes_dot_form(base, nplanes):
-        return _avx2_planes_tile(base, nplanes, kq)
-    assert base == 4, (base, nplanes)  # every LUTI2 form has its planes dot
-    gb = kq * (128 + _PLANE * nplanes)
-    expand = _expand_intrinsic(nplanes, kq)
-
-    @closable_inline
-    def expanded(w, t, g, ng, group, geom, scratch):
-        expand(w, (t * ng + g) * gb, scratch, geom[0])
-        return scratch, 0
-
-    dot = _simd.int8_group_dot16 if kq == 4 else _simd.int8_group_dot
-    return int8_group_tile(f"compact_avx2_expand_{base}_{nplanes}_{kq}", dot, expanded, kq * 256, stride=gb)
 
 
 # ---- where numba targets AVX-512 VNNI (_simd512), every form: the record read in place into the
@@ -678,7 +595,7 @@ _AVX512_TILES = {f.bits: _avx512_tile(f.base_bits, f.planes, f.kq) for f in map(
                  } if _simd512.AVAILABLE else {}
 
 #: code bits -> the AVX2 tile of that form (None where numba does not target AVX2)
-_AVX2_TILES = {f.bits: _avx2_tile(f.base_bits, f.planes, f.kq) for f in map(_compact.form, _compact.COMPACT_TYPES)
+_AVX2_TILES = {f.bits: _avx2_planes_tile(f.base_bits, f.planes, f.kq) for f in map(_compact.form, _compact.COMPACT_TYPES)
                } if _simd.AVAILABLE else {}
 
 
@@ -702,13 +619,10 @@ def panel64_compact_kernel(layout: str, t) -> _compiled.KernelSpec | None:
         return _compiled.KernelSpec(layout, t.name, fast, compact_code_bytes, _compiled.panel64_scale_arrays, offset,
                                     (1 << f.bits) - 1, variant="avx512")
     fast = _AVX2_TILES.get(f.bits)
-    if fast is not None and _planes_dot_form(f.base_bits, f.planes):  # raw u, the tile subtracts off·A
+    if fast is not None:  # raw u, the tile subtracts off·A
         return _compiled.KernelSpec(layout, t.name, fast, compact_code_bytes, _compiled.panel64_scale_arrays, offset,
-                                    (1 << f.bits) - 1, activations=avx2_activations(f.base_bits, f.planes),
+                                    (1 << f.bits) - 1, activations=activation_recipe(f.base_bits, f.planes),
                                     variant="avx2")
-    if fast is not None:  # signed codes into the int8 group dot (|c| <= 32: never -128)
-        return _compiled.KernelSpec(layout, t.name, fast, compact_code_bytes, _compiled.panel64_scale_arrays, offset,
-                                    max(t.code_offset, (1 << f.bits) - 1 - t.code_offset), variant="avx2")
     return _compiled.KernelSpec(layout, t.name, _TILES[f.bits], compact_code_bytes, _compiled.panel64_scale_arrays,
                                 offset, (1 << f.bits) - 1)
 
