@@ -564,6 +564,10 @@ def _tile_cache_keys() -> dict:
             if isinstance(tile, Dispatcher):
                 key = FunctionCache(tile.py_func)._index_key(C._TSIG.args, codegen)
                 out[f"{name}[{k}]"] = hashlib.sha256(repr(key).encode()).hexdigest()
+    from panelpack.verify import _act_tables  # the compact tiles' activation rows (a closure over an intrinsic)
+
+    key = FunctionCache(_act_tables.fill.py_func)._index_key(_act_tables._FILL_SIG.args, codegen)
+    out["_act_tables.fill"] = hashlib.sha256(repr(key).encode()).hexdigest()
     return out
 
 
