@@ -34,6 +34,7 @@ import numpy as np
 from numba import types
 
 from ..formats._jit import lazy_njit
+from . import _simd
 
 #: bytes of one 16-entry int16 table (low bytes, high bytes)
 TABLE_BYTES = 32
@@ -186,8 +187,6 @@ def _fill_simd_of(entries):
 
 
 def _choose_fill():
-    from . import _simd
-
     return _fill_simd_of(_build_entries()) if _simd.AVAILABLE else fill_scalar
 
 
@@ -231,12 +230,7 @@ class Recipe:
     def __call__(self, a: np.ndarray) -> np.ndarray:
         m, k = a.shape
         if m != 1:  # several rows: the expanded-codes dot reads the activations only
-            if not self.pair:
-                return a
-            out = np.empty_like(a)
-            src, dst = a.reshape(m, k // 4, 4), out.reshape(m, k // 4, 4)
-            dst[..., 0], dst[..., 1], dst[..., 2], dst[..., 3] = src[..., 0], src[..., 2], src[..., 1], src[..., 3]
-            return out
+            return _simd.pair_order(a) if self.pair else a
         out = np.empty((1, self.width(k)), np.int8)
         fill(np.ascontiguousarray(a, np.int8), self.mode, out)
         return out

@@ -141,7 +141,9 @@ def _planes_intrinsics(base: int, nplanes: int, kq: int):
             hi = builder.select(builder.icmp_unsigned("!=", builder.and_(bb, bit_hi), zero), builder.or_(hi, add), hi)
         return lo, hi
 
-    v16i8, v2i64 = ir.VectorType(i8, 16), ir.VectorType(i64, 2)
+    v16i8, v2i64, v4i64 = ir.VectorType(i8, 16), ir.VectorType(i64, 2), ir.VectorType(i64, 4)
+    #: a 16-byte load in both 128-bit lanes (one vbroadcasti128)
+    both_lanes = const(list(range(16)) * 2, ir.VectorType(i32, 32))
     lut_lo = const([16 * (i & 1) + 32 * (i >> 2 & 1) for i in range(16)] * 2)
     lut_hi = const([16 * (i >> 1 & 1) + 32 * (i >> 3 & 1) for i in range(16)] * 2)
     interleave = const([t // 2 + 16 * (t % 2) for t in range(32)], ir.VectorType(i32, 32))
@@ -187,7 +189,7 @@ def _planes_intrinsics(base: int, nplanes: int, kq: int):
     bit01 = const([1 << (4 * (i // 2 % 2) + i % 2) for i in range(32)])
     bit23 = const([1 << (4 * (i // 2 % 2) + 2 + i % 2) for i in range(32)])
 
-    def crumb_lohi(builder, wp, q, s, planes=nplanes):
+    def crumb_lohi(builder, wp, q, s):
         """(u01, u23) of a LUTI2 form (Q2_K, Q3_K), kg-block q, channels 16s .. 16s+15: byte 2c of
         u01 is u(c, k0), byte 2c+1 u(c, k1) (u23: k2, k3), so the activations pair in natural
         order. A channel's crumb byte y = u0 | u1 << 2 | u2 << 4 | u3 << 6 (16 bytes a slice), each
@@ -202,7 +204,7 @@ def _planes_intrinsics(base: int, nplanes: int, kq: int):
         y = builder.load(at(builder, wp, q * 64 + 16 * s, v16i8), align=1)
         pshufb = _numba_internals.llvm_function(builder, ir.FunctionType(v32i8, [v32i8, v32i8]),
                                                 "llvm.x86.avx2.pshuf.b")
-        both = builder.shuffle_vector(y, ir.Constant(v16i8, None), const(list(range(16)) * 2, ir.VectorType(i32, 32)))
+        both = builder.shuffle_vector(y, ir.Constant(v16i8, None), both_lanes)
         d = builder.bitcast(byte_shuffle(builder, both, twice), v16i16)
 
         def crumbs(shift):
@@ -211,9 +213,8 @@ def _planes_intrinsics(base: int, nplanes: int, kq: int):
                                    v32i8)
 
         u01, u23 = crumbs(0), crumbs(4)
-        if planes:
+        if nplanes:
             word = builder.load(at(builder, wp, pb + q * 32 + 8 * s, i64), align=1)
-            v4i64 = ir.VectorType(i64, 4)
             x4 = builder.shuffle_vector(builder.insert_element(ir.Constant(v4i64, None), word, ir.Constant(i32, 0)),
                                         ir.Constant(v4i64, None), const(0, ir.VectorType(i32, 4)))
             p = builder.call(pshufb, [builder.bitcast(x4, v32i8), fourfold])
@@ -244,8 +245,6 @@ def _planes_intrinsics(base: int, nplanes: int, kq: int):
     # ---- lookup; plane p adds its lookups 2^p times (LUTI4: summed apart, times 2^4 when widened;
     # ---- LUTI2: the table is 4·P, added to the crumbs' sums). On AVX2 a byte shuffle, shift or
     # ---- unpack issues on two of the four vector pipes: no lane-crossing ones.
-    v16i8 = ir.VectorType(i8, 16)
-    both_lanes = const(list(range(16)) * 2, ir.VectorType(i32, 32))
     #: byte i <- the plane byte of its channel, in the crumb tables' order (lane 0: slice s ch 0-15;
     #: lane 1: slice s + 1), twice
     nibble_bytes = const([8 * (i // 16) + i % 16 // 2 for i in range(32)])
@@ -253,6 +252,12 @@ def _planes_intrinsics(base: int, nplanes: int, kq: int):
     unpack_hi = const([16 * (i // 16) + 8 + i % 16 // 2 + 32 * (i % 2) for i in range(32)], ir.VectorType(i32, 32))
 
     tb = _act_tables.table_bytes(activation_recipe(base, nplanes).mode)  # table bytes a kg-block
+
+    def lookup(builder, tables, n):
+        """Table ``tables`` (low bytes, high bytes) at the nibbles ``n`` (32 bytes): the entries as
+        int16, unpacklo(L, H) then unpackhi(L, H) of ``L, H = vpshufb(low, n), vpshufb(high, n)``."""
+        lows, highs = (byte_shuffle(builder, table, n) for table in tables)
+        return tuple(builder.bitcast(builder.shuffle_vector(lows, highs, m), v16i16) for m in (unpack_lo, unpack_hi))
 
     def row_tables(builder, tp, q, i):
         """Kg-block q's table ``i`` (low bytes, high bytes), each in both 128-bit lanes, from the
@@ -275,11 +280,7 @@ def _planes_intrinsics(base: int, nplanes: int, kq: int):
         d = builder.bitcast(pairs, v16i16)
         n = builder.or_(builder.and_(d, const(0x000F, v16i16)), builder.and_(builder.lshr(d, const(4, v16i16)),
                                                                           const(0x0F00, v16i16)))
-        n = builder.bitcast(n, v32i8)
-        lows, highs = (byte_shuffle(builder, table, n) for table in tables)
-        return tuple(builder.bitcast(builder.shuffle_vector(lows, highs, m), v16i16) for m in (unpack_lo, unpack_hi))
-
-    v4i64 = ir.VectorType(i64, 4)
+        return lookup(builder, tables, builder.bitcast(n, v32i8))
 
     def plane_lookups_split(builder, wp, p, q, s, tables):
         """:func:`plane_lookups` for a LUTI4 form, whose planes are summed apart from the nibbles:
@@ -291,9 +292,8 @@ def _planes_intrinsics(base: int, nplanes: int, kq: int):
         """
         word = builder.load(at(builder, wp, pb + (p * kq + q) * 32 + 8 * s, v16i8), align=1)
         y = builder.bitcast(builder.shuffle_vector(word, ir.Constant(v16i8, None), both_lanes), v4i64)
-        n = builder.and_(builder.bitcast(builder.lshr(y, const([0, 0, 4, 4], v4i64)), v32i8), const(15))
-        lows, highs = (byte_shuffle(builder, table, n) for table in tables)
-        return tuple(builder.bitcast(builder.shuffle_vector(lows, highs, m), v16i16) for m in (unpack_lo, unpack_hi))
+        return lookup(builder, tables, builder.and_(builder.bitcast(builder.lshr(y, const([0, 0, 4, 4], v4i64)), v32i8),
+                                                    const(15)))
 
     def kg_tables(builder, wp, q, plo, phi, pmadd, tp):
         """The four int16 sums of kg-block q (16 channels each, :data:`sum_channels`) and the
@@ -311,13 +311,7 @@ def _planes_intrinsics(base: int, nplanes: int, kq: int):
             for s in (0, 2):  # lane 0: slice s's 16 crumb bytes, lane 1: slice s + 1's
                 y = builder.load(at(builder, wp, q * 64 + 16 * s, v32i8), align=1)
                 n01, n23 = builder.and_(y, const(15)), builder.and_(builder.lshr(y, const(4)), const(15))
-                sums = [None, None]
-                for tables, n in ((c01, n01), (c23, n23)):
-                    lows, highs = (byte_shuffle(builder, table, n) for table in tables)
-                    for h, m in enumerate((unpack_lo, unpack_hi)):
-                        v = builder.bitcast(builder.shuffle_vector(lows, highs, m), v16i16)
-                        sums[h] = v if sums[h] is None else builder.add(sums[h], v)
-                ts += sums
+                ts += [builder.add(u, v) for u, v in zip(lookup(builder, c01, n01), lookup(builder, c23, n23))]
         if not nplanes:
             return ts, None
         tables = row_tables(builder, tp, q, 2 if base == 2 else 0)
