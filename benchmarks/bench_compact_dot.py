@@ -71,7 +71,7 @@ def main(argv=None) -> int:
     for t in sorted(pc.COMPACT_TYPES, key=lambda t: t.name):
         f = pc.form(t)
         dot = compact._planes_intrinsics(f.base_bits, f.planes, f.kq)[0]
-        recipe = compact.activation_recipe(f.base_bits, f.planes)
+        recipe = compact.activation_recipe(f.base_bits, f.planes, t.code_offset)
         gb = f.kq * (32 * f.base_bits + 32 * f.planes)
         ns = per_64(_timer(dot, gb, f.kq, args.groups, rng, lambda a, r=recipe: r(a)[0]), f.kq)
         print(f"{t.name:10s} {ns:6.2f} ns / 64 weights   {ns / base[f.kq]:5.2f}x the int8 dot of its group size")

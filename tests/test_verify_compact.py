@@ -102,7 +102,8 @@ def test_fast_and_portable_tiles_agree(qname, isa, rng):
     default = "avx512" if compact._AVX512_TILES else "avx2"
     assert prep.spec.path == f"compiled.panel64-compact.{default}"
     if isa != default:  # the other instruction set's spec, as the kernel table would build it there
-        order = compact.activation_recipe(PC.form(t).base_bits, PC.form(t).planes) if isa == "avx2" else None
+        order = compact.activation_recipe(PC.form(t).base_bits, PC.form(t).planes, t.code_offset) if isa == "avx2" \
+            else None
         prep = dataclasses.replace(prep, spec=dataclasses.replace(  # (code_max: unread by the fast tiles)
             prep.spec, kernel=tiles[t.code_bits], variant=isa, activations=order))
     assert prep.spec.kernel is tiles[t.code_bits]
@@ -129,7 +130,7 @@ def test_q6_k_tile_where_pdep_is_slow(monkeypatch, rng):
     blocks = B.from_fields(f, t, n, k)
     prep = C.prepare(PC.NAME, PC.pack(blocks, n, k, "Q6_K"), n, k, "Q6_K")
     fast = dataclasses.replace(prep, spec=dataclasses.replace(prep.spec, kernel=tile, variant="avx2",
-                                                              activations=compact.activation_recipe(4, 2)))
+                                                              activations=compact.activation_recipe(4, 2, 32)))
     portable = dataclasses.replace(prep, spec=dataclasses.replace(prep.spec, kernel=compact._TILES[6], activations=None))
     assert_fast_is_portable(fast, portable, blocks, n, k, "Q6_K", rng.standard_normal((3, k)))
 

@@ -11,13 +11,18 @@ from numba import njit
 
 from panelpack.verify import _simd, compact
 
+#: (base, planes, kq, code offset) of every compact type: Q5_1/Q5_K, Q5_0, Q6_K, Q2_K, Q3_K
+FORMS = [(4, 1, 8, 0), (4, 1, 8, 16), (4, 2, 4, 32), (2, 0, 4, 0), (2, 1, 4, 4)]
 
-@pytest.mark.parametrize("base, nplanes, kq", [(4, 1, 8), (4, 2, 4), (2, 0, 4), (2, 1, 4)])  # Q5_x, Q6_K, Q2_K, Q3_K
-def test_planes_dot_is_its_reference(base, nplanes, kq, rng):
+
+@pytest.mark.parametrize("base, nplanes, kq, offset", FORMS)
+def test_planes_dot_is_its_reference(base, nplanes, kq, offset, rng):
+    """One row (its tables hold the code offset): Σ (u - offset)·a; several rows: Σ u·a (the tile
+    subtracts offset·A)."""
     if not _simd.AVAILABLE:
         pytest.skip("numba does not target AVX2 here")
     dot, expand, scratch_dot = compact._planes_intrinsics(base, nplanes, kq)
-    recipe = compact.activation_recipe(base, nplanes)
+    recipe = compact.activation_recipe(base, nplanes, offset)
 
     @njit
     def run(w, woff, a, aoff, acc):
@@ -40,7 +45,7 @@ def test_planes_dot_is_its_reference(base, nplanes, kq, rng):
             row = recipe(group)[0]  # one row: the kernel's, tables appended
             want = compact.record_group_dot_ref(w, gb, a, 4, base, nplanes, kq)
             run(w, gb, row, 0, acc)
-            assert np.array_equal(acc, want), fill
+            assert np.array_equal(acc, want - offset * group.astype(np.int64).sum()), fill
             acc[:] = 0
             run_expanded(w, gb, pa, 0, acc, np.zeros(kq * 256, np.uint8))
             assert np.array_equal(acc, want), fill
@@ -81,14 +86,14 @@ def test_vnni_dot_is_its_reference(base, nplanes, kq, rng):
             assert np.array_equal(acc, want), fill
 
 
-@pytest.mark.parametrize("base, nplanes", [(4, 1), (4, 2), (2, 0), (2, 1)])
-def test_activation_tables_are_their_reference(base, nplanes, rng):
+@pytest.mark.parametrize("base, nplanes, kq, offset", FORMS)
+def test_activation_tables_are_their_reference(base, nplanes, kq, offset, rng):
     """The activation row of a planes dot (verify/_act_tables.py): the K activations in the
     kernel's order, then per kg-block its tables as int16 low and high bytes, == the numpy
     statement, activations at both ends; several rows: the activations only."""
     from panelpack.verify import _act_tables
 
-    recipe = compact.activation_recipe(base, nplanes)
+    recipe = compact.activation_recipe(base, nplanes, offset)
     k = 64
     for a in (rng.integers(-128, 128, (1, k)), np.full((1, k), -128), np.full((1, k), 127)):
         a = np.asarray(a, np.int8)
@@ -101,7 +106,8 @@ def test_activation_tables_are_their_reference(base, nplanes, rng):
         scalar = np.zeros_like(row)  # the scalar row builder (the vectorised one where AVX2 runs)
         _act_tables.fill_scalar(a, recipe.mode, scalar)
         assert np.array_equal(scalar, row)
-        # entries read back as int16 are the sums (crumbs: c0·x0 + c1·x1 ..., planes: scale·Σ bits·x)
+        # entries read back as int16 are the sums (crumbs: c0·x0 + c1·x1 ..., plane p: Σ (2^p·bit - f0)·x,
+        # f0 on the top plane: the code offset in the plane's units)
         x = a[0].astype(np.int64).reshape(-1, 4)
         t16 = tables.view(np.uint8).reshape(k // 4, -1, 2, 16).astype(np.int64)
         entries = (t16[:, :, 0] | t16[:, :, 1] << 8).astype(np.uint16).view(np.int16)
@@ -109,8 +115,17 @@ def test_activation_tables_are_their_reference(base, nplanes, rng):
         if base == 2:
             assert np.array_equal(entries[:, 0], x[:, :1] * (n & 3) + x[:, 1:2] * (n >> 2))
             assert np.array_equal(entries[:, 1], x[:, 2:3] * (n & 3) + x[:, 3:4] * (n >> 2))
-        if nplanes:
-            bits = (n[:, None] >> np.arange(4)) & 1
-            assert np.array_equal(entries[:, -1], recipe.scale * (x @ bits.T))
+        bits = (n[:, None] >> np.arange(4)) & 1
+        unit = 16 if base == 4 else 1
+        for p in range(nplanes):
+            f1 = 1 << (p + (0 if base == 4 else base))
+            f0 = offset // unit if p == nplanes - 1 else 0
+            assert np.array_equal(entries[:, (2 if base == 2 else 0) + p], x @ (f1 * bits - f0).T)
     several = np.asarray(rng.integers(-128, 128, (3, k)), np.int8)
     assert np.array_equal(recipe(several), _simd.pair_order(several) if base == 4 else several)
+
+
+def test_an_offset_the_planes_cannot_hold_is_refused():
+    for base, nplanes, offset in ((2, 0, 2), (4, 1, 8), (4, 1, 32), (2, 1, 8)):
+        with pytest.raises(ValueError, match="does not fold"):
+            compact.activation_recipe(base, nplanes, offset)

@@ -14,8 +14,14 @@ activations only)::
     kg-block q: its tables, 32 bytes each: the 16 entries' low bytes, then their high bytes (int16)
         crumbs (LUTI2 forms):  C01[n] = (n & 3)·x[4q] + (n >> 2)·x[4q + 1]
                                C23[n] = (n & 3)·x[4q + 2] + (n >> 2)·x[4q + 3]
-        planes:                P[n] = scale·Σ_j bit_j(n)·x[4q + j]     (scale 1 or 4: |P| <= 4·4·128)
+        planes, one table each (f1, f0 the table's factors, 1 <= f1 <= 4, 0 <= f0 <= f1):
+                               P[n] = Σ_j (f1·bit_j(n) - f0)·x[4q + j]     (|P| <= 4·4·128)
     (x natural order in the sums)
+
+``f1`` is the plane's weight in the code (relative to the nibbles' for the LUTI4 forms, whose
+planes are summed apart and scaled by 2^4 as they widen), and ``f0`` folds a type's code offset
+into the top plane's table (Q6_K: ``u - 32 = n + 16·(b4 + 2·(b5 - 1))``), so the one-row dot is
+``Σ (u - offset)·x`` with no ``offset·A`` left to subtract.
 
 so with ``B`` table bytes a kg-block the row has ``K·(1 + B/4)`` bytes and a dot handed the row
 and the offset ``p`` of its group's first activation finds kg-block ``q'``'s tables at
@@ -40,13 +46,42 @@ from . import _simd
 TABLE_BYTES = 32
 
 #: bits of a :func:`fill` mode: pair order (_simd.pair_order) for the first K bytes, the crumb
-#: tables, the plane table; bits 8+: the plane table's scale
-PAIR, CRUMBS, PLANES = 1, 2, 4
+#: tables; from bit PLANE_SHIFT on, 16 bits a plane table (:data:`MAX_PLANES` at most): its
+#: ``f1`` in the low byte, its ``f0`` in the high one (module docstring)
+PAIR, CRUMBS = 1, 2
+PLANE_SHIFT, MAX_PLANES = 8, 2
+
+
+def plane_mode(planes) -> int:
+    """The mode bits of the plane tables ``[(f1, f0), ...]``."""
+    if len(planes) > MAX_PLANES or not all(1 <= f1 <= 4 and 0 <= f0 <= f1 for f1, f0 in planes):
+        raise ValueError(f"plane tables {planes!r}: at most {MAX_PLANES}, 1 <= f1 <= 4, 0 <= f0 <= f1")
+    return sum((f1 | f0 << 8) << (PLANE_SHIFT + 16 * i) for i, (f1, f0) in enumerate(planes))
+
+
+def plane_tables(mode: int) -> list[tuple[int, int]]:
+    """The ``(f1, f0)`` of each plane table of ``mode``."""
+    specs, m = [], mode >> PLANE_SHIFT
+    while m:
+        specs.append((m & 0xFF, m >> 8 & 0xFF))
+        m >>= 16
+    return specs
 
 
 def table_bytes(mode: int) -> int:
     """Table bytes per kg-block of a :func:`fill` mode."""
-    return TABLE_BYTES * (2 * bool(mode & CRUMBS) + bool(mode & PLANES))
+    return TABLE_BYTES * (2 * bool(mode & CRUMBS) + len(plane_tables(mode)))
+
+
+@lazy_njit(inline="always")
+def _table_bytes(mode):
+    """:func:`table_bytes` in nopython code."""
+    tables = 2 * ((mode & CRUMBS) != 0)
+    spec = mode >> PLANE_SHIFT
+    while spec:
+        tables += 1
+        spec >>= 16
+    return TABLE_BYTES * tables
 
 
 @lazy_njit(inline="always")
@@ -78,8 +113,8 @@ def fill_scalar(a, mode, out):
     row builder without AVX2); :func:`fill` is the one the kernels' rows come from."""
     k = a.shape[1]
     _order(a, mode, out)
-    crumbs, planes, scale = mode & CRUMBS, mode & PLANES, mode >> 8
-    tb = TABLE_BYTES * (2 * (crumbs != 0) + (planes != 0))
+    crumbs = mode & CRUMBS
+    tb = _table_bytes(mode)
     for q in range(k // 4 if tb else 0):
         x0, x1, x2, x3 = np.int64(a[0, 4 * q]), np.int64(a[0, 4 * q + 1]), np.int64(a[0, 4 * q + 2]), \
             np.int64(a[0, 4 * q + 3])
@@ -90,23 +125,30 @@ def fill_scalar(a, mode, out):
                 out[0, at + n], out[0, at + 16 + n] = _signed_byte(lo), _signed_byte(lo >> 8)
                 out[0, at + 32 + n], out[0, at + 48 + n] = _signed_byte(hi), _signed_byte(hi >> 8)
             at += 2 * TABLE_BYTES
-        if planes:
+        spec = mode >> PLANE_SHIFT
+        while spec:
+            f1, f0 = spec & 0xFF, spec >> 8 & 0xFF
             for n in range(16):
-                v = scale * ((n & 1) * x0 + (n >> 1 & 1) * x1 + (n >> 2 & 1) * x2 + (n >> 3 & 1) * x3)
+                v = ((f1 * (n & 1) - f0) * x0 + (f1 * (n >> 1 & 1) - f0) * x1 + (f1 * (n >> 2 & 1) - f0) * x2
+                     + (f1 * (n >> 3 & 1) - f0) * x3)
                 out[0, at + n], out[0, at + 16 + n] = _signed_byte(v), _signed_byte(v >> 8)
+            at += TABLE_BYTES
+            spec >>= 16
 
 
 def _build_entries():
     """The AVX2 table writer: ``entries(row, i, bits, t, out, o)`` stores at ``out[o:o + 32]`` the
-    16 int16 entries ``E[n] = bits[t, 2n]·row[i] + bits[t, 2n+1]·row[i+1] + bits[t, 32+2n]·row[i+2]
-    + bits[t, 32+2n+1]·row[i+3]`` as their low bytes then their high bytes::
+    16 int16 entries ``E[n] = F[n]·(row[i], row[i+1], row[i+2], row[i+3])`` of the factors
+    ``F = bits[t, 0:64] - bits[t, 64:128]`` (``F[n] = (b[2n], b[2n+1], b[32+2n], b[32+2n+1])``;
+    the factors' positive and negative parts, unsigned) as their low bytes then their high bytes::
 
-        E = vpmaddubsw(bits[t, 0:32], (row[i], row[i+1]) x 16) + vpmaddubsw(bits[t, 32:64], (row[i+2], row[i+3]) x 16)
+        E = vpmaddubsw(b[0:32], (row[i], row[i+1]) x 16) + vpmaddubsw(b[32:64], (row[i+2], row[i+3]) x 16)
+            - the same of b[64:128]
             int16 lane n = entry n: lanes 0-7 in the low 128 bits, 8-15 in the high
         out = bytes [E0.lo .. E15.lo | E0.hi .. E15.hi]     (one byte shuffle and a 64-bit permute)
 
-    Exact: the bits are at most 4 (unsigned), the activations int8, so a vpmaddubsw lane is at
-    most 2·4·128 and an entry 4·4·128 in magnitude."""
+    Exact: a part is at most 4, the activations int8, so a vpmaddubsw lane is at most 2·4·128,
+    a part's entry 4·4·128 and ``E`` (one part of each factor is 0) 4·4·128 in magnitude."""
     from llvmlite import ir
     from numba.extending import intrinsic
 
@@ -129,7 +171,7 @@ def _build_entries():
                 return builder.bitcast(builder.gep(ptr, [off]), ty.as_pointer())
 
             rp = builder.gep(data(0), [args[1]])
-            bp = builder.gep(data(2), [builder.mul(args[3], ir.Constant(i64, 64))])
+            bp = builder.gep(data(2), [builder.mul(args[3], ir.Constant(i64, 128))])
             pmadd = _numba_internals.llvm_function(builder, ir.FunctionType(v16i16, [v32i8, v32i8]),
                                                    "llvm.x86.avx2.pmadd.ub.sw")
             e = None
@@ -137,9 +179,10 @@ def _build_entries():
                 pair = builder.load(at(rp, ir.Constant(i64, 2 * h), i16), align=1)
                 pairs = builder.shuffle_vector(builder.insert_element(ir.Constant(v16i16, None), pair, ir.Constant(i32, 0)),
                                                ir.Constant(v16i16, None), ir.Constant(ir.VectorType(i32, 16), [0] * 16))
-                bv = builder.load(at(bp, ir.Constant(i64, 32 * h), v32i8), align=1)
-                m = builder.call(pmadd, [bv, builder.bitcast(pairs, v32i8)])
-                e = m if e is None else builder.add(e, m)
+                for sign in range(2):
+                    bv = builder.load(at(bp, ir.Constant(i64, 64 * sign + 32 * h), v32i8), align=1)
+                    m = builder.call(pmadd, [bv, builder.bitcast(pairs, v32i8)])
+                    e = m if e is None else (builder.sub(e, m) if sign else builder.add(e, m))
             eb = builder.bitcast(e, v32i8)
             builder.store(builder.shuffle_vector(eb, ir.Constant(v32i8, None), gather),
                           at(builder.gep(data(4), [args[5]]), ir.Constant(i64, 0), v32i8), align=1)
@@ -153,15 +196,23 @@ def _build_entries():
 
 @lazy_njit(inline="always")
 def _table_bits(mode):
-    """``[3, 64]`` uint8: the factors :func:`_build_entries`'s ``bits[t]`` takes for the crumb
-    tables C01 (t = 0), C23 (t = 1) and the plane table P (t = 2) of ``mode``."""
-    bits = np.zeros((3, 64), np.uint8)
-    scale = mode >> 8
+    """``[2 + MAX_PLANES, 128]`` uint8: the factors :func:`_build_entries`'s ``bits[t]`` takes for
+    the crumb tables C01 (t = 0), C23 (t = 1) and the plane tables (t = 2, 3) of ``mode``: a
+    plane factor ``f1·bit - f0`` as its positive part (bytes 0-63) and its negative one (64-127)."""
+    bits = np.zeros((2 + MAX_PLANES, 128), np.uint8)
     for n in range(16):
         bits[0, 2 * n], bits[0, 2 * n + 1] = n & 3, n >> 2
         bits[1, 32 + 2 * n], bits[1, 32 + 2 * n + 1] = n & 3, n >> 2
-        bits[2, 2 * n], bits[2, 2 * n + 1] = scale * (n & 1), scale * (n >> 1 & 1)
-        bits[2, 32 + 2 * n], bits[2, 32 + 2 * n + 1] = scale * (n >> 2 & 1), scale * (n >> 3 & 1)
+    spec, t = mode >> PLANE_SHIFT, 2
+    while spec:
+        f1, f0 = spec & 0xFF, spec >> 8 & 0xFF
+        for n in range(16):
+            for j in range(4):
+                f = f1 * (n >> j & 1) - f0
+                at = 32 * (j >> 1) + 2 * n + (j & 1)
+                bits[t, at], bits[t, 64 + at] = max(f, 0), max(-f, 0)
+        spec >>= 16
+        t += 1
     return bits
 
 
@@ -170,8 +221,9 @@ def _fill_simd_of(entries):
     def fill_simd(a, mode, out):
         k = a.shape[1]
         _order(a, mode, out)
-        crumbs, planes = mode & CRUMBS, mode & PLANES
-        tb = TABLE_BYTES * (2 * (crumbs != 0) + (planes != 0))
+        crumbs = mode & CRUMBS
+        tb = _table_bytes(mode)
+        planes = tb // TABLE_BYTES - 2 * (crumbs != 0)
         bits = _table_bits(mode)
         row, dst = a[0], out[0]
         for q in range(k // 4 if tb else 0):
@@ -180,8 +232,8 @@ def _fill_simd_of(entries):
                 entries(row, 4 * q, bits, 0, dst, at)
                 entries(row, 4 * q, bits, 1, dst, at + TABLE_BYTES)
                 at += 2 * TABLE_BYTES
-            if planes:
-                entries(row, 4 * q, bits, 2, dst, at)
+            for p in range(planes):
+                entries(row, 4 * q, bits, 2 + p, dst, at + TABLE_BYTES * p)
 
     return fill_simd
 
@@ -202,8 +254,8 @@ def tables_ref(a: np.ndarray, mode: int) -> np.ndarray:
     tabs = []
     if mode & CRUMBS:
         tabs += [x[:, 2 * h:2 * h + 1] * (n & 3) + x[:, 2 * h + 1:2 * h + 2] * (n >> 2) for h in range(2)]
-    if mode & PLANES:
-        tabs.append((mode >> 8) * (x @ ((n[:, None] >> np.arange(4)) & 1).T))
+    for f1, f0 in plane_tables(mode):
+        tabs.append(x @ (f1 * ((n[:, None] >> np.arange(4)) & 1) - f0).T)
     parts = [p for t in tabs for p in (t & 0xFF, (t >> 8) & 0xFF)]
     return np.concatenate(parts, axis=1).astype(np.uint8).view(np.int8) if parts else np.zeros((len(x), 0), np.int8)
 
@@ -215,13 +267,12 @@ class Recipe:
 
     pair: bool
     crumbs: bool  # the LUTI2 forms' crumb tables
-    scale: int  # the plane table's factor (0: no plane table)
+    planes: tuple[tuple[int, int], ...] = ()  # a plane table's (f1, f0) each (module docstring)
 
     @property
     def mode(self) -> int:
         """The :func:`fill` mode of one row."""
-        return (PAIR if self.pair else 0) | (CRUMBS if self.crumbs else 0) | (PLANES | self.scale << 8 if self.scale
-                                                                             else 0)
+        return (PAIR if self.pair else 0) | (CRUMBS if self.crumbs else 0) | plane_mode(self.planes)
 
     def width(self, k: int) -> int:
         """Columns of the one-row activations the kernel reads."""

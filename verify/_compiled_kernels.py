@@ -325,15 +325,18 @@ def _tile_around(groups, scratch_bytes: int, name: str):
 PREFETCH_GROUPS = 8
 
 
-def int8_group_tile(name: str, dot, operand, scratch_bytes: int, raw: bool = False, single=None, stride: int = 0):
+def int8_group_tile(name: str, dot, operand, scratch_bytes: int, raw: bool = False, single=None, stride: int = 0,
+                    single_raw: bool | None = None):
     """A column tile over int8 panels through an int8 group ``dot`` (_simd: AVX2, _simd512: VNNI;
     G = 16 or 32): per group ``operand(w, t, g, ng, group, geom, scratch)`` gives its panel's bytes
     and offset (in place, or expanded into ``scratch_bytes`` of scratch), a dot per activation row, the finish (_group_done);
-    ``raw``: raw codes, the finish subtracts ``geom[0]·A``; ``single``: (dot, operand) for one row;
+    ``raw``: raw codes, the finish subtracts ``geom[0]·A``; ``single``: (dot, operand) for one row,
+    ``single_raw`` (default ``raw``) its ``raw``;
     ``name``: the tile's, unique (:func:`_tile_around`); ``stride``: the bytes of ``w`` per group
     (group ``g`` of tile ``t`` at ``(t·ng + g)·stride``), whose lines :data:`PREFETCH_GROUPS` ahead are
     prefetched (0: no prefetch)."""
     dot1, operand1 = single or (dot, operand)
+    raw1 = raw if single_raw is None else single_raw
 
     # compiled into the tile (cached there); named after it, as every closure a factory compiles
     # (the symbol numba gives it: formats/_numba_internals 11)
@@ -344,6 +347,7 @@ def int8_group_tile(name: str, dot, operand, scratch_bytes: int, raw: bool = Fal
         k = a.shape[1]
         af = a.reshape(-1)
         off = geom[0] if raw else 0
+        off1 = geom[0] if raw1 else 0
         for g in range(ng):
             if stride:  # (a hint: past the end of w it fetches nothing and never faults)
                 ahead = (t * ng + g + PREFETCH_GROUPS) * stride
@@ -352,7 +356,7 @@ def int8_group_tile(name: str, dot, operand, scratch_bytes: int, raw: bool = Fal
             if a.shape[0] == 1:
                 src1, at1 = operand1(w, t, g, ng, group, geom, scratch)
                 dot1(src1, at1, af, g * group, acc)
-                _group_done(acc, t, g, 0, tw, off, A, s_t, o_t, da, kind, g * group, P, yt, want_p, want_y)
+                _group_done(acc, t, g, 0, tw, off1, A, s_t, o_t, da, kind, g * group, P, yt, want_p, want_y)
                 continue
             src, at = operand(w, t, g, ng, group, geom, scratch)
             for m in range(a.shape[0]):

@@ -67,11 +67,12 @@ _TILES = {bits: _column_tile(_record_view(bits), _unpack_compact) for bits in (2
 # ---- form's base plane is panel64's nibble panel, so the group dot is _simd.nibble_group_dot's on the
 # ---- raw stored codes u (0 .. 2^bits-1, activations in pair order); a LUTI2 form's crumb bytes and
 # ---- every bit plane go through the activation row's 16-entry tables (verify/_act_tables.py, one
-# ---- row); with several rows the planes are OR-ed into the code bytes once a group. The tile
-# ---- subtracts code_offset * A as the nibble tiles do.
+# ---- row, the code offset folded into the top plane's table); with several rows the planes are OR-ed
+# ---- into the code bytes once a group, and the tile subtracts code_offset * A as the nibble tiles do.
 def _planes_intrinsics(base: int, nplanes: int, kq: int):
     """(dot, expand, scratch dot) of a LUTI4 form (``base`` 4), or of a LUTI2 one (``base`` 2).
-    ``dot``: ``acc[0:64] = Σ_kk u(c, kk)·x[kk]`` (int32) for the group record at byte ``woff`` of
+    ``dot``: ``acc[0:64] = Σ_kk (u(c, kk) - offset)·x[kk]`` (int32; the offset the row's tables hold,
+    :func:`activation_recipe`) for the group record at byte ``woff`` of
     ``w`` (base plane: kq kg-blocks of 128 nibble bytes or 64 crumb bytes; plane p: kq x 32 bytes
     after it), ``a`` the activation row of :func:`activation_recipe` and ``aoff`` the group's
     first activation in it (one row: its tables follow the K activations). Per kg-block q::
@@ -81,27 +82,28 @@ def _planes_intrinsics(base: int, nplanes: int, kq: int):
         LUTI2, 32 crumb bytes y (slices s, s + 1):
             C01[y & 15] + C23[y >> 4]        (vpshufb of the tables' low and high bytes, unpacked)
         plane p, 16 plane bytes (slices s, s + 1; nibble c = channel c's 4 bits):
-            2^p x P[nibble]      (P = Σ bits·x; LUTI4: summed apart, x 2^4 when widened; LUTI2: 4·P)
+            P_p[nibble]      (its own table: Σ (2^p·bit - f0)·x, LUTI4: summed apart, x 2^4 when
+                              widened; LUTI2: Σ (2^(2+p)·bit - f0)·x, added to the crumbs' sums)
 
     ``expand`` stores a group's code bytes with the planes merged (u_lo/u_hi, kq x 256 bytes;
     LUTI2: crumbs paired in natural order, :func:`crumb_lohi`) and ``scratch dot`` is
-    vpmaddubsw on them: with several activation rows the planes are merged once a group, not
-    once a row.
+    vpmaddubsw on them (``Σ u·x``: no offset): with several activation rows the planes are merged
+    once a group, not once a row.
 
     Exactness: every sum is an integer sum of u·a with u <= 2^bits - 1 <= 63 and |a| <= 128, so
     a kg-block's int16 lanes hold at most 4·63·128 = 32256 (Q6_K; 5 bits: 15872, two kg-blocks
-    summed: 31744; 3 bits: 3584, four summed) < 32767, widened to int32 after that (vpmaddwd
-    against (1, 0) and (0, 1): the even and the odd channels, merged in channel order once a
-    group); the table dot's LUTI4 nibbles alone 4·15·128 = 7680 (four summed: 30720) and its
-    planes apart 3·512 a kg-block (a group: 6144), sign-extended; one vpmaddubsw lane is at most
-    2·63·128 and a table entry 4·4·128 in magnitude."""
+    summed: 31744; 3 bits: 3584, four summed) < 32767, widened to int32 after that (two sums at a
+    time, :func:`dot_of`); the table dot's LUTI4 nibbles alone 4·15·128 = 7680 (four summed:
+    30720) and its planes apart (1 + 2)·512 a kg-block (the offset in: |2^p·bit - f0| <= 2^p;
+    a group: 6144), widened x 2^4; its LUTI2 sums |u - offset| <= 7, 4·7·128 a kg-block; one
+    vpmaddubsw lane is at most 2·63·128 and a table entry 4·4·128 in magnitude."""
     from llvmlite import ir
     from numba import types
     from numba.core import cgutils
     from numba.extending import intrinsic
 
     i8, i16, i32, i64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
-    v32i8, v8i8, v16i16, v16i32 = ir.VectorType(i8, 32), ir.VectorType(i8, 8), ir.VectorType(i16, 16), ir.VectorType(i32, 16)
+    v32i8, v8i8, v16i16 = ir.VectorType(i8, 32), ir.VectorType(i8, 8), ir.VectorType(i16, 16)
     bits = base + nplanes
     run = max(1, 32767 // (4 * ((1 << bits) - 1) * 128))  # kg-blocks summed in int16
     run_apart = 32767 // (4 * 15 * 128)  # ... the nibbles alone (the planes summed apart: <= 3·512·kq)
@@ -235,8 +237,6 @@ def _planes_intrinsics(base: int, nplanes: int, kq: int):
         return tuple(builder.load(at(builder, sp, (4 * q + s) * 64 + 32 * h, v32i8), align=1) for h in range(2))
 
     v8i32 = ir.VectorType(i32, 8)
-    parity = [const([1 - h if i % 2 == 0 else h for i in range(16)], v16i16) for h in range(2)]
-    zip8 = const([j // 2 + 8 * (j % 2) for j in range(16)], ir.VectorType(i32, 16))
 
     # ---- the single-row dot through activation tables (verify/_act_tables.py): a plane word's
     # ---- nibble c is channel c's bits for the kg-block's K 0..3 (bit j = lane 4c + j), so its share
@@ -251,7 +251,7 @@ def _planes_intrinsics(base: int, nplanes: int, kq: int):
     unpack_lo = const([16 * (i // 16) + i % 16 // 2 + 32 * (i % 2) for i in range(32)], ir.VectorType(i32, 32))
     unpack_hi = const([16 * (i // 16) + 8 + i % 16 // 2 + 32 * (i % 2) for i in range(32)], ir.VectorType(i32, 32))
 
-    tb = _act_tables.table_bytes(activation_recipe(base, nplanes).mode)  # table bytes a kg-block
+    tb = _act_tables.table_bytes(activation_recipe(base, nplanes, 0).mode)  # table bytes a kg-block (any offset)
 
     def lookup(builder, tables, n):
         """Table ``tables`` (low bytes, high bytes) at the nibbles ``n`` (32 bytes): the entries as
@@ -314,18 +314,17 @@ def _planes_intrinsics(base: int, nplanes: int, kq: int):
                 ts += [builder.add(u, v) for u, v in zip(lookup(builder, c01, n01), lookup(builder, c23, n23))]
         if not nplanes:
             return ts, None
-        tables = row_tables(builder, tp, q, 2 if base == 2 else 0)
+        tables = [row_tables(builder, tp, q, (2 if base == 2 else 0) + p) for p in range(nplanes)]  # one a plane
         apart: list = [None] * 4
         for s in (0, 2):
             for p in range(nplanes):
-                lookups = plane_lookups(builder, wp, p, q, s, tables) if base == 2 else \
-                    plane_lookups_split(builder, wp, p, q, s, tables)
+                lookups = plane_lookups(builder, wp, p, q, s, tables[p]) if base == 2 else \
+                    plane_lookups_split(builder, wp, p, q, s, tables[p])
                 for h, v in enumerate(lookups):
-                    for _ in range(1 << p):
-                        if base == 2:
-                            ts[s + h] = builder.add(ts[s + h], v)
-                        else:
-                            apart[s + h] = v if apart[s + h] is None else builder.add(apart[s + h], v)
+                    if base == 2:
+                        ts[s + h] = builder.add(ts[s + h], v)
+                    else:
+                        apart[s + h] = v if apart[s + h] is None else builder.add(apart[s + h], v)
         return ts, (apart if base == 4 else None)
 
     #: the channels of the 16 int16 lanes of kg_tables' sums: slice s's 16 in order (LUTI4), or
@@ -341,11 +340,25 @@ def _planes_intrinsics(base: int, nplanes: int, kq: int):
                     for lo, hi in (lohi(builder, wp, q, s) for s in range(4))], None
         return kg
 
+    #: unpacklo / unpackhi of two int16 vectors (x, y): the pairs (x_i, y_i) of lanes 0-3 | 8-11, of 4-7 | 12-15
+    zip16 = [const([i + j * 16 for r in (4 * h, 8 + 4 * h) for i in range(r, r + 4) for j in range(2)],
+                   ir.VectorType(i32, 16)) for h in range(2)]
+    #: lanes 8r .. 8r+7 of a sum from its two widened halves (lanes 0-3 | 8-11, 4-7 | 12-15), and a
+    #: half's four lanes 4h .. 4h+3
+    halves = [const([4 * r + i for i in range(4)] + [8 + 4 * r + i for i in range(4)], ir.VectorType(i32, 8)) for r in range(2)]
+    fours = [const(list(range(4 * h, 4 * h + 4)), ir.VectorType(i32, 4)) for h in range(2)]
+    #: a LUTI4 table sum's (even channels | odd channels) into channel order (one vpermq, one vpshufb)
+    even_odd = const([i // 2 + 8 * (i % 2) for i in range(16)], ir.VectorType(i32, 16))
+
     def dot_of(kg_block, tables=False, channels=None):
         """The dot over ``kg_block``'s sums, whose lanes hold ``channels`` (16 a sum; default in
-        order), read from the activation row's tables where ``tables``."""
+        order), read from the activation row's tables where ``tables``. A slice's int16 sums (each
+        run of kg-blocks, the planes apart) are widened two at a time: ``vpmaddwd(unpack(x, y),
+        (wx, wy))`` is ``wx·x + wy·y`` in int32 (lanes 0-3 | 8-11, then 4-7 | 12-15: the shuffle
+        pipes see two unpacks, the multiply pipes the rest), stored 4 channels a store."""
         channels = channels or [[16 * s + i for i in range(16)] for s in range(4)]
-        width = min(next((i for i in range(1, 16) if ch[i] != ch[0] + i), 16) for ch in channels)
+        assert all(ch[r + i] == ch[r] + i for ch in channels for r in range(0, 16, 4) for i in range(4))  # runs of 4
+
         @intrinsic
         def dot(typingctx, w, woff, a, aoff, acc):
             sig = types.void(w, woff, a, aoff, acc)
@@ -370,7 +383,18 @@ def _planes_intrinsics(base: int, nplanes: int, kq: int):
 
                 pmaddwd = _numba_internals.llvm_function(builder, ir.FunctionType(v8i32, [v16i16, v16i16]),
                                                          "llvm.x86.avx2.pmadd.wd")
-                total: list = [None] * 8  # slice s: channels 16s + 2j at 2s, 16s + 2j + 1 at 2s + 1
+                wide: list = [[None, None] for _ in range(4)]  # slice s: int32 lanes 0-3 | 8-11, 4-7 | 12-15
+                waiting: list = [[] for _ in range(4)]  # slice s: (int16 sum, weight) not yet widened
+
+                def widen(s, last=False):
+                    while len(waiting[s]) >= 2 or (last and waiting[s]):
+                        (x, wx), (y, wy) = waiting[s][0], (waiting[s][1] if len(waiting[s]) > 1 else (waiting[s][0][0], 0))
+                        del waiting[s][:2]
+                        weights = const([wx, wy] * 8, v16i16)
+                        for h in range(2):
+                            t = builder.call(pmaddwd, [builder.shuffle_vector(x, y, zip16[h]), weights])
+                            wide[s][h] = t if wide[s][h] is None else builder.add(wide[s][h], t)
+
                 part: list = [None] * 4
                 apart: list = [None] * 4  # the planes summed apart (LUTI4 tables): (even | odd channels)
                 for q in range(kq):  # kg-block outer: its two activation patterns built once
@@ -382,24 +406,19 @@ def _planes_intrinsics(base: int, nplanes: int, kq: int):
                     for s, t in enumerate(ts):
                         part[s] = t if part[s] is None else builder.add(part[s], t)
                         if (q + 1) % steps == 0 or q == kq - 1:
-                            # widened by vpmaddwd against (1, 0) and (0, 1): the even and the odd
-                            # channels, no shuffle (a sign extension takes three)
-                            for h in range(2):
-                                wide = builder.call(pmaddwd, [part[s], parity[h]])
-                                total[2 * s + h] = wide if total[2 * s + h] is None else builder.add(total[2 * s + h], wide)
+                            waiting[s].append((part[s], 1))
                             part[s] = None
-                for s in range(4 if apart[0] is not None else 0):  # + 2^base x the planes, sign-extended
-                    for h in range(2):
-                        half = builder.shuffle_vector(apart[s], ir.Constant(v16i16, None),
-                                                      const(list(range(8 * h, 8 * h + 8)), ir.VectorType(i32, 8)))
-                        wide = builder.shl(builder.sext(half, v8i32), const(base, v8i32))
-                        total[2 * s + h] = builder.add(total[2 * s + h], wide)
-                for s in range(4):  # each sum's 16 lanes in order, stored by runs of channels
-                    merged = builder.shuffle_vector(total[2 * s], total[2 * s + 1], zip8)
-                    for r in range(0, 16, width):
-                        part_r = merged if width == 16 else builder.shuffle_vector(
-                            merged, ir.Constant(v16i32, None), const(list(range(r, r + width)), ir.VectorType(i32, width)))
-                        builder.store(part_r, at(builder, cd, channels[s][r], ir.VectorType(i32, width)), align=4)
+                            widen(s)
+                for s in range(4):  # + 2^base x the planes, in channel order
+                    if apart[s] is not None:
+                        waiting[s].append((builder.shuffle_vector(apart[s], ir.Constant(v16i16, None), even_odd), 1 << base))
+                    widen(s, last=True)
+                    for r in range(2):  # channels 8r .. 8r+7 of the sum's lanes: one store where they run on
+                        eight = builder.shuffle_vector(wide[s][0], wide[s][1], halves[r])
+                        runs = [(0, eight)] if channels[s][8 * r + 7] == channels[s][8 * r] + 7 else [
+                            (4 * h, builder.shuffle_vector(eight, ir.Constant(v8i32, None), fours[h])) for h in range(2)]
+                        for o, v in runs:
+                            builder.store(v, at(builder, cd, channels[s][8 * r + o], v.type), align=4)
                 return context.get_dummy_value()
 
             return sig, codegen
@@ -434,13 +453,15 @@ def _avx2_planes_tile(base: int, nplanes: int, kq: int):
     dot, expand, scratch_dot = _planes_intrinsics(base, nplanes, kq)
     bitwise = nplanes == 2 and not _simd.FAST_PDEP  # several rows: Q6_K's planes bit by bit (its own cache index)
     return _records_tile(f"compact_avx2_{base}_{nplanes}_{kq}" + ("_bitwise" if bitwise else ""),
-                         kq * (32 * base + _PLANE * nplanes), kq, dot, expand, scratch_dot)
+                         kq * (32 * base + _PLANE * nplanes), kq, dot, expand, scratch_dot, single_raw=False)
 
 
-def _records_tile(name: str, gb: int, kq: int, dot, expand, scratch_dot):
+def _records_tile(name: str, gb: int, kq: int, dot, expand, scratch_dot, single_raw: bool = True):
     """The column tile over group records of ``gb`` bytes that the raw-code ``dot`` reads in place
     (one activation row), or that ``expand`` turns into ``kq·256`` bytes of u for ``scratch_dot``
-    (several rows; the planes merged once a group, not once a row)."""
+    (several rows; the planes merged once a group, not once a row). ``single_raw``: the one-row
+    dot's sums are of raw codes (the tile subtracts ``offset·A``); False where its activation
+    tables fold the offset in (the AVX2 planes dot, :func:`activation_recipe`)."""
 
     @closable_inline  # (not a dispatcher: the tile's cache key would change with every process)
     def in_place(w, t, g, ng, group, geom, scratch):
@@ -451,15 +472,24 @@ def _records_tile(name: str, gb: int, kq: int, dot, expand, scratch_dot):
         expand(w, (t * ng + g) * gb, scratch)
         return scratch, 0
 
-    return int8_group_tile(name, scratch_dot, expanded, kq * 256, raw=True, single=(dot, in_place), stride=gb)
+    return int8_group_tile(name, scratch_dot, expanded, kq * 256, raw=True, single=(dot, in_place), stride=gb,
+                           single_raw=single_raw)
 
 
-def activation_recipe(base: int, nplanes: int) -> _act_tables.Recipe:
+def activation_recipe(base: int, nplanes: int, offset: int) -> _act_tables.Recipe:
     """The activations of a form's AVX2 tile (``KernelSpec.activations``), one row with its
-    tables appended: pair order (nibble pairs k0, k2 | k1, k3) and the plane table for the
-    LUTI4 forms (the dot sums the planes apart and scales them by 2^base when it widens), the
-    crumb tables and the plane table times 2^base for the LUTI2 ones (added to the crumbs' sums)."""
-    return _act_tables.Recipe(pair=base == 4, crumbs=base == 2, scale=(1 if base == 4 else 4) if nplanes else 0)
+    tables appended: pair order (nibble pairs k0, k2 | k1, k3) and a table per plane for the
+    LUTI4 forms (plane p: 2^p·P; the dot sums the planes apart and scales them by 2^base when it
+    widens), the crumb tables and a table per plane, 2^(base+p)·P, for the LUTI2 ones (added to
+    the crumbs' sums). The code ``offset`` goes into the top plane's table (``f0``): the one-row
+    dot is then ``Σ (u - offset)·a`` (the several-row one still subtracts ``offset·A``)."""
+    unit = 1 << base if base == 4 else 1  # a table entry's weight in the code
+    planes = [(1 << (p + (0 if base == 4 else base)), 0) for p in range(nplanes)]
+    if offset:
+        if not planes or offset % unit or offset // unit > planes[-1][0]:
+            raise ValueError(f"code offset {offset} does not fold into the planes of a {base}+{nplanes}-bit form")
+        planes[-1] = (planes[-1][0], offset // unit)
+    return _act_tables.Recipe(pair=base == 4, crumbs=base == 2, planes=tuple(planes))
 
 
 # ---- where numba targets AVX-512 VNNI (_simd512), every form: the record read in place into the
@@ -615,7 +645,7 @@ def panel64_compact_kernel(layout: str, t) -> _compiled.KernelSpec | None:
     fast = _AVX2_TILES.get(f.bits)
     if fast is not None:  # raw u, the tile subtracts off·A
         return _compiled.KernelSpec(layout, t.name, fast, compact_code_bytes, _compiled.panel64_scale_arrays, offset,
-                                    (1 << f.bits) - 1, activations=activation_recipe(f.base_bits, f.planes),
+                                    (1 << f.bits) - 1, activations=activation_recipe(f.base_bits, f.planes, t.code_offset),
                                     variant="avx2")
     return _compiled.KernelSpec(layout, t.name, _TILES[f.bits], compact_code_bytes, _compiled.panel64_scale_arrays,
                                 offset, (1 << f.bits) - 1)
