@@ -285,3 +285,7 @@ class Recipe:
         out = np.empty((1, self.width(k)), np.int8)
         fill(np.ascontiguousarray(a, np.int8), self.mode, out)
         return out
+
+
+#: the activations of the AVX2 nibble tiles (panel64, rowmajor): pair order, no tables
+PAIR_ORDER = Recipe(pair=True, crumbs=False)

@@ -381,7 +381,7 @@ if _simd.AVAILABLE:
         def groups(t, w, geom, a, A, s_t, o_t, da, kind, group, n, P, yt, want_p, want_y, acc, scratch):
             # The same partials as _tile_panel64_nibble, one group of 64 channels per call of the
             # vpmaddubsw sequence in _simd (exact: see there). Nibble types all have G = 32; ``a``
-            # arrives in _simd.pair_order (KernelSpec.activations), which only this kernel reads.
+            # arrives in pair order (KernelSpec.activations: _act_tables.PAIR_ORDER), which only this kernel reads.
             ng = s_t.shape[1]
             tw = _tile_width(n, t)
             off = geom[0]

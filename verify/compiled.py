@@ -53,7 +53,7 @@ from ..formats import _numba_internals, qtypes
 from ..formats import blocks as _blocks
 from ..formats.errors import BadInputError, UnsupportedError
 from ..repack import panel64 as _panel64
-from . import _simd, _simd512
+from . import _act_tables, _simd, _simd512
 from . import dispatch as _d
 from . import il8 as _il8
 from . import registry as _registry
@@ -176,6 +176,7 @@ class KernelSpec:
     code_max: int  # max |value| the unpacker puts in buf (bounds the int16 runs)
     row_multiple: int = 1
     activations: Callable | None = None  # a -> the int8 [M, K] the kernel reads, if not a itself
+    # (an _act_tables.Recipe: pair order and/or the activation tables of the AVX2 tiles)
     variant: str = ""  # which implementation runs, for ledgers ("avx2", "avx512"; "" = the portable one)
 
     @property
@@ -218,7 +219,7 @@ def _nibble_tile(t):
     """(tile function, activation order, variant) of panel64 nibble panels: the AVX2 kernel
     where it runs (G = 32), else the portable one."""
     if _tile_panel64_nibble_avx2 is not None and t.group == _simd.GROUP:
-        return _tile_panel64_nibble_avx2, _simd.pair_order, "avx2"
+        return _tile_panel64_nibble_avx2, _act_tables.PAIR_ORDER, "avx2"
     return _tile_panel64_nibble, None, ""
 
 
@@ -254,7 +255,7 @@ def rowmajor_kernel(layout: str, t) -> KernelSpec | None:
     fast = _ROW_TILES_AVX2.get(t.name)
     if fast is not None and t.code_bits == 4:  # through the AVX2 nibble kernel (_row_tile_nibble_avx2)
         return KernelSpec(layout, t.name, fast, _rowmajor_bytes, _rowmajor_scales, _geom_rows_offset, 15,
-                          activations=_simd.pair_order, variant="avx2")
+                          activations=_act_tables.PAIR_ORDER, variant="avx2")
     if fast is not None and t.name == "Q6_K":  # super-blocks read in place, row by row (_tile_rowmajor_q6_k_avx2)
         return KernelSpec(layout, t.name, fast, _rowmajor_bytes, _rowmajor_scales, _geom_rows_offset,
                           _signed_code_max(t), variant="avx2")

@@ -11,7 +11,7 @@ entry point:
 
     x f32 [K] ─ Q8_0 codec's _quantize_range (the very quantizer of dispatch.quantize_activations)
               ─ a int8 [1, K], da = f32(f16 d) [1, K/32], A [1, K/G], max |a|
-              ─ a in the kernel's order (spec.activations: _simd.pair_order for the AVX2 nibble tiles;
+              ─ a in the kernel's order (spec.activations: _act_tables.PAIR_ORDER for the AVX2 nibble tiles;
                 an _act_tables.Recipe: the compact planes dots' row, tables appended)
               ─ chunk = chunks[max |a|]   (compiled._chunk, tabled for every max |a| at planning)
               ─ the tile function over every tile (the same call the drivers make)
@@ -193,12 +193,10 @@ class RowProduct:
         acts = prep.spec.activations
         if acts is None:
             self._mode, width = 0, self.k
-        elif acts is _c._simd.pair_order:
-            self._mode, width = _act_tables.PAIR, self.k
         elif isinstance(acts, _act_tables.Recipe):
             self._mode, width = acts.mode, acts.width(self.k)
         else:
-            raise NotImplementedError(f"{prep.spec.path}: activations other than pair_order or an _act_tables.Recipe")
+            raise NotImplementedError(f"{prep.spec.path}: activations other than an _act_tables.Recipe")
         self._qbuf = np.empty(self.k // _QK * _QB, np.uint8)
         self._a = np.empty((1, self.k), np.int8)
         self._a_k = np.empty((1, width), np.int8) if self._mode else self._a
