@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 from numba import njit
 
+from panelpack.repack import panel64_compact as _pc
 from panelpack.verify import _simd, compact
 
-#: (base, planes, kq, code offset) of every compact type: Q5_1/Q5_K, Q5_0, Q6_K, Q2_K, Q3_K
-FORMS = [(4, 1, 8, 0), (4, 1, 8, 16), (4, 2, 4, 32), (2, 0, 4, 0), (2, 1, 4, 4)]
+#: (base, planes, kq, code offset) of every compact type (Q5_1 and Q5_K share theirs), from the registry
+FORMS = sorted({(f.base_bits, f.planes, f.kq, t.code_offset) for t in _pc.COMPACT_TYPES for f in [_pc.form(t)]})
 
 
 @pytest.mark.parametrize("base, nplanes, kq, offset", FORMS)

@@ -18,18 +18,19 @@ activations only)::
                                P[n] = Σ_j (f1·bit_j(n) - f0)·x[4q + j]     (|P| <= 4·4·128)
     (x natural order in the sums)
 
-``f1`` is the plane's weight in the code (relative to the nibbles' for the LUTI4 forms, whose
-planes are summed apart and scaled by 2^4 as they widen), and ``f0`` folds a type's code offset
-into the top plane's table (Q6_K: ``u - 32 = n + 16·(b4 + 2·(b5 - 1))``), so the one-row dot is
-``Σ (u - offset)·x`` with no ``offset·A`` left to subtract.
-
 so with ``B`` table bytes a kg-block the row has ``K·(1 + B/4)`` bytes and a dot handed the row
 and the offset ``p`` of its group's first activation finds kg-block ``q'``'s tables at
-``K + (B/4)·p + B·q'``. :func:`tables_ref` is the numpy statement, :func:`fill_scalar` the
-compiled scalar one, and :func:`fill` the row builder the kernels' rows come from (the decode
-path's prologue calls it, verify/rowvec.py): where numba targets AVX2 it writes each table with two
-``vpmaddubsw`` of the entries' bits against the activation pairs (:func:`_build_entries`; a
-4096-wide row's plane tables in ~8 us instead of ~35, its crumb and plane tables in ~10 instead of ~80).
+``K + (B/4)·p + B·q'``. ``f1`` is the plane's weight in the code (relative to the nibbles' for the
+LUTI4 forms, whose planes are summed apart and scaled by 2^4 as they widen), and ``f0`` folds a
+type's code offset into the top plane's table (Q6_K: ``u - 32 = n + 16·(b4 + 2·(b5 - 1))``), so
+the one-row dot is ``Σ (u - offset)·x`` with no ``offset·A`` left to subtract.
+
+:func:`tables_ref` is the numpy statement, :func:`fill_scalar` the compiled scalar one, and
+:func:`fill` the row builder the kernels' rows come from (the decode path's prologue calls it,
+verify/rowvec.py): where numba targets AVX2 it writes each table with ``vpmaddubsw`` of the
+entries' factors against the activation pairs (:func:`_build_entries`: two for the factors'
+positive parts, two for their negative ones; a 4096-wide row's tables in ~7-9 us, where the
+scalar loop took 35-80 us).
 """
 
 from __future__ import annotations
@@ -74,14 +75,19 @@ def table_bytes(mode: int) -> int:
 
 
 @lazy_njit(inline="always")
+def _plane_count(mode):
+    """``len(plane_tables(mode))`` in nopython code."""
+    count, spec = 0, mode >> PLANE_SHIFT
+    while spec:
+        count += 1
+        spec >>= 16
+    return count
+
+
+@lazy_njit(inline="always")
 def _table_bytes(mode):
     """:func:`table_bytes` in nopython code."""
-    tables = 2 * ((mode & CRUMBS) != 0)
-    spec = mode >> PLANE_SHIFT
-    while spec:
-        tables += 1
-        spec >>= 16
-    return TABLE_BYTES * tables
+    return TABLE_BYTES * (2 * ((mode & CRUMBS) != 0) + _plane_count(mode))
 
 
 @lazy_njit(inline="always")
@@ -221,12 +227,13 @@ def _fill_simd_of(entries):
     def fill_simd(a, mode, out):
         k = a.shape[1]
         _order(a, mode, out)
-        crumbs = mode & CRUMBS
         tb = _table_bytes(mode)
-        planes = tb // TABLE_BYTES - 2 * (crumbs != 0)
+        if not tb:  # pair order only (the nibble tiles): no factors to build
+            return
+        crumbs, planes = mode & CRUMBS, _plane_count(mode)
         bits = _table_bits(mode)
         row, dst = a[0], out[0]
-        for q in range(k // 4 if tb else 0):
+        for q in range(k // 4):
             at = k + tb * q
             if crumbs:
                 entries(row, 4 * q, bits, 0, dst, at)
@@ -262,8 +269,8 @@ def tables_ref(a: np.ndarray, mode: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Recipe:
-    """``KernelSpec.activations`` of a compact form's AVX2 tile: ``a [M, K]`` -> the rows its
-    kernel reads (pair order for the LUTI4 forms; one row: its tables appended)."""
+    """``KernelSpec.activations`` of an AVX2 tile: ``a [M, K]`` -> the rows its kernel reads (pair
+    order for the nibble tiles and the LUTI4 compact forms; one row: its tables appended)."""
 
     pair: bool
     crumbs: bool  # the LUTI2 forms' crumb tables

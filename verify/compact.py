@@ -240,11 +240,11 @@ def _planes_intrinsics(base: int, nplanes: int, kq: int):
 
     # ---- the single-row dot through activation tables (verify/_act_tables.py): a plane word's
     # ---- nibble c is channel c's bits for the kg-block's K 0..3 (bit j = lane 4c + j), so its share
-    # ---- of the dot is P[n] = Σ_j bit_j(n)·x[kj], one 16-entry int16 table a kg-block (built once a
-    # ---- call), looked up by vpshufb (its low bytes, its high bytes), 32 channels (two slices) a
-    # ---- lookup; plane p adds its lookups 2^p times (LUTI4: summed apart, times 2^4 when widened;
-    # ---- LUTI2: the table is 4·P, added to the crumbs' sums). On AVX2 a byte shuffle, shift or
-    # ---- unpack issues on two of the four vector pipes: no lane-crossing ones.
+    # ---- of the dot is P[n] = Σ_j bit_j(n)·x[kj], a 16-entry int16 table a kg-block and plane (built
+    # ---- once a call, the plane's weight and the top plane's share of the code offset in it),
+    # ---- looked up by vpshufb (its low bytes, its high bytes), 32 channels (two slices) a lookup
+    # ---- (LUTI4: summed apart, times 2^4 when widened; LUTI2: added to the crumbs' sums). On AVX2 a
+    # ---- byte shuffle, shift or unpack issues on two of the four vector pipes: no lane-crossing ones.
     #: byte i <- the plane byte of its channel, in the crumb tables' order (lane 0: slice s ch 0-15;
     #: lane 1: slice s + 1), twice
     nibble_bytes = const([8 * (i // 16) + i % 16 // 2 for i in range(32)])
@@ -298,7 +298,7 @@ def _planes_intrinsics(base: int, nplanes: int, kq: int):
     def kg_tables(builder, wp, q, plo, phi, pmadd, tp):
         """The four int16 sums of kg-block q (16 channels each, :data:`sum_channels`) and the
         planes' four apart (LUTI4: slice s's even channels, then its odd ones; None for LUTI2): a
-        LUTI4 form's nibbles by vpmaddubsw and its planes by their table, a LUTI2 form's crumb
+        LUTI4 form's nibbles by vpmaddubsw and its planes by their tables, a LUTI2 form's crumb
         bytes y by their two tables (indices y & 15, y >> 4: 32 channels a lookup) and its plane
         by its table, added in."""
         ts = []
@@ -343,10 +343,8 @@ def _planes_intrinsics(base: int, nplanes: int, kq: int):
     #: unpacklo / unpackhi of two int16 vectors (x, y): the pairs (x_i, y_i) of lanes 0-3 | 8-11, of 4-7 | 12-15
     zip16 = [const([i + j * 16 for r in (4 * h, 8 + 4 * h) for i in range(r, r + 4) for j in range(2)],
                    ir.VectorType(i32, 16)) for h in range(2)]
-    #: lanes 8r .. 8r+7 of a sum from its two widened halves (lanes 0-3 | 8-11, 4-7 | 12-15), and a
-    #: half's four lanes 4h .. 4h+3
+    #: lanes 8r .. 8r+7 of a sum from its two widened halves (lanes 0-3 | 8-11, 4-7 | 12-15)
     halves = [const([4 * r + i for i in range(4)] + [8 + 4 * r + i for i in range(4)], ir.VectorType(i32, 8)) for r in range(2)]
-    fours = [const(list(range(4 * h, 4 * h + 4)), ir.VectorType(i32, 4)) for h in range(2)]
     #: a LUTI4 table sum's (even channels | odd channels) into channel order (one vpermq, one vpshufb)
     even_odd = const([i // 2 + 8 * (i % 2) for i in range(16)], ir.VectorType(i32, 16))
 
@@ -355,9 +353,9 @@ def _planes_intrinsics(base: int, nplanes: int, kq: int):
         order), read from the activation row's tables where ``tables``. A slice's int16 sums (each
         run of kg-blocks, the planes apart) are widened two at a time: ``vpmaddwd(unpack(x, y),
         (wx, wy))`` is ``wx·x + wy·y`` in int32 (lanes 0-3 | 8-11, then 4-7 | 12-15: the shuffle
-        pipes see two unpacks, the multiply pipes the rest), stored 4 channels a store."""
+        pipes see two unpacks, the multiply pipes the rest), stored 8 channels a store."""
         channels = channels or [[16 * s + i for i in range(16)] for s in range(4)]
-        assert all(ch[r + i] == ch[r] + i for ch in channels for r in range(0, 16, 4) for i in range(4))  # runs of 4
+        assert all(ch[r + i] == ch[r] + i for ch in channels for r in (0, 8) for i in range(8))  # runs of 8
 
         @intrinsic
         def dot(typingctx, w, woff, a, aoff, acc):
@@ -413,12 +411,9 @@ def _planes_intrinsics(base: int, nplanes: int, kq: int):
                     if apart[s] is not None:
                         waiting[s].append((builder.shuffle_vector(apart[s], ir.Constant(v16i16, None), even_odd), 1 << base))
                     widen(s, last=True)
-                    for r in range(2):  # channels 8r .. 8r+7 of the sum's lanes: one store where they run on
+                    for r in range(2):  # the channels of lanes 8r .. 8r+7: one run, one store
                         eight = builder.shuffle_vector(wide[s][0], wide[s][1], halves[r])
-                        runs = [(0, eight)] if channels[s][8 * r + 7] == channels[s][8 * r] + 7 else [
-                            (4 * h, builder.shuffle_vector(eight, ir.Constant(v8i32, None), fours[h])) for h in range(2)]
-                        for o, v in runs:
-                            builder.store(v, at(builder, cd, channels[s][8 * r + o], v.type), align=4)
+                        builder.store(eight, at(builder, cd, channels[s][8 * r], v8i32), align=4)
                 return context.get_dummy_value()
 
             return sig, codegen
@@ -457,8 +452,8 @@ def _avx2_planes_tile(base: int, nplanes: int, kq: int):
 
 
 def _records_tile(name: str, gb: int, kq: int, dot, expand, scratch_dot, single_raw: bool = True):
-    """The column tile over group records of ``gb`` bytes that the raw-code ``dot`` reads in place
-    (one activation row), or that ``expand`` turns into ``kq·256`` bytes of u for ``scratch_dot``
+    """The column tile over group records of ``gb`` bytes that ``dot`` reads in place (one
+    activation row), or that ``expand`` turns into ``kq·256`` bytes of raw u for ``scratch_dot``
     (several rows; the planes merged once a group, not once a row). ``single_raw``: the one-row
     dot's sums are of raw codes (the tile subtracts ``offset·A``); False where its activation
     tables fold the offset in (the AVX2 planes dot, :func:`activation_recipe`)."""
@@ -643,7 +638,7 @@ def panel64_compact_kernel(layout: str, t) -> _compiled.KernelSpec | None:
         return _compiled.KernelSpec(layout, t.name, fast, compact_code_bytes, _compiled.panel64_scale_arrays, offset,
                                     (1 << f.bits) - 1, variant="avx512")
     fast = _AVX2_TILES.get(f.bits)
-    if fast is not None:  # raw u, the tile subtracts off·A
+    if fast is not None:  # one row: the offset in the tables; several: raw u, the tile subtracts off·A
         return _compiled.KernelSpec(layout, t.name, fast, compact_code_bytes, _compiled.panel64_scale_arrays, offset,
                                     (1 << f.bits) - 1, activations=activation_recipe(f.base_bits, f.planes, t.code_offset),
                                     variant="avx2")
