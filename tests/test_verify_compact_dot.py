@@ -90,8 +90,9 @@ def test_vnni_dot_is_its_reference(base, nplanes, kq, rng):
 @pytest.mark.parametrize("base, nplanes, kq, offset", FORMS)
 def test_activation_tables_are_their_reference(base, nplanes, kq, offset, rng):
     """The activation row of a planes dot (verify/_act_tables.py): the K activations in the
-    kernel's order, then per kg-block its tables as int16 low and high bytes, == the numpy
-    statement, activations at both ends; several rows: the activations only."""
+    kernel's order, then per kg-block its tables (int16 low and high bytes; the LUTI4 forms'
+    planes split as P mod 32 and P >> 5), == the numpy statement, activations at both ends;
+    several rows: the activations only."""
     from panelpack.verify import _act_tables
 
     recipe = compact.activation_recipe(base, nplanes, offset)
@@ -107,11 +108,17 @@ def test_activation_tables_are_their_reference(base, nplanes, kq, offset, rng):
         scalar = np.zeros_like(row)  # the scalar row builder (the vectorised one where AVX2 runs)
         _act_tables.fill_scalar(a, recipe.mode, scalar)
         assert np.array_equal(scalar, row)
-        # entries read back as int16 are the sums (crumbs: c0·x0 + c1·x1 ..., plane p: Σ (2^p·bit - f0)·x,
-        # f0 on the top plane: the code offset in the plane's units)
+        # entries read back are the sums (crumbs: c0·x0 + c1·x1 ..., plane p: Σ (2^p·bit - f0)·x, f0 on
+        # the top plane: the code offset in the plane's units): int16 low and high bytes, or (the
+        # LUTI4 forms' SPLIT plane tables) low + 32·high, low in 0 .. 31
         x = a[0].astype(np.int64).reshape(-1, 4)
-        t16 = tables.view(np.uint8).reshape(k // 4, -1, 2, 16).astype(np.int64)
-        entries = (t16[:, :, 0] | t16[:, :, 1] << 8).astype(np.uint16).view(np.int16)
+        low = tables.view(np.uint8).reshape(k // 4, -1, 2, 16)[:, :, 0].astype(np.int64)
+        high = tables.reshape(k // 4, -1, 2, 16)[:, :, 1].astype(np.int64)
+        split = recipe.mode & _act_tables.SPLIT
+        assert bool(split) == (base == 4)
+        if split:
+            assert low.min() >= 0 and low.max() < _act_tables.SPLIT_UNIT
+        entries = low + high * (_act_tables.SPLIT_UNIT if split else 256)
         n = np.arange(16)
         if base == 2:
             assert np.array_equal(entries[:, 0], x[:, :1] * (n & 3) + x[:, 1:2] * (n >> 2))

@@ -16,6 +16,9 @@ activations only)::
                                C23[n] = (n & 3)·x[4q + 2] + (n >> 2)·x[4q + 3]
         planes, one table each (f1, f0 the table's factors, 1 <= f1 <= 4, 0 <= f0 <= f1):
                                P[n] = Σ_j (f1·bit_j(n) - f0)·x[4q + j]     (|P| <= 4·4·128)
+            SPLIT mode (the LUTI4 forms' planes): instead of P's low and high bytes, the 16
+            entries of P mod 32 (0 .. 31), then of P >> 5 (floor(P / 32), |.| <= 64): bytes a dot
+            adds across planes and kg-blocks with no carry, then joins as (P mod 32) + 32·(P >> 5)
     (x natural order in the sums)
 
 so with ``B`` table bytes a kg-block the row has ``K·(1 + B/4)`` bytes and a dot handed the row
@@ -47,10 +50,13 @@ from . import _simd
 TABLE_BYTES = 32
 
 #: bits of a :func:`fill` mode: pair order (_simd.pair_order) for the first K bytes, the crumb
-#: tables; from bit PLANE_SHIFT on, 16 bits a plane table (:data:`MAX_PLANES` at most): its
-#: ``f1`` in the low byte, its ``f0`` in the high one (module docstring)
-PAIR, CRUMBS = 1, 2
+#: tables, the plane tables split as (P mod 32, P >> 5) instead of (low byte, high byte); from bit
+#: PLANE_SHIFT on, 16 bits a plane table (:data:`MAX_PLANES` at most): its ``f1`` in the low byte,
+#: its ``f0`` in the high one (module docstring)
+PAIR, CRUMBS, SPLIT = 1, 2, 4
 PLANE_SHIFT, MAX_PLANES = 8, 2
+#: a SPLIT plane table's entry: ``P = low + SPLIT_UNIT·high`` (low in 0 .. SPLIT_UNIT - 1)
+SPLIT_UNIT, SPLIT_SHIFT = 32, 5
 
 
 def plane_mode(planes) -> int:
@@ -131,22 +137,24 @@ def fill_scalar(a, mode, out):
                 out[0, at + n], out[0, at + 16 + n] = _signed_byte(lo), _signed_byte(lo >> 8)
                 out[0, at + 32 + n], out[0, at + 48 + n] = _signed_byte(hi), _signed_byte(hi >> 8)
             at += 2 * TABLE_BYTES
-        spec = mode >> PLANE_SHIFT
+        spec, shift = mode >> PLANE_SHIFT, SPLIT_SHIFT if mode & SPLIT else 8
         while spec:
             f1, f0 = spec & 0xFF, spec >> 8 & 0xFF
             for n in range(16):
                 v = ((f1 * (n & 1) - f0) * x0 + (f1 * (n >> 1 & 1) - f0) * x1 + (f1 * (n >> 2 & 1) - f0) * x2
                      + (f1 * (n >> 3 & 1) - f0) * x3)
-                out[0, at + n], out[0, at + 16 + n] = _signed_byte(v), _signed_byte(v >> 8)
+                out[0, at + n], out[0, at + 16 + n] = _signed_byte(v & ((1 << shift) - 1)), _signed_byte(v >> shift)
             at += TABLE_BYTES
             spec >>= 16
 
 
-def _build_entries():
+def _build_entries(split: bool = False):
     """The AVX2 table writer: ``entries(row, i, bits, t, out, o)`` stores at ``out[o:o + 32]`` the
     16 int16 entries ``E[n] = F[n]·(row[i], row[i+1], row[i+2], row[i+3])`` of the factors
     ``F = bits[t, 0:64] - bits[t, 64:128]`` (``F[n] = (b[2n], b[2n+1], b[32+2n], b[32+2n+1])``;
-    the factors' positive and negative parts, unsigned) as their low bytes then their high bytes::
+    the factors' positive and negative parts, unsigned) as their low bytes then their high bytes
+    (``split``: as ``E mod 32`` then ``E >> 5``, the SPLIT tables: ``E' = (E >> 5) << 8 | E & 31``
+    before the same byte shuffle)::
 
         E = vpmaddubsw(b[0:32], (row[i], row[i+1]) x 16) + vpmaddubsw(b[32:64], (row[i+2], row[i+3]) x 16)
             - the same of b[64:128]
@@ -189,6 +197,11 @@ def _build_entries():
                     bv = builder.load(at(bp, ir.Constant(i64, 64 * sign + 32 * h), v32i8), align=1)
                     m = builder.call(pmadd, [bv, builder.bitcast(pairs, v32i8)])
                     e = m if e is None else (builder.sub(e, m) if sign else builder.add(e, m))
+            if split:
+                sixteen = ir.VectorType(i16, 16)
+                e = builder.or_(builder.shl(builder.ashr(e, ir.Constant(sixteen, [SPLIT_SHIFT] * 16)),
+                                            ir.Constant(sixteen, [8] * 16)),
+                                builder.and_(e, ir.Constant(sixteen, [SPLIT_UNIT - 1] * 16)))
             eb = builder.bitcast(e, v32i8)
             builder.store(builder.shuffle_vector(eb, ir.Constant(v32i8, None), gather),
                           at(builder.gep(data(4), [args[5]]), ir.Constant(i64, 0), v32i8), align=1)
@@ -197,7 +210,7 @@ def _build_entries():
         return sig, codegen
 
     # (keyed: fill's cache key holds it, and an intrinsic otherwise pickles with a per-process uuid)
-    return _numba_internals.keyed_intrinsic(entries, f"{__name__}.entries")
+    return _numba_internals.keyed_intrinsic(entries, f"{__name__}.entries" + ("_split" if split else ""))
 
 
 @lazy_njit(inline="always")
@@ -222,7 +235,7 @@ def _table_bits(mode):
     return bits
 
 
-def _fill_simd_of(entries):
+def _fill_simd_of(entries, entries_split):
     @lazy_njit(_FILL_SIG, cache=True)
     def fill_simd(a, mode, out):
         k = a.shape[1]
@@ -230,7 +243,7 @@ def _fill_simd_of(entries):
         tb = _table_bytes(mode)
         if not tb:  # pair order only (the nibble tiles): no factors to build
             return
-        crumbs, planes = mode & CRUMBS, _plane_count(mode)
+        crumbs, planes, split = mode & CRUMBS, _plane_count(mode), mode & SPLIT
         bits = _table_bits(mode)
         row, dst = a[0], out[0]
         for q in range(k // 4):
@@ -240,13 +253,16 @@ def _fill_simd_of(entries):
                 entries(row, 4 * q, bits, 1, dst, at + TABLE_BYTES)
                 at += 2 * TABLE_BYTES
             for p in range(planes):
-                entries(row, 4 * q, bits, 2 + p, dst, at + TABLE_BYTES * p)
+                if split:
+                    entries_split(row, 4 * q, bits, 2 + p, dst, at + TABLE_BYTES * p)
+                else:
+                    entries(row, 4 * q, bits, 2 + p, dst, at + TABLE_BYTES * p)
 
     return fill_simd
 
 
 def _choose_fill():
-    return _fill_simd_of(_build_entries()) if _simd.AVAILABLE else fill_scalar
+    return _fill_simd_of(_build_entries(), _build_entries(split=True)) if _simd.AVAILABLE else fill_scalar
 
 
 #: the row builder the kernels use: :func:`fill_scalar`'s row, its tables written 32 bytes at a
@@ -261,9 +277,11 @@ def tables_ref(a: np.ndarray, mode: int) -> np.ndarray:
     tabs = []
     if mode & CRUMBS:
         tabs += [x[:, 2 * h:2 * h + 1] * (n & 3) + x[:, 2 * h + 1:2 * h + 2] * (n >> 2) for h in range(2)]
+    shift = [8] * len(tabs)
     for f1, f0 in plane_tables(mode):
         tabs.append(x @ (f1 * ((n[:, None] >> np.arange(4)) & 1) - f0).T)
-    parts = [p for t in tabs for p in (t & 0xFF, (t >> 8) & 0xFF)]
+        shift.append(SPLIT_SHIFT if mode & SPLIT else 8)
+    parts = [p for t, sh in zip(tabs, shift) for p in (t & ((1 << sh) - 1), (t >> sh) & 0xFF)]
     return np.concatenate(parts, axis=1).astype(np.uint8).view(np.int8) if parts else np.zeros((len(x), 0), np.int8)
 
 
@@ -275,11 +293,13 @@ class Recipe:
     pair: bool
     crumbs: bool  # the LUTI2 forms' crumb tables
     planes: tuple[tuple[int, int], ...] = ()  # a plane table's (f1, f0) each (module docstring)
+    split: bool = False  # the plane tables as (P mod 32, P >> 5) bytes (SPLIT)
 
     @property
     def mode(self) -> int:
         """The :func:`fill` mode of one row."""
-        return (PAIR if self.pair else 0) | (CRUMBS if self.crumbs else 0) | plane_mode(self.planes)
+        return ((PAIR if self.pair else 0) | (CRUMBS if self.crumbs else 0) | (SPLIT if self.split else 0)
+                | plane_mode(self.planes))
 
     def width(self, k: int) -> int:
         """Columns of the one-row activations the kernel reads."""

@@ -81,9 +81,12 @@ def _planes_intrinsics(base: int, nplanes: int, kq: int):
             vpmaddubsw(x & 15, (a0, a2)) + vpmaddubsw(x >> 4 & 15, (a1, a3))     (pair order)
         LUTI2, 32 crumb bytes y (slices s, s + 1):
             C01[y & 15] + C23[y >> 4]        (vpshufb of the tables' low and high bytes, unpacked)
-        plane p, 16 plane bytes (slices s, s + 1; nibble c = channel c's 4 bits):
-            P_p[nibble]      (its own table: Σ (2^p·bit - f0)·x, LUTI4: summed apart, x 2^4 when
-                              widened; LUTI2: Σ (2^(2+p)·bit - f0)·x, added to the crumbs' sums)
+        plane p (nibble c of its word = channel c's 4 bits): P_p[nibble], its own table's entry
+            LUTI4: Σ (2^p·bit - f0)·x from its SPLIT tables (P mod 32, P >> 5: 32 plane bytes, the
+                   four slices, a vpshufb of each), the planes' bytes added over kg-blocks, joined
+                   by vpmaddubsw((1, 32), ·), summed apart, x 2^4 when widened
+            LUTI2: Σ (2^(2+p)·bit - f0)·x (16 plane bytes, slices s, s + 1; vpshufb of the
+                   table's low and high bytes, unpacked), added to the crumbs' sums
 
     ``expand`` stores a group's code bytes with the planes merged (u_lo/u_hi, kq x 256 bytes;
     LUTI2: crumbs paired in natural order, :func:`crumb_lohi`) and ``scratch dot`` is
@@ -95,8 +98,9 @@ def _planes_intrinsics(base: int, nplanes: int, kq: int):
     summed: 31744; 3 bits: 3584, four summed) < 32767, widened to int32 after that (two sums at a
     time, :func:`dot_of`); the table dot's LUTI4 nibbles alone 4·15·128 = 7680 (four summed:
     30720) and its planes apart (1 + 2)·512 a kg-block (the offset in: |2^p·bit - f0| <= 2^p;
-    a group: 6144), widened x 2^4; its LUTI2 sums |u - offset| <= 7, 4·7·128 a kg-block; one
-    vpmaddubsw lane is at most 2·63·128 and a table entry 4·4·128 in magnitude."""
+    a group: 6144), widened x 2^4, their SPLIT bytes at most 127 (:data:`split_run`); its LUTI2
+    sums |u - offset| <= 7, 4·7·128 a kg-block; one vpmaddubsw lane is at most 2·63·128 and a
+    table entry 4·4·128 in magnitude."""
     from llvmlite import ir
     from numba import types
     from numba.core import cgutils
@@ -240,11 +244,12 @@ def _planes_intrinsics(base: int, nplanes: int, kq: int):
 
     # ---- the single-row dot through activation tables (verify/_act_tables.py): a plane word's
     # ---- nibble c is channel c's bits for the kg-block's K 0..3 (bit j = lane 4c + j), so its share
-    # ---- of the dot is P[n] = Σ_j bit_j(n)·x[kj], a 16-entry int16 table a kg-block and plane (built
+    # ---- of the dot is P[n] = Σ_j bit_j(n)·x[kj], a 16-entry table a kg-block and plane (built
     # ---- once a call, the plane's weight and the top plane's share of the code offset in it),
-    # ---- looked up by vpshufb (its low bytes, its high bytes), 32 channels (two slices) a lookup
-    # ---- (LUTI4: summed apart, times 2^4 when widened; LUTI2: added to the crumbs' sums). On AVX2 a
-    # ---- byte shuffle, shift or unpack issues on two of the four vector pipes: no lane-crossing ones.
+    # ---- looked up by vpshufb, 32 channels a lookup (LUTI4: as bytes P mod 32 and P >> 5, added
+    # ---- up over planes and kg-blocks, joined, then summed apart and times 2^4 when widened; LUTI2:
+    # ---- its low and high bytes, unpacked, added to the crumbs' sums). On AVX2 a byte shuffle,
+    # ---- shift or unpack issues on two of the four vector pipes: no lane-crossing ones.
     #: byte i <- the plane byte of its channel, in the crumb tables' order (lane 0: slice s ch 0-15;
     #: lane 1: slice s + 1), twice
     nibble_bytes = const([8 * (i // 16) + i % 16 // 2 for i in range(32)])
@@ -282,23 +287,51 @@ def _planes_intrinsics(base: int, nplanes: int, kq: int):
                                                                           const(0x0F00, v16i16)))
         return lookup(builder, tables, builder.bitcast(n, v32i8))
 
-    def plane_lookups_split(builder, wp, p, q, s, tables):
-        """:func:`plane_lookups` for a LUTI4 form, whose planes are summed apart from the nibbles:
-        slice s's share as (even channels | odd channels), then slice s + 1's (int16, unscaled)::
+    #: the LUTI4 planes' split table entries summed in bytes over this many kg-blocks: a kg-block
+    #: adds at most 31 a plane to the mod-32 bytes and 4·128·f1 / 32 to the >> 5 bytes (any f0)
+    split_run = min(127 // (31 * max(nplanes, 1)), 127 // max(sum(4 * 128 * (1 << p) // 32 for p in range(nplanes)), 1))
+    #: (P mod 32, P >> 5) -> P: vpmaddubsw's unsigned factors of an interleaved pair
+    join = const([1, _act_tables.SPLIT_UNIT] * 16)
 
-            [W | W] (one load)  ->  lane 0: W & 0x0F (channels 2b), lane 1: (W >> 4) & 0x0F (2b + 1)
-            L, H = vpshufb(low bytes, n), vpshufb(high bytes, n)
-            slice s = unpacklo(L, H), slice s + 1 = unpackhi(L, H)
-        """
-        word = builder.load(at(builder, wp, pb + (p * kq + q) * 32 + 8 * s, v16i8), align=1)
-        y = builder.bitcast(builder.shuffle_vector(word, ir.Constant(v16i8, None), both_lanes), v4i64)
-        return lookup(builder, tables, builder.and_(builder.bitcast(builder.lshr(y, const([0, 0, 4, 4], v4i64)), v32i8),
-                                                    const(15)))
+    def split_lookups(builder, wp, q, tables, state):
+        """A LUTI4 form's planes, kg-block q, through their SPLIT tables (verify/_act_tables.py):
+        a plane's 32 bytes W (W[8s : 8s+8] slice s, byte b: channels 2b, 2b + 1) give the even
+        channels' nibbles W & 0x0F and the odd ones' (W >> 4) & 0x0F; each indexes the plane's
+        two byte tables (P mod 32, P >> 5), and the looked-up bytes of every plane add up in
+        ``state`` over :data:`split_run` kg-blocks (no carry: at most 127). Then, and at the
+        group's last kg-block, the four int16 sums of 32 channels each::
 
-    def kg_tables(builder, wp, q, plo, phi, pmadd, tp):
+            byte lanes: [ slice 0 | slice 1 ] [ slice 2 | slice 3 ]   (8 channels a slice, even or odd)
+            unpacklo(mod, hi) = [ s0 | s2 ],  unpackhi(mod, hi) = [ s1 | s3 ]   (byte pairs)
+            vpmaddubsw((1, 32), pair) = mod + 32·hi                         (int16, one a channel)
+            returned: [ even s0|s2, even s1|s3, odd s0|s2, odd s1|s3 ]     (:func:`apart_slice` orders them)
+
+        else None."""
+        for p in range(nplanes):
+            w = builder.load(at(builder, wp, pb + (p * kq + q) * 32, v32i8), align=1)
+            for e, n in enumerate((builder.and_(w, const(15)), builder.and_(builder.lshr(w, const(4)), const(15)))):
+                for part in range(2):
+                    v = byte_shuffle(builder, tables[p][part], n)
+                    state[e, part] = v if (e, part) not in state else builder.add(state[e, part], v)
+        if (q + 1) % split_run and q != kq - 1:
+            return None
+        pmadd = _numba_internals.llvm_function(builder, ir.FunctionType(v16i16, [v32i8, v32i8]),
+                                               "llvm.x86.avx2.pmadd.ub.sw")
+        sums = [builder.call(pmadd, [join, builder.shuffle_vector(state[e, 0], state[e, 1], m)])
+                for e in range(2) for m in (unpack_lo, unpack_hi)]
+        state.clear()
+        return sums
+
+    def apart_slice(builder, apart, s):
+        """Slice s's 16 channels, in order, of :func:`split_lookups`' four sums."""
+        lane = s // 2
+        return builder.shuffle_vector(apart[s % 2], apart[2 + s % 2],
+                                      const([8 * lane + i // 2 + 16 * (i % 2) for i in range(16)], ir.VectorType(i32, 16)))
+
+    def kg_tables(builder, wp, q, plo, phi, pmadd, tp, state):
         """The four int16 sums of kg-block q (16 channels each, :data:`sum_channels`) and the
-        planes' four apart (LUTI4: slice s's even channels, then its odd ones; None for LUTI2): a
-        LUTI4 form's nibbles by vpmaddubsw and its planes by their tables, a LUTI2 form's crumb
+        planes' sums apart (LUTI4: :func:`split_lookups`' four, every :data:`split_run` kg-blocks,
+        else None; None for LUTI2): a LUTI4 form's nibbles by vpmaddubsw, a LUTI2 form's crumb
         bytes y by their two tables (indices y & 15, y >> 4: 32 channels a lookup) and its plane
         by its table, added in."""
         ts = []
@@ -306,26 +339,20 @@ def _planes_intrinsics(base: int, nplanes: int, kq: int):
             for s in range(4):
                 lo, hi = record_lohi(builder, wp, q, s, planes=0)
                 ts.append(builder.add(builder.call(pmadd, [lo, plo]), builder.call(pmadd, [hi, phi])))
-        else:
-            c01, c23 = row_tables(builder, tp, q, 0), row_tables(builder, tp, q, 1)
-            for s in (0, 2):  # lane 0: slice s's 16 crumb bytes, lane 1: slice s + 1's
-                y = builder.load(at(builder, wp, q * 64 + 16 * s, v32i8), align=1)
-                n01, n23 = builder.and_(y, const(15)), builder.and_(builder.lshr(y, const(4)), const(15))
-                ts += [builder.add(u, v) for u, v in zip(lookup(builder, c01, n01), lookup(builder, c23, n23))]
-        if not nplanes:
-            return ts, None
-        tables = [row_tables(builder, tp, q, (2 if base == 2 else 0) + p) for p in range(nplanes)]  # one a plane
-        apart: list = [None] * 4
-        for s in (0, 2):
-            for p in range(nplanes):
-                lookups = plane_lookups(builder, wp, p, q, s, tables[p]) if base == 2 else \
-                    plane_lookups_split(builder, wp, p, q, s, tables[p])
-                for h, v in enumerate(lookups):
-                    if base == 2:
-                        ts[s + h] = builder.add(ts[s + h], v)
-                    else:
-                        apart[s + h] = v if apart[s + h] is None else builder.add(apart[s + h], v)
-        return ts, (apart if base == 4 else None)
+            if not nplanes:
+                return ts, None
+            return ts, split_lookups(builder, wp, q, [row_tables(builder, tp, q, p) for p in range(nplanes)], state)
+        c01, c23 = row_tables(builder, tp, q, 0), row_tables(builder, tp, q, 1)
+        for s in (0, 2):  # lane 0: slice s's 16 crumb bytes, lane 1: slice s + 1's
+            y = builder.load(at(builder, wp, q * 64 + 16 * s, v32i8), align=1)
+            n01, n23 = builder.and_(y, const(15)), builder.and_(builder.lshr(y, const(4)), const(15))
+            ts += [builder.add(u, v) for u, v in zip(lookup(builder, c01, n01), lookup(builder, c23, n23))]
+        for p in range(nplanes):
+            tables = row_tables(builder, tp, q, 2 + p)
+            for s in (0, 2):
+                for h, v in enumerate(plane_lookups(builder, wp, p, q, s, tables)):
+                    ts[s + h] = builder.add(ts[s + h], v)
+        return ts, None
 
     #: the channels of the 16 int16 lanes of kg_tables' sums: slice s's 16 in order (LUTI4), or
     #: (LUTI2, s = 2 sp + h) channels 8h .. 8h+7 of slice 2 sp, then of slice 2 sp + 1
@@ -335,7 +362,7 @@ def _planes_intrinsics(base: int, nplanes: int, kq: int):
     def kg_codes(lohi):
         """The four slices' int16 sums of kg-block q from ``lohi``'s code bytes (planes merged),
         channels in order."""
-        def kg(builder, wp, q, plo, phi, pmadd, tp):
+        def kg(builder, wp, q, plo, phi, pmadd, tp, state):
             return [builder.add(builder.call(pmadd, [lo, plo]), builder.call(pmadd, [hi, phi]))
                     for lo, hi in (lohi(builder, wp, q, s) for s in range(4))], None
         return kg
@@ -345,9 +372,6 @@ def _planes_intrinsics(base: int, nplanes: int, kq: int):
                    ir.VectorType(i32, 16)) for h in range(2)]
     #: lanes 8r .. 8r+7 of a sum from its two widened halves (lanes 0-3 | 8-11, 4-7 | 12-15)
     halves = [const([4 * r + i for i in range(4)] + [8 + 4 * r + i for i in range(4)], ir.VectorType(i32, 8)) for r in range(2)]
-    #: a LUTI4 table sum's (even channels | odd channels) into channel order (one vpermq, one vpshufb)
-    even_odd = const([i // 2 + 8 * (i % 2) for i in range(16)], ir.VectorType(i32, 16))
-
     def dot_of(kg_block, tables=False, channels=None):
         """The dot over ``kg_block``'s sums, whose lanes hold ``channels`` (16 a sum; default in
         order), read from the activation row's tables where ``tables``. A slice's int16 sums (each
@@ -394,13 +418,14 @@ def _planes_intrinsics(base: int, nplanes: int, kq: int):
                             wide[s][h] = t if wide[s][h] is None else builder.add(wide[s][h], t)
 
                 part: list = [None] * 4
-                apart: list = [None] * 4  # the planes summed apart (LUTI4 tables): (even | odd channels)
+                apart: list = [None] * 4  # the planes summed apart (LUTI4 tables): split_lookups' order
+                state: dict = {}  # kg_block's sums carried from one kg-block to the next
+                steps = run_apart if tables and base == 4 and nplanes else run
                 for q in range(kq):  # kg-block outer: its two activation patterns built once
                     plo, phi = pair(4 * q), pair(4 * q + 2)
-                    ts, planes = kg_block(builder, wp, q, plo, phi, pmadd, tp)
+                    ts, planes = kg_block(builder, wp, q, plo, phi, pmadd, tp, state)
                     for s, t in enumerate(planes or ()):
                         apart[s] = t if apart[s] is None else builder.add(apart[s], t)
-                    steps = run_apart if planes else run
                     for s, t in enumerate(ts):
                         part[s] = t if part[s] is None else builder.add(part[s], t)
                         if (q + 1) % steps == 0 or q == kq - 1:
@@ -409,7 +434,7 @@ def _planes_intrinsics(base: int, nplanes: int, kq: int):
                             widen(s)
                 for s in range(4):  # + 2^base x the planes, in channel order
                     if apart[s] is not None:
-                        waiting[s].append((builder.shuffle_vector(apart[s], ir.Constant(v16i16, None), even_odd), 1 << base))
+                        waiting[s].append((apart_slice(builder, apart, s), 1 << base))
                     widen(s, last=True)
                     for r in range(2):  # the channels of lanes 8r .. 8r+7: one run, one store
                         eight = builder.shuffle_vector(wide[s][0], wide[s][1], halves[r])
@@ -484,7 +509,7 @@ def activation_recipe(base: int, nplanes: int, offset: int) -> _act_tables.Recip
         if not planes or offset % unit or offset // unit > planes[-1][0]:
             raise ValueError(f"code offset {offset} does not fold into the planes of a {base}+{nplanes}-bit form")
         planes[-1] = (planes[-1][0], offset // unit)
-    return _act_tables.Recipe(pair=base == 4, crumbs=base == 2, planes=tuple(planes))
+    return _act_tables.Recipe(pair=base == 4, crumbs=base == 2, planes=tuple(planes), split=base == 4 and bool(planes))
 
 
 # ---- where numba targets AVX-512 VNNI (_simd512), every form: the record read in place into the
