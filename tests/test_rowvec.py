@@ -208,3 +208,27 @@ def test_the_parallel_row_product_is_a_parallel_loop():
         warnings.simplefilter("error", NumbaPerformanceWarning)
         disp = njit(rowvec._RSIG, parallel=True)(rowvec._row_parallel)
     assert len(disp.overloads[rowvec._RSIG.args].metadata["parfor_diagnostics"].initial_parfors) == 1
+
+
+def test_the_row_functions_cache_key_holds_the_table_builder():
+    """The row functions inline ``_act_tables.fill`` (the activation tables the compact AVX2 tiles
+    read): their numba cache key holds it, with a digest of ``_act_tables``' source, so an edit
+    there compiles them afresh rather than loading a prologue that writes the old table bytes."""
+    import hashlib
+
+    from numba.core.caching import FunctionCache
+    from numba.core.registry import cpu_target
+    from numba.core.serialize import dumps
+
+    from panelpack.formats import _numba_internals
+    from panelpack.verify import _act_tables, _simd
+
+    if not _simd.AVAILABLE:
+        pytest.skip("numba does not target AVX2 here: fill is the scalar builder (no tables read)")
+    digest = _numba_internals._sources_digest((_act_tables.__name__,)).encode()
+    for body in (rowvec._row_serial, rowvec._row_parallel):
+        cells = tuple(c.cell_contents for c in body.__closure__)
+        assert _act_tables.fill in cells
+        assert digest in dumps(cells)  # what numba hashes into the key: the cells as it pickles them
+        key = FunctionCache(body)._index_key(rowvec._RSIG.args, cpu_target.target_context.codegen())
+        assert key[2][1] == hashlib.sha256(dumps(cells)).hexdigest()

@@ -462,7 +462,8 @@ def _planes_intrinsics(base: int, nplanes: int, kq: int):
         return sig, codegen
 
     key = f"{__name__}.planes_intrinsics({base}, {nplanes}, {kq}, {in_record.__name__})"
-    return (_numba_internals.keyed_intrinsic(dot_of(kg_tables, True, sum_channels), f"{key}.dot"),
+    tables = (_act_tables.__name__,)  # the table bytes the dot reads are _act_tables' (its digest in the key)
+    return (_numba_internals.keyed_intrinsic(dot_of(kg_tables, True, sum_channels), f"{key}.dot", tables),
             _numba_internals.keyed_intrinsic(expand, f"{key}.expand"),
             _numba_internals.keyed_intrinsic(dot_of(kg_codes(scratch_lohi)), f"{key}.scratch_dot"))
 

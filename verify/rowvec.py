@@ -81,10 +81,10 @@ _RSIG = types.boolean(
 
 
 @njit(inline="always")
-def _prologue(x, qbuf, a, a_k, A, da, group, mode):
+def _prologue(x, qbuf, a, a_k, A, da, group, mode, fill):
     """Quantize ``x`` into ``a``/``da`` (and ``a_k``, the kernel's row: ``mode`` is
-    ``_act_tables.fill``'s, 0 for ``a`` itself), sum ``A``; return ``max |a|``, or -1 when ``x``
-    holds a non-finite value (nothing else is then written)."""
+    ``_act_tables.fill``'s, passed as ``fill``; 0 for ``a`` itself), sum ``A``; return ``max |a|``,
+    or -1 when ``x`` holds a non-finite value (nothing else is then written)."""
     k = x.shape[0]
     for i in range(k):
         if not np.isfinite(x[i]):
@@ -104,32 +104,43 @@ def _prologue(x, qbuf, a, a_k, A, da, group, mode):
             s += np.int32(a[0, i])
         A[0, g] = s
     if mode:  # pair order (_simd.pair_order: each run of 4 as x0, x2, x1, x3) and/or tables
-        _act_tables.fill(a, mode, a_k)
+        fill(a, mode, a_k)
     return a_max
 
 
 @njit(inline="always")
-def _start(x, qbuf, a, a_k, A, da, group, mode, chunks):
+def _start(x, qbuf, a, a_k, A, da, group, mode, chunks, fill):
     """The chunk length for the tiles, or -1 for a non-finite ``x`` (see :func:`_prologue`)."""
-    a_max = _prologue(x, qbuf, a, a_k, A, da, group, mode)
+    a_max = _prologue(x, qbuf, a, a_k, A, da, group, mode, fill)
     return chunks[a_max] if a_max >= 0 else -1
 
 
-def _row_serial(tile_j, tile_c, x, qbuf, a, a_k, A, da, w, geom, s_t, o_t, kind, group, chunks, mode, n, P, y):
-    tile = _tile_at(tile_j, tile_c)
-    chunk = _start(x, qbuf, a, a_k, A, da, group, mode, chunks)
-    for t in range(s_t.shape[0] if chunk >= 0 else 0):
-        tile(np.int64(t), w, geom, a_k, A, s_t, o_t, da, kind, group, chunk, n, P, y, False, True)
-    return chunk >= 0
+def _row_bodies(fill):
+    """The row functions, closures over the activation-row builder ``fill`` (``_act_tables.fill``)
+    they compile in: numba hashes a closure's cells into its cache key, and ``fill`` pickles with a
+    digest of ``_act_tables``' source (its keyed intrinsics), so an edit there (the table bytes the
+    tiles read) compiles the row functions afresh instead of loading a cached prologue that writes
+    the old ones (numba's cache stamps only the file a function is defined in)."""
+
+    def _row_serial(tile_j, tile_c, x, qbuf, a, a_k, A, da, w, geom, s_t, o_t, kind, group, chunks, mode, n, P, y):
+        tile = _tile_at(tile_j, tile_c)
+        chunk = _start(x, qbuf, a, a_k, A, da, group, mode, chunks, fill)
+        for t in range(s_t.shape[0] if chunk >= 0 else 0):
+            tile(np.int64(t), w, geom, a_k, A, s_t, o_t, da, kind, group, chunk, n, P, y, False, True)
+        return chunk >= 0
+
+    def _row_parallel(tile_j, tile_c, x, qbuf, a, a_k, A, da, w, geom, s_t, o_t, kind, group, chunks, mode, n, P, y):
+        tile = _tile_at(tile_j, tile_c)
+        chunk = _start(x, qbuf, a, a_k, A, da, group, mode, chunks, fill)
+        nt = s_t.shape[0] if chunk >= 0 else 0
+        for t in prange(nt):
+            tile(np.int64(t), w, geom, a_k, A, s_t, o_t, da, kind, group, chunk, n, P, y, False, True)
+        return chunk >= 0
+
+    return _row_serial, _row_parallel
 
 
-def _row_parallel(tile_j, tile_c, x, qbuf, a, a_k, A, da, w, geom, s_t, o_t, kind, group, chunks, mode, n, P, y):
-    tile = _tile_at(tile_j, tile_c)
-    chunk = _start(x, qbuf, a, a_k, A, da, group, mode, chunks)
-    nt = s_t.shape[0] if chunk >= 0 else 0
-    for t in prange(nt):
-        tile(np.int64(t), w, geom, a_k, A, s_t, o_t, da, kind, group, chunk, n, P, y, False, True)
-    return chunk >= 0
+_row_serial, _row_parallel = _row_bodies(_act_tables.fill)
 
 
 #: from this many multiply-adds a row product runs its tiles on numba's threads. Lower than
