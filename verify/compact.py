@@ -256,7 +256,8 @@ def _planes_intrinsics(base: int, nplanes: int, kq: int):
     unpack_lo = const([16 * (i // 16) + i % 16 // 2 + 32 * (i % 2) for i in range(32)], ir.VectorType(i32, 32))
     unpack_hi = const([16 * (i // 16) + 8 + i % 16 // 2 + 32 * (i % 2) for i in range(32)], ir.VectorType(i32, 32))
 
-    tb = _act_tables.table_bytes(activation_recipe(base, nplanes, 0).mode)  # table bytes a kg-block (any offset)
+    recipe = activation_recipe(base, nplanes, 0)  # the row's tables: their bytes and plane weights (any offset)
+    tb = _act_tables.table_bytes(recipe.mode)  # table bytes a kg-block
 
     def lookup(builder, tables, n):
         """Table ``tables`` (low bytes, high bytes) at the nibbles ``n`` (32 bytes): the entries as
@@ -288,8 +289,9 @@ def _planes_intrinsics(base: int, nplanes: int, kq: int):
         return lookup(builder, tables, builder.bitcast(n, v32i8))
 
     #: the LUTI4 planes' split table entries summed in bytes over this many kg-blocks: a kg-block
-    #: adds at most 31 a plane to the mod-32 bytes and 4·128·f1 / 32 to the >> 5 bytes (any f0)
-    split_run = min(127 // (31 * max(nplanes, 1)), 127 // max(sum(4 * 128 * (1 << p) // 32 for p in range(nplanes)), 1))
+    #: adds at most 31 a plane to the mod-32 bytes and 4·128·f1 / 32 to the >> 5 bytes (any f0 <= f1)
+    unit = _act_tables.SPLIT_UNIT
+    split_run = min(127 // max((unit - 1) * nplanes, 1), 127 // max(sum(4 * 128 * f1 // unit for f1, _ in recipe.planes), 1))
     #: (P mod 32, P >> 5) -> P: vpmaddubsw's unsigned factors of an interleaved pair
     join = const([1, _act_tables.SPLIT_UNIT] * 16)
 
